@@ -1,0 +1,331 @@
+//! Where the lock lives: one Redis now, several kinds of deployment behind one small trait.
+//!
+//! A [`Node`] runs a Lua script on whatever Redis owns the lock's keys, lists keys, and opens a
+//! connection to subscribe to wake-ups on. Everything else (what the scripts say, quorum logic)
+//! lives in `crate::lock`.
+
+mod single;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use redis::{ConnectionInfo, IntoConnectionInfo, RedisError};
+
+use crate::exit::Failure;
+
+pub use single::Single;
+
+/// One Lua script, known by its source and its SHA1.
+pub struct Script {
+    pub name: &'static str,
+    pub source: &'static str,
+    sha: std::sync::OnceLock<String>,
+}
+
+impl Script {
+    pub const fn new(name: &'static str, source: &'static str) -> Self {
+        Script {
+            name,
+            source,
+            sha: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn sha(&self) -> &str {
+        self.sha
+            .get_or_init(|| redis::Script::new(self.source).get_hash().to_string())
+    }
+}
+
+/// What a Redis endpoint did wrong, in the terms rlock decides on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Could not connect, or the connection broke before the command was sent.
+    Connect,
+    /// The command was sent and no reply came in time: it may or may not have run.
+    Timeout,
+    /// The connection broke after the command was sent.
+    Io,
+    /// The server answers but cannot serve now (LOADING, READONLY, MASTERDOWN, ...).
+    NotServing,
+    /// Wrong password, no password, or an ACL refused a command.
+    Auth,
+    /// WRONGTYPE: the key holds a value that is not a lock.
+    WrongType,
+    /// Anything else the server or the client library said.
+    Other,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeError {
+    pub kind: ErrorKind,
+    /// Which endpoint, with any password redacted.
+    pub node: String,
+    pub detail: String,
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.node, self.detail)
+    }
+}
+
+impl NodeError {
+    pub fn from_redis(node: &str, err: &RedisError) -> Self {
+        let code = err.code().unwrap_or("");
+        let text = err.to_string();
+        let kind = if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
+            || text.contains("NOPERM")
+            || text.contains("WRONGPASS")
+        {
+            ErrorKind::Auth
+        } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
+            ErrorKind::WrongType
+        } else if err.is_timeout() {
+            ErrorKind::Timeout
+        } else if err.is_connection_refusal() {
+            ErrorKind::Connect
+        } else if err.is_io_error() || err.is_connection_dropped() {
+            ErrorKind::Io
+        } else if matches!(
+            code,
+            "LOADING" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "BUSY"
+        ) {
+            ErrorKind::NotServing
+        } else {
+            ErrorKind::Other
+        };
+        NodeError {
+            kind,
+            node: node.to_string(),
+            detail: redact_text(&text),
+        }
+    }
+
+    /// A failure of the path to the server rather than an answer from it.
+    pub fn is_transport(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::Connect | ErrorKind::Timeout | ErrorKind::Io | ErrorKind::NotServing
+        )
+    }
+
+    /// Turns the error into the user-facing failure, naming the lock it was about.
+    pub fn into_failure(self, key: &str) -> Failure {
+        match self.kind {
+            ErrorKind::Connect | ErrorKind::Timeout | ErrorKind::Io | ErrorKind::NotServing => {
+                Failure::Unavailable(format!(
+                    "Redis unavailable for lock '{key}': {self}; check that the server is up and --url is right"
+                ))
+            }
+            ErrorKind::Auth => Failure::NotPermitted(format!(
+                "Redis refused rlock for lock '{key}': {self}; check the password (--password-file, $RLOCK_PASSWORD) and the user's ACL"
+            )),
+            ErrorKind::WrongType => Failure::NotALock(format!(
+                "key '{key}' holds a value that is not a lock ({}); nothing was changed",
+                self.detail
+            )),
+            ErrorKind::Other => {
+                Failure::Unavailable(format!("Redis answered an error for lock '{key}': {self}"))
+            }
+        }
+    }
+}
+
+/// A Redis deployment that runs the lock scripts.
+pub trait Node: Send + Sync {
+    /// Runs `script` (EVALSHA, falling back to EVAL on NOSCRIPT) with a reply expected within
+    /// `timeout`.
+    fn eval(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        timeout: Duration,
+    ) -> Result<redis::Value, NodeError>;
+
+    /// Every key matching `pattern` (SCAN, never KEYS).
+    fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError>;
+
+    /// A new connection to the server that owns `key`, to SUBSCRIBE on.
+    fn subscriber(&self, key: &str, timeout: Duration) -> Result<redis::Connection, NodeError>;
+
+    /// The endpoint, passwords redacted, for messages.
+    fn name(&self) -> &str;
+}
+
+/// TLS material named on the command line or in the environment.
+#[derive(Debug, Default, Clone)]
+pub struct TlsFiles {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// How to reach Redis, resolved from global options and the environment.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub urls: Vec<String>,
+    pub cluster: bool,
+    pub sentinel: Option<String>,
+    pub password: Option<String>,
+    pub tls: TlsFiles,
+    pub op_timeout: Duration,
+}
+
+impl Settings {
+    /// The password from --password-file, else $RLOCK_PASSWORD, else $REDISCLI_AUTH.
+    pub fn resolve_password(file: Option<&Path>) -> Result<Option<String>, Failure> {
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::Config(format!(
+                    "cannot read password file '{}': {e}",
+                    path.display()
+                ))
+            })?;
+            let first = text.lines().next().unwrap_or("").to_string();
+            if first.is_empty() {
+                return Err(Failure::Config(format!(
+                    "password file '{}' is empty",
+                    path.display()
+                )));
+            }
+            return Ok(Some(first));
+        }
+        for var in ["RLOCK_PASSWORD", "REDISCLI_AUTH"] {
+            if let Ok(v) = std::env::var(var)
+                && !v.is_empty()
+            {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Parses one URL into connection info, with the fallback password applied.
+    pub fn connection_info(&self, url: &str) -> Result<ConnectionInfo, Failure> {
+        let shown = redact(url);
+        let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
+            .iter()
+            .any(|s| url.starts_with(s));
+        if !scheme_ok {
+            return Err(Failure::Config(format!(
+                "malformed URL '{shown}': it must start with redis://, rediss:// or unix://"
+            )));
+        }
+        let info = url.into_connection_info().map_err(|e| {
+            Failure::Config(format!(
+                "malformed URL '{shown}': {}",
+                redact_text(&e.to_string())
+            ))
+        })?;
+        let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+        if settings.password().is_none()
+            && let Some(p) = &self.password
+        {
+            settings = settings.set_password(p);
+        }
+        Ok(info.set_redis_settings(settings))
+    }
+
+    /// Opens the deployment the options describe.
+    pub fn connect(&self) -> Result<Box<dyn Node>, Failure> {
+        if self.urls.is_empty() {
+            return Err(Failure::Usage("no --url given".into()));
+        }
+        if self.cluster || self.sentinel.is_some() {
+            return Err(Failure::Config(
+                "--cluster and --sentinel are not supported by this build yet".into(),
+            ));
+        }
+        if self.urls.len() > 1 {
+            return Err(Failure::Config(
+                "several --url (Redlock) are not supported by this build yet".into(),
+            ));
+        }
+        let url = &self.urls[0];
+        Ok(Box::new(Single::new(self.client(url)?, redact(url))))
+    }
+
+    fn client(&self, url: &str) -> Result<redis::Client, Failure> {
+        let info = self.connection_info(url)?;
+        if url.starts_with("rediss://") {
+            return Err(Failure::Config(format!(
+                "TLS (rediss://) is not supported by this build yet: '{}'",
+                redact(url)
+            )));
+        }
+        redis::Client::open(info)
+            .map_err(|e| Failure::Config(format!("malformed URL '{}': {e}", redact(url))))
+    }
+}
+
+/// A URL with its password replaced by `***`, fit for any message.
+pub fn redact(url: &str) -> String {
+    let mut out = url.to_string();
+    if let Some(scheme_end) = out.find("://") {
+        let rest_start = scheme_end + 3;
+        let authority_end = out[rest_start..]
+            .find('/')
+            .map_or(out.len(), |i| rest_start + i);
+        if let Some(at) = out[rest_start..authority_end].rfind('@') {
+            let userinfo = &out[rest_start..rest_start + at];
+            let redacted = match userinfo.find(':') {
+                Some(colon) => format!("{}:***", &userinfo[..colon]),
+                None if out.starts_with("redis") => "***".to_string(),
+                None => userinfo.to_string(),
+            };
+            out.replace_range(rest_start..rest_start + at, &redacted);
+        }
+    }
+    // unix://path?pass=secret
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let query: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _))
+                    if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
+                {
+                    format!("{k}=***")
+                }
+                _ => kv.to_string(),
+            })
+            .collect();
+        out = format!("{head}{}", query.join("&"));
+    }
+    out
+}
+
+/// Error text from the client library may quote a URL; redact anything that looks like one.
+fn redact_text(text: &str) -> String {
+    text.split(' ')
+        .map(|w| {
+            if w.contains("://") {
+                redact(w)
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact("redis://u:s3cret@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact("rediss://s3cret@h"), "rediss://***@h");
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(
+            redact("unix:///tmp/r.sock?db=1&pass=s3cret"),
+            "unix:///tmp/r.sock?db=1&pass=***"
+        );
+    }
+}

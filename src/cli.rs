@@ -1,0 +1,362 @@
+//! The command-line interface: every option of `../shared/contract.md`, and nothing else.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use nix::sys::signal::Signal;
+
+const AFTER_HELP: &str = "\
+Examples:
+  rlock exec -k nightly -- ./cron.sh             run under the lock, renewing it meanwhile
+  rlock exec -k deploy -w 10m -- make deploy      wait up to 10 minutes for the lock
+  eval \"$(rlock acquire --export -k jobs)\"        take it in a shell script ...
+  rlock release -k jobs                           ... and give it back ($RLOCK_TOKEN)
+  rlock inspect                                   list every lock and who holds it
+
+Exit codes: 0 ok, 1 inspect: not held, 2 usage, 65 not a lock, 69 Redis unavailable,
+70 internal, 75 busy, 76 lock lost during exec, 77 not owner / auth refused, 78 configuration,
+126/127 command not runnable / not found, 128+N command died of signal N. See rlock(1).";
+
+/// A Redis-backed distributed lock for shell scripts, cron jobs and CI pipelines.
+///
+/// rlock takes a lock in Redis with `SET key token NX PX ttl`, and releases and renews it only
+/// while its owner token still holds it. `rlock exec` runs a command under the lock, renews the
+/// lock in the background, and stops the command before the lock can expire if Redis stops
+/// answering.
+#[derive(Debug, Parser)]
+#[command(name = "rlock", version, after_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand accepts, before or after the subcommand's name.
+#[derive(Debug, Args, Clone)]
+pub struct Global {
+    /// Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock
+    /// quorum over independent masters.
+    #[arg(
+        short,
+        long = "url",
+        value_name = "URL",
+        env = "RLOCK_URL",
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
+    pub urls: Vec<String>,
+
+    /// The URLs are Redis Cluster seed nodes.
+    #[arg(long, env = "RLOCK_CLUSTER", global = true)]
+    pub cluster: bool,
+
+    /// The URLs are Sentinels; lock on the master they call NAME.
+    #[arg(long, value_name = "NAME", env = "RLOCK_SENTINEL", global = true)]
+    pub sentinel: Option<String>,
+
+    /// Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then
+    /// $REDISCLI_AUTH; a password in the URL itself wins over all of them.
+    #[arg(long, value_name = "PATH", global = true)]
+    pub password_file: Option<PathBuf>,
+
+    /// CA certificate (PEM) to verify rediss:// servers with, instead of the system roots.
+    #[arg(long, value_name = "PEM", env = "RLOCK_TLS_CA", global = true)]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for rediss:// servers that ask for one.
+    #[arg(long, value_name = "PEM", env = "RLOCK_TLS_CERT", global = true)]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "PEM", env = "RLOCK_TLS_KEY", global = true)]
+    pub tls_key: Option<PathBuf>,
+
+    /// Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix '' to share a
+    /// lock with another Redis client (redis-py Lock, redsync, node-redlock).
+    #[arg(
+        long,
+        value_name = "P",
+        env = "RLOCK_PREFIX",
+        default_value = "rlock:",
+        global = true
+    )]
+    pub prefix: String,
+
+    /// Connect and per-command timeout: a dead server costs at most this per attempt.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "RLOCK_OP_TIMEOUT",
+        default_value = "2s",
+        value_parser = positive_duration,
+        global = true
+    )]
+    pub op_timeout: Duration,
+
+    /// Say what rlock does, on stderr.
+    #[arg(short, long, global = true, conflicts_with = "quiet")]
+    pub verbose: bool,
+
+    /// Say nothing but errors (inspect: print nothing, answer with the exit code).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Take the lock and return; it lives for --ttl unless renewed or released.
+    #[command(after_help = "\
+Prints the owner token; `release` and `renew` need it (--token or $RLOCK_TOKEN).
+
+Examples:
+  token=$(rlock acquire -k jobs --ttl 5m -n) || exit
+  eval \"$(rlock acquire --export -k jobs)\"; ...; rlock release -k jobs")]
+    Acquire(AcquireArgs),
+
+    /// Give the lock back, if the token still owns it (or break it with --force).
+    #[command(after_help = "\
+Releasing a lock the same token already released succeeds again (retries are safe).
+
+Examples:
+  rlock release -k jobs --token \"$token\"
+  rlock release -k jobs --force        # an operator breaking a stale lock")]
+    Release(ReleaseArgs),
+
+    /// Extend the lock, if the token still owns it.
+    #[command(after_help = "\
+Examples:
+  rlock renew -k jobs --ttl 10m        # token from $RLOCK_TOKEN")]
+    Renew(RenewArgs),
+
+    /// Show who holds locks: the named KEYs, or every lock under the prefix.
+    #[command(after_help = "\
+With keys, exits 0 if every one is held and 1 if any is free.
+
+Examples:
+  rlock inspect                        # every lock under the prefix
+  rlock inspect -q -k jobs && echo locked
+  rlock inspect -k jobs --json")]
+    Inspect(InspectArgs),
+
+    /// Run a command under the lock, renewing it while the command runs.
+    #[command(after_help = "\
+The command runs in a process group of its own with RLOCK_KEY, RLOCK_TOKEN and RLOCK_FENCE in
+its environment. TERM, INT, HUP, QUIT, USR1 and USR2 sent to rlock are passed on to it. If the
+lock cannot be renewed, the command gets --lost-signal by the lease deadline minus --grace and
+SIGKILL at the deadline, and rlock exits 76. Otherwise rlock exits with the command's status.
+
+Examples:
+  rlock exec -k nightly -n -- ./cron.sh
+  rlock exec -k deploy -w 15m --ttl 1m -- ./deploy.sh production")]
+    Exec(ExecArgs),
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct KeyArg {
+    /// Name of the lock (the Redis key is PREFIX+KEY).
+    #[arg(short, long, value_name = "KEY", value_parser = non_empty("key"))]
+    pub key: String,
+}
+
+/// How long to wait for a lock someone else holds.
+#[derive(Debug, Args, Clone)]
+pub struct WaitArgs {
+    /// Give up after waiting this long [default: wait as long as it takes].
+    #[arg(short, long, value_name = "DUR", value_parser = duration)]
+    pub wait: Option<Duration>,
+
+    /// Try once and do not wait.
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub no_wait: bool,
+
+    /// Exit code when the lock is busy.
+    #[arg(
+        short = 'E',
+        long,
+        value_name = "CODE",
+        default_value_t = 75,
+        value_parser = clap::value_parser!(u8)
+    )]
+    pub conflict_exit_code: u8,
+}
+
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+
+    /// How long the lock lives unless renewed or released.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = positive_duration)]
+    pub ttl: Duration,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`.
+    #[arg(long, conflicts_with = "json")]
+    pub export: bool,
+
+    /// Print one JSON object: key, token, fence, ttl_ms.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct TokenArg {
+    /// Owner token printed by `acquire`.
+    #[arg(long, value_name = "T", env = "RLOCK_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+
+    #[command(flatten)]
+    pub token: TokenArg,
+
+    /// Break the lock whoever holds it, and say who did.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+
+    #[command(flatten)]
+    pub token: TokenArg,
+
+    /// New time to live [default: the TTL the lock was taken with].
+    #[arg(long, value_name = "DUR", value_parser = positive_duration)]
+    pub ttl: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Locks to show (repeatable); without any, list every lock under the prefix.
+    #[arg(short, long = "key", value_name = "KEY", value_parser = non_empty("key"))]
+    pub keys: Vec<String>,
+
+    /// One JSON object per lock, in a JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+
+    /// Lease time: how long the lock outlives a renewal that never comes.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = positive_duration)]
+    pub ttl: Duration,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// How often to renew the lock [default: TTL/3].
+    #[arg(long, value_name = "DUR", value_parser = positive_duration)]
+    pub renew_every: Option<Duration>,
+
+    /// Signal the command's process group gets when the lock is lost (name or number).
+    #[arg(long, value_name = "SIG", default_value = "TERM", value_parser = signal)]
+    pub lost_signal: Signal,
+
+    /// Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4].
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    pub grace: Option<Duration>,
+
+    /// The command and its arguments, run directly (no shell).
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true
+    )]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// Parses a humantime duration; a bare number is refused with a hint about the missing unit.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(format!(
+            "'{s}' has no unit: write e.g. '{s}s' (seconds) or '{s}ms' (milliseconds)"
+        ));
+    }
+    if s.starts_with('-') {
+        return Err(format!("'{s}' is negative: durations must be positive"));
+    }
+    humantime::parse_duration(s)
+        .map_err(|e| format!("'{s}' is not a duration ({e}); try e.g. 30s, 250ms, 5m, '1h 30m'"))
+}
+
+/// A duration of at least one millisecond.
+pub fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d < Duration::from_millis(1) {
+        return Err(format!("'{s}' is too short: it must be at least 1ms"));
+    }
+    Ok(d)
+}
+
+fn non_empty(what: &'static str) -> impl Fn(&str) -> Result<String, String> + Clone {
+    move |s: &str| {
+        if s.is_empty() {
+            Err(format!("the {what} must not be empty"))
+        } else {
+            Ok(s.to_string())
+        }
+    }
+}
+
+/// Parses `TERM`, `SIGTERM`, `term` or `15`.
+pub fn signal(s: &str) -> Result<Signal, String> {
+    let bad =
+        || format!("'{s}' is not a signal: use a name such as TERM, INT, HUP, KILL, or a number");
+    if let Ok(n) = s.parse::<i32>() {
+        return Signal::try_from(n).map_err(|_| bad());
+    }
+    let upper = s.to_ascii_uppercase();
+    let name = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    name.parse::<Signal>().map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert!(duration("30").unwrap_err().contains("no unit"));
+        assert!(duration("-5s").is_err());
+        assert!(positive_duration("0s").is_err());
+    }
+
+    #[test]
+    fn signals() {
+        assert_eq!(signal("TERM").unwrap(), Signal::SIGTERM);
+        assert_eq!(signal("sigusr1").unwrap(), Signal::SIGUSR1);
+        assert_eq!(signal("9").unwrap(), Signal::SIGKILL);
+        assert!(signal("BOGUS").is_err());
+    }
+}

@@ -1,0 +1,110 @@
+//! `rlock acquire`: take the lock and print the token.
+
+use std::io::Write;
+use std::sync::mpsc;
+
+use anyhow::Result;
+
+use super::{Context, inherited, new_token};
+use crate::cli::AcquireArgs;
+use crate::lock::{Grant, Identity, WaitPolicy};
+use crate::supervise::{Event, catch_signals};
+
+pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
+    let key = ctx.key(&args.key.key)?;
+    let locker = ctx.locker()?;
+    let grant = match inherited(ctx, &locker, &key)? {
+        Some(grant) => grant,
+        None => {
+            // The holder is the calling shell: this process exits as soon as it has the lock.
+            let ppid = nix::unistd::getppid().as_raw() as u32;
+            let who = Identity::current(ppid, parent_command(ppid));
+            let policy = WaitPolicy {
+                wait: args.wait.wait,
+                no_wait: args.wait.no_wait,
+                busy_code: args.wait.conflict_exit_code,
+            };
+            let (tx, rx) = mpsc::channel();
+            let _signals = if policy.no_wait {
+                None
+            } else {
+                Some(catch_signals(tx)?)
+            };
+            let interrupt = || match rx.try_recv() {
+                Ok(Event::Signal(s)) => Some(s),
+                _ => None,
+            };
+            locker.acquire(&key, &new_token(), args.ttl, &who, policy, &interrupt)?
+        }
+    };
+    ctx.say(format_args!(
+        "acquired lock '{}' (fence {}, ttl {})",
+        key.name,
+        grant.fence,
+        humantime::format_duration(grant.ttl)
+    ));
+    print(&grant, args)?;
+    Ok(0)
+}
+
+fn print(grant: &Grant, args: &AcquireArgs) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if args.export {
+        writeln!(out, "RLOCK_KEY={}", shell_quote(&grant.key.name))?;
+        writeln!(out, "RLOCK_TOKEN={}", shell_quote(&grant.token))?;
+        writeln!(out, "RLOCK_FENCE={}", grant.fence)?;
+        writeln!(out, "export RLOCK_KEY RLOCK_TOKEN RLOCK_FENCE")?;
+    } else if args.json {
+        let json = serde_json::json!({
+            "key": grant.key.name,
+            "redis_key": grant.key.redis_key,
+            "token": grant.token,
+            "fence": grant.fence,
+            "ttl_ms": grant.ttl.as_millis() as u64,
+        });
+        writeln!(out, "{json}")?;
+    } else {
+        writeln!(out, "{}", grant.token)?;
+    }
+    out.flush()
+}
+
+/// The command line of the process that ran rlock, for `inspect` to show.
+fn parent_command(ppid: u32) -> String {
+    std::fs::read(format!("/proc/{ppid}/cmdline"))
+        .ok()
+        .map(|raw| {
+            raw.split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "rlock acquire".into())
+}
+
+/// Quotes a value for `eval` in sh, leaving plain words alone.
+pub fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.:/@%+,=".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_quote;
+
+    #[test]
+    fn quotes_for_eval() {
+        assert_eq!(shell_quote("jobs"), "jobs");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
+    }
+}

@@ -1,0 +1,103 @@
+//! One file per subcommand; this one holds what they share.
+
+pub mod acquire;
+pub mod exec;
+pub mod inspect;
+pub mod release;
+pub mod renew;
+
+use crate::backend::{Settings, TlsFiles};
+use crate::cli::Global;
+use crate::exit::Failure;
+use crate::lock::{Grant, LockKey, Locker};
+
+/// The global options, resolved.
+pub struct Context {
+    pub global: Global,
+    pub settings: Settings,
+}
+
+impl Context {
+    pub fn new(global: Global) -> Result<Self, Failure> {
+        let password = Settings::resolve_password(global.password_file.as_deref())?;
+        let settings = Settings {
+            urls: global.urls.clone(),
+            cluster: global.cluster,
+            sentinel: global.sentinel.clone(),
+            password,
+            tls: TlsFiles {
+                ca: global.tls_ca.clone(),
+                cert: global.tls_cert.clone(),
+                key: global.tls_key.clone(),
+            },
+            op_timeout: global.op_timeout,
+        };
+        Ok(Context { global, settings })
+    }
+
+    pub fn key(&self, name: &str) -> Result<LockKey, Failure> {
+        LockKey::new(&self.global.prefix, name)
+    }
+
+    pub fn locker(&self) -> Result<Locker, Failure> {
+        let node = self.settings.connect()?;
+        self.say(format_args!("using {}", node.name()));
+        Ok(Locker::new(node, self.settings.op_timeout))
+    }
+
+    /// A diagnostic line on stderr, with --verbose only.
+    pub fn say(&self, msg: std::fmt::Arguments) {
+        if self.global.verbose {
+            eprintln!("rlock: {msg}");
+        }
+    }
+
+    /// A note on stderr, unless --quiet.
+    pub fn note(&self, msg: std::fmt::Arguments) {
+        if !self.global.quiet {
+            eprintln!("rlock: {msg}");
+        }
+    }
+}
+
+/// The token from --token or $RLOCK_TOKEN, which release and renew need.
+pub fn required_token(token: &Option<String>, what: &str) -> Result<String, Failure> {
+    match token.as_deref() {
+        Some(t) if !t.trim().is_empty() => Ok(t.trim().to_string()),
+        Some(_) => Err(Failure::Usage(format!("the token to {what} with is empty"))),
+        None => Err(Failure::Usage(format!(
+            "no token to {what} with: pass --token T or set $RLOCK_TOKEN (printed by 'rlock acquire')"
+        ))),
+    }
+}
+
+/// A lock this process already holds through its environment: rlock run inside `rlock exec`
+/// (or after `eval "$(rlock acquire --export …)"`) on the same key. Redis must confirm that the
+/// inherited token still owns the key.
+pub fn inherited(ctx: &Context, locker: &Locker, key: &LockKey) -> Result<Option<Grant>, Failure> {
+    let env_key = std::env::var("RLOCK_KEY").ok();
+    let env_token = std::env::var("RLOCK_TOKEN").ok().filter(|t| !t.is_empty());
+    let (Some(env_key), Some(token)) = (env_key, env_token) else {
+        return Ok(None);
+    };
+    if env_key != key.name {
+        return Ok(None);
+    }
+    let owned = locker.owned(key, &token)?;
+    match &owned {
+        Some(_) => ctx.say(format_args!(
+            "lock '{}' is already held by this process tree ($RLOCK_TOKEN); not taking it again",
+            key.name
+        )),
+        None => ctx.say(format_args!(
+            "$RLOCK_TOKEN does not own lock '{}' (any more); taking it normally",
+            key.name
+        )),
+    }
+    Ok(owned)
+}
+
+/// A fresh owner token.
+pub fn new_token() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

@@ -1,0 +1,32 @@
+//! `rlock renew`: extend the lock while the token owns it.
+
+use anyhow::Result;
+
+use super::{Context, required_token};
+use crate::cli::RenewArgs;
+use crate::exit::Failure;
+use crate::lock::Renewed;
+
+pub fn run(ctx: &Context, args: &RenewArgs) -> Result<u8> {
+    let key = ctx.key(&args.key.key)?;
+    let token = required_token(&args.token.token, "renew")?;
+    let locker = ctx.locker()?;
+    match locker
+        .renew(&key, &token, args.ttl, locker.op_timeout())
+        .map_err(|e| e.into_failure(&key.name))?
+    {
+        Renewed::Yes(ttl) => {
+            ctx.say(format_args!(
+                "renewed lock '{}' for {}",
+                key.name,
+                humantime::format_duration(ttl)
+            ));
+            Ok(0)
+        }
+        Renewed::NotOwner(why) => Err(Failure::NotPermitted(format!(
+            "lock '{}' is not held by this token ({why}); it was not extended",
+            key.name
+        ))
+        .into()),
+    }
+}

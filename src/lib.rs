@@ -1,0 +1,28 @@
+//! rlock: a Redis-backed distributed lock for shell scripts, cron jobs and CI pipelines.
+//!
+//! The binary is a thin shell over this library; the library is public so that the man page and
+//! completions can be generated from the same clap definition.
+
+pub mod backend;
+pub mod cli;
+pub mod cmd;
+pub mod exit;
+pub mod lock;
+pub mod supervise;
+pub mod watchdog;
+
+use anyhow::Result;
+
+use cli::{Cli, Command};
+
+/// Runs one parsed command line; Ok is the exit code.
+pub fn run(cli: Cli) -> Result<u8> {
+    let ctx = cmd::Context::new(cli.global)?;
+    match &cli.command {
+        Command::Acquire(args) => cmd::acquire::run(&ctx, args),
+        Command::Release(args) => cmd::release::run(&ctx, args),
+        Command::Renew(args) => cmd::renew::run(&ctx, args),
+        Command::Inspect(args) => cmd::inspect::run(&ctx, args),
+        Command::Exec(args) => cmd::exec::run(&ctx, args),
+    }
+}

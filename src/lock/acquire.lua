@@ -1,0 +1,77 @@
+-- acquire: grant the lock to a token if it is free and no live waiter is ahead of it; mint the
+-- fencing token in the same step.
+-- KEYS[1] lock (a string holding the owner token)  KEYS[2] state (hash: fence counter, holder,
+--         waiter leases "w:<token>")  KEYS[3] queue (zset of waiting tokens, oldest first)
+-- ARGV[1] token  ARGV[2] ttl ms  ARGV[3] "1" to join the queue when not granted, "0" to try once
+-- ARGV[4] waiter lease ms  ARGV[5] wake channel  ARGV[6..9] holder host, pid, user, command
+-- Returns {"ok", fence, ttl_ms}
+--         {"busy", pttl_ms, now_ms, host, pid, user, since_ms, command}  (holder fields nil when
+--                                                                       another client holds it)
+--         {"queued", wait_ms, now_ms}  the lock is free but an earlier waiter goes first
+--         {"wrongtype", type}          the key is not a string; nothing was changed
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
+local token, ttl, join, lease, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3] == "1", tonumber(ARGV[4]), ARGV[5]
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local kind = redis.call("TYPE", lock)["ok"]
+if kind ~= "none" and kind ~= "string" then
+  return {"wrongtype", kind}
+end
+
+local function wait_in_line()
+  if join then
+    redis.call("ZADD", queue, "NX", now, token)
+    redis.call("HSET", state, "w:" .. token, now + lease)
+  end
+end
+
+local current = redis.call("GET", lock)
+if current == token then
+  -- Already ours: a retried acquire whose first reply was lost, or a reentrant one.
+  redis.call("PEXPIRE", lock, ttl)
+  local fence = 0
+  if redis.call("HGET", state, "token") == token then
+    fence = tonumber(redis.call("HGET", state, "fence")) or 0
+  end
+  return {"ok", fence, ttl}
+end
+
+if current then
+  wait_in_line()
+  local pttl = redis.call("PTTL", lock)
+  local h = redis.call("HMGET", state, "token", "host", "pid", "user", "since", "cmd")
+  if h[1] ~= current then
+    return {"busy", pttl, now}
+  end
+  return {"busy", pttl, now, h[2], h[3], h[4], h[5], h[6]}
+end
+
+-- Free. Waiters whose lease ran out (they died) lose their place; the first live one goes first.
+local dropped = false
+while true do
+  local head = redis.call("ZRANGE", queue, 0, 0)[1]
+  if not head or head == token then
+    break
+  end
+  local until_ms = tonumber(redis.call("HGET", state, "w:" .. head)) or 0
+  if until_ms > now then
+    if dropped then
+      redis.call("PUBLISH", channel, head)
+    end
+    wait_in_line()
+    return {"queued", until_ms - now, now}
+  end
+  redis.call("ZREM", queue, head)
+  redis.call("HDEL", state, "w:" .. head)
+  dropped = true
+end
+
+redis.call("SET", lock, token, "PX", ttl)
+local fence = redis.call("HINCRBY", state, "fence", 1)
+redis.call("HSET", state, "token", token, "host", ARGV[6], "pid", ARGV[7], "user", ARGV[8],
+  "cmd", ARGV[9], "since", now, "ttl", ttl)
+redis.call("HDEL", state, "released", "w:" .. token)
+redis.call("ZREM", queue, token)
+return {"ok", fence, ttl}

@@ -1,0 +1,31 @@
+-- inspect: read a lock and what rlock knows of its holder, changing nothing.
+-- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
+-- Returns {type, pttl_ms, now_ms, value, fence, host, pid, user, since_ms, command, ttl_ms,
+--          waiters}  (waiters: how many rlock processes wait in line)
+--   type is "none", "string", "hash" (e.g. a Redisson lock) or any other Redis type; value is
+--   the string's value (the owner token); the holder fields are nil unless rlock wrote them for
+--   this very value.
+local lock, state = KEYS[1], KEYS[2]
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local kind = redis.call("TYPE", lock)["ok"]
+local waiters = 0
+if redis.call("TYPE", KEYS[3])["ok"] == "zset" then
+  waiters = redis.call("ZCARD", KEYS[3])
+end
+if kind == "none" then
+  return {kind, -2, now, false, false, false, false, false, false, false, false, waiters}
+end
+local pttl = redis.call("PTTL", lock)
+if kind ~= "string" then
+  return {kind, pttl, now, false, false, false, false, false, false, false, false, waiters}
+end
+local value = redis.call("GET", lock)
+local h = {false, false, false, false, false, false, false, false}
+if redis.call("TYPE", state)["ok"] == "hash" then
+  h = redis.call("HMGET", state, "token", "fence", "host", "pid", "user", "since", "cmd", "ttl")
+end
+if h[1] ~= value then
+  return {kind, pttl, now, value, false, false, false, false, false, false, false, waiters}
+end
+return {kind, pttl, now, value, h[2], h[3], h[4], h[5], h[6], h[7], h[8], waiters}

@@ -1,0 +1,38 @@
+-- leave: a waiter gives up (timeout or signal). It leaves the queue, releases a grant that raced
+-- with giving up, and if it was first in line for a free lock, wakes the next waiter.
+-- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
+-- ARGV[1] token  ARGV[2] wake channel
+-- Returns "released" (a raced grant was given back) or "left"
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
+local token, channel = ARGV[1], ARGV[2]
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local was_first = redis.call("ZRANGE", queue, 0, 0)[1] == token
+redis.call("ZREM", queue, token)
+redis.call("HDEL", state, "w:" .. token)
+local released = false
+if redis.call("TYPE", lock)["ok"] == "string" and redis.call("GET", lock) == token then
+  redis.call("DEL", lock)
+  redis.call("HSET", state, "released", now)
+  released = true
+end
+if released or (was_first and redis.call("EXISTS", lock) == 0) then
+  while true do
+    local head = redis.call("ZRANGE", queue, 0, 0)[1]
+    if not head then
+      break
+    end
+    local until_ms = tonumber(redis.call("HGET", state, "w:" .. head)) or 0
+    if until_ms > now then
+      redis.call("PUBLISH", channel, head)
+      break
+    end
+    redis.call("ZREM", queue, head)
+    redis.call("HDEL", state, "w:" .. head)
+  end
+end
+if released then
+  return "released"
+end
+return "left"

@@ -1,0 +1,74 @@
+-- release: delete the lock if the token owns it (compare-and-delete), or whoever owns it when
+-- forced; then wake the first live waiter.
+-- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
+-- ARGV[1] token  ARGV[2] wake channel  ARGV[3] "1" to force
+-- Returns {"released"}                     the token owned it; it is gone
+--         {"already"}                      this token released it before (a retried release)
+--         {"expired"}                      the lock is free: the token's grant ran out
+--         {"other", pttl}                  someone else holds it; nothing was changed
+--         {"broken", type, pttl, value, host, pid, user, since_ms, command, now_ms}  (forced)
+--         {"free"}                         forced, and nobody held it
+--         {"wrongtype", type}              not a lock; nothing was changed
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
+local token, channel, force = ARGV[1], ARGV[2], ARGV[3] == "1"
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function wake_next()
+  while true do
+    local head = redis.call("ZRANGE", queue, 0, 0)[1]
+    if not head then
+      return
+    end
+    local until_ms = tonumber(redis.call("HGET", state, "w:" .. head)) or 0
+    if until_ms > now then
+      redis.call("PUBLISH", channel, head)
+      return
+    end
+    redis.call("ZREM", queue, head)
+    redis.call("HDEL", state, "w:" .. head)
+  end
+end
+
+local kind = redis.call("TYPE", lock)["ok"]
+if force then
+  if kind == "none" then
+    return {"free"}
+  end
+  if kind ~= "string" and kind ~= "hash" then
+    return {"wrongtype", kind}
+  end
+  local pttl = redis.call("PTTL", lock)
+  local value = false
+  if kind == "string" then
+    value = redis.call("GET", lock)
+  end
+  local h = redis.call("HMGET", state, "token", "host", "pid", "user", "since", "cmd")
+  redis.call("DEL", lock)
+  if value and h[1] == value then
+    redis.call("HSET", state, "released", now)
+    wake_next()
+    return {"broken", kind, pttl, value, h[2], h[3], h[4], h[5], h[6], now}
+  end
+  wake_next()
+  return {"broken", kind, pttl, value}
+end
+
+if kind ~= "none" and kind ~= "string" then
+  return {"wrongtype", kind}
+end
+local current = redis.call("GET", lock)
+if current == token then
+  redis.call("DEL", lock)
+  redis.call("HSET", state, "released", now)
+  wake_next()
+  return {"released"}
+end
+if current then
+  return {"other", redis.call("PTTL", lock)}
+end
+if redis.call("HGET", state, "token") == token and redis.call("HEXISTS", state, "released") == 1 then
+  return {"already"}
+end
+return {"expired"}

@@ -1,0 +1,265 @@
+//! The child as a job: spawning it in a process group of its own, handing it the terminal,
+//! forwarding signals, stopping it when the lease runs out, and mapping its exit status.
+//! Every `kill` rlock sends is in this file.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::ExitStatus;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, pthread_sigmask, sigprocmask};
+use nix::unistd::{Pid, getpgrp, getpid, getppid, setpgid, tcgetpgrp, tcsetpgrp};
+
+use crate::exit::{Code, Failure};
+use crate::watchdog::Report;
+
+/// Signals rlock passes on to the child (and that end a wait before there is a child).
+pub const FORWARDED: [Signal; 6] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+/// Everything the supervisor waits for, from the signal, reaper and renewal threads.
+#[derive(Debug)]
+pub enum Event {
+    Signal(i32),
+    Exited(io::Result<ExitStatus>),
+    Watchdog(Report),
+}
+
+/// Delivers FORWARDED signals as events, from a thread of signal-hook's.
+pub fn catch_signals(events: Sender<Event>) -> io::Result<signal_hook::iterator::Handle> {
+    let numbers: Vec<i32> = FORWARDED.iter().map(|s| *s as i32).collect();
+    let mut signals = signal_hook::iterator::Signals::new(&numbers)?;
+    let handle = signals.handle();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if events.send(Event::Signal(signal)).is_err() {
+                    break;
+                }
+            }
+        })?;
+    Ok(handle)
+}
+
+/// The terminal whose foreground process group rlock is, if any (fd 0, 1 or 2).
+pub fn foreground_terminal() -> Option<i32> {
+    (0..3).find(|&fd| {
+        // SAFETY: fds 0-2 stay open for the life of the process; we only query them.
+        let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+        nix::unistd::isatty(bfd).unwrap_or(false) && tcgetpgrp(bfd).ok() == Some(getpgrp())
+    })
+}
+
+/// Makes `pgrp` the foreground process group of terminal `fd`, with SIGTTOU blocked (a
+/// background group may not otherwise change it). Async-signal-safe: used in the child too.
+fn hand_terminal(fd: i32, pgrp: Pid) {
+    let mut ttou = SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    let mut old = SigSet::empty();
+    let _ = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old));
+    // SAFETY: fd is 0, 1 or 2, open for the life of the process.
+    let _ = tcsetpgrp(unsafe { BorrowedFd::borrow_raw(fd) }, pgrp);
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+}
+
+/// Takes the terminal back for rlock's own process group.
+pub fn restore_terminal(fd: Option<i32>) {
+    if let Some(fd) = fd {
+        let mut ttou = SigSet::empty();
+        ttou.add(Signal::SIGTTOU);
+        let mut old = SigSet::empty();
+        let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old));
+        // SAFETY: as in hand_terminal.
+        let _ = tcsetpgrp(unsafe { BorrowedFd::borrow_raw(fd) }, getpgrp());
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    }
+}
+
+/// Spawns `argv` directly (no shell) as the leader of a new process group, with the terminal's
+/// foreground when rlock had it, SIGKILL on rlock's death, and no blocked signals.
+///
+/// Must be called from the thread that lives as long as rlock: the parent-death signal fires
+/// when the *thread* that forked the child exits.
+pub fn spawn(
+    argv: &[OsString],
+    env: &[(&str, String)],
+    terminal: Option<i32>,
+) -> Result<std::process::Child, Failure> {
+    let parent = getpid();
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
+    // calls (setpgid, sigprocmask, tcsetpgrp, prctl, getppid, kill); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+            if let Some(fd) = terminal {
+                hand_terminal(fd, getpid());
+            }
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            if getppid() != parent {
+                // rlock died before the parent-death signal was armed.
+                let _ = nix::sys::signal::raise(Signal::SIGKILL);
+            }
+            sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|e| cannot_run(&argv[0], &e))?;
+    let pid = Pid::from_raw(child.id() as i32);
+    // Also from the parent, as a shell does, so neither order of events leaves a gap.
+    let _ = setpgid(pid, pid);
+    if let Some(fd) = terminal {
+        hand_terminal(fd, pid);
+    }
+    Ok(child)
+}
+
+fn cannot_run(program: &OsString, e: &io::Error) -> Failure {
+    let name = program.to_string_lossy();
+    match e.kind() {
+        io::ErrorKind::NotFound => Failure::CannotRun {
+            message: format!("cannot run '{name}': command not found"),
+            code: Code::NotFound,
+        },
+        _ => Failure::CannotRun {
+            message: format!("cannot run '{name}': {e}"),
+            code: Code::CannotRun,
+        },
+    }
+}
+
+/// The shell's convention: the exit code, or 128+N for death by signal N.
+pub fn status_code(status: &ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        _ => Code::Internal as u8,
+    }
+}
+
+/// What the supervisor needs to know to enforce the lease.
+pub struct Enforce {
+    /// When the lease must be assumed gone; None for a reentrant run (the outer rlock
+    /// enforces).
+    pub deadline: Option<Instant>,
+    pub grace: Duration,
+    pub lost_signal: Signal,
+}
+
+/// How the child's run ended.
+pub struct Outcome {
+    pub status: io::Result<ExitStatus>,
+    /// Why the lock was lost, if it was.
+    pub lost: Option<String>,
+}
+
+/// Waits for the child in group `pgid` to exit, passing signals on to its group and stopping it
+/// before the lease can run out: `lost_signal` by deadline − grace, SIGKILL at the deadline.
+/// `stop_renewing` is called once the lock is given up for lost.
+pub fn supervise(
+    pgid: Pid,
+    events: &Receiver<Event>,
+    mut enforce: Enforce,
+    verbose: bool,
+    mut stop_renewing: impl FnMut(),
+) -> Outcome {
+    let mut lost: Option<String> = None;
+    let mut termed = false;
+    let mut killed = false;
+    let mut last_error: Option<String> = None;
+    let mut kill_at = enforce.deadline;
+    let send = |sig: Signal| {
+        let _ = killpg(pgid, sig);
+    };
+    loop {
+        let now = Instant::now();
+        if let Some(deadline) = enforce.deadline {
+            let term_at = deadline.checked_sub(enforce.grace).unwrap_or(deadline);
+            if !termed && now >= term_at {
+                termed = true;
+                stop_renewing();
+                let why = last_error
+                    .take()
+                    .unwrap_or_else(|| "no renewal succeeded".into());
+                lost.get_or_insert(format!(
+                    "could not renew it before the lease ran out ({why})"
+                ));
+                send(enforce.lost_signal);
+            }
+            if let Some(at) = kill_at
+                && !killed
+                && now >= at
+            {
+                killed = true;
+                send(Signal::SIGKILL);
+            }
+        }
+        let next = [
+            enforce
+                .deadline
+                .filter(|_| !termed)
+                .map(|d| d.checked_sub(enforce.grace).unwrap_or(d)),
+            kill_at.filter(|_| !killed),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let timeout = next.map_or(Duration::from_secs(3600), |t| {
+            t.saturating_duration_since(now)
+        });
+        match events.recv_timeout(timeout) {
+            Ok(Event::Exited(status)) => return Outcome { status, lost },
+            Ok(Event::Signal(sig)) => {
+                if let Ok(sig) = Signal::try_from(sig) {
+                    send(sig);
+                }
+            }
+            Ok(Event::Watchdog(Report::Renewed { deadline })) => {
+                if !termed {
+                    enforce.deadline = Some(enforce.deadline.map_or(deadline, |d| d.max(deadline)));
+                    kill_at = enforce.deadline;
+                    last_error = None;
+                }
+            }
+            Ok(Event::Watchdog(Report::Failed(e))) => {
+                if verbose {
+                    eprintln!("rlock: renewal failed, retrying: {e}");
+                }
+                last_error = Some(e);
+            }
+            Ok(Event::Watchdog(Report::Lost(why))) => {
+                if !termed {
+                    termed = true;
+                    stop_renewing();
+                    lost = Some(why);
+                    send(enforce.lost_signal);
+                    let soon = Instant::now() + enforce.grace;
+                    kill_at = Some(kill_at.map_or(soon, |k| k.min(soon)));
+                    // Keep enforcing kill_at even for a reentrant run's deadline-less lease.
+                    enforce.deadline.get_or_insert(soon);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Outcome {
+                    status: Err(io::Error::other("lost track of the child")),
+                    lost,
+                };
+            }
+        }
+    }
+}
