@@ -1,0 +1,1038 @@
+//! `cargo bench --bench compare`: the figures of issue 4, rlock side by side with `flock(1)` and
+//! a raw `redis-cli` pair (`SET key token NX PX` to take, an `EVAL` compare-and-delete to give
+//! back), printed as one table with targets and ratios.
+//!
+//! Everything runs against a `redis-server` this program starts on a free port of 127.0.0.1 and
+//! kills at the end; `redis-server`, `redis-cli` and `flock` come from PATH.
+//!
+//! Options (environment):
+//! - `RLOCK_BENCH_RUNS`      samples per median (default 30)
+//! - `RLOCK_BENCH_IDLE_SECS` how long the idle waiter is watched (default 6)
+//! - `RLOCK_BENCH_PROCS`     processes in the contention figure (default 6)
+//! - `RLOCK_BENCH_ITERS`     iterations per process in the contention figure (default 15)
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+
+const RLOCK: &str = env!("CARGO_BIN_EXE_rlock");
+
+/// Compare-and-delete, as every Redis lock client writes it.
+const CAD: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
+
+/// The conventional shell waiter for a raw redis-cli lock: retry every 100 ms.
+const POLL_LOOP: &str =
+    r#"until [ "$(redis-cli -p "$1" SET "$2" "$3" NX PX 60000)" = OK ]; do sleep 0.1; done"#;
+
+/// Generous limit for anything the benchmark waits for.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------------
+// Set-up
+// ---------------------------------------------------------------------------------------------
+
+struct Config {
+    runs: usize,
+    idle: Duration,
+    procs: usize,
+    iters: usize,
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let num = |name: &str, default: u64, max: u64| -> u64 {
+            match std::env::var(name) {
+                Err(_) => default,
+                Ok(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if (1..=max).contains(&n) => n,
+                    _ => exit_with(&format!(
+                        "{name}={v}: expected a whole number from 1 to {max}"
+                    )),
+                },
+            }
+        };
+        Config {
+            runs: num("RLOCK_BENCH_RUNS", 30, 1000) as usize,
+            idle: Duration::from_secs(num("RLOCK_BENCH_IDLE_SECS", 6, 120)),
+            procs: num("RLOCK_BENCH_PROCS", 6, 64) as usize,
+            iters: num("RLOCK_BENCH_ITERS", 15, 1000) as usize,
+        }
+    }
+}
+
+/// Ends the benchmark before anything was started (bad option, missing tool).
+fn exit_with(msg: &str) -> ! {
+    eprintln!("compare: {msg}");
+    std::process::exit(1);
+}
+
+/// Ends the benchmark by a panic, so the guards below stop every process it started.
+fn fail(msg: &str) -> ! {
+    panic!("compare: {msg}");
+}
+
+/// `name` from PATH, or exit with how to install it.
+fn tool(name: &str, install: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .unwrap_or_else(|| exit_with(&format!("`{name}` not found on PATH: {install}")))
+}
+
+/// A `redis-server` on 127.0.0.1 at a free port, killed on drop (and on the benchmark's death:
+/// parent-death signal, armed from the main thread, which lives to the end).
+struct Redis {
+    child: Child,
+    port: u16,
+    version: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    fn start(bin: &Path) -> Redis {
+        let dir = tempfile::Builder::new()
+            .prefix("rlock-bench-redis-")
+            .tempdir()
+            .expect("temp dir");
+        let mut errors = Vec::new();
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("bind 127.0.0.1:0")
+                .port();
+            let log = File::create(dir.path().join("redis.log")).expect("log file");
+            let mut cmd = Command::new(bin);
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("dup log"))
+                .stderr(log);
+            let parent = nix::unistd::getpid();
+            // SAFETY: prctl and getppid are async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                    if nix::unistd::getppid() != parent {
+                        return Err(std::io::Error::other("benchmark died"));
+                    }
+                    Ok(())
+                });
+            }
+            let mut child = cmd
+                .spawn()
+                .unwrap_or_else(|e| fail(&format!("redis-server: {e}")));
+            match Self::ready(&mut child, port) {
+                Ok(version) => {
+                    return Redis {
+                        child,
+                        port,
+                        version,
+                        _dir: dir,
+                    };
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    errors.push(format!("port {port}: {e}"));
+                }
+            }
+        }
+        fail(&format!(
+            "redis-server did not start: {}",
+            errors.join("; ")
+        ))
+    }
+
+    /// Waits until the server on `port` answers and is `child`; returns its version.
+    fn ready(child: &mut Child, port: u16) -> Result<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("exited with {status}"));
+            }
+            let info = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+                .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c));
+            if let Ok(info) = info {
+                let field = |name: &str| {
+                    info.lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .map(|v| v.trim().to_string())
+                };
+                if field("process_id:") == Some(child.id().to_string()) {
+                    return Ok(field("redis_version:").unwrap_or_else(|| "?".into()));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err("no answer within 10 s".into());
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn conn(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(self.url())?;
+        let conn = client.get_connection_with_timeout(Duration::from_secs(5))?;
+        conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(conn)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A background process (in a process group of its own) that is killed, group and all, on drop.
+struct Bg(Child);
+
+impl Bg {
+    fn spawn(cmd: &mut Command) -> Bg {
+        Bg(cmd
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| fail(&format!("cannot spawn {:?}: {e}", cmd.get_program()))))
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+
+    fn wait(&mut self, what: &str) -> ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.0.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                fail(&format!("{what} did not finish within {PATIENCE:?}"));
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = killpg(Pid::from_raw(self.pid()), Signal::SIGKILL);
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// `rlock --url URL ARGS…` with no inherited RLOCK_* setting (an RLOCK_TOKEN would make it
+/// reentrant).
+fn rlock(redis: &Redis, args: &[&str]) -> Command {
+    let mut cmd = Command::new(RLOCK);
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"RLOCK_") {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd.env_remove("REDIS_URL").env_remove("REDISCLI_AUTH");
+    cmd.arg("--url").arg(redis.url()).args(args);
+    cmd
+}
+
+/// Runs to completion; returns stdout, or exits the benchmark with what went wrong.
+fn output(cmd: &mut Command) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| fail(&format!("cannot run {:?}: {e}", cmd.get_program())));
+    if !out.status.success() {
+        fail(&format!(
+            "{:?} {:?} failed ({}): {}",
+            cmd.get_program(),
+            cmd.get_args().collect::<Vec<_>>(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs to completion with output discarded; exits the benchmark if it fails.
+fn quiet(cmd: &mut Command) {
+    let status = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| fail(&format!("cannot run {:?}: {e}", cmd.get_program())));
+    if !status.success() {
+        fail(&format!(
+            "{:?} {:?} failed: {status}",
+            cmd.get_program(),
+            cmd.get_args().collect::<Vec<_>>()
+        ));
+    }
+}
+
+fn wall(f: impl FnOnce()) -> Duration {
+    let t = Instant::now();
+    f();
+    t.elapsed()
+}
+
+fn now_ns() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as i128
+}
+
+/// Polls `cond` every 0.2 ms until it holds; exits the benchmark naming `what` after PATIENCE.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !cond() {
+        if Instant::now() >= deadline {
+            fail(&format!("timed out waiting for {what}"));
+        }
+        thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
+    redis::cmd("ZCARD").arg(key).query(conn).unwrap_or(0)
+}
+
+/// The stamp a `date +%s%N` wrote into `file`.
+fn read_stamp(file: &Path) -> i128 {
+    let text = fs::read_to_string(file).unwrap_or_default();
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| fail(&format!("no stamp in {}: {text:?}", file.display())))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and the table
+// ---------------------------------------------------------------------------------------------
+
+fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty());
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// One line of the table. Values are in `unit`; None is "n/a".
+struct Row {
+    figure: String,
+    unit: &'static str,
+    rlock: f64,
+    flock: Option<f64>,
+    cli: Option<f64>,
+    /// e.g. "≤ 5 ms" or "≤ 1.5× flock"
+    target: String,
+    met: Option<bool>,
+    /// Show the values with this many decimals.
+    decimals: usize,
+}
+
+impl Row {
+    fn value(&self, v: Option<f64>) -> String {
+        match v {
+            Some(v) => format!("{v:.*} {}", self.decimals, self.unit),
+            None => "n/a".into(),
+        }
+    }
+}
+
+fn ratio(a: f64, b: Option<f64>) -> String {
+    match b {
+        Some(b) if b > 0.0 && a.is_finite() => format!("{:.2}×", a / b),
+        _ => "n/a".into(),
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    let header = [
+        "figure",
+        "rlock",
+        "flock",
+        "redis-cli pair",
+        "rlock/flock",
+        "rlock/cli",
+        "target",
+        "met",
+    ];
+    let cells: Vec<[String; 8]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.figure.clone(),
+                r.value(Some(r.rlock)),
+                r.value(r.flock),
+                r.value(r.cli),
+                ratio(r.rlock, r.flock),
+                ratio(r.rlock, r.cli),
+                r.target.clone(),
+                match r.met {
+                    Some(true) => "yes".into(),
+                    Some(false) => "NO".into(),
+                    None => "".into(),
+                },
+            ]
+        })
+        .collect();
+    let width = |i: usize| {
+        cells
+            .iter()
+            .map(|c| c[i].chars().count())
+            .chain([header[i].chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..8).map(width).collect();
+    let line = |cols: &[String]| {
+        let mut s = String::from("|");
+        for (i, c) in cols.iter().enumerate() {
+            let pad = widths[i] - c.chars().count();
+            if i == 0 || i == 6 {
+                s.push_str(&format!(" {c}{} |", " ".repeat(pad)));
+            } else {
+                s.push_str(&format!(" {}{c} |", " ".repeat(pad)));
+            }
+        }
+        s
+    };
+    println!("{}", line(&header.map(String::from)));
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    println!("{}", line(&rule).replace(' ', "-"));
+    for c in &cells {
+        println!("{}", line(c));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The figures
+// ---------------------------------------------------------------------------------------------
+
+/// Median cost, in ms, of starting `date +%s%N` directly: from just before the spawn to the
+/// stamp it writes. Spawned through fork (a `pre_exec` hook) as rlock and flock spawn it.
+fn stamp_cost(dir: &Path, runs: usize) -> f64 {
+    let file = dir.join("stamp-direct");
+    let samples = (0..runs)
+        .map(|_| {
+            let out = File::create(&file).expect("stamp file");
+            let mut cmd = Command::new("date");
+            cmd.arg("+%s%N").stdout(out);
+            // SAFETY: an empty hook; it only makes std fork as rlock's spawn does.
+            unsafe {
+                cmd.pre_exec(|| Ok(()));
+            }
+            let before = now_ns();
+            let status = cmd.status().expect("run date");
+            if !status.success() {
+                fail(&format!("date +%s%N failed: {status}"));
+            }
+            (read_stamp(&file) - before) as f64 / 1e6
+        })
+        .collect();
+    median(samples)
+}
+
+/// Handoff with rlock: a holder, an `rlock exec -w … -- date +%s%N` parked behind it, then
+/// `rlock release`; the time from the release returning to the stamp, in ms.
+fn handoff_rlock(redis: &Redis, dir: &Path, runs: usize, cost: f64) -> Vec<f64> {
+    let mut conn = redis.conn().expect("connect");
+    let file = dir.join("stamp-rlock");
+    (0..runs)
+        .map(|_| {
+            let token = output(&mut rlock(
+                redis,
+                &["acquire", "-k", "handoff", "--ttl", "60s"],
+            ));
+            let token = token.trim();
+            let _ = fs::remove_file(&file);
+            let mut next = Bg::spawn(
+                rlock(
+                    redis,
+                    &["exec", "-k", "handoff", "-w", "60s", "--", "date", "+%s%N"],
+                )
+                .stdout(File::create(&file).expect("stamp file")),
+            );
+            wait_for("the next holder to park", || {
+                zcard(&mut conn, "{rlock:handoff}:q") == 1
+            });
+            quiet(&mut rlock(
+                redis,
+                &["release", "-k", "handoff", "--token", token],
+            ));
+            let released = now_ns();
+            let status = next.wait("the next holder");
+            if !status.success() {
+                fail(&format!("the next holder's rlock exec failed: {status}"));
+            }
+            (read_stamp(&file) - released) as f64 / 1e6 - cost
+        })
+        .collect()
+}
+
+/// Handoff with flock(1): this process holds the file lock, `flock FILE date +%s%N` blocks on
+/// it (seen in /proc/locks), then the lock is dropped.
+fn handoff_flock(flock: &Path, dir: &Path, runs: usize, cost: f64) -> Vec<f64> {
+    let lockfile = dir.join("handoff.lock");
+    let file = dir.join("stamp-flock");
+    (0..runs)
+        .map(|_| {
+            let f = File::create(&lockfile).expect("lock file");
+            let held = Flock::lock(f, FlockArg::LockExclusive)
+                .unwrap_or_else(|(_, e)| fail(&format!("flock: {e}")));
+            let _ = fs::remove_file(&file);
+            let mut next = Bg::spawn(
+                Command::new(flock)
+                    .arg(&lockfile)
+                    .args(["date", "+%s%N"])
+                    .stdout(File::create(&file).expect("stamp file")),
+            );
+            let pid = next.pid().to_string();
+            wait_for("flock to block", || {
+                fs::read_to_string("/proc/locks").is_ok_and(|locks| {
+                    locks
+                        .lines()
+                        .any(|l| l.contains("->") && l.split_whitespace().any(|w| w == pid))
+                })
+            });
+            drop(held);
+            let released = now_ns();
+            let status = next.wait("flock");
+            if !status.success() {
+                fail(&format!("flock failed: {status}"));
+            }
+            (read_stamp(&file) - released) as f64 / 1e6 - cost
+        })
+        .collect()
+}
+
+/// Handoff with the raw pair: a `redis-cli SET NX PX` retried every 100 ms by sh (there is no
+/// way to be told), released with redis-cli EVAL compare-and-delete. The release comes at
+/// varying points of the retry period.
+fn handoff_cli(redis: &Redis, dir: &Path, runs: usize, cost: f64) -> Vec<f64> {
+    let mut conn = redis.conn().expect("connect");
+    let file = dir.join("stamp-cli");
+    let port = redis.port.to_string();
+    (0..runs)
+        .map(|i| {
+            let _: () = redis::cmd("SET")
+                .arg("cli-handoff")
+                .arg("holder")
+                .arg("PX")
+                .arg(60000)
+                .query(&mut conn)
+                .expect("SET");
+            let _ = fs::remove_file(&file);
+            let script = format!("{POLL_LOOP}; exec date +%s%N");
+            let mut next = Bg::spawn(
+                Command::new("sh")
+                    .args(["-c", &script, "sh", &port, "cli-handoff", "next"])
+                    .stdout(File::create(&file).expect("stamp file")),
+            );
+            // The poller has no sign of parking; let it retry a while (varying phase).
+            thread::sleep(Duration::from_millis(150 + (i as u64 * 37) % 100));
+            quiet(Command::new("redis-cli").args([
+                "-p",
+                &port,
+                "EVAL",
+                CAD,
+                "1",
+                "cli-handoff",
+                "holder",
+            ]));
+            let released = now_ns();
+            let status = next.wait("the redis-cli poll loop");
+            if !status.success() {
+                fail(&format!("the redis-cli poll loop failed: {status}"));
+            }
+            let _: () = redis::cmd("DEL")
+                .arg("cli-handoff")
+                .query(&mut conn)
+                .expect("DEL");
+            (read_stamp(&file) - released) as f64 / 1e6 - cost
+        })
+        .collect()
+}
+
+/// `total_commands_processed` from INFO stats.
+fn total_commands(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("stats").query(conn).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_commands_processed")
+}
+
+/// What the server did while a waiter idled.
+struct Watched {
+    /// Requests clients sent, per second: the steady rate (from the server's stamps of the first
+    /// and last request) when there were at least two, else the count over the window.
+    requests: f64,
+    /// Commands counted by INFO (requests and the commands scripts ran inside Redis), per second,
+    /// at the same rate.
+    commands: f64,
+    /// Raw figures: requests seen, commands counted, window.
+    seen: usize,
+    counted: u64,
+    window: Duration,
+}
+
+/// Watches the server for `window`. MONITOR shows each request (stamped by the server) and
+/// marks a script's own commands "[0 lua]".
+fn watch(redis: &Redis, window: Duration) -> Watched {
+    let mut monitor = TcpStream::connect(("127.0.0.1", redis.port)).expect("connect");
+    monitor.write_all(b"MONITOR\r\n").expect("MONITOR");
+    monitor
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut lines = BufReader::new(monitor.try_clone().expect("clone"));
+    let mut ok = String::new();
+    lines.read_line(&mut ok).expect("MONITOR reply");
+    let mut info = redis.conn().expect("connect");
+    let before = total_commands(&mut info);
+    let start = Instant::now();
+    let end = start + window;
+    let mut stamps: Vec<f64> = Vec::new();
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        monitor.set_read_timeout(Some(left)).expect("timeout");
+        let mut line = String::new();
+        match lines.read_line(&mut line) {
+            Ok(0) => fail("the MONITOR connection closed"),
+            Ok(_) => {
+                if !line.contains(" lua]") && !line.to_ascii_lowercase().contains("\"info\"") {
+                    let stamp = line.trim_start_matches('+').split(' ').next();
+                    stamps.push(stamp.and_then(|t| t.parse().ok()).unwrap_or(f64::NAN));
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    // The first INFO is counted after it answers, so it is in the difference.
+    let counted = total_commands(&mut info) - before - 1;
+    let n = stamps.len();
+    let span = if n >= 2 {
+        stamps[n - 1] - stamps[0]
+    } else {
+        0.0
+    };
+    let requests = if n >= 2 && span > 0.0 {
+        (n - 1) as f64 / span
+    } else {
+        n as f64 / secs
+    };
+    let commands = if n > 0 {
+        counted as f64 / n as f64 * requests
+    } else {
+        counted as f64 / secs
+    };
+    Watched {
+        requests,
+        commands,
+        seen: n,
+        counted,
+        window,
+    }
+}
+
+/// Idle cost of a parked `rlock acquire` behind a 60 s holder.
+fn idle_rlock(redis: &Redis, window: Duration) -> Watched {
+    let mut conn = redis.conn().expect("connect");
+    let holder = output(&mut rlock(
+        redis,
+        &["acquire", "-k", "idle", "--ttl", "60s"],
+    ));
+    let mut waiter = Bg::spawn(
+        rlock(redis, &["acquire", "-k", "idle", "--ttl", "5s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_for("the idle waiter to park", || {
+        zcard(&mut conn, "{rlock:idle}:q") == 1
+    });
+    let figures = watch(redis, window);
+    if waiter.0.try_wait().expect("try_wait").is_some() {
+        fail("the idle rlock waiter stopped waiting");
+    }
+    let _ = kill(Pid::from_raw(waiter.pid()), Signal::SIGTERM);
+    waiter.wait("the idle waiter after SIGTERM");
+    quiet(&mut rlock(
+        redis,
+        &["release", "-k", "idle", "--token", holder.trim()],
+    ));
+    figures
+}
+
+/// Idle cost of the redis-cli poll loop (100 ms) behind a held key: requests/s.
+fn idle_cli(redis: &Redis, window: Duration) -> f64 {
+    let mut conn = redis.conn().expect("connect");
+    let _: () = redis::cmd("SET")
+        .arg("cli-idle")
+        .arg("holder")
+        .arg("PX")
+        .arg(60000)
+        .query(&mut conn)
+        .expect("SET");
+    let port = redis.port.to_string();
+    let _poller = Bg::spawn(
+        Command::new("sh")
+            .args(["-c", POLL_LOOP, "sh", &port, "cli-idle", "waiter"])
+            .stdout(Stdio::null()),
+    );
+    let requests = watch(redis, window).requests;
+    let _: () = redis::cmd("DEL")
+        .arg("cli-idle")
+        .query(&mut conn)
+        .expect("DEL");
+    requests
+}
+
+/// One take-run-give-back with the raw pair: redis-cli SET NX PX, `true`, redis-cli EVAL.
+/// Returns false (having done nothing) when the key is taken.
+fn cli_pair(port: &str, key: &str, token: &str) -> bool {
+    let set = output(
+        Command::new("redis-cli").args(["-p", port, "SET", key, token, "NX", "PX", "30000"]),
+    );
+    if set.trim() != "OK" {
+        return false;
+    }
+    quiet(&mut Command::new("true"));
+    let del = output(Command::new("redis-cli").args(["-p", port, "EVAL", CAD, "1", key, token]));
+    if del.trim() != "1" {
+        fail(&format!("the compare-and-delete answered {del:?}"));
+    }
+    true
+}
+
+/// `procs` threads each running `iters` critical sections one after the other: the wall time
+/// of the whole lot, in ms.
+fn contention(procs: usize, iters: usize, one: impl Fn(usize) + Sync) -> f64 {
+    ms(wall(|| {
+        thread::scope(|s| {
+            for p in 0..procs {
+                let one = &one;
+                s.spawn(move || {
+                    for _ in 0..iters {
+                        one(p);
+                    }
+                });
+            }
+        });
+    }))
+}
+
+/// VmRSS of `pid`, in KiB.
+fn rss_kib(pid: i32) -> Option<f64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn has_child(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .is_ok_and(|c| !c.trim().is_empty())
+}
+
+/// The largest VmRSS of `pid` over a few samples, in MiB.
+fn sample_rss(pid: i32) -> f64 {
+    let mut max: f64 = 0.0;
+    for _ in 0..10 {
+        if let Some(kib) = rss_kib(pid) {
+            max = max.max(kib);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    max / 1024.0
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn main() {
+    let cfg = Config::from_env();
+    let redis_server = tool(
+        "redis-server",
+        "install Redis (e.g. `apt-get install -y redis-server`, which also brings redis-cli)",
+    );
+    tool(
+        "redis-cli",
+        "install Redis's tools (e.g. `apt-get install -y redis-tools`)",
+    );
+    let flock = tool(
+        "flock",
+        "install util-linux (e.g. `apt-get install -y util-linux`)",
+    );
+    tool("date", "install coreutils");
+    tool("sh", "install a POSIX shell");
+    tool("true", "install coreutils");
+
+    let redis = Redis::start(&redis_server);
+    let dir = tempfile::Builder::new()
+        .prefix("rlock-bench-")
+        .tempdir()
+        .expect("temp dir");
+    let port = redis.port.to_string();
+    println!(
+        "rlock compare: redis-server {} on 127.0.0.1:{}, {} runs per median, {} × {} contention, idle window {:?}",
+        redis.version, redis.port, cfg.runs, cfg.procs, cfg.iters, cfg.idle
+    );
+    let mut rows = Vec::new();
+
+    // Warm the page cache and the script cache.
+    for _ in 0..3 {
+        quiet(&mut rlock(&redis, &["exec", "-k", "warm", "--", "true"]));
+        quiet(
+            Command::new(&flock)
+                .arg(dir.path().join("warm.lock"))
+                .arg("true"),
+        );
+        cli_pair(&port, "warm", "t");
+    }
+
+    // Process start-up, for reading the rest.
+    let startup = |cmd: &mut dyn FnMut() -> Command| {
+        median(
+            (0..cfg.runs)
+                .map(|_| ms(wall(|| quiet(&mut cmd()))))
+                .collect(),
+        )
+    };
+    let start_rlock = startup(&mut || {
+        let mut c = Command::new(RLOCK);
+        c.arg("--version");
+        c
+    });
+    let start_flock = startup(&mut || {
+        let mut c = Command::new(&flock);
+        c.arg("--version");
+        c
+    });
+    let start_cli = startup(&mut || {
+        let mut c = Command::new("redis-cli");
+        c.arg("--version");
+        c
+    });
+    rows.push(Row {
+        figure: "process start-up (--version), median".into(),
+        unit: "ms",
+        rlock: start_rlock,
+        flock: Some(start_flock),
+        cli: Some(start_cli),
+        target: "(for reference)".into(),
+        met: None,
+        decimals: 2,
+    });
+
+    // 1. Handoff.
+    let cost = stamp_cost(dir.path(), cfg.runs);
+    let h_rlock = median(handoff_rlock(&redis, dir.path(), cfg.runs, cost));
+    let h_flock = median(handoff_flock(&flock, dir.path(), cfg.runs, cost));
+    let h_cli = median(handoff_cli(&redis, dir.path(), cfg.runs.min(10), cost));
+    rows.push(Row {
+        figure: "handoff: release returns → next child starts, median".into(),
+        unit: "ms",
+        rlock: h_rlock,
+        flock: Some(h_flock),
+        cli: Some(h_cli),
+        target: "≤ 5 ms".into(),
+        met: Some(h_rlock <= 5.0),
+        decimals: 2,
+    });
+
+    // 2. Idle waiter.
+    let idle = idle_rlock(&redis, cfg.idle);
+    let (idle_req, idle_cmds) = (idle.requests, idle.commands);
+    let idle_poll = idle_cli(&redis, cfg.idle.min(Duration::from_secs(3)));
+    rows.push(Row {
+        figure: "idle waiter: requests to Redis per second".into(),
+        unit: "/s",
+        rlock: idle_req,
+        flock: Some(0.0),
+        cli: Some(idle_poll),
+        target: "≤ 1 /s".into(),
+        met: Some(idle_req <= 1.0),
+        decimals: 2,
+    });
+    rows.push(Row {
+        figure: "idle waiter: commands/s incl. those its scripts run".into(),
+        unit: "/s",
+        rlock: idle_cmds,
+        flock: Some(0.0),
+        cli: Some(idle_poll),
+        target: "(for reference)".into(),
+        met: None,
+        decimals: 2,
+    });
+
+    // 3. One uncontended exec.
+    let e_rlock = median(
+        (0..cfg.runs)
+            .map(|_| {
+                ms(wall(|| {
+                    quiet(&mut rlock(&redis, &["exec", "-k", "wall", "--", "true"]))
+                }))
+            })
+            .collect(),
+    );
+    let lockfile = dir.path().join("wall.lock");
+    let e_flock = median(
+        (0..cfg.runs)
+            .map(|_| {
+                ms(wall(|| {
+                    quiet(Command::new(&flock).arg(&lockfile).arg("true"))
+                }))
+            })
+            .collect(),
+    );
+    let e_cli = median(
+        (0..cfg.runs)
+            .map(|_| {
+                ms(wall(|| {
+                    if !cli_pair(&port, "cli-wall", "t") {
+                        fail("the uncontended redis-cli SET NX found the key taken");
+                    }
+                }))
+            })
+            .collect(),
+    );
+    rows.push(Row {
+        figure: "`exec -k K -- true` wall time, median".into(),
+        unit: "ms",
+        rlock: e_rlock,
+        flock: Some(e_flock),
+        cli: Some(e_cli),
+        target: "≤ 1.5× flock".into(),
+        met: Some(e_rlock <= 1.5 * e_flock),
+        decimals: 2,
+    });
+
+    // 4. Contention: procs × iters critical sections on one key.
+    let c_rlock = contention(cfg.procs, cfg.iters, |_| {
+        quiet(&mut rlock(
+            &redis,
+            &["exec", "-w", "60s", "-k", "contended", "--", "true"],
+        ))
+    });
+    let lockfile = dir.path().join("contended.lock");
+    let c_flock = contention(cfg.procs, cfg.iters, |_| {
+        quiet(Command::new(&flock).arg(&lockfile).arg("true"))
+    });
+    let c_cli = contention(cfg.procs, cfg.iters, |p| {
+        let token = format!("p{p}");
+        for _ in 0..6000 {
+            if cli_pair(&port, "cli-contended", &token) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        fail("a redis-cli poller never got the lock in 6000 tries");
+    });
+    rows.push(Row {
+        figure: format!(
+            "{} procs × {} `exec -w 60s -- true`, one key, total",
+            cfg.procs, cfg.iters
+        ),
+        unit: "ms",
+        rlock: c_rlock,
+        flock: Some(c_flock),
+        cli: Some(c_cli),
+        target: "≤ 2× flock".into(),
+        met: Some(c_rlock <= 2.0 * c_flock),
+        decimals: 0,
+    });
+
+    // 5. Memory of a holder.
+    let mut conn = redis.conn().expect("connect");
+    let mut holder =
+        Bg::spawn(rlock(&redis, &["exec", "-k", "mem", "--", "sleep", "30"]).stdout(Stdio::null()));
+    let pid = holder.pid();
+    wait_for("rlock exec to hold the lock and run its child", || {
+        redis::cmd("EXISTS")
+            .arg("rlock:mem")
+            .query::<bool>(&mut conn)
+            .unwrap_or(false)
+            && has_child(pid)
+    });
+    let m_rlock = sample_rss(pid);
+    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    holder.wait("rlock exec after SIGTERM");
+    let mut fl = Bg::spawn(
+        Command::new(&flock)
+            .arg(dir.path().join("mem.lock"))
+            .args(["sleep", "30"]),
+    );
+    let fpid = fl.pid();
+    wait_for("flock to run its child", || has_child(fpid));
+    let m_flock = sample_rss(fpid);
+    let _ = killpg(Pid::from_raw(fpid), Signal::SIGTERM);
+    fl.wait("flock after SIGTERM");
+    rows.push(Row {
+        figure: "resident memory (VmRSS) while holding".into(),
+        unit: "MiB",
+        rlock: m_rlock,
+        flock: Some(m_flock),
+        cli: None,
+        target: "≤ 8 MiB".into(),
+        met: Some(m_rlock <= 8.0),
+        decimals: 2,
+    });
+
+    println!();
+    print_table(&rows);
+    println!();
+    println!(
+        "Handoff figures exclude {cost:.2} ms, the measured cost of starting `date +%s%N` directly \
+         (so a figure can come out slightly negative)."
+    );
+    println!(
+        "Idle rows: rates from the first to the last request seen ({} requests, {} commands \
+         counted with script internals, in {:?}); rlock's waiter re-asks only to refresh its \
+         place in line.",
+        idle.seen, idle.counted, idle.window
+    );
+    println!(
+        "redis-cli column: for handoff and idle, a sh loop retrying SET NX every 100 ms (there is \
+         nothing to wait on); for contention, a retry every 10 ms. flock waits in the kernel and \
+         sends nothing to Redis."
+    );
+}

@@ -1,0 +1,718 @@
+mod common;
+
+// Guarantee 7 (no polling) and the waiting behaviour around it: a parked waiter is woken by the
+// release, finds a dead holder's lock at its TTL, survives a lost notification, leaves nothing
+// behind when interrupted or timed out, and waiters are served in arrival order without overlap.
+//
+// Timing bounds are outcome bounds: each one separates "woken by the release / the TTL" from
+// "woke up on the next 2 s refresh" (or from "never"), with generous slack either side.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+
+use common::{Output, RedisServer, rlock_at, run, wait_until};
+
+/// The lock every test uses, and the Redis names rlock gives it (see `src/lock/mod.rs`).
+const KEY: &str = "k";
+const LOCK: &str = "rlock:k";
+const STATE: &str = "{rlock:k}:state";
+const QUEUE: &str = "{rlock:k}:q";
+
+/// How often a parked waiter renews its place in line (`WAITER_REFRESH` in `src/lock/mod.rs`):
+/// the latency a lost notification may cost.
+const REFRESH: Duration = Duration::from_secs(2);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+/// A process running in the background with its output in files; SIGKILLed and reaped on drop
+/// if it is still running, so a failing test leaves no process behind (`rlock exec` children
+/// die with it: they have SIGKILL as parent-death signal).
+struct Bg {
+    name: String,
+    child: Child,
+    out: PathBuf,
+    err: PathBuf,
+    /// Exit code (-N for death by signal N) and when the exit was first seen.
+    exited: Option<(i32, Instant)>,
+}
+
+impl Bg {
+    fn spawn(name: &str, dir: &Path, cmd: &mut Command) -> Bg {
+        let out = dir.join(format!("{name}.stdout"));
+        let err = dir.join(format!("{name}.stderr"));
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(File::create(&out).expect("create stdout file"))
+            .stderr(File::create(&err).expect("create stderr file"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn {name} ({:?}): {e}", cmd.get_program()));
+        Bg {
+            name: name.to_string(),
+            child,
+            out,
+            err,
+            exited: None,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn kill(&self, sig: Signal) {
+        signal::kill(Pid::from_raw(self.pid()), sig)
+            .unwrap_or_else(|e| panic!("kill -{sig} {} ({}): {e}", self.pid(), self.name));
+    }
+
+    /// The exit code and when it was seen, once the process has exited.
+    fn poll(&mut self) -> Option<(i32, Instant)> {
+        if self.exited.is_none()
+            && let Some(status) = self.child.try_wait().expect("try_wait")
+        {
+            let code = status
+                .code()
+                .or(status.signal().map(|s| -s))
+                .expect("exit code or signal");
+            self.exited = Some((code, Instant::now()));
+        }
+        self.exited
+    }
+
+    fn running(&mut self) -> bool {
+        self.poll().is_none()
+    }
+
+    /// What it printed so far, for failure messages.
+    fn output(&self, code: i32) -> Output {
+        Output {
+            code,
+            stdout: fs::read_to_string(&self.out).unwrap_or_default(),
+            stderr: fs::read_to_string(&self.err).unwrap_or_default(),
+        }
+    }
+
+    fn describe(&mut self) -> String {
+        let code = self.poll().map_or(i32::MIN, |(c, _)| c);
+        let state = if code == i32::MIN {
+            "still running".to_string()
+        } else {
+            format!("exit code {code}")
+        };
+        let o = self.output(code);
+        format!(
+            "{} (pid {}, {state})\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.name,
+            self.pid(),
+            o.stdout,
+            o.stderr
+        )
+    }
+
+    /// Waits for the exit; returns the output and when the exit was seen (polled every 2 ms).
+    fn finish(&mut self, timeout: Duration) -> (Output, Instant) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((code, at)) = self.poll() {
+                return (self.output(code), at);
+            }
+            if Instant::now() >= deadline {
+                let what = self.describe();
+                panic!("did not exit within {timeout:?}: {what}");
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        if self.exited.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("rlock-waiting-")
+        .tempdir()
+        .expect("create temp dir")
+}
+
+/// `rlock acquire -k k --ttl TTL` in the foreground; returns the token.
+fn hold(server: &RedisServer, ttl: &str) -> String {
+    let out = run(rlock_at(server).args(["acquire", "-k", KEY, "--ttl", ttl]));
+    assert_eq!(out.code, 0, "holder's acquire failed: {out}");
+    let token = out.stdout.trim().to_string();
+    assert!(!token.is_empty(), "acquire printed no token: {out}");
+    assert_eq!(server.get(LOCK).as_deref(), Some(token.as_str()));
+    token
+}
+
+fn release(server: &RedisServer, token: &str) {
+    let out = run(rlock_at(server).args(["release", "-k", KEY, "--token", token]));
+    assert_eq!(out.code, 0, "release failed: {out}");
+}
+
+/// The waiting tokens, oldest first.
+fn queue(server: &RedisServer) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(QUEUE)
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .expect("ZRANGE queue")
+}
+
+/// The waiter leases (`w:<token>` fields) in the state hash.
+fn leases(server: &RedisServer) -> Vec<String> {
+    let mut fields: Vec<String> = server
+        .hgetall(STATE)
+        .into_keys()
+        .filter(|f| f.starts_with("w:"))
+        .collect();
+    fields.sort();
+    fields
+}
+
+fn state(server: &RedisServer) -> HashMap<String, String> {
+    server.hgetall(STATE)
+}
+
+/// Waits until the queue holds `n` tokens and returns them, oldest first. Fails at once, with
+/// its output, if one of `procs` exits meanwhile: it was never parked.
+fn wait_queued(server: &RedisServer, n: usize, procs: &mut [Bg]) -> Vec<String> {
+    let mut q = Vec::new();
+    wait_until(
+        &format!("{n} waiter(s) in the queue zset {QUEUE}"),
+        Duration::from_secs(10),
+        || {
+            for p in procs.iter_mut() {
+                if !p.running() {
+                    panic!(
+                        "a waiter exited before it was seen in the queue (queue: {:?})\n{}",
+                        queue(server),
+                        p.describe()
+                    );
+                }
+            }
+            q = queue(server);
+            q.len() >= n
+        },
+    );
+    assert_eq!(q.len(), n, "more waiters in the queue than started: {q:?}");
+    q
+}
+
+/// Asserts that no waiter is left in Redis: no queue, no waiter lease.
+fn assert_no_waiters_left(server: &RedisServer) {
+    assert!(
+        !server.exists(QUEUE),
+        "the queue zset is left behind: {:?}",
+        queue(server)
+    );
+    assert!(
+        leases(server).is_empty(),
+        "waiter leases left in {STATE}: {:?}",
+        leases(server)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wake-up on release, on expiry, after a lost notification
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_parked_waiter_acquires_promptly_after_release() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let holder = hold(&server, "60s");
+
+    let mut waiter = [Bg::spawn(
+        "waiter",
+        dir.path(),
+        rlock_at(&server).args(["acquire", "-k", KEY, "--ttl", "5s"]),
+    )];
+    let waiting = wait_queued(&server, 1, &mut waiter);
+    // Its first attempt was at or before this moment; its first refresh comes REFRESH later.
+    let queued_at = Instant::now();
+    assert_eq!(server.get(LOCK).as_deref(), Some(holder.as_str()));
+
+    release(&server, &holder);
+    let released_at = Instant::now();
+    let (out, acquired_at) = waiter[0].finish(Duration::from_secs(10));
+    assert_eq!(out.code, 0, "the waiter failed: {out}");
+    let token = out.stdout.trim();
+    assert_eq!(
+        token, waiting[0],
+        "the waiter printed another token than it queued with"
+    );
+    assert_eq!(server.get(LOCK).as_deref(), Some(token));
+
+    let after_release = acquired_at - released_at;
+    assert!(
+        after_release < Duration::from_secs(1),
+        "the waiter took {after_release:?} after the release to acquire: a release must wake the \
+         first waiter at once (not at its {REFRESH:?} refresh, nor at the holder's 60 s TTL)"
+    );
+    let after_queued = acquired_at - queued_at;
+    assert!(
+        after_queued < REFRESH - Duration::from_millis(100),
+        "the waiter acquired {after_queued:?} after it was queued: no sooner than its own \
+         refresh would have, so the release did not wake it"
+    );
+    let pttl = server.pttl(LOCK);
+    assert!(
+        (1..=5000).contains(&pttl),
+        "the new lock has PTTL {pttl}, not the waiter's 5 s"
+    );
+    assert_no_waiters_left(&server);
+}
+
+#[test]
+fn a_waiter_takes_a_dead_holders_lock_at_its_ttl() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let spawned_at = Instant::now();
+    // The holder never releases: `acquire` exits at once, as a holder that died would.
+    let holder = hold(&server, "1500ms");
+    let holder_returned = Instant::now();
+    let held = state(&server);
+    assert_eq!(held.get("token"), Some(&holder));
+    let holder_since: i64 = held["since"].parse().expect("since is ms");
+
+    let mut waiter = [Bg::spawn(
+        "waiter",
+        dir.path(),
+        rlock_at(&server).args(["acquire", "-k", KEY, "--ttl", "5s"]),
+    )];
+    wait_queued(&server, 1, &mut waiter);
+    let (out, acquired_at) = waiter[0].finish(Duration::from_secs(10));
+    assert_eq!(out.code, 0, "the waiter failed: {out}");
+    let token = out.stdout.trim();
+    assert_eq!(server.get(LOCK).as_deref(), Some(token));
+
+    // Redis's own clock (TIME in the acquire script) stamps both grants.
+    let granted = state(&server);
+    assert_eq!(granted.get("token").map(String::as_str), Some(token));
+    let gap = granted["since"].parse::<i64>().expect("since is ms") - holder_since;
+    assert!(
+        gap >= 1500,
+        "the waiter was granted the lock {gap} ms after the holder, before its 1500 ms TTL ran out"
+    );
+    assert!(
+        gap < 1900,
+        "the waiter was granted the lock {gap} ms after the holder: it should wake when the \
+         holder's 1500 ms TTL runs out, not on its own {REFRESH:?} refresh"
+    );
+    // The same on the test's clock, which includes process start and exit.
+    assert!(acquired_at - spawned_at >= Duration::from_millis(1500));
+    assert!(
+        acquired_at - holder_returned < Duration::from_millis(3000),
+        "the waiter exited {:?} after the holder took a 1500 ms lock",
+        acquired_at - holder_returned
+    );
+    assert_no_waiters_left(&server);
+}
+
+#[test]
+fn a_lost_notification_costs_only_latency() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    // Another client's lock: a plain SET NX PX, released by DEL, which publishes nothing.
+    server.cmd(&["SET", LOCK, "x", "NX", "PX", "60000"]);
+
+    let mut waiter = [Bg::spawn(
+        "waiter",
+        dir.path(),
+        rlock_at(&server).args(["acquire", "-k", KEY, "--ttl", "5s"]),
+    )];
+    wait_queued(&server, 1, &mut waiter);
+    assert!(waiter[0].running());
+    server.cmd(&["DEL", LOCK]);
+    let deleted_at = Instant::now();
+
+    let (out, acquired_at) = waiter[0].finish(Duration::from_secs(30));
+    assert_eq!(out.code, 0, "the waiter failed: {out}");
+    assert_eq!(server.get(LOCK).as_deref(), Some(out.stdout.trim()));
+    let latency = acquired_at - deleted_at;
+    assert!(
+        latency < REFRESH + Duration::from_secs(1),
+        "the waiter took {latency:?} to notice a lock deleted without a notification: it should \
+         find out on its next refresh ({REFRESH:?}), not at the deleted lock's 60 s TTL"
+    );
+    assert_no_waiters_left(&server);
+}
+
+#[test]
+fn a_foreign_lock_that_expires_is_taken_at_its_ttl() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let set_at = Instant::now();
+    server.cmd(&["SET", LOCK, "x", "NX", "PX", "1500"]);
+
+    let mut waiter = [Bg::spawn(
+        "waiter",
+        dir.path(),
+        rlock_at(&server).args(["acquire", "-k", KEY, "--ttl", "5s"]),
+    )];
+    wait_queued(&server, 1, &mut waiter);
+    let (out, acquired_at) = waiter[0].finish(Duration::from_secs(30));
+    assert_eq!(out.code, 0, "the waiter failed: {out}");
+    assert_eq!(server.get(LOCK).as_deref(), Some(out.stdout.trim()));
+    let after = acquired_at - set_at;
+    assert!(
+        after >= Duration::from_millis(1500),
+        "acquired {after:?} after another client's 1500 ms lock was set"
+    );
+    assert!(
+        after < Duration::from_millis(3000),
+        "acquired only {after:?} after another client's 1500 ms lock was set"
+    );
+    assert_no_waiters_left(&server);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Giving up: signals and -w
+// ---------------------------------------------------------------------------------------------
+
+/// A waiting `rlock acquire` (or `rlock exec`) gets `sig`: it exits 128+N within a second and
+/// leaves nothing of its own in Redis; the holder's lock is untouched; exec's child never ran.
+fn interrupted_waiter(exec: bool, sig: Signal) {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let holder = hold(&server, "60s");
+    let held = state(&server);
+
+    let ran = dir.path().join("child-ran");
+    let mut cmd = rlock_at(&server);
+    if exec {
+        cmd.args(["exec", "-k", KEY, "--", "touch"]).arg(&ran);
+    } else {
+        cmd.args(["acquire", "-k", KEY, "--ttl", "5s"]);
+    }
+    let mut waiter = [Bg::spawn("waiter", dir.path(), &mut cmd)];
+    let token = wait_queued(&server, 1, &mut waiter).remove(0);
+    assert_eq!(leases(&server), [format!("w:{token}")]);
+
+    waiter[0].kill(sig);
+    let sent = Instant::now();
+    let (out, exited_at) = waiter[0].finish(Duration::from_secs(10));
+    assert_eq!(
+        out.code,
+        128 + sig as i32,
+        "a waiter interrupted by {sig} should exit 128+{}: {out}",
+        sig as i32
+    );
+    let took = exited_at - sent;
+    assert!(
+        took < Duration::from_secs(1),
+        "the waiter took {took:?} to exit after {sig}"
+    );
+    assert!(
+        out.stderr.contains("interrupted"),
+        "no message saying why it stopped: {out}"
+    );
+
+    let q = queue(&server);
+    assert!(
+        !q.contains(&token),
+        "the waiter is still in the queue: {q:?}"
+    );
+    let after = state(&server);
+    assert!(
+        !after.contains_key(&format!("w:{token}")),
+        "the waiter's lease is still in {STATE}: {after:?}"
+    );
+    assert_no_waiters_left(&server);
+    // The holder's lock and record are untouched.
+    assert_eq!(server.get(LOCK).as_deref(), Some(holder.as_str()));
+    let pttl = server.pttl(LOCK);
+    assert!(pttl > 45_000, "the holder's lock now has PTTL {pttl}");
+    for field in ["token", "fence", "since", "pid", "ttl"] {
+        assert_eq!(
+            after.get(field),
+            held.get(field),
+            "state field {field} changed"
+        );
+    }
+    if exec {
+        assert!(!ran.exists(), "the waiting exec ran its command");
+    }
+}
+
+#[test]
+fn sigint_ends_a_waiting_acquire_cleanly() {
+    interrupted_waiter(false, Signal::SIGINT);
+}
+
+#[test]
+fn sigterm_ends_a_waiting_acquire_cleanly() {
+    interrupted_waiter(false, Signal::SIGTERM);
+}
+
+#[test]
+fn sigint_ends_a_waiting_exec_cleanly() {
+    interrupted_waiter(true, Signal::SIGINT);
+}
+
+#[test]
+fn sigterm_ends_a_waiting_exec_cleanly() {
+    interrupted_waiter(true, Signal::SIGTERM);
+}
+
+/// A waiter with `-w 1500ms` gives up with the busy code and leaves the queue.
+fn wait_timeout_leaves_the_queue(exec: bool) {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let holder = hold(&server, "60s");
+
+    let ran = dir.path().join("child-ran");
+    let mut cmd = rlock_at(&server);
+    if exec {
+        cmd.args(["exec", "-k", KEY, "-w", "1500ms", "--", "touch"])
+            .arg(&ran);
+    } else {
+        cmd.args(["acquire", "-k", KEY, "--ttl", "5s", "-w", "1500ms"]);
+    }
+    let started = Instant::now();
+    let mut waiter = [Bg::spawn("waiter", dir.path(), &mut cmd)];
+    let token = wait_queued(&server, 1, &mut waiter).remove(0);
+    let (out, exited_at) = waiter[0].finish(Duration::from_secs(10));
+    assert_eq!(out.code, 75, "-w ran out: the busy code 75 expected: {out}");
+    let waited = exited_at - started;
+    assert!(
+        waited >= Duration::from_millis(1500),
+        "gave up after {waited:?}, before -w 1500ms"
+    );
+    assert!(
+        waited < Duration::from_millis(1500) + REFRESH,
+        "gave up only after {waited:?} with -w 1500ms"
+    );
+    assert!(out.stderr.contains("busy"), "no busy message: {out}");
+
+    let q = queue(&server);
+    assert!(
+        !q.contains(&token),
+        "the waiter is still in the queue: {q:?}"
+    );
+    assert_no_waiters_left(&server);
+    assert_eq!(server.get(LOCK).as_deref(), Some(holder.as_str()));
+    if exec {
+        assert!(!ran.exists(), "exec ran its command without the lock");
+    }
+}
+
+#[test]
+fn an_acquire_that_times_out_leaves_the_queue() {
+    wait_timeout_leaves_the_queue(false);
+}
+
+#[test]
+fn an_exec_that_times_out_leaves_the_queue() {
+    wait_timeout_leaves_the_queue(true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many waiters
+// ---------------------------------------------------------------------------------------------
+
+/// A critical section for `sh -c CS sh DIR`: `mkdir` is atomic, so a second holder inside at the
+/// same time fails it and records an overlap. Appends the fence to DIR/log.
+const CRITICAL_SECTION: &str = r#"
+mkdir "$1/inside" 2>/dev/null || { echo "overlap $RLOCK_FENCE" >> "$1/overlaps"; exit 3; }
+echo "$RLOCK_FENCE" >> "$1/log"
+sleep 0.4
+rmdir "$1/inside"
+"#;
+
+#[test]
+fn many_waiters_all_finish_one_at_a_time() {
+    const WAITERS: usize = 8;
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let cs = dir.path().join("cs");
+    fs::create_dir(&cs).unwrap();
+    // Park them all behind a holder, so every handoff goes through the queue.
+    let holder = hold(&server, "60s");
+    let mut waiters: Vec<Bg> = (0..WAITERS)
+        .map(|i| {
+            Bg::spawn(
+                &format!("waiter-{i}"),
+                dir.path(),
+                rlock_at(&server)
+                    .args(["exec", "-k", KEY, "-w", "60s", "--"])
+                    .args(["sh", "-c", CRITICAL_SECTION, "sh"])
+                    .arg(&cs),
+            )
+        })
+        .collect();
+    wait_queued(&server, WAITERS, &mut waiters);
+    release(&server, &holder);
+
+    let deadline = Instant::now() + Duration::from_secs(40);
+    for w in &mut waiters {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (out, _) = w.finish(left);
+        assert_eq!(out.code, 0, "{} failed: {out}", w.name);
+    }
+    assert!(
+        !cs.join("overlaps").exists(),
+        "two holders overlapped: {}",
+        fs::read_to_string(cs.join("overlaps")).unwrap_or_default()
+    );
+    let log = fs::read_to_string(cs.join("log")).expect("critical sections ran");
+    let fences: Vec<i64> = log.lines().map(|l| l.parse().expect("a fence")).collect();
+    assert_eq!(fences.len(), WAITERS, "critical sections run: {log}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences not strictly increasing in the order the critical sections ran: {fences:?}"
+    );
+    assert!(!server.exists(LOCK), "the lock is still held");
+    assert_no_waiters_left(&server);
+}
+
+#[test]
+fn waiters_get_the_lock_in_arrival_order() {
+    const NAMES: [&str; 5] = ["A", "B", "C", "D", "E"];
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let log = dir.path().join("order");
+    let holder = hold(&server, "60s");
+
+    let mut waiters: Vec<Bg> = Vec::new();
+    let mut tokens: Vec<String> = Vec::new();
+    for name in NAMES {
+        waiters.push(Bg::spawn(
+            name,
+            dir.path(),
+            rlock_at(&server)
+                .args(["exec", "-k", KEY, "-w", "60s", "--"])
+                .args(["sh", "-c", "echo \"$2\" >> \"$1\"", "sh"])
+                .arg(&log)
+                .arg(name),
+        ));
+        // Only start the next one once this one is in line.
+        let q = wait_queued(&server, waiters.len(), &mut waiters);
+        assert_eq!(q[..tokens.len()], tokens[..], "the queue was reordered");
+        tokens = q;
+    }
+    release(&server, &holder);
+
+    let deadline = Instant::now() + Duration::from_secs(40);
+    for w in &mut waiters {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (out, _) = w.finish(left);
+        assert_eq!(out.code, 0, "{} failed: {out}", w.name);
+    }
+    let order = fs::read_to_string(&log).expect("the waiters ran");
+    assert_eq!(
+        order.lines().collect::<Vec<_>>(),
+        NAMES,
+        "waiters were not served in arrival order"
+    );
+    assert_no_waiters_left(&server);
+}
+
+// ---------------------------------------------------------------------------------------------
+// No polling
+// ---------------------------------------------------------------------------------------------
+
+/// `total_commands_processed` from INFO stats.
+fn total_commands(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(conn)
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_commands_processed in INFO stats")
+}
+
+#[test]
+fn an_idle_waiter_does_not_poll() {
+    // Measured, not synchronised: the waiter is left alone for this long.
+    const WINDOW: Duration = Duration::from_secs(4);
+    let server = RedisServer::start();
+    let dir = tempdir();
+    hold(&server, "30s");
+    let mut waiter = [Bg::spawn(
+        "waiter",
+        dir.path(),
+        rlock_at(&server).args(["acquire", "-k", KEY, "--ttl", "5s"]),
+    )];
+    wait_queued(&server, 1, &mut waiter);
+
+    // MONITOR shows each request a client sends, and marks the commands a script runs inside
+    // Redis with "[0 lua]"; INFO's counter counts both.
+    let mut monitor = TcpStream::connect(("127.0.0.1", server.port())).expect("connect");
+    monitor.write_all(b"MONITOR\r\n").expect("send MONITOR");
+    let mut lines = BufReader::new(monitor.try_clone().expect("clone socket"));
+    let mut first = String::new();
+    monitor
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    lines.read_line(&mut first).expect("MONITOR reply");
+    assert_eq!(first.trim_end(), "+OK", "MONITOR refused");
+
+    let mut info = server.conn();
+    let before = total_commands(&mut info);
+    let end = Instant::now() + WINDOW;
+    let mut requests = Vec::new();
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        monitor.set_read_timeout(Some(left)).unwrap();
+        let mut line = String::new();
+        match lines.read_line(&mut line) {
+            Ok(0) => panic!("the MONITOR connection closed"),
+            Ok(_) => {
+                let ours = line.to_ascii_lowercase().contains("\"info\"");
+                if !line.contains(" lua]") && !ours {
+                    requests.push(line.trim_end().to_string());
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break;
+            }
+            Err(e) => panic!("reading MONITOR: {e}"),
+        }
+    }
+    // The first INFO is counted after it answers, so it is in the difference.
+    let total = total_commands(&mut info) - before - 1;
+    assert!(waiter[0].running(), "the waiter stopped waiting");
+
+    let secs = WINDOW.as_secs();
+    assert!(
+        requests.len() as u64 <= secs + 2,
+        "an idle waiter sent {} requests in {WINDOW:?} (at most 1 per second plus slack \
+         expected; {total} commands counted with those its scripts ran):\n{}",
+        requests.len(),
+        requests.join("\n")
+    );
+    eprintln!(
+        "idle waiter: {} requests, {total} commands (with script internals) in {WINDOW:?}",
+        requests.len()
+    );
+}
