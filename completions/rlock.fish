@@ -1,0 +1,134 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_rlock_global_optspecs
+    string join \n u/url= cluster sentinel= password-file= tls-ca= tls-cert= tls-key= prefix= op-timeout= v/verbose q/quiet h/help V/version
+end
+
+function __fish_rlock_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_rlock_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_rlock_using_subcommand
+    set -l cmd (__fish_rlock_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c rlock -n "__fish_rlock_needs_command" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_needs_command" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
+complete -c rlock -n "__fish_rlock_needs_command" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_needs_command" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
+complete -c rlock -n "__fish_rlock_needs_command" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
+complete -c rlock -n "__fish_rlock_needs_command" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
+complete -c rlock -n "__fish_rlock_needs_command" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
+complete -c rlock -n "__fish_rlock_needs_command" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_needs_command" -l cluster -d 'The URLs are Redis Cluster seed nodes'
+complete -c rlock -n "__fish_rlock_needs_command" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_needs_command" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
+complete -c rlock -n "__fish_rlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c rlock -n "__fish_rlock_needs_command" -s V -l version -d 'Print version'
+complete -c rlock -n "__fish_rlock_needs_command" -f -a "acquire" -d 'Take the lock and return; it lives for --ttl unless renewed or released'
+complete -c rlock -n "__fish_rlock_needs_command" -f -a "release" -d 'Give the lock back, if the token still owns it (or break it with --force)'
+complete -c rlock -n "__fish_rlock_needs_command" -f -a "renew" -d 'Extend the lock, if the token still owns it'
+complete -c rlock -n "__fish_rlock_needs_command" -f -a "inspect" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
+complete -c rlock -n "__fish_rlock_needs_command" -f -a "exec" -d 'Run a command under the lock, renewing it while the command runs'
+complete -c rlock -n "__fish_rlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l ttl -d 'How long the lock lives unless renewed or released' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s n -l no-wait -d 'Try once and do not wait'
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l export -d 'Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`'
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l json -d 'Print one JSON object: key, token, fence, ttl_ms'
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l cluster -d 'The URLs are Redis Cluster seed nodes'
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s h -l help -d 'Print help'
+complete -c rlock -n "__fish_rlock_using_subcommand release" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l token -d 'Owner token printed by `acquire`' -r
+complete -c rlock -n "__fish_rlock_using_subcommand release" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l force -d 'Break the lock whoever holds it, and say who did'
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l cluster -d 'The URLs are Redis Cluster seed nodes'
+complete -c rlock -n "__fish_rlock_using_subcommand release" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand release" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
+complete -c rlock -n "__fish_rlock_using_subcommand release" -s h -l help -d 'Print help'
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l token -d 'Owner token printed by `acquire`' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l ttl -d 'New time to live [default: the TTL the lock was taken with]' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l cluster -d 'The URLs are Redis Cluster seed nodes'
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -s h -l help -d 'Print help'
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s k -l key -d 'Locks to show (repeatable); without any, list every lock under the prefix' -r
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l json -d 'One JSON object per lock, in a JSON array'
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l cluster -d 'The URLs are Redis Cluster seed nodes'
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s h -l help -d 'Print help'
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l ttl -d 'Lease time: how long the lock outlives a renewal that never comes' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l renew-every -d 'How often to renew the lock [default: TTL/3]' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l lost-signal -d 'Signal the command\'s process group gets when the lock is lost (name or number)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l grace -d 'Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4]' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -s n -l no-wait -d 'Try once and do not wait'
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l cluster -d 'The URLs are Redis Cluster seed nodes'
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -s h -l help -d 'Print help'
+complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "acquire" -d 'Take the lock and return; it lives for --ttl unless renewed or released'
+complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "release" -d 'Give the lock back, if the token still owns it (or break it with --force)'
+complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "renew" -d 'Extend the lock, if the token still owns it'
+complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "inspect" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
+complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "exec" -d 'Run a command under the lock, renewing it while the command runs'
+complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

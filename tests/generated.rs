@@ -1,0 +1,835 @@
+//! The shell completions in `completions/` and the man pages in `man/` are generated from the
+//! clap definition in `src/cli.rs` (plus the prose sections below) and committed. These tests fail
+//! when the committed files are stale, and check that each completion file loads in its shell.
+//!
+//! Regenerate with `RLOCK_REGENERATE=1 cargo test --test generated`.
+//!
+//! The shell tests need bash, zsh and fish (`apt-get install -y bash zsh fish`); a missing shell
+//! fails the test with that hint, it never skips.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use clap::CommandFactory;
+use clap_complete::Shell;
+use clap_mangen::Man;
+use clap_mangen::roff::{Inline, Roff, bold, italic, roman};
+use rlock::cli::Cli;
+
+const STALE: &str =
+    "completions/man are stale: run `RLOCK_REGENERATE=1 cargo test --test generated`";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The whole interface, built (globals propagated, display names `rlock-acquire` etc. set).
+fn command() -> clap::Command {
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    cmd
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the files should hold
+// ---------------------------------------------------------------------------------------------
+
+/// Every generated file: path relative to the crate root, and its contents.
+fn expected() -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    for (shell, name) in [
+        (Shell::Bash, "rlock.bash"),
+        (Shell::Zsh, "_rlock"),
+        (Shell::Fish, "rlock.fish"),
+    ] {
+        let mut buf = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "rlock", &mut buf);
+        files.push((Path::new("completions").join(name), buf));
+    }
+    let cmd = command();
+    files.push((PathBuf::from("man/rlock.1"), main_page(&cmd)));
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("rlock-{}.1", sub.get_name());
+        files.push((Path::new("man").join(name), sub_page(&cmd, sub)));
+    }
+    files
+}
+
+/// `rlock.1`: the global options and the subcommands from clap, then what a user of a lock must
+/// know and `--help` has no room for.
+fn main_page(cmd: &clap::Command) -> Vec<u8> {
+    let man = Man::new(cmd.clone());
+    let mut page = Page::default();
+    page.title(cmd, "RLOCK");
+    page.man(|w| man.render_name_section(w));
+    page.roff(synopsis(cmd, "rlock", false));
+    page.man(|w| man.render_description_section(w));
+    page.prose(DURATIONS);
+    page.man(|w| man.render_options_section(w));
+    page.man(|w| man.render_subcommands_section(w));
+    for section in [
+        EXIT_STATUS,
+        ENVIRONMENT,
+        SIGNALS,
+        LOCK_LOSS,
+        REENTRANCY,
+        FENCING,
+        REDIS_KEYS,
+        SAFETY,
+        EXAMPLES,
+    ] {
+        page.prose(section);
+    }
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| format!("rlock-{}(1)", s.get_name()))
+        .collect();
+    page.see_also(&subs);
+    page.man(|w| man.render_version_section(w));
+    page.bytes
+}
+
+/// `rlock-SUB.1`: the subcommand's own options, its global options apart, and the notes and
+/// examples of its `--help`.
+fn sub_page(cmd: &clap::Command, sub: &clap::Command) -> Vec<u8> {
+    let name = format!("rlock-{}", sub.get_name());
+    // The global options under a heading of their own, so the subcommand's own stay together.
+    let sub = sub.clone().mut_args(|a| {
+        if a.is_global_set() && a.get_help_heading().is_none() {
+            a.help_heading("GLOBAL OPTIONS")
+        } else {
+            a
+        }
+    });
+    let man = Man::new(sub.clone());
+    let after = sub
+        .get_after_help()
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let (notes, examples) = after.split_once("Examples:").unwrap_or((&after, ""));
+
+    let mut page = Page::default();
+    page.title(cmd, &name.to_uppercase());
+    page.man(|w| man.render_name_section(w));
+    page.roff(synopsis(&sub, &format!("rlock {}", sub.get_name()), true));
+    page.man(|w| man.render_description_section(w));
+    for para in notes.split("\n\n").map(str::trim).filter(|p| !p.is_empty()) {
+        let mut r = Roff::new();
+        r.control("PP", []);
+        r.text(inlines(&para.replace('\n', " ")));
+        page.roff(r);
+    }
+    page.man(|w| man.render_options_section(w));
+    if !examples.trim().is_empty() {
+        let mut r = Roff::new();
+        r.control("SH", ["EXAMPLES"]);
+        preformatted(&mut r, &dedent(examples));
+        page.roff(r);
+    }
+    let mut see: Vec<String> = vec!["rlock(1)".into()];
+    see.extend(
+        cmd.get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != sub.get_name())
+            .map(|s| format!("rlock-{}(1)", s.get_name())),
+    );
+    page.see_also(&see);
+    page.bytes
+}
+
+/// A synopsis in the usual shape: `rlock acquire [global options] -k KEY [--ttl DUR] ...`.
+/// (clap_mangen's own lists every global option on every page, without value names.)
+fn synopsis(cmd: &clap::Command, name: &str, global_apart: bool) -> Roff {
+    let mut line: Vec<Inline> = vec![bold(name)];
+    if global_apart {
+        line.push(roman(" ["));
+        line.push(italic("global options"));
+        line.push(roman("]"));
+    }
+    let mut args: Vec<&clap::Arg> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !a.is_positional())
+        .filter(|a| !(global_apart && a.is_global_set()))
+        .filter(|a| a.get_id() != "help" && a.get_id() != "version")
+        .collect();
+    args.sort_by_key(|a| a.get_display_order());
+    for arg in args {
+        let required = arg.is_required_set();
+        line.push(roman(if required { " " } else { " [" }));
+        let flag = match (arg.get_short(), arg.get_long()) {
+            (Some(s), Some(l)) => format!("-{s}|--{l}"),
+            (Some(s), None) => format!("-{s}"),
+            (None, Some(l)) => format!("--{l}"),
+            (None, None) => continue,
+        };
+        line.push(bold(flag));
+        if arg.get_num_args().is_some_and(|n| n.takes_values()) {
+            line.push(roman(" "));
+            line.push(italic(value_name(arg)));
+        }
+        if matches!(arg.get_action(), clap::ArgAction::Append) {
+            line.push(roman("]..."));
+        } else if !required {
+            line.push(roman("]"));
+        }
+    }
+    for pos in cmd.get_positionals().filter(|a| !a.is_hide_set()) {
+        line.push(roman(" [--] "));
+        line.push(italic(value_name(pos)));
+        if pos.get_num_args().is_some_and(|n| n.max_values() > 1) {
+            line.push(roman(" ["));
+            line.push(italic("ARG"));
+            line.push(roman("]..."));
+        }
+    }
+    if cmd.has_subcommands() {
+        line.push(roman(" "));
+        line.push(italic("command"));
+        line.push(roman(" ["));
+        line.push(italic("options"));
+        line.push(roman("]"));
+    }
+    let mut r = Roff::new();
+    r.control("SH", ["SYNOPSIS"]);
+    r.text(line);
+    r
+}
+
+fn value_name(arg: &clap::Arg) -> String {
+    arg.get_value_names().and_then(|v| v.first()).map_or_else(
+        || arg.get_id().to_string().to_uppercase(),
+        |v| v.to_string(),
+    )
+}
+
+/// A man page assembled from clap_mangen's sections and our own roff.
+#[derive(Default)]
+struct Page {
+    bytes: Vec<u8>,
+}
+
+impl Page {
+    /// Appends roff, dropping the string-definition preamble every rendering starts with after
+    /// the first one.
+    fn push(&mut self, rendered: Vec<u8>) {
+        let preamble = Roff::new().render().into_bytes();
+        if self.bytes.is_empty() || !rendered.starts_with(&preamble) {
+            self.bytes.extend(rendered);
+        } else {
+            self.bytes.extend(&rendered[preamble.len()..]);
+        }
+    }
+
+    /// `.TH` with an empty date: clap_mangen drops an empty date argument, which shifts the
+    /// source and manual into the wrong places, and a real date would make the page stale daily.
+    fn title(&mut self, cmd: &clap::Command, title: &str) {
+        self.push(Roff::new().render().into_bytes());
+        let version = cmd.get_version().unwrap_or_default();
+        let th = format!(".TH {title} 1 \"\" \"rlock {version}\" \"User Commands\"\n");
+        self.bytes.extend(th.as_bytes());
+    }
+
+    fn man(&mut self, render: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) {
+        let mut buf = Vec::new();
+        render(&mut buf).expect("rendering to memory cannot fail");
+        self.push(buf);
+    }
+
+    fn roff(&mut self, r: Roff) {
+        self.push(r.render().into_bytes());
+    }
+
+    fn prose(&mut self, section: Section) {
+        let mut r = Roff::new();
+        r.control("SH", [section.title]);
+        for (i, block) in section.blocks.iter().enumerate() {
+            match block {
+                Block::P(text) => {
+                    if i > 0 {
+                        r.control("PP", []);
+                    }
+                    r.text(inlines(text));
+                }
+                Block::Item(term, text) => {
+                    r.control("TP", []);
+                    r.text(inlines(term));
+                    r.text(inlines(text));
+                }
+                Block::Pre(text) => {
+                    if i > 0 {
+                        r.control("PP", []);
+                    }
+                    preformatted(&mut r, text);
+                }
+            }
+        }
+        self.roff(r);
+    }
+
+    fn see_also(&mut self, pages: &[String]) {
+        let mut r = Roff::new();
+        r.control("SH", ["SEE ALSO"]);
+        let mut line = Vec::new();
+        for (i, page) in pages
+            .iter()
+            .map(String::as_str)
+            .chain(["flock(1)", "redis-cli(1)"])
+            .enumerate()
+        {
+            if i > 0 {
+                line.push(roman(", "));
+            }
+            let (name, section) = page.split_once('(').unwrap_or((page, ""));
+            line.push(bold(name));
+            line.push(roman(format!("({section}")));
+        }
+        r.text(line);
+        self.roff(r);
+    }
+}
+
+/// Text with `code` spans set in bold.
+fn inlines(text: &str) -> Vec<Inline> {
+    text.split('`')
+        .enumerate()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(i, s)| if i % 2 == 1 { bold(s) } else { roman(s) })
+        .collect()
+}
+
+/// An indented, unfilled block (examples, key layouts).
+fn preformatted(r: &mut Roff, text: &str) {
+    r.control("RS", ["4"]);
+    r.control("nf", []);
+    for line in text.trim_matches('\n').lines() {
+        if line.trim().is_empty() {
+            r.text([roman("")]);
+        } else {
+            r.text([roman(line)]);
+        }
+    }
+    r.control("fi", []);
+    r.control("RE", []);
+}
+
+fn dedent(text: &str) -> String {
+    let indent = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    text.lines()
+        .map(|l| l.get(indent..).unwrap_or("").trim_end())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The prose sections of rlock(1)
+// ---------------------------------------------------------------------------------------------
+
+struct Section {
+    title: &'static str,
+    blocks: &'static [Block],
+}
+
+enum Block {
+    /// A paragraph; `code` spans are set in bold.
+    P(&'static str),
+    /// A tagged paragraph: term, text.
+    Item(&'static str, &'static str),
+    /// Unfilled, indented text.
+    Pre(&'static str),
+}
+
+use Block::{Item, P, Pre};
+
+const DURATIONS: Section = Section {
+    title: "DURATIONS",
+    blocks: &[P(
+        "Every duration is a humantime string: `250ms`, `30s`, `5m`, `1h 30m`. A bare number is an \
+         error (rlock says which unit is missing), and so is a zero or negative `--ttl`.",
+    )],
+};
+
+const EXIT_STATUS: Section = Section {
+    title: "EXIT STATUS",
+    blocks: &[
+        P(
+            "Every non-zero status that rlock chooses itself comes with a message on standard \
+             error that says what happened and what to do.",
+        ),
+        Item(
+            "`0`",
+            "Success. For `exec`: the command's own status, passed through.",
+        ),
+        Item("`1`", "`inspect`: a named key is not held."),
+        Item(
+            "`2`",
+            "Usage error: unknown flag, bad duration, missing or empty key, missing token (no \
+             `--token` and no `$RLOCK_TOKEN`), missing command.",
+        ),
+        Item(
+            "`65`",
+            "The key holds something rlock cannot treat as a lock (e.g. a list); nothing was \
+             changed.",
+        ),
+        Item(
+            "`69`",
+            "Redis unavailable: cannot connect, timed out, no quorum.",
+        ),
+        Item("`70`", "Internal error."),
+        Item(
+            "`75`",
+            "Lock busy: not acquired within `--wait` (or at once with `-n`). `-E` sets another \
+             code.",
+        ),
+        Item(
+            "`76`",
+            "`exec`: the lock was lost while the command ran; the command was signalled.",
+        ),
+        Item(
+            "`77`",
+            "Not permitted: the token does not own the lock (`release`, `renew`), or Redis refused \
+             the password or the user's ACL.",
+        ),
+        Item(
+            "`78`",
+            "Configuration error: malformed URL, unreadable TLS or password file.",
+        ),
+        Item("`126`", "`exec`: the command is not executable."),
+        Item("`127`", "`exec`: the command was not found."),
+        Item(
+            "`128+`N",
+            "`exec`: the command died of signal N. Also: rlock was interrupted by signal N while \
+             it waited for the lock.",
+        ),
+    ],
+};
+
+const ENVIRONMENT: Section = Section {
+    title: "ENVIRONMENT",
+    blocks: &[
+        P("An option given on the command line wins over its environment variable."),
+        Item(
+            "`RLOCK_URL`",
+            "Redis endpoints, comma-separated, as `--url`. Default `redis://127.0.0.1:6379`.",
+        ),
+        Item("`RLOCK_CLUSTER`", "As `--cluster`."),
+        Item("`RLOCK_SENTINEL`", "As `--sentinel`."),
+        Item(
+            "`RLOCK_PASSWORD`, `REDISCLI_AUTH`",
+            "The Redis password, in this order, when neither the URL's userinfo \
+             (`redis://:PASSWORD@host`) nor `--password-file` gives one. Passwords never appear \
+             in a message: URLs are printed with the password replaced by `***`.",
+        ),
+        Item(
+            "`RLOCK_TLS_CA`, `RLOCK_TLS_CERT`, `RLOCK_TLS_KEY`",
+            "As `--tls-ca`, `--tls-cert`, `--tls-key`, for `rediss://` URLs.",
+        ),
+        Item(
+            "`RLOCK_PREFIX`",
+            "As `--prefix`: the Redis key of lock KEY is PREFIX+KEY. Default `rlock:`.",
+        ),
+        Item(
+            "`RLOCK_OP_TIMEOUT`",
+            "As `--op-timeout`: connect and per-command timeout. Default `2s`.",
+        ),
+        Item(
+            "`RLOCK_TOKEN`",
+            "The owner token `release` and `renew` use when `--token` is not given.",
+        ),
+        Item(
+            "`RLOCK_KEY`, `RLOCK_TOKEN`, `RLOCK_FENCE`",
+            "Set by `exec` in the command's environment, and by `eval \"$(rlock acquire --export \
+             ...)\"` in the shell's: the lock's name, its owner token and its fencing token. An \
+             `rlock acquire` or `rlock exec` of the same KEY that finds them is reentrant (see \
+             REENTRANCY).",
+        ),
+    ],
+};
+
+const SIGNALS: Section = Section {
+    title: "SIGNALS",
+    blocks: &[
+        P(
+            "`rlock exec` runs the command as a job: in a process group of its own, given the \
+             terminal's foreground when rlock had it (as a shell does), and the terminal taken \
+             back when the command ends. So Ctrl-C at a terminal reaches the command's group \
+             once, and not rlock.",
+        ),
+        P(
+            "SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to rlock are passed on, \
+             once, to the command's process group. rlock keeps renewing the lock until the command \
+             exits, then releases it and exits with the command's status (128+N if the command \
+             died of signal N).",
+        ),
+        P(
+            "While rlock is still waiting for the lock, the same signals end the wait: rlock \
+             leaves the queue, takes nothing, and exits 128+N.",
+        ),
+        P(
+            "If rlock itself is killed (SIGKILL), the command gets SIGKILL at once (the Linux \
+             parent-death signal), so it never runs on unprotected; the lock then expires within \
+             `--ttl`. The parent-death signal reaches the command itself, not its own children.",
+        ),
+    ],
+};
+
+const LOCK_LOSS: Section = Section {
+    title: "LOCK LOSS",
+    blocks: &[
+        P(
+            "While the command runs, a background thread renews the lock every `--renew-every` \
+             (default TTL/3), each renewal waiting at most the smaller of `--op-timeout` and \
+             `--renew-every`; a failed renewal is retried sooner (every quarter of \
+             `--renew-every`, between 10ms and 1s).",
+        ),
+        P(
+            "rlock keeps the lease's deadline on its own monotonic clock: the moment the last \
+             successful renewal was sent (at first, the acquire), plus TTL, minus a drift \
+             allowance of 1% of TTL plus 2ms. If renewals keep failing, the command's process \
+             group gets `--lost-signal` (default TERM) at the deadline minus `--grace` (default \
+             TTL/4), and SIGKILL at the deadline. If Redis answers that the token no longer owns \
+             the lock (it expired, was deleted, was broken with `release --force`), the \
+             command's group gets `--lost-signal` at once and SIGKILL `--grace` later.",
+        ),
+        P(
+            "Either way rlock stops renewing, makes a best-effort owner-checked release (which \
+             can take up to `--op-timeout` when Redis does not answer), and exits 76, whatever \
+             the command's own status. A lost lock is never taken again behind the command's \
+             back.",
+        ),
+        P("With the defaults (`--ttl 30s`):"),
+        Pre("renewal every      10s
+retry every        1s
+deadline           last renewal sent + 29.698s
+--lost-signal at   deadline - 7.5s
+SIGKILL at         deadline"),
+        P(
+            "`--grace` must be shorter than the TTL minus the drift allowance, and \
+             `--renew-every` shorter than that minus `--grace`; rlock refuses other combinations \
+             with exit 2.",
+        ),
+    ],
+};
+
+const REENTRANCY: Section = Section {
+    title: "REENTRANCY",
+    blocks: &[
+        P(
+            "An `rlock exec` or `rlock acquire` of the same KEY (same Redis, same prefix) run \
+             where `RLOCK_KEY` and `RLOCK_TOKEN` name that lock (inside the command of an \
+             `rlock exec`, say) does not deadlock: it checks with Redis that the token still \
+             owns the key, and then runs without taking the lock again or giving it back. A \
+             nested `exec` runs its command at once (and does not renew: the outer rlock does); \
+             a nested `acquire` prints the same token and fence. If the token no longer owns the \
+             key, the lock is taken as usual.",
+        ),
+        P(
+            "`rlock release` is not reentrant: run with the inherited token, it gives the outer \
+             lock back, and the outer `rlock exec` then finds it lost (exit 76).",
+        ),
+        P(
+            "After `eval` of `rlock acquire --export` in a shell, nothing renews the lock: an \
+             `rlock exec` of the same KEY in that shell runs its command inside a lease that \
+             ends with the acquire's `--ttl`, unless the script calls `rlock renew`.",
+        ),
+    ],
+};
+
+const FENCING: Section = Section {
+    title: "FENCING",
+    blocks: &[P(
+        "Each grant of a lock gets a fencing token, `RLOCK_FENCE` (and `fence` in `--json`): an \
+         integer that strictly increases with every grant of that key, minted by the same Redis \
+         script that grants the lock. Hand it to the resource the lock protects and have the \
+         resource refuse a write whose fence is lower than the highest it has seen (a version \
+         column, a conditional put). That is what makes a holder that was paused past its lease, \
+         and wakes up thinking it still holds the lock, harmless.",
+    )],
+};
+
+const REDIS_KEYS: Section = Section {
+    title: "REDIS KEYS",
+    blocks: &[
+        P("A lock named KEY, with prefix P (`--prefix`, default `rlock:`), uses:"),
+        Pre(
+            "P+KEY            string: the owner token, the lease as its expiry
+{P+KEY}:state    hash: fence counter, holder (host, pid, user,
+                 command, since), TTL, waiters' leases
+{P+KEY}:q        sorted set: waiting tokens, oldest first
+{P+KEY}:wake     pub/sub channel: a release wakes the next waiter",
+        ),
+        P(
+            "The lock itself is a plain `SET P+KEY token NX PX ttl`, so other clients that lock \
+             the same Redis key the same way exclude rlock and are excluded by it: `--prefix ''` \
+             makes the key KEY itself, to share a lock with redis-py's `Lock`, redsync or \
+             node-redlock. The {...} hash tag keeps the helper keys in the lock key's Redis \
+             Cluster slot. The state hash has no expiry, so that the fence never goes back: one \
+             small hash per lock name ever used. Waiters sleep on the wake channel until a \
+             release or the holder's expiry; a lost notification costs latency, never liveness.",
+        ),
+    ],
+};
+
+const SAFETY: Section = Section {
+    title: "SAFETY",
+    blocks: &[
+        P(
+            "What rlock promises, and what it cannot. Acquire is one atomic script, release and \
+             renew are owner-checked scripts, and retries are idempotent for the same token.",
+        ),
+        Item(
+            "TTL",
+            "A lock is a lease. While Redis keeps its data, two holders never overlap, and a \
+             holder that dies leaves the lock behind for at most `--ttl`. A holder that is only \
+             slow (stopped, swapping, a suspended VM) can outlive its lease without knowing it: \
+             `rlock exec` stops the command at its local deadline, but a process frozen across \
+             that deadline wakes up after someone else may have taken the lock. rlock measures \
+             time on the local monotonic clock and Redis expires keys by its own clock; the \
+             drift allowance covers ordinary rate differences, not a jump of the server's clock.",
+        ),
+        Item(
+            "Redis",
+            "Redis replicates asynchronously. If a master fails over, or restarts without \
+             persistence, before a grant reached a replica or the disk, the lock (and the fence \
+             counter) can be lost and a second holder can take it. Use `appendonly yes` with \
+             `appendfsync always` if that matters.",
+        ),
+        Item(
+            "Fencing",
+            "`RLOCK_FENCE` strictly increases with every grant on one Redis (Sentinel, Cluster: \
+             as long as a failover kept the data). It is the only protection against a paused or \
+             partitioned former holder, and only if the protected resource checks it.",
+        ),
+        Item(
+            "Redlock",
+            "With several `--url` (3, 5, ...), a lock needs a majority of independent masters \
+             within its validity time (TTL minus the time acquiring took minus the drift \
+             allowance), and partial grants are released. It survives the loss of a minority of \
+             masters, but it assumes bounded clock drift, network delay and process pauses, and \
+             its fence is not strictly increasing across master failures: treat `RLOCK_FENCE` as \
+             advisory there.",
+        ),
+    ],
+};
+
+const EXAMPLES: Section = Section {
+    title: "EXAMPLES",
+    blocks: &[Pre("# cron: skip this run if the last one is still going
+*/5 * * * * rlock exec -k sync -n -- /usr/local/bin/sync.sh
+
+# CI: one deploy at a time, waiting up to 15 minutes for the lock
+rlock exec -k deploy-prod -w 15m -- ./deploy.sh production
+
+# hold a lock across part of a shell script (not eval \"$(...)\" alone:
+# eval of nothing succeeds, so a failed acquire would go unnoticed)
+lock=$(rlock acquire --export -k jobs --ttl 5m) || exit
+eval \"$lock\"
+do_the_work
+rlock release -k jobs
+
+# is it locked?
+rlock inspect -q -k jobs && echo locked
+
+# who holds what
+rlock inspect")],
+};
+
+// ---------------------------------------------------------------------------------------------
+// The tests
+// ---------------------------------------------------------------------------------------------
+
+/// Compares the committed files with what they should hold (or, with RLOCK_REGENERATE=1, writes
+/// them), once per test run; returns the stale ones. The shell tests call it first, so that they
+/// load freshly regenerated files.
+fn sync_generated_files() -> &'static [String] {
+    static STALE_FILES: OnceLock<Vec<String>> = OnceLock::new();
+    STALE_FILES.get_or_init(|| {
+        let regenerate = std::env::var_os("RLOCK_REGENERATE").is_some_and(|v| v == "1");
+        let files = expected();
+        let mut stale = Vec::new();
+        for (rel, bytes) in &files {
+            let path = root().join(rel);
+            if fs::read(&path).ok().as_deref() == Some(bytes.as_slice()) {
+                continue;
+            }
+            if regenerate {
+                write_atomically(&path, bytes);
+            } else {
+                stale.push(rel.display().to_string());
+            }
+        }
+        // A page whose subcommand is gone is stale too.
+        let known: Vec<&Path> = files.iter().map(|(p, _)| p.as_path()).collect();
+        for entry in fs::read_dir(root().join("man"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let rel = Path::new("man").join(entry.file_name());
+            if rel.extension() == Some(OsStr::new("1")) && !known.contains(&rel.as_path()) {
+                if regenerate {
+                    fs::remove_file(entry.path()).unwrap();
+                } else {
+                    stale.push(format!("{} (no longer generated)", rel.display()));
+                }
+            }
+        }
+        stale
+    })
+}
+
+#[test]
+fn generated_files_are_up_to_date() {
+    let stale = sync_generated_files();
+    assert!(stale.is_empty(), "{STALE} (differ: {})", stale.join(", "));
+}
+
+/// Readers (the shell tests) never see a half-written file.
+fn write_atomically(path: &Path, bytes: &[u8]) {
+    let dir = path.parent().unwrap();
+    fs::create_dir_all(dir).unwrap();
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().unwrap().to_string_lossy()
+    ));
+    fs::write(&tmp, bytes).unwrap();
+    fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn every_subcommand_help_ends_with_an_example() {
+    for sub in command().get_subcommands() {
+        let after = sub
+            .get_after_help()
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        let examples = after.split_once("Examples:").map(|(_, e)| e.trim());
+        assert!(
+            examples.is_some_and(|e| e.contains("rlock ")),
+            "`rlock {} --help` must end with \"Examples:\" and at least one example",
+            sub.get_name()
+        );
+    }
+}
+
+/// Runs `script` in `shell` (with `args` before `-c`) from the crate root, with a scratch HOME,
+/// and returns its stdout; panics on failure, or with what to install when the shell is missing.
+fn run_shell(shell: &str, args: &[&str], script: &str) -> String {
+    sync_generated_files();
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(shell)
+        .args(args)
+        .arg("-c")
+        .arg(script)
+        .current_dir(root())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env("XDG_CACHE_HOME", home.path().join("cache"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                panic!("{shell} not found: install it with `apt-get install -y {shell}`")
+            }
+            panic!("cannot run {shell}: {e}")
+        });
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "{shell} failed ({}) on:\n{script}\n--- stdout\n{stdout}--- stderr\n{stderr}",
+        out.status
+    );
+    stdout
+}
+
+#[test]
+fn bash_completion_loads_and_completes() {
+    let out = run_shell(
+        "bash",
+        &["--norc", "--noprofile"],
+        "source completions/rlock.bash && complete -p rlock",
+    );
+    assert!(out.contains("rlock"), "no completion registered: {out}");
+
+    // What bash would do for `rlock acquire --<TAB>`.
+    let out = run_shell(
+        "bash",
+        &["--norc", "--noprofile"],
+        r#"source completions/rlock.bash
+COMP_WORDS=(rlock acquire --); COMP_CWORD=2
+COMP_LINE="rlock acquire --"; COMP_POINT=${#COMP_LINE}
+_rlock rlock -- acquire
+printf '%s\n' "${COMPREPLY[@]}""#,
+    );
+    let offered: Vec<&str> = out.lines().map(str::trim).collect();
+    for want in ["--key", "--ttl", "--wait", "--export", "--url"] {
+        assert!(
+            offered.contains(&want),
+            "`rlock acquire --<TAB>` does not offer {want}: {offered:?}"
+        );
+    }
+    let out = run_shell(
+        "bash",
+        &["--norc", "--noprofile"],
+        r#"source completions/rlock.bash
+COMP_WORDS=(rlock ex); COMP_CWORD=1; COMP_LINE="rlock ex"; COMP_POINT=${#COMP_LINE}
+_rlock rlock ex rlock
+printf '%s\n' "${COMPREPLY[@]}""#,
+    );
+    assert_eq!(
+        out.trim(),
+        "exec",
+        "`rlock ex<TAB>` should complete to exec"
+    );
+}
+
+#[test]
+fn zsh_completion_loads() {
+    let out = run_shell(
+        "zsh",
+        &["-f"],
+        "fpath=($PWD/completions $fpath)
+autoload -Uz compinit && compinit -u -D
+autoload -Uz +X _rlock
+print -r -- $_comps[rlock]
+(( $+functions[_rlock] )) && print loaded",
+    );
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["_rlock", "loaded"],
+        "compinit did not pick up completions/_rlock for rlock"
+    );
+    // The file parses as zsh.
+    run_shell("zsh", &["-f"], "zsh -n completions/_rlock");
+}
+
+#[test]
+fn fish_completion_loads_and_completes() {
+    let out = run_shell(
+        "fish",
+        &["--no-config"],
+        r#"source completions/rlock.fish; complete -C "rlock ex""#,
+    );
+    assert!(
+        out.lines().any(|l| l.split('\t').next() == Some("exec")),
+        "`rlock ex<TAB>` in fish does not offer exec: {out}"
+    );
+    let out = run_shell(
+        "fish",
+        &["--no-config"],
+        r#"source completions/rlock.fish; complete -C "rlock acquire --""#,
+    );
+    assert!(
+        out.lines().any(|l| l.split('\t').next() == Some("--key")),
+        "`rlock acquire --<TAB>` in fish does not offer --key: {out}"
+    );
+}
