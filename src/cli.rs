@@ -10,8 +10,8 @@ const AFTER_HELP: &str = "\
 Examples:
   rlock exec -k nightly -- ./cron.sh             run under the lock, renewing it meanwhile
   rlock exec -k deploy -w 10m -- make deploy      wait up to 10 minutes for the lock
-  eval \"$(rlock acquire --export -k jobs)\"        take it in a shell script ...
-  rlock release -k jobs                           ... and give it back ($RLOCK_TOKEN)
+    lock=$(rlock acquire --export -k jobs) && eval \"$lock\"   take it in a script ...
+    rlock release -k jobs                                  ... and give it back
   rlock inspect                                   list every lock and who holds it
 
 Exit codes: 0 ok, 1 inspect: not held, 2 usage, 65 not a lock, 69 Redis unavailable,
@@ -20,7 +20,7 @@ Exit codes: 0 ok, 1 inspect: not held, 2 usage, 65 not a lock, 69 Redis unavaila
 
 /// A Redis-backed distributed lock for shell scripts, cron jobs and CI pipelines.
 ///
-/// rlock takes a lock in Redis with `SET key token NX PX ttl`, and releases and renews it only
+/// rlock takes a lock in Redis with SET key token NX PX ttl, and releases and renews it only
 /// while its owner token still holds it. `rlock exec` runs a command under the lock, renews the
 /// lock in the background, and stops the command before the lock can expire if Redis stops
 /// answering.
@@ -36,9 +36,10 @@ pub struct Cli {
 
 /// Options every subcommand accepts, before or after the subcommand's name.
 #[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock
-    /// quorum over independent masters.
+    /// quorum over independent masters; RLOCK_URL takes them comma-separated.
     #[arg(
         short,
         long = "url",
@@ -51,7 +52,13 @@ pub struct Global {
     pub urls: Vec<String>,
 
     /// The URLs are Redis Cluster seed nodes.
-    #[arg(long, env = "RLOCK_CLUSTER", global = true)]
+    #[arg(
+        long,
+        env = "RLOCK_CLUSTER",
+        global = true,
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub cluster: bool,
 
     /// The URLs are Sentinels; lock on the master they call NAME.
@@ -114,12 +121,13 @@ Prints the owner token; `release` and `renew` need it (--token or $RLOCK_TOKEN).
 
 Examples:
   token=$(rlock acquire -k jobs --ttl 5m -n) || exit
-  eval \"$(rlock acquire --export -k jobs)\"; ...; rlock release -k jobs")]
+    lock=$(rlock acquire --export -k jobs) || exit; eval \"$lock\"; ...; rlock release -k jobs")]
     Acquire(AcquireArgs),
 
     /// Give the lock back, if the token still owns it (or break it with --force).
     #[command(after_help = "\
-Releasing a lock the same token already released succeeds again (retries are safe).
+Releasing a lock the same token already released succeeds again (retries are safe);
+releasing one that expired or was broken exits 77.
 
 Examples:
   rlock release -k jobs --token \"$token\"
@@ -244,7 +252,7 @@ pub struct InspectArgs {
     #[arg(short, long = "key", value_name = "KEY", value_parser = non_empty("key"))]
     pub keys: Vec<String>,
 
-    /// One JSON object per lock, in a JSON array.
+    /// Print JSON: one object for a single -k, an array of objects otherwise.
     #[arg(long)]
     pub json: bool,
 }

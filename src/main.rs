@@ -3,12 +3,24 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = rlock::cli::Cli::parse();
+    let cli = match rlock::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // One line, as for every other failure: clap's first line, without its "error: ".
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid usage");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("rlock: {first} (see 'rlock --help')");
+            return ExitCode::from(rlock::exit::Code::Usage as u8);
+        }
+    };
     match rlock::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
             let code = rlock::exit::code_of(&err);
-            if !rlock::exit::is_broken_pipe(&err) {
+            // A failure that exits 0 (a closed pipe, a busy lock with -E 0) says nothing.
+            if code != 0 {
                 // One line: what happened and, where it helps, what to do.
                 let msg = format!("{err:#}").replace('\n', " ");
                 eprintln!("rlock: {msg}");

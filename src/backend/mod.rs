@@ -4,6 +4,8 @@
 //! connection to subscribe to wake-ups on. Everything else (what the scripts say, quorum logic)
 //! lives in `crate::lock`.
 
+mod cluster;
+mod sentinel;
 mod single;
 
 use std::fmt;
@@ -14,6 +16,8 @@ use redis::{ConnectionInfo, IntoConnectionInfo, RedisError};
 
 use crate::exit::Failure;
 
+pub use cluster::Cluster;
+pub use sentinel::Sentinel;
 pub use single::Single;
 
 /// One Lua script, known by its source and its SHA1.
@@ -79,6 +83,8 @@ impl NodeError {
             || matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
             || text.contains("NOPERM")
             || text.contains("WRONGPASS")
+            // Before AUTH, Redis refuses commands of more than 10 arguments this way.
+            || text.contains("unauthenticated")
         {
             ErrorKind::Auth
         } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
@@ -97,10 +103,16 @@ impl NodeError {
         } else {
             ErrorKind::Other
         };
+        let detail = if kind == ErrorKind::Timeout {
+            // The OS says "Resource temporarily unavailable" for a read that timed out.
+            "timed out: no reply within the timeout (--op-timeout)".to_string()
+        } else {
+            redact_text(&text)
+        };
         NodeError {
             kind,
             node: node.to_string(),
-            detail: redact_text(&text),
+            detail,
         }
     }
 
@@ -230,36 +242,120 @@ impl Settings {
         Ok(info.set_redis_settings(settings))
     }
 
-    /// Opens the deployment the options describe.
-    pub fn connect(&self) -> Result<Box<dyn Node>, Failure> {
+    /// Opens the deployment the options describe: one node for a single Redis, a Cluster or
+    /// a Sentinel-watched master; one node per master for Redlock.
+    pub fn connect(&self) -> Result<Vec<Box<dyn Node>>, Failure> {
         if self.urls.is_empty() {
             return Err(Failure::Usage("no --url given".into()));
         }
-        if self.cluster || self.sentinel.is_some() {
-            return Err(Failure::Config(
-                "--cluster and --sentinel are not supported by this build yet".into(),
+        if self.cluster && self.sentinel.is_some() {
+            return Err(Failure::Usage(
+                "--cluster and --sentinel cannot be used together".into(),
             ));
         }
-        if self.urls.len() > 1 {
-            return Err(Failure::Config(
-                "several --url (Redlock) are not supported by this build yet".into(),
-            ));
+        self.check_tls_options()?;
+        if self.cluster {
+            return Ok(vec![Box::new(Cluster::new(self)?)]);
         }
-        let url = &self.urls[0];
-        Ok(Box::new(Single::new(self.client(url)?, redact(url))))
-    }
-
-    fn client(&self, url: &str) -> Result<redis::Client, Failure> {
-        let info = self.connection_info(url)?;
-        if url.starts_with("rediss://") {
-            return Err(Failure::Config(format!(
-                "TLS (rediss://) is not supported by this build yet: '{}'",
-                redact(url)
+        if let Some(name) = &self.sentinel {
+            return Ok(vec![Box::new(Sentinel::new(self, name)?)]);
+        }
+        let n = self.urls.len();
+        if n > 1 && (n < 3 || n.is_multiple_of(2)) {
+            return Err(Failure::Usage(format!(
+                "Redlock needs an odd number of independent masters (3, 5, ...), got {n} --url"
             )));
         }
-        redis::Client::open(info)
-            .map_err(|e| Failure::Config(format!("malformed URL '{}': {e}", redact(url))))
+        self.urls
+            .iter()
+            .map(|url| Ok(Box::new(Single::new(self.client(url)?, redact(url))) as Box<dyn Node>))
+            .collect()
     }
+
+    fn check_tls_options(&self) -> Result<(), Failure> {
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            return Err(Failure::Config(
+                "--tls-cert and --tls-key go together: give both or neither".into(),
+            ));
+        }
+        let any = self.tls.ca.is_some() || self.tls.cert.is_some();
+        if any && !self.urls.iter().any(|u| u.starts_with("rediss://")) {
+            return Err(Failure::Config(
+                "--tls-ca/--tls-cert/--tls-key apply to rediss:// URLs, and no --url is rediss://"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The certificates of --tls-ca, --tls-cert and --tls-key, if any were given.
+    pub fn tls_certificates(&self) -> Result<Option<redis::TlsCertificates>, Failure> {
+        let read = |what: &str, path: &Path| {
+            std::fs::read(path).map_err(|e| {
+                Failure::Config(format!("cannot read {what} '{}': {e}", path.display()))
+            })
+        };
+        let root_cert = match &self.tls.ca {
+            Some(p) => Some(read("--tls-ca", p)?),
+            None => None,
+        };
+        let client_tls = match (&self.tls.cert, &self.tls.key) {
+            (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
+                client_cert: read("--tls-cert", c)?,
+                client_key: read("--tls-key", k)?,
+            }),
+            _ => None,
+        };
+        if root_cert.is_none() && client_tls.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
+    }
+
+    /// A client for one URL, with the fallback password and the TLS material applied.
+    pub fn client(&self, url: &str) -> Result<redis::Client, Failure> {
+        let info = self.connection_info(url)?;
+        let bad = |e: redis::RedisError| {
+            Failure::Config(format!(
+                "cannot use '{}': {}",
+                redact(url),
+                redact_text(&e.to_string())
+            ))
+        };
+        if url.starts_with("rediss://")
+            && let Some(certs) = self.tls_certificates()?
+        {
+            return redis::Client::build_with_tls(info, certs).map_err(bad);
+        }
+        redis::Client::open(info).map_err(bad)
+    }
+}
+
+/// `url` with its host and port replaced (scheme, credentials, database and options kept).
+pub fn with_addr(url: &str, host: &str, port: u16) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest_start = scheme_end + 3;
+    let authority_end = url[rest_start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| rest_start + i);
+    let host_start = url[rest_start..authority_end]
+        .rfind('@')
+        .map_or(rest_start, |i| rest_start + i + 1);
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    format!(
+        "{}{host}:{port}{}",
+        &url[..host_start],
+        &url[authority_end..]
+    )
 }
 
 /// A URL with its password replaced by `***`, fit for any message.
@@ -323,6 +419,11 @@ mod tests {
         assert_eq!(redact("redis://u:s3cret@h:1"), "redis://u:***@h:1");
         assert_eq!(redact("rediss://s3cret@h"), "rediss://***@h");
         assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(
+            with_addr("rediss://u:p@seed:1/0?x=1", "10.0.0.2", 7001),
+            "rediss://u:p@10.0.0.2:7001/0?x=1"
+        );
+        assert_eq!(with_addr("redis://seed", "::1", 7), "redis://[::1]:7");
         assert_eq!(
             redact("unix:///tmp/r.sock?db=1&pass=s3cret"),
             "unix:///tmp/r.sock?db=1&pass=***"

@@ -42,6 +42,22 @@ impl Single {
     }
 }
 
+impl Single {
+    /// What the server says it is (ROLE): "master", "slave" or "sentinel".
+    pub fn role(&self, timeout: Duration) -> Result<String, NodeError> {
+        let mut conn = self.open(timeout)?;
+        let _ = conn.set_read_timeout(Some(timeout));
+        let reply: Vec<Value> = redis::cmd("ROLE")
+            .query(&mut conn)
+            .map_err(|e| self.err(&e))?;
+        match reply.first() {
+            Some(Value::BulkString(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
+            Some(Value::SimpleString(s)) => Ok(s.clone()),
+            other => Ok(format!("{other:?}")),
+        }
+    }
+}
+
 /// EVALSHA, and EVAL when the server has no copy of the script (SCRIPT FLUSH, a restart, a
 /// failover): one round trip in the common case, never a wrong answer.
 pub(crate) fn run_script(

@@ -40,9 +40,18 @@ impl Context {
     }
 
     pub fn locker(&self) -> Result<Locker, Failure> {
-        let node = self.settings.connect()?;
-        self.say(format_args!("using {}", node.name()));
-        Ok(Locker::new(node, self.settings.op_timeout))
+        let nodes = self.settings.connect()?;
+        for node in &nodes {
+            self.say(format_args!("using {}", node.name()));
+        }
+        if nodes.len() > 1 {
+            self.say(format_args!(
+                "Redlock over {} masters: a majority of {} must agree",
+                nodes.len(),
+                nodes.len() / 2 + 1
+            ));
+        }
+        Ok(Locker::new(nodes, self.settings.op_timeout))
     }
 
     /// A diagnostic line on stderr, with --verbose only.

@@ -21,6 +21,7 @@ if released or (was_first and redis.call("EXISTS", lock) == 0) then
   while true do
     local head = redis.call("ZRANGE", queue, 0, 0)[1]
     if not head then
+      redis.call("PUBLISH", channel, "*")
       break
     end
     local until_ms = tonumber(redis.call("HGET", state, "w:" .. head)) or 0

@@ -6,7 +6,8 @@
 //! - `{PREFIX+KEY}:state`, a hash: the fencing counter, who holds the lock (host, pid, user,
 //!   command, since), its TTL, and the leases of waiting rlock processes;
 //! - `{PREFIX+KEY}:q`, a sorted set of waiting tokens, oldest first (deleted when empty);
-//! - `{PREFIX+KEY}:wake`, a pub/sub channel on which a release names the next waiter.
+//! - `{PREFIX+KEY}:wake`, a pub/sub channel on which a release names the next waiter (or `*`,
+//!   anyone, when no rlock process waits in line).
 //!
 //! The `{…}` hash tag puts them all in one Redis Cluster slot with the lock key.
 
@@ -26,6 +27,7 @@ static RELEASE: Script = Script::new("release", include_str!("release.lua"));
 static RENEW: Script = Script::new("renew", include_str!("renew.lua"));
 static LEAVE: Script = Script::new("leave", include_str!("leave.lua"));
 static INSPECT: Script = Script::new("inspect", include_str!("inspect.lua"));
+static FENCE: Script = Script::new("fence", include_str!("fence.lua"));
 
 /// How long a waiter keeps its place in line without renewing it, and how often it renews it.
 /// A waiter that dies holds up the line for at most `WAITER_LEASE`.
@@ -74,9 +76,16 @@ impl LockKey {
         [&self.redis_key, &self.state, &self.queue]
     }
 
-    /// True for rlock's own helper keys, which a listing must not show as locks.
+    /// True for rlock's own helper keys, which a listing must not show as locks: `{K}:state`
+    /// and `{K}:q`, or `K:state` and `K:q` for a K with a hash tag of its own.
     pub fn is_helper(redis_key: &str) -> bool {
-        redis_key.starts_with('{') && (redis_key.ends_with("}:state") || redis_key.ends_with("}:q"))
+        let Some(base) = redis_key
+            .strip_suffix(":state")
+            .or_else(|| redis_key.strip_suffix(":q"))
+        else {
+            return false;
+        };
+        (base.starts_with('{') && base.ends_with('}')) || hash_tag(base).is_some()
     }
 }
 
@@ -227,37 +236,80 @@ impl LockInfo {
     }
 }
 
-/// The lock operations on one deployment.
+/// The lock operations on one deployment: one logical Redis (single, Cluster, Sentinel), or a
+/// Redlock quorum of independent masters.
 pub struct Locker {
-    node: Box<dyn Node>,
+    nodes: Vec<Box<dyn Node>>,
     op_timeout: Duration,
 }
 
-impl Locker {
-    pub fn new(node: Box<dyn Node>, op_timeout: Duration) -> Self {
-        Locker { node, op_timeout }
-    }
+/// What one node said to an acquire.
+type NodeAttempt = Result<Attempt, NodeError>;
 
-    pub fn node(&self) -> &dyn Node {
-        self.node.as_ref()
+impl Locker {
+    pub fn new(nodes: Vec<Box<dyn Node>>, op_timeout: Duration) -> Self {
+        assert!(!nodes.is_empty(), "a Locker needs at least one node");
+        Locker { nodes, op_timeout }
     }
 
     pub fn op_timeout(&self) -> Duration {
         self.op_timeout
     }
 
-    fn eval(
-        &self,
-        script: &Script,
-        key: &LockKey,
-        args: &[&str],
-        timeout: Duration,
-    ) -> Result<Vec<Value>, NodeError> {
-        let reply = self.node.eval(script, &key.keys(), args, timeout)?;
-        match reply {
-            Value::Array(items) => Ok(items),
-            other => Ok(vec![other]),
+    /// True in Redlock mode (several independent masters).
+    pub fn is_quorum(&self) -> bool {
+        self.nodes.len() > 1
+    }
+
+    /// How many nodes make a majority.
+    fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// The timeout of one request: --op-timeout, and in Redlock mode also well under the TTL,
+    /// so that one dead node cannot use up the validity of a grant.
+    pub fn node_timeout(&self, ttl: Duration) -> Duration {
+        if self.is_quorum() {
+            self.op_timeout.min(ttl / 10).max(Duration::from_millis(5))
+        } else {
+            self.op_timeout
         }
+    }
+
+    /// Runs `f` on every node, in parallel when there are several.
+    fn on_all<T: Send>(&self, f: impl Fn(&dyn Node) -> T + Sync) -> Vec<T> {
+        if self.nodes.len() == 1 {
+            return vec![f(self.nodes[0].as_ref())];
+        }
+        let f = &f;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .nodes
+                .iter()
+                .map(|n| s.spawn(move || f(n.as_ref())))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a node worker panicked"))
+                .collect()
+        })
+    }
+
+    /// Connections subscribed to the lock's wake channel: one per node that answers (in
+    /// parallel, each within --op-timeout).
+    pub fn subscribers(&self, key: &LockKey) -> Vec<redis::Connection> {
+        self.on_all(|n| {
+            let mut conn = n.subscriber(&key.redis_key, self.op_timeout).ok()?;
+            let mut pubsub = conn.as_pubsub();
+            let subscribed = pubsub.subscribe(&key.channel).is_ok();
+            // Dropping a PubSub sends UNSUBSCRIBE and waits for the answer; the connection is
+            // closed instead when the wait is over, which unsubscribes for free.
+            std::mem::forget(pubsub);
+            subscribed.then_some(conn)
+        })
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     fn attempt(
@@ -271,10 +323,13 @@ impl Locker {
         let ttl_ms = ttl.as_millis().max(1).to_string();
         let lease = WAITER_LEASE.as_millis().to_string();
         let pid = who.pid.to_string();
+        // A Redlock waiter does not queue: queues on independent masters could disagree on
+        // who is first. It waits for the release's "anyone" wake-up instead.
+        let join = join_queue && !self.is_quorum();
         let args = [
             token,
             &ttl_ms,
-            if join_queue { "1" } else { "0" },
+            if join { "1" } else { "0" },
             &lease,
             &key.channel,
             &who.host,
@@ -282,93 +337,197 @@ impl Locker {
             &who.user,
             &who.command,
         ];
+        let timeout = self.node_timeout(ttl);
         let sent = Instant::now();
-        let reply = match self.eval(&ACQUIRE, key, &args, self.op_timeout) {
-            Ok(r) => r,
-            Err(e) => {
-                if e.kind == ErrorKind::Timeout {
-                    // The grant may have happened with the reply lost: give it back so it does
-                    // not sit out its whole TTL.
-                    let _ = self.leave(key, token);
-                }
-                return Err(e.into_failure(&key.name));
+        let results = self.on_all(|n| attempt_on(n, key, &args, timeout, sent));
+        if !self.is_quorum() {
+            let result = results.into_iter().next().expect("one node");
+            if let Err(e) = &result
+                && e.kind == ErrorKind::Timeout
+            {
+                // The grant may have happened with the reply lost: give it back so it does not
+                // sit out its whole TTL.
+                let _ = self.leave(key, token);
             }
-        };
-        match text(&reply, 0).as_deref() {
-            Some("ok") => Ok(Attempt::Granted {
-                fence: int(&reply, 1).unwrap_or(0),
-                ttl_ms: int(&reply, 2).unwrap_or(0),
-                sent,
-            }),
-            Some("busy") => Ok(Attempt::Busy {
-                pttl: int(&reply, 1).unwrap_or(-2),
-                now_ms: int(&reply, 2).unwrap_or(0),
-                holder: holder_at(&reply, 3),
-            }),
-            Some("queued") => Ok(Attempt::Queued {
-                wait_ms: int(&reply, 1).unwrap_or(0),
-            }),
-            Some("wrongtype") => Err(not_a_lock(key, &reply)),
-            _ => Err(unexpected(key, "acquire", &reply)),
+            return result.map_err(|e| e.into_failure(&key.name));
         }
+        self.combine_attempts(key, token, ttl, sent, results)
+    }
+
+    /// Redlock: a grant needs a majority of nodes *and* time left of the TTL after the
+    /// round trip (validity = TTL − elapsed − drift). Anything less is given back on every
+    /// node, including those that did not answer.
+    fn combine_attempts(
+        &self,
+        key: &LockKey,
+        token: &str,
+        ttl: Duration,
+        sent: Instant,
+        results: Vec<NodeAttempt>,
+    ) -> Result<Attempt, Failure> {
+        let n = self.nodes.len();
+        let timeout = self.node_timeout(ttl);
+        let fences: Vec<i64> = results
+            .iter()
+            .filter_map(|r| match r {
+                Ok(Attempt::Granted { fence, .. }) => Some(*fence),
+                _ => None,
+            })
+            .collect();
+        let elapsed = sent.elapsed();
+        let validity = ttl
+            .checked_sub(elapsed)
+            .and_then(|v| v.checked_sub(crate::watchdog::drift(ttl)));
+        if fences.len() >= self.quorum()
+            && let Some(validity) = validity
+        {
+            let fence = fences.iter().copied().max().unwrap_or(0);
+            // Keep the nodes' counters in step, so that the next grant's fence (the highest
+            // counter of its majority, which overlaps this one) is higher than this one.
+            // Only on the nodes that granted: they just answered.
+            let floor = fence.to_string();
+            std::thread::scope(|s| {
+                for (node, result) in self.nodes.iter().zip(&results) {
+                    if let Ok(Attempt::Granted { .. }) = result {
+                        let (floor, keys) = (&floor, key.keys());
+                        s.spawn(move || node.eval(&FENCE, &keys, &[token, floor], timeout));
+                    }
+                }
+            });
+            return Ok(Attempt::Granted {
+                fence,
+                ttl_ms: validity.as_millis() as i64,
+                sent,
+            });
+        }
+        // No grant: give back what was granted, everywhere, each node within its timeout.
+        self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], timeout));
+
+        let mut busy: Option<Attempt> = None;
+        let mut errors: Vec<NodeError> = Vec::new();
+        for r in results {
+            match r {
+                Ok(a @ Attempt::Busy { .. }) => {
+                    let shorter = match (&busy, &a) {
+                        (Some(Attempt::Busy { pttl: old, .. }), Attempt::Busy { pttl, .. }) => {
+                            *pttl >= 0 && (*old < 0 || pttl < old)
+                        }
+                        _ => true,
+                    };
+                    if shorter {
+                        busy = Some(a);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => errors.push(e),
+            }
+        }
+        if let Some(e) = errors.iter().find(|e| e.kind == ErrorKind::WrongType) {
+            return Err(e.clone().into_failure(&key.name));
+        }
+        if errors.len() > n - self.quorum() {
+            return Err(no_quorum(key, n, &errors));
+        }
+        Ok(busy.unwrap_or(Attempt::Busy {
+            // Granted by a majority but too slowly: try again soon.
+            pttl: 0,
+            now_ms: 0,
+            holder: Holder::default(),
+        }))
     }
 
     /// Leaves the wait queue, giving back a grant that raced with giving up. Best effort.
     pub fn leave(&self, key: &LockKey, token: &str) -> Result<(), Failure> {
-        self.eval(&LEAVE, key, &[token, &key.channel], self.op_timeout)
-            .map(|_| ())
-            .map_err(|e| e.into_failure(&key.name))
+        let results =
+            self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], self.op_timeout));
+        match results.into_iter().find_map(Result::err) {
+            Some(e) if !self.is_quorum() => Err(e.into_failure(&key.name)),
+            _ => Ok(()),
+        }
     }
 
     /// Releases the lock if `token` owns it. A retried release of the same token succeeds.
     pub fn release(&self, key: &LockKey, token: &str) -> Result<Released, Failure> {
-        let reply = self
-            .eval(&RELEASE, key, &[token, &key.channel, "0"], self.op_timeout)
-            .map_err(|e| e.into_failure(&key.name))?;
-        match text(&reply, 0).as_deref() {
-            Some("released" | "already") => Ok(Released::Done),
-            Some("expired") => Err(Failure::NotPermitted(format!(
-                "lock '{}' is not held by this token: it expired or was broken before the release; nothing was changed",
-                key.name
-            ))),
-            Some("other") => Err(Failure::NotPermitted(format!(
+        let results = self.on_all(|n| {
+            let reply = eval_on(
+                n,
+                &RELEASE,
+                key,
+                &[token, &key.channel, "0"],
+                self.op_timeout,
+            )?;
+            match text(&reply, 0).as_deref() {
+                Some(s @ ("released" | "already" | "expired" | "other")) => Ok(s.to_string()),
+                Some("wrongtype") => Err(wrong_type(n, &reply)),
+                _ => Err(unexpected_on(n, "release", &reply)),
+            }
+        });
+        let said = |what: &str| {
+            results
+                .iter()
+                .filter(|r| matches!(r, Ok(s) if s == what))
+                .count()
+        };
+        if said("released") + said("already") > 0 {
+            return Ok(Released::Done);
+        }
+        if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
+            let answered = results.iter().filter(|r| r.is_ok()).count();
+            if e.kind == ErrorKind::WrongType || answered == 0 || !self.is_quorum() {
+                return Err(e.clone().into_failure(&key.name));
+            }
+        }
+        if said("other") > 0 {
+            return Err(Failure::NotPermitted(format!(
                 "lock '{}' is held by another owner, not by this token; nothing was changed (use --force to break it)",
                 key.name
-            ))),
-            Some("wrongtype") => Err(not_a_lock(key, &reply)),
-            _ => Err(unexpected(key, "release", &reply)),
+            )));
         }
+        Err(Failure::NotPermitted(format!(
+            "lock '{}' is not held by this token: it expired or was broken before the release; nothing was changed",
+            key.name
+        )))
     }
 
     /// Breaks the lock whoever holds it.
     pub fn force_release(&self, key: &LockKey) -> Result<Released, Failure> {
-        let reply = self
-            .eval(&RELEASE, key, &["", &key.channel, "1"], self.op_timeout)
-            .map_err(|e| e.into_failure(&key.name))?;
-        match text(&reply, 0).as_deref() {
-            Some("free") => Ok(Released::Broken(None)),
-            Some("broken") => {
-                let kind = text(&reply, 1).unwrap_or_default();
-                let holder = holder_at(&reply, 4);
-                let now = int(&reply, 9).unwrap_or(0);
-                let who = if holder.host.is_some() {
-                    holder.describe(now)
-                } else if kind == "hash" {
-                    "another client (a hash, e.g. Redisson)".into()
-                } else {
-                    format!(
-                        "another client (token {})",
-                        text(&reply, 3).unwrap_or_default()
-                    )
-                };
-                Ok(Released::Broken(Some(who)))
+        let results = self.on_all(|n| {
+            let reply = eval_on(n, &RELEASE, key, &["", &key.channel, "1"], self.op_timeout)?;
+            match text(&reply, 0).as_deref() {
+                Some("free") => Ok(None),
+                Some("broken") => {
+                    let kind = text(&reply, 1).unwrap_or_default();
+                    let holder = holder_at(&reply, 4);
+                    let now = int(&reply, 9).unwrap_or(0);
+                    Ok(Some(if holder.host.is_some() {
+                        holder.describe(now)
+                    } else if kind == "hash" {
+                        "another client (a hash, e.g. Redisson)".into()
+                    } else {
+                        format!(
+                            "another client (token {})",
+                            text(&reply, 3).unwrap_or_default()
+                        )
+                    }))
+                }
+                Some("wrongtype") => Err(wrong_type(n, &reply)),
+                _ => Err(unexpected_on(n, "release", &reply)),
             }
-            Some("wrongtype") => Err(not_a_lock(key, &reply)),
-            _ => Err(unexpected(key, "release", &reply)),
+        });
+        if let Some(who) = results
+            .iter()
+            .find_map(|r| r.as_ref().ok().cloned().flatten())
+        {
+            return Ok(Released::Broken(Some(who)));
+        }
+        match results.into_iter().find_map(Result::err) {
+            Some(e) => Err(e.into_failure(&key.name)),
+            None => Ok(Released::Broken(None)),
         }
     }
 
-    /// Extends the lock if `token` owns it; `ttl` None keeps the TTL it was given.
+    /// Extends the lock if `token` owns it; `ttl` None keeps the TTL it was given. In Redlock
+    /// mode a majority must renew; the lock is lost once a majority can no longer renew it.
     pub fn renew(
         &self,
         key: &LockKey,
@@ -379,52 +538,119 @@ impl Locker {
         let ttl_ms = ttl
             .map(|t| t.as_millis().max(1).to_string())
             .unwrap_or_default();
-        let reply = self.eval(&RENEW, key, &[token, &ttl_ms], timeout)?;
-        match text(&reply, 0).as_deref() {
-            Some("renewed") => Ok(Renewed::Yes(Duration::from_millis(
-                int(&reply, 1).unwrap_or(0).max(0) as u64,
-            ))),
-            Some("free") => Ok(Renewed::NotOwner("it expired or was deleted")),
-            Some("other") => Ok(Renewed::NotOwner("another owner holds it")),
-            Some("wrongtype") => Err(NodeError {
-                kind: ErrorKind::WrongType,
-                node: self.node.name().into(),
-                detail: format!("it is a {}", text(&reply, 1).unwrap_or_default()),
-            }),
-            _ => Err(NodeError {
-                kind: ErrorKind::Other,
-                node: self.node.name().into(),
-                detail: format!("unexpected reply to renew: {reply:?}"),
-            }),
+        let timeout = ttl.map_or(timeout, |t| timeout.min(self.node_timeout(t)));
+        let results = self.on_all(|n| {
+            let reply = eval_on(n, &RENEW, key, &[token, &ttl_ms], timeout)?;
+            match text(&reply, 0).as_deref() {
+                Some("renewed") => Ok(Renewed::Yes(Duration::from_millis(
+                    int(&reply, 1).unwrap_or(0).max(0) as u64,
+                ))),
+                Some("free") => Ok(Renewed::NotOwner("it expired or was deleted")),
+                Some("other") => Ok(Renewed::NotOwner("another owner holds it")),
+                Some("wrongtype") => Err(wrong_type(n, &reply)),
+                _ => Err(unexpected_on(n, "renew", &reply)),
+            }
+        });
+        if !self.is_quorum() {
+            return results.into_iter().next().expect("one node");
         }
+        let n = self.nodes.len();
+        let renewed: Vec<Duration> = results
+            .iter()
+            .filter_map(|r| match r {
+                Ok(Renewed::Yes(d)) => Some(*d),
+                _ => None,
+            })
+            .collect();
+        if renewed.len() >= self.quorum() {
+            return Ok(Renewed::Yes(renewed.into_iter().min().unwrap_or_default()));
+        }
+        let not_owner = results
+            .iter()
+            .filter(|r| {
+                matches!(r, Ok(Renewed::NotOwner(_)))
+                    || matches!(r, Err(e) if e.kind == ErrorKind::WrongType)
+            })
+            .count();
+        if n - not_owner < self.quorum() {
+            return Ok(Renewed::NotOwner(
+                "a majority of the Redlock nodes no longer hold it",
+            ));
+        }
+        Err(results
+            .into_iter()
+            .find_map(Result::err)
+            .unwrap_or_else(|| NodeError {
+                kind: ErrorKind::Timeout,
+                node: "Redlock".into(),
+                detail: "too few nodes renewed in time".into(),
+            }))
     }
 
-    /// Reads one lock.
+    /// Reads one lock. In Redlock mode it is held when a majority holds the same token.
     pub fn inspect(&self, key: &LockKey) -> Result<LockInfo, Failure> {
-        let r = self
-            .eval(&INSPECT, key, &[], self.op_timeout)
-            .map_err(|e| e.into_failure(&key.name))?;
-        Ok(LockInfo {
-            name: key.name.clone(),
-            redis_key: key.redis_key.clone(),
-            kind: text(&r, 0).unwrap_or_else(|| "none".into()),
-            pttl: int(&r, 1).unwrap_or(-2),
-            now_ms: int(&r, 2).unwrap_or(0),
-            token: text(&r, 3),
-            fence: int(&r, 4),
-            holder: holder_at(&r, 5),
-            ttl_ms: int(&r, 10),
-            waiters: int(&r, 11).unwrap_or(0),
-        })
+        let results = self.on_all(|n| {
+            eval_on(n, &INSPECT, key, &[], self.op_timeout).map(|r| lock_info(key, &r))
+        });
+        if !self.is_quorum() {
+            let result = results.into_iter().next().expect("one node");
+            return result.map_err(|e| e.into_failure(&key.name));
+        }
+        let infos: Vec<LockInfo> = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok().cloned())
+            .collect();
+        if infos.len() < self.quorum() {
+            let errors: Vec<NodeError> = results.into_iter().filter_map(Result::err).collect();
+            return Err(no_quorum(key, self.nodes.len(), &errors));
+        }
+        for info in &infos {
+            if !info.held() {
+                continue;
+            }
+            let same: Vec<&LockInfo> = infos
+                .iter()
+                .filter(|i| i.kind == info.kind && i.token == info.token)
+                .collect();
+            if same.len() >= self.quorum() {
+                let mut out = info.clone();
+                out.fence = same.iter().filter_map(|i| i.fence).max();
+                out.pttl = same.iter().map(|i| i.pttl).min().unwrap_or(info.pttl);
+                return Ok(out);
+            }
+        }
+        let mut free = infos.into_iter().next().expect("a majority answered");
+        free.kind = "none".into();
+        free.pttl = -2;
+        free.token = None;
+        free.holder = Holder::default();
+        Ok(free)
     }
 
     /// Every lock under `prefix` (SCAN, never KEYS), rlock's helper keys left out.
     pub fn list(&self, prefix: &str) -> Result<Vec<LockInfo>, Failure> {
         let pattern = format!("{}*", glob_escape(prefix));
-        let keys = self
-            .node
-            .scan(&pattern, self.op_timeout)
-            .map_err(|e| e.into_failure(&format!("{prefix}*")))?;
+        let results = self.on_all(|n| n.scan(&pattern, self.op_timeout));
+        let mut keys: Vec<String> = Vec::new();
+        let mut errors = Vec::new();
+        for r in results {
+            match r {
+                Ok(k) => keys.extend(k),
+                Err(e) => errors.push(e),
+            }
+        }
+        if !errors.is_empty()
+            && (!self.is_quorum() || errors.len() > self.nodes.len() - self.quorum())
+        {
+            let what = format!("{prefix}*");
+            return Err(if self.is_quorum() {
+                no_quorum(&LockKey::new(prefix, "*")?, self.nodes.len(), &errors)
+            } else {
+                errors.remove(0).into_failure(&what)
+            });
+        }
+        keys.sort();
+        keys.dedup();
         let mut out = Vec::new();
         for redis_key in keys {
             if LockKey::is_helper(&redis_key) {
@@ -435,7 +661,12 @@ impl Locker {
                 continue;
             };
             let info = self.inspect(&key)?;
-            if info.held() {
+            // With no prefix every key of the database matches: show only what looks like a
+            // lock (rlock's, or a string or hash that expires).
+            let lock_like = !prefix.is_empty()
+                || info.ours()
+                || (matches!(info.kind.as_str(), "string" | "hash") && info.pttl >= 0);
+            if info.held() && lock_like {
                 out.push(info);
             }
         }
@@ -458,6 +689,97 @@ impl Locker {
     }
 }
 
+/// Runs a script on one node; the reply as a list.
+fn eval_on(
+    node: &dyn Node,
+    script: &Script,
+    key: &LockKey,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<Vec<Value>, NodeError> {
+    match node.eval(script, &key.keys(), args, timeout)? {
+        Value::Array(items) => Ok(items),
+        other => Ok(vec![other]),
+    }
+}
+
+fn attempt_on(
+    node: &dyn Node,
+    key: &LockKey,
+    args: &[&str],
+    timeout: Duration,
+    sent: Instant,
+) -> NodeAttempt {
+    let reply = eval_on(node, &ACQUIRE, key, args, timeout)?;
+    match text(&reply, 0).as_deref() {
+        Some("ok") => Ok(Attempt::Granted {
+            fence: int(&reply, 1).unwrap_or(0),
+            ttl_ms: int(&reply, 2).unwrap_or(0),
+            sent,
+        }),
+        Some("busy") => Ok(Attempt::Busy {
+            pttl: int(&reply, 1).unwrap_or(-2),
+            now_ms: int(&reply, 2).unwrap_or(0),
+            holder: holder_at(&reply, 3),
+        }),
+        Some("queued") => Ok(Attempt::Queued {
+            wait_ms: int(&reply, 1).unwrap_or(0),
+        }),
+        Some("wrongtype") => Err(wrong_type(node, &reply)),
+        _ => Err(unexpected_on(node, "acquire", &reply)),
+    }
+}
+
+fn lock_info(key: &LockKey, r: &[Value]) -> LockInfo {
+    LockInfo {
+        name: key.name.clone(),
+        redis_key: key.redis_key.clone(),
+        kind: text(r, 0).unwrap_or_else(|| "none".into()),
+        pttl: int(r, 1).unwrap_or(-2),
+        now_ms: int(r, 2).unwrap_or(0),
+        token: text(r, 3),
+        fence: int(r, 4),
+        holder: holder_at(r, 5),
+        ttl_ms: int(r, 10),
+        waiters: int(r, 11).unwrap_or(0),
+    }
+}
+
+fn wrong_type(node: &dyn Node, reply: &[Value]) -> NodeError {
+    NodeError {
+        kind: ErrorKind::WrongType,
+        node: node.name().into(),
+        detail: format!(
+            "it is a {}",
+            text(reply, 1).unwrap_or_else(|| "value of another type".into())
+        ),
+    }
+}
+
+fn unexpected_on(node: &dyn Node, what: &str, reply: &[Value]) -> NodeError {
+    NodeError {
+        kind: ErrorKind::Other,
+        node: node.name().into(),
+        detail: format!("unexpected reply to {what}: {reply:?}"),
+    }
+}
+
+fn no_quorum(key: &LockKey, n: usize, errors: &[NodeError]) -> Failure {
+    if let Some(auth) = errors.iter().find(|e| e.kind == ErrorKind::Auth) {
+        return auth.clone().into_failure(&key.name);
+    }
+    let detail = errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    Failure::Unavailable(format!(
+        "no quorum for lock '{}': {} of {n} Redis nodes unavailable ({detail}); a majority must answer",
+        key.name,
+        errors.len()
+    ))
+}
+
 /// `SCAN MATCH` glob with the prefix's own glob characters taken literally.
 fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -468,21 +790,6 @@ fn glob_escape(s: &str) -> String {
         out.push(c);
     }
     out
-}
-
-fn not_a_lock(key: &LockKey, reply: &[Value]) -> Failure {
-    let kind = text(reply, 1).unwrap_or_else(|| "another type".into());
-    Failure::NotALock(format!(
-        "key '{}' holds a {kind}, not a lock rlock can use (Redis key '{}'); nothing was changed",
-        key.name, key.redis_key
-    ))
-}
-
-fn unexpected(key: &LockKey, what: &str, reply: &[Value]) -> Failure {
-    Failure::Unavailable(format!(
-        "unexpected reply from Redis to {what} of lock '{}': {reply:?}",
-        key.name
-    ))
 }
 
 fn holder_at(reply: &[Value], at: usize) -> Holder {
@@ -559,6 +866,7 @@ mod tests {
         let k = LockKey::new("", "a{b").unwrap();
         assert_eq!(hash_tag(&k.state), Some("a{b"));
         assert!(LockKey::is_helper("{rlock:jobs}:state"));
+        assert!(LockKey::is_helper("rlock:{grp}jobs:q"));
         assert!(!LockKey::is_helper("rlock:jobs"));
     }
 

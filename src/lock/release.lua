@@ -1,5 +1,5 @@
 -- release: delete the lock if the token owns it (compare-and-delete), or whoever owns it when
--- forced; then wake the first live waiter.
+-- forced; then wake the first live waiter (or anyone: "*", when nobody waits in line).
 -- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
 -- ARGV[1] token  ARGV[2] wake channel  ARGV[3] "1" to force
 -- Returns {"released"}                     the token owned it; it is gone
@@ -19,6 +19,7 @@ local function wake_next()
   while true do
     local head = redis.call("ZRANGE", queue, 0, 0)[1]
     if not head then
+      redis.call("PUBLISH", channel, "*")
       return
     end
     local until_ms = tonumber(redis.call("HGET", state, "w:" .. head)) or 0

@@ -83,73 +83,124 @@ impl Locker {
 
         let start = Instant::now();
         let deadline = policy.wait.map(|w| start + w);
-        // Whatever happens from here on, a waiter that gives up leaves nothing behind.
-        let give_up = |failure: Failure| {
-            let _ = self.leave(key, token);
-            failure
-        };
+        // The first try needs no subscription: an uncontended lock costs one round trip. Once
+        // the lock is found busy, subscribe and try again (a release may have come in between).
+        let mut subscribed = false;
         loop {
-            let mut conn = self
-                .node()
-                .subscriber(&key.redis_key, self.op_timeout())
-                .ok();
-            let mut pubsub = conn.as_mut().map(|c| c.as_pubsub());
-            if let Some(p) = pubsub.as_mut()
-                && p.subscribe(&key.channel).is_err()
-            {
-                pubsub = None;
-            }
-            loop {
-                if let Some(signal) = interrupt() {
-                    return Err(give_up(interrupted(key, signal)));
+            let mut conns = if subscribed {
+                self.subscribers(key)
+            } else {
+                Vec::new()
+            };
+            let mut subs: Vec<redis::PubSub<'_>> =
+                conns.iter_mut().map(|c| c.as_pubsub()).collect();
+            let round = self.wait_round(
+                key,
+                token,
+                ttl,
+                who,
+                &mut subs,
+                subscribed,
+                (start, deadline, policy.busy_code),
+                interrupt,
+            );
+            // Closing the connections unsubscribes; a PubSub's own drop would wait for replies.
+            subs.into_iter().for_each(std::mem::forget);
+            match round {
+                Round::Done(Ok((fence, ttl_ms, sent))) => return Ok(grant(fence, ttl_ms, sent)),
+                Round::Done(Err(failure)) => {
+                    // A waiter that gives up leaves nothing behind.
+                    let _ = self.leave(key, token);
+                    return Err(failure);
                 }
-                let (sleep_for, why) = match self.attempt(key, token, ttl, true, who) {
-                    Err(e) => return Err(give_up(e)),
-                    Ok(Attempt::Granted {
-                        fence,
-                        ttl_ms,
-                        sent,
-                    }) => {
-                        return Ok(grant(fence, ttl_ms, sent));
-                    }
-                    Ok(Attempt::Busy {
-                        pttl,
-                        now_ms,
-                        holder,
-                    }) => (
-                        if pttl >= 0 {
-                            Duration::from_millis(pttl as u64 + 1)
-                        } else {
-                            WAITER_REFRESH
-                        },
-                        busy_message(key, pttl, now_ms, &holder),
-                    ),
-                    Ok(Attempt::Queued { wait_ms }) => (
-                        Duration::from_millis(wait_ms.max(0) as u64 + 1),
-                        format!(
-                            "lock '{}' is being handed to processes that waited longer",
-                            key.name
-                        ),
-                    ),
-                };
-                let mut until = Instant::now() + sleep_for.min(WAITER_REFRESH);
-                if let Some(deadline) = deadline {
-                    if Instant::now() >= deadline {
-                        let waited = human_ms(start.elapsed().as_millis() as i64);
-                        return Err(give_up(busy(format!("{why}; gave up after {waited}"))));
-                    }
-                    until = until.min(deadline);
-                }
-                match sleep(pubsub.as_mut(), until, token, interrupt) {
-                    Slept::Woken | Slept::TimedOut => {}
-                    Slept::Interrupted(signal) => {
-                        return Err(give_up(interrupted(key, signal)));
-                    }
-                    Slept::SubscriberBroken => break,
-                }
+                Round::Subscribe => subscribed = true,
+                Round::Resubscribe => {}
             }
         }
     }
+
+    /// Attempts and sleeps until granted, given up, or the subscription needs (re)making.
+    #[allow(clippy::too_many_arguments)]
+    fn wait_round(
+        &self,
+        key: &LockKey,
+        token: &str,
+        ttl: Duration,
+        who: &Identity,
+        subs: &mut [redis::PubSub<'_>],
+        subscribed: bool,
+        (start, deadline, busy_code): (Instant, Option<Instant>, u8),
+        interrupt: Interrupt,
+    ) -> Round {
+        loop {
+            if let Some(signal) = interrupt() {
+                return Round::Done(Err(interrupted(key, signal)));
+            }
+            let (sleep_for, why) = match self.attempt(key, token, ttl, true, who) {
+                Err(e) => return Round::Done(Err(e)),
+                Ok(Attempt::Granted {
+                    fence,
+                    ttl_ms,
+                    sent,
+                }) => return Round::Done(Ok((fence, ttl_ms, sent))),
+                Ok(Attempt::Busy {
+                    pttl,
+                    now_ms,
+                    holder,
+                }) => (
+                    if pttl >= 0 {
+                        Duration::from_millis(pttl as u64 + 1)
+                    } else {
+                        WAITER_REFRESH
+                    },
+                    busy_message(key, pttl, now_ms, &holder),
+                ),
+                Ok(Attempt::Queued { wait_ms }) => (
+                    Duration::from_millis(wait_ms.max(0) as u64 + 1),
+                    format!(
+                        "lock '{}' is being handed to processes that waited longer",
+                        key.name
+                    ),
+                ),
+            };
+            let mut until = Instant::now() + sleep_for.min(WAITER_REFRESH);
+            if self.is_quorum() {
+                // Redlock waiters race each other on every node: spread them out so that they
+                // do not split the votes in lockstep.
+                until += jitter();
+            }
+            if let Some(deadline) = deadline {
+                if Instant::now() >= deadline {
+                    let waited = human_ms(start.elapsed().as_millis() as i64);
+                    return Round::Done(Err(Failure::Busy {
+                        message: format!("{why}; gave up after {waited}"),
+                        code: busy_code,
+                    }));
+                }
+                until = until.min(deadline);
+            }
+            if !subscribed {
+                return Round::Subscribe;
+            }
+            match sleep(subs, until, token, interrupt) {
+                Slept::Woken | Slept::TimedOut => {}
+                Slept::Interrupted(signal) => {
+                    return Round::Done(Err(interrupted(key, signal)));
+                }
+                Slept::SubscriberBroken => return Round::Resubscribe,
+            }
+        }
+    }
+}
+
+/// How one round of waiting ended.
+enum Round {
+    /// Granted (fence, ttl ms, send time), or given up.
+    Done(Result<(i64, i64, Instant), Failure>),
+    /// Found busy before subscribing: subscribe, then try again at once.
+    Subscribe,
+    /// The subscription broke: make it again.
+    Resubscribe,
 }
 
 fn interrupted(key: &LockKey, signal: i32) -> Failure {
@@ -165,9 +216,15 @@ fn interrupted(key: &LockKey, signal: i32) -> Failure {
     }
 }
 
-/// Sleeps until `until`, a wake-up naming `token`, or a signal.
+/// Up to 20 ms, different in every process.
+fn jitter() -> Duration {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    Duration::from_micros(u64::from(u16::from_le_bytes([bytes[0], bytes[1]])) % 20_000)
+}
+
+/// Sleeps until `until`, a wake-up naming `token` (or `*`, anyone), or a signal.
 fn sleep(
-    mut pubsub: Option<&mut redis::PubSub<'_>>,
+    subs: &mut [redis::PubSub<'_>],
     until: Instant,
     token: &str,
     interrupt: Interrupt,
@@ -181,19 +238,22 @@ fn sleep(
             return Slept::TimedOut;
         }
         let slice = left.min(SLICE).max(Duration::from_millis(1));
-        match pubsub.as_deref_mut() {
-            None => std::thread::sleep(slice),
-            Some(p) => {
-                let _ = p.set_read_timeout(Some(slice));
-                match p.get_message() {
-                    Ok(msg) => {
-                        if msg.get_payload_bytes() == token.as_bytes() {
-                            return Slept::Woken;
-                        }
+        if subs.is_empty() {
+            std::thread::sleep(slice);
+            continue;
+        }
+        let each = (slice / subs.len() as u32).max(Duration::from_millis(1));
+        for p in subs.iter_mut() {
+            let _ = p.set_read_timeout(Some(each));
+            match p.get_message() {
+                Ok(msg) => {
+                    let payload = msg.get_payload_bytes();
+                    if payload == token.as_bytes() || payload == b"*" {
+                        return Slept::Woken;
                     }
-                    Err(e) if e.is_timeout() => {}
-                    Err(_) => return Slept::SubscriberBroken,
                 }
+                Err(e) if e.is_timeout() => {}
+                Err(_) => return Slept::SubscriberBroken,
             }
         }
     }
