@@ -24,7 +24,7 @@ function __fish_rlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c rlock -n "__fish_rlock_needs_command" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_needs_command" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_needs_command" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_needs_command" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
 complete -c rlock -n "__fish_rlock_needs_command" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
@@ -47,7 +47,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s k -l key -d 'Nam
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l ttl -d 'How long the lock lives unless renewed or released' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
@@ -64,7 +64,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s q -l quiet -d 'S
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s h -l help -d 'Print help'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l token -d 'Owner token printed by `acquire`' -r
-complete -c rlock -n "__fish_rlock_using_subcommand release" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_using_subcommand release" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
@@ -80,7 +80,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand release" -s h -l help -d 'Pr
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l token -d 'Owner token printed by `acquire`' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l ttl -d 'New time to live [default: the TTL the lock was taken with]' -r
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
@@ -93,7 +93,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand renew" -s v -l verbose -d 'S
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s h -l help -d 'Print help'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s k -l key -d 'Locks to show (repeatable); without any, list every lock under the prefix' -r
-complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
@@ -101,7 +101,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-cert -d 'Cli
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
-complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l json -d 'One JSON object per lock, in a JSON array'
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l json -d 'Print JSON: one object for a single -k, an array of objects otherwise'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s v -l verbose -d 'Say what rlock does, on stderr'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
@@ -113,7 +113,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec" -s E -l conflict-exit-
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l renew-every -d 'How often to renew the lock [default: TTL/3]' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l lost-signal -d 'Signal the command\'s process group gets when the lock is lost (name or number)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l grace -d 'Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4]' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F

@@ -8,10 +8,16 @@ fn main() -> ExitCode {
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
             // One line, as for every other failure: clap's first line, without its "error: ".
+            // Clap lists missing arguments on indented lines after the first: fold them in.
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid usage");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("rlock: {first} (see 'rlock --help')");
+            let mut lines = text.lines();
+            let mut line = lines.next().unwrap_or("invalid usage").to_string();
+            for more in lines.take_while(|l| l.starts_with(' ')) {
+                line.push(' ');
+                line.push_str(more.trim());
+            }
+            let line = line.strip_prefix("error: ").unwrap_or(&line);
+            eprintln!("rlock: {line} (see 'rlock --help')");
             return ExitCode::from(rlock::exit::Code::Usage as u8);
         }
     };

@@ -1003,11 +1003,12 @@ fn listing_shows_every_lock_under_the_prefix_and_no_helper_keys_using_scan() {
         "listing must not use KEYS:\n{stats}"
     );
 
-    // With an empty prefix every key is a candidate, and the helpers must still stay out.
+    // With an empty prefix every key is a candidate: the helpers stay out, and so does what
+    // does not look like a lock (a key that never expires and that rlock did not write).
     let names = listed(&server, &["--prefix", ""]);
     assert_eq!(
         names,
-        BTreeSet::from(["rlock:a", "rlock:b", "rlock:c", "rlock:h", "unrelated"].map(String::from))
+        BTreeSet::from(["rlock:a", "rlock:b", "rlock:c"].map(String::from))
     );
 
     // Listing changed nothing.
@@ -1016,7 +1017,6 @@ fn listing_shows_every_lock_under_the_prefix_and_no_helper_keys_using_scan() {
 }
 
 #[test]
-#[ignore = "BUG: listing shows the state hash of a hash-tagged key ('{grp}jobs:state') as a held lock"]
 fn listing_hides_the_helper_keys_of_hash_tagged_keys() {
     let server = RedisServer::start();
     acquire(&server, "{grp}jobs", &[]);
@@ -1241,7 +1241,6 @@ fn frozen_server_is_unavailable_within_the_op_timeout() {
 }
 
 #[test]
-#[ignore = "BUG: a waiting acquire hangs forever on a frozen server: SUBSCRIBE is read without a timeout"]
 fn frozen_server_is_unavailable_to_a_waiting_acquire_within_the_op_timeout() {
     let server = RedisServer::start();
     acquire(&server, "jobs", &["--ttl", "60s"]);
@@ -1440,7 +1439,6 @@ fn auth_refused_is_77_and_every_password_source_works() {
 }
 
 #[test]
-#[ignore = "BUG: acquire without a password exits 69 (Redis closes the connection: 'Protocol error: unauthenticated multibulk length'), not 77"]
 fn acquire_without_a_password_is_refused() {
     let server = RedisServer::start_with(&["--requirepass", SECRET]);
     for args in [
