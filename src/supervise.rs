@@ -5,12 +5,12 @@
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::ExitStatus;
+use std::os::unix::process::CommandExt;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, pthread_sigmask, sigprocmask};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid, setpgid, tcgetpgrp, tcsetpgrp};
 
 use crate::exit::{Code, Failure};
@@ -30,13 +30,25 @@ pub const FORWARDED: [Signal; 6] = [
 #[derive(Debug)]
 pub enum Event {
     Signal(i32),
-    Exited(io::Result<ExitStatus>),
+    /// The child stopped (Ctrl-Z, SIGSTOP).
+    Stopped,
+    /// The child was continued.
+    Continued,
+    /// The child ended: its status as a shell reports it.
+    Exited(u8),
     Watchdog(Report),
 }
 
-/// Delivers FORWARDED signals as events, from a thread of signal-hook's.
-pub fn catch_signals(events: Sender<Event>) -> io::Result<signal_hook::iterator::Handle> {
-    let numbers: Vec<i32> = FORWARDED.iter().map(|s| *s as i32).collect();
+/// Delivers FORWARDED signals as events, from a thread of signal-hook's; with `job_control`
+/// also SIGTSTP, which `exec` passes on to the child (rlock then stops when the child does).
+pub fn catch_signals(
+    events: Sender<Event>,
+    job_control: bool,
+) -> io::Result<signal_hook::iterator::Handle> {
+    let mut numbers: Vec<i32> = FORWARDED.iter().map(|s| *s as i32).collect();
+    if job_control {
+        numbers.push(Signal::SIGTSTP as i32);
+    }
     let mut signals = signal_hook::iterator::Signals::new(&numbers)?;
     let handle = signals.handle();
     std::thread::Builder::new()
@@ -142,19 +154,30 @@ fn cannot_run(program: &OsString, e: &io::Error) -> Failure {
     }
 }
 
-/// The shell's convention: the exit code, or 128+N for death by signal N.
-pub fn status_code(status: &ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
-        _ => Code::Internal as u8,
+/// Waits for the child in a loop (from a thread of its own) and reports every change: stops
+/// and continuations as well as the end, which is the code a shell would report for it.
+pub fn reap(pid: Pid, events: Sender<Event>) {
+    let flags = WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
+    loop {
+        let event = match waitpid(pid, Some(flags)) {
+            Ok(WaitStatus::Exited(_, code)) => Event::Exited(code as u8),
+            Ok(WaitStatus::Signaled(_, sig, _)) => Event::Exited(128u8.wrapping_add(sig as u8)),
+            Ok(WaitStatus::Stopped(_, _)) => Event::Stopped,
+            Ok(WaitStatus::Continued(_)) => Event::Continued,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => Event::Exited(Code::Internal as u8),
+        };
+        let last = matches!(event, Event::Exited(_));
+        if events.send(event).is_err() || last {
+            return;
+        }
     }
 }
 
 /// What the supervisor needs to know to enforce the lease.
 pub struct Enforce {
-    /// When the lease must be assumed gone; None for a reentrant run (the outer rlock
-    /// enforces).
+    /// When the lease must be assumed gone; None when another rlock enforces it (a nested
+    /// exec inside `rlock exec`).
     pub deadline: Option<Instant>,
     pub grace: Duration,
     pub lost_signal: Signal,
@@ -162,28 +185,36 @@ pub struct Enforce {
 
 /// How the child's run ended.
 pub struct Outcome {
-    pub status: io::Result<ExitStatus>,
+    /// The child's status as a shell reports it (code, or 128+N for signal N).
+    pub code: u8,
     /// Why the lock was lost, if it was.
     pub lost: Option<String>,
 }
 
 /// Waits for the child in group `pgid` to exit, passing signals on to its group and stopping it
 /// before the lease can run out: `lost_signal` by deadline − grace, SIGKILL at the deadline.
-/// `stop_renewing` is called once the lock is given up for lost.
+/// `stop_renewing` is called once the lock is given up for lost. `terminal` is the terminal the
+/// child was given, if any: a child stopped at it (Ctrl-Z) stops rlock too, as a shell's job.
 pub fn supervise(
     pgid: Pid,
     events: &Receiver<Event>,
     mut enforce: Enforce,
+    terminal: Option<i32>,
     verbose: bool,
     mut stop_renewing: impl FnMut(),
 ) -> Outcome {
     let mut lost: Option<String> = None;
     let mut termed = false;
     let mut killed = false;
+    let mut stopped = false;
     let mut last_error: Option<String> = None;
     let mut kill_at = enforce.deadline;
-    let send = |sig: Signal| {
+    // A stopped process acts on no signal but SIGKILL until it is continued.
+    let send = |sig: Signal, stopped: bool| {
         let _ = killpg(pgid, sig);
+        if stopped && sig != Signal::SIGKILL && sig != Signal::SIGCONT {
+            let _ = killpg(pgid, Signal::SIGCONT);
+        }
     };
     loop {
         let now = Instant::now();
@@ -198,14 +229,14 @@ pub fn supervise(
                 lost.get_or_insert(format!(
                     "could not renew it before the lease ran out ({why})"
                 ));
-                send(enforce.lost_signal);
+                send(enforce.lost_signal, stopped);
             }
             if let Some(at) = kill_at
                 && !killed
                 && now >= at
             {
                 killed = true;
-                send(Signal::SIGKILL);
+                send(Signal::SIGKILL, stopped);
             }
         }
         let next = [
@@ -222,12 +253,21 @@ pub fn supervise(
             t.saturating_duration_since(now)
         });
         match events.recv_timeout(timeout) {
-            Ok(Event::Exited(status)) => return Outcome { status, lost },
+            Ok(Event::Exited(code)) => return Outcome { code, lost },
             Ok(Event::Signal(sig)) => {
                 if let Ok(sig) = Signal::try_from(sig) {
-                    send(sig);
+                    send(sig, stopped && sig != Signal::SIGTSTP);
                 }
             }
+            Ok(Event::Stopped) => {
+                stopped = true;
+                if let Some(fd) = terminal
+                    && !termed
+                {
+                    stop_like_a_job(pgid, fd);
+                }
+            }
+            Ok(Event::Continued) => stopped = false,
             Ok(Event::Watchdog(Report::Renewed { deadline })) => {
                 if !termed {
                     enforce.deadline = Some(enforce.deadline.map_or(deadline, |d| d.max(deadline)));
@@ -246,20 +286,37 @@ pub fn supervise(
                     termed = true;
                     stop_renewing();
                     lost = Some(why);
-                    send(enforce.lost_signal);
+                    send(enforce.lost_signal, stopped);
                     let soon = Instant::now() + enforce.grace;
                     kill_at = Some(kill_at.map_or(soon, |k| k.min(soon)));
-                    // Keep enforcing kill_at even for a reentrant run's deadline-less lease.
+                    // Enforce kill_at even for a lease whose deadline another rlock keeps.
                     enforce.deadline.get_or_insert(soon);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
                 return Outcome {
-                    status: Err(io::Error::other("lost track of the child")),
+                    code: Code::Internal as u8,
                     lost,
                 };
             }
         }
     }
+}
+
+/// The child stopped at the terminal (Ctrl-Z): give the terminal back to rlock's group and stop
+/// rlock too, so that the shell sees its job stopped and shows its prompt. When the shell
+/// continues the job, continue the child, in the foreground again if the job is (`fg`).
+///
+/// While stopped, rlock cannot renew: a lease that ran out meanwhile is found lost on resume.
+fn stop_like_a_job(pgid: Pid, terminal: i32) {
+    restore_terminal(Some(terminal));
+    let _ = nix::sys::signal::kill(getpid(), Signal::SIGSTOP);
+    // Resumed (SIGCONT from the shell).
+    // SAFETY: fds 0-2 stay open for the life of the process; we only query the terminal.
+    let ours = tcgetpgrp(unsafe { BorrowedFd::borrow_raw(terminal) }).ok() == Some(getpgrp());
+    if ours {
+        hand_terminal(terminal, pgid);
+    }
+    let _ = killpg(pgid, Signal::SIGCONT);
 }

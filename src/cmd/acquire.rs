@@ -28,7 +28,7 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
             let _signals = if policy.no_wait {
                 None
             } else {
-                Some(catch_signals(tx)?)
+                Some(catch_signals(tx, false)?)
             };
             let interrupt = || match rx.try_recv() {
                 Ok(Event::Signal(s)) => Some(s),

@@ -3,37 +3,61 @@
 use std::sync::mpsc;
 
 use anyhow::Result;
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::{Context, inherited, new_token};
+use super::{Context, inherited, inside_exec, new_token};
 use crate::cli::ExecArgs;
 use crate::exit::Failure;
 use crate::lock::{Identity, WaitPolicy};
 use crate::supervise::{self, Enforce, Event};
 use crate::watchdog::{self, Lease};
 
+/// Set in the child's environment: the pid of the `rlock exec` that renews and releases the
+/// lock, so that a nested rlock leaves both to it.
+pub const EXEC_PID_VAR: &str = "RLOCK_EXEC_PID";
+
+/// Who looks after the lock while the command runs.
+#[derive(PartialEq, Eq)]
+enum Owner {
+    /// This process took it: renew, and release at the end.
+    Us,
+    /// Inherited from a shell (`acquire --export`): renew, but the shell releases it.
+    Shell,
+    /// Inherited from an enclosing `rlock exec`, which renews and releases it.
+    OuterExec,
+}
+
 pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
-    let lease = Lease::new(
+    let key = ctx.key(&args.key.key)?;
+    // Checked before any Redis traffic, with the TTL asked for.
+    Lease::new(
         args.ttl,
         args.renew_every,
         args.grace,
         ctx.settings.op_timeout,
     )
     .map_err(Failure::Usage)?;
-    let key = ctx.key(&args.key.key)?;
     let locker = ctx.locker()?;
 
     // Signals are caught from here on: while waiting they end the wait (leaving nothing in
-    // Redis); once the command runs they are passed on to it.
+    // Redis), except Ctrl-Z, which stops rlock as usual; once the command runs they are passed
+    // on to it.
     let (events_tx, events) = mpsc::channel::<Event>();
-    let _signals = supervise::catch_signals(events_tx.clone())?;
-    let interrupt = || match events.try_recv() {
-        Ok(Event::Signal(s)) => Some(s),
-        _ => None,
+    let _signals = supervise::catch_signals(events_tx.clone(), true)?;
+    let interrupt = || loop {
+        match events.try_recv() {
+            Ok(Event::Signal(s)) if s == Signal::SIGTSTP as i32 => {
+                let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+            }
+            Ok(Event::Signal(s)) => return Some(s),
+            _ => return None,
+        }
     };
 
-    let (grant, reentrant) = match inherited(ctx, &locker, &key)? {
-        Some(grant) => (grant, true),
+    let (grant, owner) = match inherited(ctx, &locker, &key)? {
+        Some(grant) if inside_exec() => (grant, Owner::OuterExec),
+        Some(grant) => (grant, Owner::Shell),
         None => {
             let command = args
                 .command
@@ -49,11 +73,26 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
             };
             let token = new_token();
             let grant = locker.acquire(&key, &token, args.ttl, &who, policy, &interrupt)?;
-            (grant, false)
+            (grant, Owner::Us)
         }
     };
+    // An inherited lock is renewed with the lease it was given, not this command's --ttl.
+    let lease_ttl = if owner == Owner::Us || grant.ttl.is_zero() {
+        args.ttl
+    } else {
+        grant.ttl
+    };
+    let lease = Lease::new(
+        lease_ttl,
+        args.renew_every,
+        args.grace,
+        ctx.settings.op_timeout,
+    )
+    .map_err(Failure::Usage)?;
     let release = || {
-        if !reentrant && let Err(e) = locker.release(&grant.key, &grant.token) {
+        if owner == Owner::Us
+            && let Err(e) = locker.release(&grant.key, &grant.token)
+        {
             ctx.note(format_args!("{e}"));
         }
     };
@@ -61,7 +100,11 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
         "acquired lock '{}' (fence {}){}",
         key.name,
         grant.fence,
-        if reentrant { ", inherited" } else { "" }
+        match owner {
+            Owner::Us => "",
+            Owner::Shell => ", inherited from the shell: renewing it, not releasing it",
+            Owner::OuterExec => ", inherited from the enclosing rlock exec",
+        }
     ));
     // A signal that came between the grant and the spawn ends the run before it starts.
     if let Some(signal) = interrupt() {
@@ -69,13 +112,18 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
         return Ok(128 + signal as u8);
     }
 
+    let renewer_pid = match owner {
+        Owner::OuterExec => std::env::var(EXEC_PID_VAR).unwrap_or_default(),
+        _ => std::process::id().to_string(),
+    };
     let env = [
         ("RLOCK_KEY", key.name.clone()),
         ("RLOCK_TOKEN", grant.token.clone()),
         ("RLOCK_FENCE", grant.fence.to_string()),
+        (EXEC_PID_VAR, renewer_pid),
     ];
     let terminal = supervise::foreground_terminal();
-    let mut child = match supervise::spawn(&args.command, &env, terminal) {
+    let child = match supervise::spawn(&args.command, &env, terminal) {
         Ok(child) => child,
         Err(e) => {
             release();
@@ -83,15 +131,15 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
         }
     };
     let pgid = Pid::from_raw(child.id() as i32);
+    drop(child); // reaped by `supervise::reap` below
 
+    let renews = owner != Owner::OuterExec;
     let outcome = std::thread::scope(|s| {
         let reaper_tx = events_tx.clone();
-        s.spawn(move || {
-            let _ = reaper_tx.send(Event::Exited(child.wait()));
-        });
+        s.spawn(move || supervise::reap(pgid, reaper_tx));
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let mut stop_tx = Some(stop_tx);
-        if !reentrant {
+        if renews {
             let report_tx = events_tx.clone();
             let (locker, grant) = (&locker, &grant);
             s.spawn(move || {
@@ -101,13 +149,14 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
             });
         }
         let enforce = Enforce {
-            deadline: (!reentrant).then(|| watchdog::deadline(grant.sent, lease.ttl)),
+            deadline: renews.then(|| watchdog::deadline(grant.sent, lease.ttl)),
             grace: lease.grace,
             lost_signal: args.lost_signal,
         };
-        let outcome = supervise::supervise(pgid, &events, enforce, ctx.global.verbose, || {
-            stop_tx.take();
-        });
+        let outcome =
+            supervise::supervise(pgid, &events, enforce, terminal, ctx.global.verbose, || {
+                stop_tx.take();
+            });
         drop(stop_tx);
         outcome
     });
@@ -115,7 +164,9 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
 
     if let Some(why) = outcome.lost {
         // Owner-checked: gives the lock back only if it is, after all, still ours.
-        let _ = locker.release(&grant.key, &grant.token);
+        if owner == Owner::Us {
+            let _ = locker.release(&grant.key, &grant.token);
+        }
         return Err(Failure::Lost(format!(
             "lost lock '{}' while the command ran: {why}; sent SIG{} to the command's process group",
             key.name,
@@ -124,6 +175,5 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
         .into());
     }
     release();
-    let status = outcome.status?;
-    Ok(supervise::status_code(&status))
+    Ok(outcome.code)
 }

@@ -106,6 +106,39 @@ pub fn inherited(ctx: &Context, locker: &Locker, key: &LockKey) -> Result<Option
     Ok(owned)
 }
 
+/// True when an enclosing `rlock exec` (named by $RLOCK_EXEC_PID, and really one of this
+/// process's ancestors) renews and releases the inherited lock.
+pub fn inside_exec() -> bool {
+    let Some(exec_pid) = std::env::var(exec::EXEC_PID_VAR)
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+    else {
+        return false;
+    };
+    let mut pid = std::process::id();
+    for _ in 0..64 {
+        let Some(parent) = parent_of(pid) else {
+            return false;
+        };
+        if parent == exec_pid {
+            return true;
+        }
+        if parent <= 1 {
+            return false;
+        }
+        pid = parent;
+    }
+    false
+}
+
+/// The parent pid of `pid`, from /proc.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...; comm may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// A fresh owner token.
 pub fn new_token() -> String {
     uuid::Uuid::new_v4().to_string()

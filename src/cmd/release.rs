@@ -20,6 +20,20 @@ pub fn run(ctx: &Context, args: &ReleaseArgs) -> Result<u8> {
         return Ok(0);
     }
     let token = required_token(&args.token.token, "release")?;
+    // `acquire --export` ... `release` in a script run by `rlock exec` on the same key: the
+    // acquire inherited exec's lock, and exec releases it when the command ends.
+    let env_token = std::env::var("RLOCK_TOKEN").ok();
+    let env_key = std::env::var("RLOCK_KEY").ok();
+    if env_key.as_deref() == Some(&key.name)
+        && env_token.as_deref() == Some(&token)
+        && super::inside_exec()
+    {
+        ctx.note(format_args!(
+            "lock '{}' belongs to the enclosing 'rlock exec', which releases it when its command ends; not releasing it",
+            key.name
+        ));
+        return Ok(0);
+    }
     let locker = ctx.locker()?;
     locker.release(&key, &token)?;
     ctx.say(format_args!("released lock '{}'", key.name));

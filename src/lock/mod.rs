@@ -677,12 +677,20 @@ impl Locker {
     pub fn owned(&self, key: &LockKey, token: &str) -> Result<Option<Grant>, Failure> {
         let info = self.inspect(key)?;
         if info.kind == "string" && info.token.as_deref() == Some(token) {
+            // The lease it was given, and a send time such that send + lease is when it ends.
+            let left = Duration::from_millis(info.pttl.max(0) as u64);
+            let lease = info
+                .ttl_ms
+                .filter(|t| *t > 0)
+                .map_or(left, |t| Duration::from_millis(t as u64))
+                .max(left);
+            let now = Instant::now();
             return Ok(Some(Grant {
                 key: key.clone(),
                 token: token.to_string(),
                 fence: info.fence.unwrap_or(0),
-                ttl: Duration::from_millis(info.pttl.max(0) as u64),
-                sent: Instant::now(),
+                ttl: lease,
+                sent: now.checked_sub(lease - left).unwrap_or(now),
             }));
         }
         Ok(None)
