@@ -109,7 +109,15 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
     // A signal that came between the grant and the spawn ends the run before it starts.
     if let Some(signal) = interrupt() {
         release();
-        return Ok(128 + signal as u8);
+        let name = Signal::try_from(signal).map_or("a signal", |s| s.as_str());
+        return Err(Failure::Interrupted {
+            message: format!(
+                "interrupted by {name} before the command started; lock '{}' released",
+                key.name
+            ),
+            signal,
+        }
+        .into());
     }
 
     let renewer_pid = match owner {
