@@ -1536,3 +1536,66 @@ fn a_retried_acquire_script_is_idempotent() {
     release(&server, "jobs", "tok-1");
     assert!(!server.exists(&lock_key("jobs")));
 }
+
+/// Guarantee 1: an acquire whose reply never came is followed by an owner-checked release with
+/// the same token, so that a grant nobody saw does not sit out its TTL. The server is kept busy
+/// (DEBUG SLEEP) while rlock's acquire is sent; rlock times out, gives the grant back, and when
+/// the server catches up it runs both: the lock is granted and then released.
+#[test]
+fn an_acquire_whose_reply_never_came_is_given_back() {
+    let server = RedisServer::start();
+    // As on a server rlock has used before: the scripts are cached, so the acquire and the
+    // give-back run as sent (on a cold cache both get NOSCRIPT, and nothing is granted).
+    for source in [
+        include_str!("../src/lock/acquire.lua"),
+        include_str!("../src/lock/leave.lua"),
+    ] {
+        server.cmd(&["SCRIPT", "LOAD", source]);
+    }
+    let url = server.url();
+    let sleeper = std::thread::spawn(move || {
+        let mut conn = redis::Client::open(url)
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("1.5")
+            .query::<()>(&mut conn)
+            .unwrap();
+    });
+    // The server is asleep once a PING goes unanswered.
+    wait_until("the server to sleep", Duration::from_secs(5), || {
+        let mut conn = match redis::Client::open(server.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_millis(200))
+        {
+            Ok(c) => c,
+            Err(_) => return true,
+        };
+        conn.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        redis::cmd("PING").query::<String>(&mut conn).is_err()
+    });
+    let out = run(rlock_at(&server).args(["--op-timeout", "300ms", "acquire", "-k", "jobs", "-n"]));
+    assert_eq!(out.code, 69, "{out}");
+    sleeper.join().unwrap();
+    wait_until(
+        "the server to run the acquire and the give-back",
+        Duration::from_secs(5),
+        || server.hgetall(&state_key("jobs")).contains_key("released"),
+    );
+    assert!(
+        !server.exists("rlock:jobs"),
+        "the unseen grant must have been released, not left for its TTL (PTTL {})",
+        server.pttl("rlock:jobs")
+    );
+    let state = server.hgetall(&state_key("jobs"));
+    assert_eq!(
+        state.get("fence").map(String::as_str),
+        Some("1"),
+        "{state:?}"
+    );
+}
