@@ -1459,9 +1459,7 @@ fn acquire_without_a_password_is_refused() {
 #[test]
 fn scripts_survive_script_flush() {
     let server = RedisServer::start();
-    let sha = redis::Script::new(include_str!("../src/lock/release.lua"))
-        .get_hash()
-        .to_string();
+    let sha = rlock::lock::RELEASE.sha().to_string();
     let token = acquire(&server, "jobs", &[]);
     server.cmd(&["SCRIPT", "FLUSH"]);
     let cached: Vec<i64> = q(&server, &["SCRIPT", "EXISTS", &sha]);
@@ -1496,7 +1494,7 @@ fn scripts_survive_a_server_restart() {
 #[test]
 fn a_retried_acquire_script_is_idempotent() {
     let server = RedisServer::start();
-    let script = include_str!("../src/lock/acquire.lua");
+    let script = rlock::lock::ACQUIRE.source;
     let eval = || -> Vec<redis::Value> {
         redis::cmd("EVAL")
             .arg(script)
@@ -1546,11 +1544,8 @@ fn an_acquire_whose_reply_never_came_is_given_back() {
     let server = RedisServer::start();
     // As on a server rlock has used before: the scripts are cached, so the acquire and the
     // give-back run as sent (on a cold cache both get NOSCRIPT, and nothing is granted).
-    for source in [
-        include_str!("../src/lock/acquire.lua"),
-        include_str!("../src/lock/leave.lua"),
-    ] {
-        server.cmd(&["SCRIPT", "LOAD", source]);
+    for script in [&rlock::lock::ACQUIRE, &rlock::lock::LEAVE] {
+        server.cmd(&["SCRIPT", "LOAD", script.source]);
     }
     let url = server.url();
     let sleeper = std::thread::spawn(move || {

@@ -8,7 +8,7 @@ use redis::Value;
 use redis::cluster::{ClusterClient, ClusterConnection};
 
 use super::single::{run_script, scan_connection};
-use super::{ErrorKind, Node, NodeError, Script, Settings, redact, with_addr};
+use super::{ErrorKind, Node, NodeError, Script, Settings, redact, redact_all, with_addr};
 use crate::exit::Failure;
 
 pub struct Cluster {
@@ -34,15 +34,7 @@ impl Cluster {
         let client = builder
             .build()
             .map_err(|e| Failure::Config(format!("cannot use the cluster seed nodes: {e}")))?;
-        let name = format!(
-            "cluster {}",
-            settings
-                .urls
-                .iter()
-                .map(|u| redact(u))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let name = format!("cluster {}", redact_all(&settings.urls));
         Ok(Cluster {
             client,
             conn: Mutex::new(None),

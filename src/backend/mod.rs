@@ -395,6 +395,11 @@ pub fn redact(url: &str) -> String {
     out
 }
 
+/// Several URLs, redacted, comma-separated: how a Cluster or Sentinel deployment is named.
+pub fn redact_all(urls: &[String]) -> String {
+    urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",")
+}
+
 /// Error text from the client library may quote a URL; redact anything that looks like one.
 fn redact_text(text: &str) -> String {
     text.split(' ')

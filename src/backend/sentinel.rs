@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{ErrorKind, Node, NodeError, Script, Settings, Single, redact, with_addr};
+use super::{ErrorKind, Node, NodeError, Script, Settings, Single, redact, redact_all, with_addr};
 use crate::exit::Failure;
 
 pub struct Sentinel {
@@ -29,12 +29,7 @@ impl Sentinel {
         }
         let name = format!(
             "master '{master}' of sentinels {}",
-            settings
-                .urls
-                .iter()
-                .map(|u| redact(u))
-                .collect::<Vec<_>>()
-                .join(",")
+            redact_all(&settings.urls)
         );
         Ok(Sentinel {
             settings: settings.clone(),

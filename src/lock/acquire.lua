@@ -9,11 +9,9 @@
 --                                                                       another client holds it)
 --         {"queued", wait_ms, now_ms}  the lock is free but an earlier waiter goes first
 --         {"wrongtype", type}          the key is not a string; nothing was changed
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, join, lease, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3] == "1", tonumber(ARGV[4]), ARGV[5]
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 local kind = redis.call("TYPE", lock)["ok"]
 if kind ~= "none" and kind ~= "string" then

@@ -6,8 +6,7 @@
 --   the string's value (the owner token); the holder fields are nil unless rlock wrote them for
 --   this very value.
 local lock, state = KEYS[1], KEYS[2]
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local kind = redis.call("TYPE", lock)["ok"]
 local waiters = 0
 if redis.call("TYPE", KEYS[3])["ok"] == "zset" then

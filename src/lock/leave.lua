@@ -3,11 +3,9 @@
 -- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
 -- ARGV[1] token  ARGV[2] wake channel
 -- Returns "released" (a raced grant was given back) or "left"
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, channel = ARGV[1], ARGV[2]
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local was_first = redis.call("ZRANGE", queue, 0, 0)[1] == token
 redis.call("ZREM", queue, token)
 redis.call("HDEL", state, "w:" .. token)
@@ -18,20 +16,7 @@ if redis.call("TYPE", lock)["ok"] == "string" and redis.call("GET", lock) == tok
   released = true
 end
 if released or (was_first and redis.call("EXISTS", lock) == 0) then
-  while true do
-    local head = redis.call("ZRANGE", queue, 0, 0)[1]
-    if not head then
-      redis.call("PUBLISH", channel, "*")
-      break
-    end
-    local until_ms = tonumber(redis.call("HGET", state, "w:" .. head)) or 0
-    if until_ms > now then
-      redis.call("PUBLISH", channel, head)
-      break
-    end
-    redis.call("ZREM", queue, head)
-    redis.call("HDEL", state, "w:" .. head)
-  end
+  wake_next(queue, state, channel, now)
 end
 if released then
   return "released"

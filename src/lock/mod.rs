@@ -22,12 +22,26 @@ use crate::exit::Failure;
 
 pub use wait::{Interrupt, WaitPolicy};
 
-static ACQUIRE: Script = Script::new("acquire", include_str!("acquire.lua"));
-static RELEASE: Script = Script::new("release", include_str!("release.lua"));
-static RENEW: Script = Script::new("renew", include_str!("renew.lua"));
-static LEAVE: Script = Script::new("leave", include_str!("leave.lua"));
-static INSPECT: Script = Script::new("inspect", include_str!("inspect.lua"));
-static FENCE: Script = Script::new("fence", include_str!("fence.lua"));
+// The scripts, public so that tests can run and preload exactly what rlock sends. common.lua
+// (the server clock, waking the next waiter) goes in front of the scripts that use it.
+pub static ACQUIRE: Script = Script::new(
+    "acquire",
+    concat!(include_str!("common.lua"), include_str!("acquire.lua")),
+);
+pub static RELEASE: Script = Script::new(
+    "release",
+    concat!(include_str!("common.lua"), include_str!("release.lua")),
+);
+pub static RENEW: Script = Script::new("renew", include_str!("renew.lua"));
+pub static LEAVE: Script = Script::new(
+    "leave",
+    concat!(include_str!("common.lua"), include_str!("leave.lua")),
+);
+pub static INSPECT: Script = Script::new(
+    "inspect",
+    concat!(include_str!("common.lua"), include_str!("inspect.lua")),
+);
+pub static FENCE: Script = Script::new("fence", include_str!("fence.lua"));
 
 /// How long a waiter keeps its place in line without renewing it, and how often it renews it.
 /// A waiter that dies holds up the line for at most `WAITER_LEASE`.

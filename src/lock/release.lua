@@ -9,28 +9,10 @@
 --         {"broken", type, pttl, value, host, pid, user, since_ms, command, now_ms}  (forced)
 --         {"free"}                         forced, and nobody held it
 --         {"wrongtype", type}              not a lock; nothing was changed
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, channel, force = ARGV[1], ARGV[2], ARGV[3] == "1"
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
-local function wake_next()
-  while true do
-    local head = redis.call("ZRANGE", queue, 0, 0)[1]
-    if not head then
-      redis.call("PUBLISH", channel, "*")
-      return
-    end
-    local until_ms = tonumber(redis.call("HGET", state, "w:" .. head)) or 0
-    if until_ms > now then
-      redis.call("PUBLISH", channel, head)
-      return
-    end
-    redis.call("ZREM", queue, head)
-    redis.call("HDEL", state, "w:" .. head)
-  end
-end
 
 local kind = redis.call("TYPE", lock)["ok"]
 if force then
@@ -49,10 +31,10 @@ if force then
   redis.call("DEL", lock)
   if value and h[1] == value then
     redis.call("HSET", state, "released", now)
-    wake_next()
+    wake_next(queue, state, channel, now)
     return {"broken", kind, pttl, value, h[2], h[3], h[4], h[5], h[6], now}
   end
-  wake_next()
+  wake_next(queue, state, channel, now)
   return {"broken", kind, pttl, value}
 end
 
@@ -63,7 +45,7 @@ local current = redis.call("GET", lock)
 if current == token then
   redis.call("DEL", lock)
   redis.call("HSET", state, "released", now)
-  wake_next()
+  wake_next(queue, state, channel, now)
   return {"released"}
 end
 if current then
