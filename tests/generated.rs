@@ -472,10 +472,20 @@ const SIGNALS: Section = Section {
             "While rlock is still waiting for the lock, the same signals end the wait: rlock \
              leaves the queue, takes nothing, and exits 128+N.",
         ),
+                P(
+            "Ctrl-Z (SIGTSTP, also when sent to rlock) stops the command; rlock then takes the \
+             terminal back and stops too, so the shell shows the job stopped. `fg` gives the \
+             command the terminal again and continues it. rlock cannot renew while it is \
+             stopped: if the lease ran out meanwhile, the command gets `--lost-signal` on resume \
+             and rlock exits 76. A signal passed on to a stopped command is followed by SIGCONT, \
+             so that it takes effect.",
+        ),
         P(
             "If rlock itself is killed (SIGKILL), the command gets SIGKILL at once (the Linux \
              parent-death signal), so it never runs on unprotected; the lock then expires within \
-             `--ttl`. The parent-death signal reaches the command itself, not its own children.",
+             `--ttl`. The parent-death signal reaches the command itself, not its own children. \
+             SIGSTOP sent to rlock alone cannot be caught: the command runs on while rlock cannot \
+             renew, so do not stop rlock without its command.",
         ),
     ],
 };
@@ -525,19 +535,21 @@ const REENTRANCY: Section = Section {
             "An `rlock exec` or `rlock acquire` of the same KEY (same Redis, same prefix) run \
              where `RLOCK_KEY` and `RLOCK_TOKEN` name that lock (inside the command of an \
              `rlock exec`, say) does not deadlock: it checks with Redis that the token still \
-             owns the key, and then runs without taking the lock again or giving it back. A \
-             nested `exec` runs its command at once (and does not renew: the outer rlock does); \
-             a nested `acquire` prints the same token and fence. If the token no longer owns the \
-             key, the lock is taken as usual.",
+                          owns the key, and then runs without taking the lock again or giving it back. A \
+             nested `exec` runs its command at once; a nested `acquire` prints the same token \
+             and fence. If the token no longer owns the key, the lock is taken as usual.",
         ),
         P(
-            "`rlock release` is not reentrant: run with the inherited token, it gives the outer \
-             lock back, and the outer `rlock exec` then finds it lost (exit 76).",
+            "`rlock exec` puts `RLOCK_EXEC_PID` (its own pid) in the command's environment. \
+             Under it, the outer rlock renews the lock, and an `rlock release` of the inherited \
+             token does nothing and says so: the outer rlock releases the lock when its command \
+             ends. So the usual `acquire --export` ... `release` script can run under `rlock \
+             exec` of the same KEY.",
         ),
         P(
-            "After `eval` of `rlock acquire --export` in a shell, nothing renews the lock: an \
-             `rlock exec` of the same KEY in that shell runs its command inside a lease that \
-             ends with the acquire's `--ttl`, unless the script calls `rlock renew`.",
+            "An `rlock exec` whose lock came from a shell (after `eval` of `rlock acquire \
+             --export`, with no `rlock exec` around it) renews the lock while its command runs, \
+             with the lease the lock was taken with, and leaves the release to the shell.",
         ),
     ],
 };
@@ -612,9 +624,11 @@ const SAFETY: Section = Section {
             "With several `--url` (3, 5, ...), a lock needs a majority of independent masters \
              within its validity time (TTL minus the time acquiring took minus the drift \
              allowance), and partial grants are released. It survives the loss of a minority of \
-             masters, but it assumes bounded clock drift, network delay and process pauses, and \
-             its fence is not strictly increasing across master failures: treat `RLOCK_FENCE` as \
-             advisory there.",
+                          masters, but it assumes bounded clock drift, network delay and process pauses. Its \
+             fence is the highest counter of the granting majority, and the granting masters' \
+             counters are raised to it, so it increases while the masters keep their data; a \
+             master that restarts empty forgets its counter, so treat `RLOCK_FENCE` as advisory \
+             there.",
         ),
     ],
 };
