@@ -79,12 +79,14 @@ impl NodeError {
     pub fn from_redis(node: &str, err: &RedisError) -> Self {
         let code = err.code().unwrap_or("");
         let text = err.to_string();
+        let lower = text.to_ascii_lowercase();
         let kind = if err.kind() == redis::ErrorKind::AuthenticationFailed
             || matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
-            || text.contains("NOPERM")
-            || text.contains("WRONGPASS")
+            || ["noperm", "wrongpass", "noauth", "authenticationfailed", "authentication failed"]
+                .iter()
+                .any(|w| lower.contains(w))
             // Before AUTH, Redis refuses commands of more than 10 arguments this way.
-            || text.contains("unauthenticated")
+            || lower.contains("unauthenticated")
         {
             ErrorKind::Auth
         } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
@@ -126,21 +128,30 @@ impl NodeError {
 
     /// Turns the error into the user-facing failure, naming the lock it was about.
     pub fn into_failure(self, key: &str) -> Failure {
+        self.into_failure_for(&format!("lock '{key}'"))
+    }
+
+    /// As `into_failure`, naming what the request was about ("lock 'jobs'", "the locks
+    /// under 'rlock:'").
+    pub fn into_failure_for(self, key: &str) -> Failure {
         match self.kind {
             ErrorKind::Connect | ErrorKind::Timeout | ErrorKind::Io | ErrorKind::NotServing => {
-                Failure::Unavailable(format!(
-                    "Redis unavailable for lock '{key}': {self}; check that the server is up and --url is right"
-                ))
+                let hint = if self.detail.to_ascii_lowercase().contains("certificate") {
+                    "the server's TLS certificate was not trusted: check --tls-ca (and the host name in the URL)"
+                } else {
+                    "check that the server is up and --url is right"
+                };
+                Failure::Unavailable(format!("Redis unavailable for {key}: {self}; {hint}"))
             }
             ErrorKind::Auth => Failure::NotPermitted(format!(
-                "Redis refused rlock for lock '{key}': {self}; check the password (--password-file, $RLOCK_PASSWORD) and the user's ACL"
+                "Redis refused rlock for {key}: {self}; check the password (--password-file, $RLOCK_PASSWORD) and the user's ACL"
             )),
             ErrorKind::WrongType => Failure::NotALock(format!(
-                "key '{key}' holds a value that is not a lock ({}); nothing was changed",
+                "{key} holds a value rlock cannot treat as a lock ({}); nothing was changed",
                 self.detail
             )),
             ErrorKind::Other => {
-                Failure::Unavailable(format!("Redis answered an error for lock '{key}': {self}"))
+                Failure::Unavailable(format!("Redis answered an error for {key}: {self}"))
             }
         }
     }
@@ -218,6 +229,14 @@ impl Settings {
 
     /// Parses one URL into connection info, with the fallback password applied.
     pub fn connection_info(&self, url: &str) -> Result<ConnectionInfo, Failure> {
+        self.connection_info_with(url, true)
+    }
+
+    fn connection_info_with(
+        &self,
+        url: &str,
+        fallback_password: bool,
+    ) -> Result<ConnectionInfo, Failure> {
         let shown = redact(url);
         let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
             .iter()
@@ -234,7 +253,8 @@ impl Settings {
             ))
         })?;
         let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
-        if settings.password().is_none()
+        if fallback_password
+            && settings.password().is_none()
             && let Some(p) = &self.password
         {
             settings = settings.set_password(p);
@@ -317,7 +337,17 @@ impl Settings {
 
     /// A client for one URL, with the fallback password and the TLS material applied.
     pub fn client(&self, url: &str) -> Result<redis::Client, Failure> {
-        let info = self.connection_info(url)?;
+        self.client_with(url, true)
+    }
+
+    /// A client for a Sentinel: only the URL's own credentials (the fallback password is the
+    /// master's, and a Sentinel without one would refuse AUTH).
+    pub fn sentinel_client(&self, url: &str) -> Result<redis::Client, Failure> {
+        self.client_with(url, false)
+    }
+
+    fn client_with(&self, url: &str, fallback_password: bool) -> Result<redis::Client, Failure> {
+        let info = self.connection_info_with(url, fallback_password)?;
         let bad = |e: redis::RedisError| {
             Failure::Config(format!(
                 "cannot use '{}': {}",

@@ -1,9 +1,11 @@
-//! A master watched by Sentinels. The master's address is asked of the Sentinels (in order,
-//! each within --op-timeout), confirmed with ROLE, and asked again after any failure of the
-//! master's connection or a READONLY answer: after a failover rlock talks to the new master, where
-//! a lock that did not survive is simply not owned any more, and so is reported lost.
+//! A master watched by Sentinels. Before every request rlock asks the Sentinels (in order, each
+//! within --op-timeout) where the master is, and checks a newly named master with ROLE. A
+//! failover can leave the old master answering as one for seconds, so asking only after an
+//! error is not enough: a renewal on the old master would keep a lock that the new master has
+//! already let expire. Asking each time, rlock talks to the new master as soon as the Sentinels
+//! name it, and a lock that did not survive the failover is found not owned there: lost.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::Value;
@@ -15,7 +17,10 @@ pub struct Sentinel {
     settings: Settings,
     master: String,
     name: String,
-    current: Mutex<Option<std::sync::Arc<Single>>>,
+    /// One reused connection per Sentinel.
+    sentinels: Vec<Single>,
+    /// The master last named, by address, and its node.
+    current: Mutex<Option<(String, Arc<Single>)>>,
 }
 
 impl Sentinel {
@@ -23,18 +28,19 @@ impl Sentinel {
         if master.is_empty() {
             return Err(Failure::Usage("--sentinel needs the master's name".into()));
         }
-        // Parse every URL now, so that a malformed one is a configuration error up front.
-        for url in &settings.urls {
-            settings.connection_info(url)?;
-        }
-        let name = format!(
-            "master '{master}' of sentinels {}",
-            redact_all(&settings.urls)
-        );
+        let sentinels = settings
+            .urls
+            .iter()
+            .map(|url| Ok(Single::new(settings.sentinel_client(url)?, redact(url))))
+            .collect::<Result<Vec<_>, Failure>>()?;
         Ok(Sentinel {
             settings: settings.clone(),
             master: master.to_string(),
-            name,
+            name: format!(
+                "master '{master}' of sentinels {}",
+                redact_all(&settings.urls)
+            ),
+            sentinels,
             current: Mutex::new(None),
         })
     }
@@ -47,78 +53,67 @@ impl Sentinel {
         }
     }
 
-    /// Asks the Sentinels for the master and checks that it says it is one.
-    fn resolve(&self, timeout: Duration) -> Result<std::sync::Arc<Single>, NodeError> {
+    /// Where the Sentinels say the master is: the first Sentinel that knows answers.
+    fn ask(&self, timeout: Duration) -> Result<(String, u16), NodeError> {
         let mut problems = Vec::new();
-        for sentinel in &self.settings.urls {
-            let shown = redact(sentinel);
-            let addr: Option<(String, u16)> = self
-                .settings
-                .client(sentinel)
-                .map_err(|f| f.to_string())
-                .and_then(|c| {
-                    let mut conn = c
-                        .get_connection_with_timeout(timeout)
-                        .map_err(|e| e.to_string())?;
-                    let _ = conn.set_read_timeout(Some(timeout));
-                    redis::cmd("SENTINEL")
-                        .arg("GET-MASTER-ADDR-BY-NAME")
-                        .arg(&self.master)
-                        .query(&mut conn)
-                        .map_err(|e| e.to_string())
-                })
-                .unwrap_or_else(|e| {
-                    problems.push(format!("{shown}: {e}"));
-                    None
-                });
-            let Some((host, port)) = addr else {
-                if problems.last().is_none_or(|p| !p.starts_with(&shown)) {
-                    problems.push(format!("{shown}: does not know master '{}'", self.master));
-                }
-                continue;
-            };
-            // The master speaks TLS when the Sentinels do; it takes the fallback password, not
-            // the Sentinel URL's own credentials.
-            let scheme = if sentinel.starts_with("rediss://") {
-                "rediss://"
-            } else {
-                "redis://"
-            };
-            let url = with_addr(&format!("{scheme}placeholder"), &host, port);
-            let client = self
-                .settings
-                .client(&url)
-                .map_err(|f| self.fail(ErrorKind::Other, f.to_string()))?;
-            let single = Single::new(client, format!("{} at {host}:{port}", self.name));
-            match single.role(timeout) {
-                Ok(role) if role == "master" => return Ok(std::sync::Arc::new(single)),
-                Ok(role) => problems.push(format!(
-                    "{shown} named {host}:{port}, which says it is a {role}"
+        for sentinel in &self.sentinels {
+            let reply: Result<Option<(String, u16)>, NodeError> = sentinel.query(
+                redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(&self.master),
+                timeout,
+            );
+            match reply {
+                Ok(Some(addr)) => return Ok(addr),
+                Ok(None) => problems.push(format!(
+                    "{}: does not know master '{}'",
+                    sentinel.name(),
+                    self.master
                 )),
                 Err(e) => problems.push(e.to_string()),
             }
         }
         Err(self.fail(
             ErrorKind::Connect,
-            format!(
-                "no Sentinel gave a reachable master: {}",
-                problems.join("; ")
-            ),
+            format!("no Sentinel named the master: {}", problems.join("; ")),
         ))
     }
 
-    fn master(&self, timeout: Duration) -> Result<std::sync::Arc<Single>, NodeError> {
+    /// The master as the Sentinels name it now, confirmed with ROLE when it is a new one.
+    fn master(&self, timeout: Duration) -> Result<Arc<Single>, NodeError> {
+        let (host, port) = self.ask(timeout)?;
+        let addr = format!("{host}:{port}");
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(m) = current.as_ref() {
-            return Ok(m.clone());
+        if let Some((known, node)) = current.as_ref()
+            && *known == addr
+        {
+            return Ok(node.clone());
         }
-        let m = self.resolve(timeout)?;
-        *current = Some(m.clone());
-        Ok(m)
-    }
-
-    fn forget(&self) {
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        // The master speaks TLS when the Sentinels do; it takes the fallback password, not the
+        // Sentinel URL's own credentials.
+        let scheme = if self.settings.urls[0].starts_with("rediss://") {
+            "rediss://"
+        } else {
+            "redis://"
+        };
+        let url = with_addr(&format!("{scheme}master"), &host, port);
+        let client = self
+            .settings
+            .client(&url)
+            .map_err(|f| self.fail(ErrorKind::Other, f.to_string()))?;
+        let node = Arc::new(Single::new(client, format!("{} at {addr}", self.name)));
+        match node.role(timeout)? {
+            role if role == "master" => {
+                *current = Some((addr, node.clone()));
+                Ok(node)
+            }
+            role => Err(self.fail(
+                ErrorKind::NotServing,
+                format!(
+                    "the Sentinels name {addr}, which says it is a {role} (a failover is under way)"
+                ),
+            )),
+        }
     }
 }
 
@@ -130,23 +125,7 @@ impl Node for Sentinel {
         args: &[&str],
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        // A failure may mean a failover: ask the Sentinels again, once.
-        let mut last = None;
-        for _ in 0..2 {
-            let master = self.master(timeout)?;
-            match master.eval(script, keys, args, timeout) {
-                Ok(v) => return Ok(v),
-                Err(e) if e.is_transport() => {
-                    self.forget();
-                    if e.kind == ErrorKind::Timeout {
-                        return Err(e);
-                    }
-                    last = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.expect("the loop ran"))
+        self.master(timeout)?.eval(script, keys, args, timeout)
     }
 
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError> {

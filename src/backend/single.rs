@@ -3,7 +3,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis::{Connection, Value};
+use redis::{Connection, RedisResult, Value};
 
 use super::{ErrorKind, Node, NodeError, Script};
 
@@ -11,6 +11,15 @@ pub struct Single {
     client: redis::Client,
     name: String,
     conn: Mutex<Option<Connection>>,
+}
+
+/// What a server of a Redis Cluster said to a script: the reply, or where to send it instead.
+pub(crate) enum Routed {
+    Done(Value),
+    /// MOVED: the slot lives at this address (host:port) now.
+    Moved(String),
+    /// ASK: this one request goes to this address, after ASKING.
+    Ask(String),
 }
 
 impl Single {
@@ -38,18 +47,86 @@ impl Single {
                 }
                 err
             })?;
+        // Every read and write on it is bounded too: a frozen server must not hang rlock.
+        let _ = conn.set_read_timeout(Some(timeout));
+        let _ = conn.set_write_timeout(Some(timeout));
         Ok(conn)
     }
-}
 
-impl Single {
+    /// Runs `f` on the reused connection. A failure of the path to the server (connect,
+    /// timeout, broken connection, a server that cannot serve) is the outer error, and drops
+    /// the connection; the server's own error replies come back as they are, for the caller.
+    fn call<T>(
+        &self,
+        timeout: Duration,
+        mut f: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> Result<RedisResult<T>, NodeError> {
+        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        // A reused connection may have died since its last use (a restarted server): then
+        // retry once on a fresh one. Every script is idempotent for the same token.
+        for _ in 0..2 {
+            let fresh = slot.is_none();
+            let conn = match slot.as_mut() {
+                Some(c) => c,
+                None => slot.insert(self.open(timeout)?),
+            };
+            let _ = conn.set_read_timeout(Some(timeout));
+            let _ = conn.set_write_timeout(Some(timeout));
+            match f(conn) {
+                Ok(v) => return Ok(Ok(v)),
+                Err(e) => {
+                    let err = self.err(&e);
+                    if !err.is_transport() {
+                        return Ok(Err(e));
+                    }
+                    *slot = None;
+                    if !fresh && err.kind == ErrorKind::Io {
+                        continue;
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        unreachable!("the second attempt always uses a fresh connection")
+    }
+
+    /// Runs one command on the reused connection.
+    pub(crate) fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        timeout: Duration,
+    ) -> Result<T, NodeError> {
+        self.call(timeout, |c| cmd.query(c))?
+            .map_err(|e| self.err(&e))
+    }
+
+    /// A script, for a server that may be part of a Cluster: redirections are returned, not
+    /// followed. With `asking`, each request is preceded by ASKING (the answer to an ASK).
+    pub(crate) fn eval_routed(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        timeout: Duration,
+        asking: bool,
+    ) -> Result<Routed, NodeError> {
+        match self.call(timeout, |c| run_script(c, script, keys, args, asking))? {
+            Ok(v) => Ok(Routed::Done(v)),
+            Err(e) => match (e.kind(), e.redirect_node()) {
+                (redis::ErrorKind::Server(redis::ServerErrorKind::Moved), Some((addr, _))) => {
+                    Ok(Routed::Moved(addr.to_string()))
+                }
+                (redis::ErrorKind::Server(redis::ServerErrorKind::Ask), Some((addr, _))) => {
+                    Ok(Routed::Ask(addr.to_string()))
+                }
+                _ => Err(self.err(&e)),
+            },
+        }
+    }
+
     /// What the server says it is (ROLE): "master", "slave" or "sentinel".
     pub fn role(&self, timeout: Duration) -> Result<String, NodeError> {
-        let mut conn = self.open(timeout)?;
-        let _ = conn.set_read_timeout(Some(timeout));
-        let reply: Vec<Value> = redis::cmd("ROLE")
-            .query(&mut conn)
-            .map_err(|e| self.err(&e))?;
+        let reply: Vec<Value> = self.query(&redis::cmd("ROLE"), timeout)?;
         match reply.first() {
             Some(Value::BulkString(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
             Some(Value::SimpleString(s)) => Ok(s.clone()),
@@ -60,26 +137,27 @@ impl Single {
 
 /// EVALSHA, and EVAL when the server has no copy of the script (SCRIPT FLUSH, a restart, a
 /// failover): one round trip in the common case, never a wrong answer.
-pub(crate) fn run_script(
-    conn: &mut dyn redis::ConnectionLike,
+fn run_script(
+    conn: &mut Connection,
     script: &Script,
     keys: &[&str],
     args: &[&str],
-) -> redis::RedisResult<Value> {
-    let result = redis::cmd("EVALSHA")
-        .arg(script.sha())
-        .arg(keys.len())
-        .arg(keys)
-        .arg(args)
-        .query::<Value>(conn);
-    match result {
+    asking: bool,
+) -> RedisResult<Value> {
+    let mut send = |verb: &str, body: &str| {
+        if asking {
+            redis::cmd("ASKING").query::<()>(conn)?;
+        }
+        redis::cmd(verb)
+            .arg(body)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args)
+            .query::<Value>(conn)
+    };
+    match send("EVALSHA", script.sha()) {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            redis::cmd("EVAL")
-                .arg(script.source)
-                .arg(keys.len())
-                .arg(keys)
-                .arg(args)
-                .query::<Value>(conn)
+            send("EVAL", script.source)
         }
         other => other,
     }
@@ -93,38 +171,40 @@ impl Node for Single {
         args: &[&str],
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        // A reused connection may have died since its last use (a restarted server): then
-        // retry once on a fresh one. Every script is idempotent for the same token.
-        for _ in 0..2 {
-            let fresh = slot.is_none();
-            let conn = match slot.as_mut() {
-                Some(c) => c,
-                None => slot.insert(self.open(timeout)?),
-            };
-            let _ = conn.set_read_timeout(Some(timeout));
-            let _ = conn.set_write_timeout(Some(timeout));
-            match run_script(conn, script, keys, args) {
-                Ok(v) => return Ok(v),
-                Err(e) => {
-                    let err = self.err(&e);
-                    if err.is_transport() {
-                        *slot = None;
-                        if !fresh && err.kind == ErrorKind::Io {
-                            continue;
-                        }
-                    }
-                    return Err(err);
-                }
-            }
+        match self.eval_routed(script, keys, args, timeout, false)? {
+            Routed::Done(v) => Ok(v),
+            Routed::Moved(to) | Routed::Ask(to) => Err(NodeError {
+                kind: ErrorKind::Other,
+                node: self.name.clone(),
+                detail: format!(
+                    "the server answered MOVED/ASK {to}: it is part of a Redis Cluster (use --cluster)"
+                ),
+            }),
         }
-        unreachable!("the second attempt always uses a fresh connection")
     }
 
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError> {
-        let mut conn = self.open(timeout)?;
-        let _ = conn.set_read_timeout(Some(timeout));
-        scan_connection(&mut conn, pattern).map_err(|e| self.err(&e))
+        let mut keys = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<String>) = self.query(
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000),
+                timeout,
+            )?;
+            keys.extend(batch);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
     }
 
     fn subscriber(&self, _key: &str, timeout: Duration) -> Result<Connection, NodeError> {
@@ -134,30 +214,4 @@ impl Node for Single {
     fn name(&self) -> &str {
         &self.name
     }
-}
-
-/// SCAN to the end on one server.
-pub(crate) fn scan_connection(
-    conn: &mut dyn redis::ConnectionLike,
-    pattern: &str,
-) -> redis::RedisResult<Vec<String>> {
-    let mut keys = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query(conn)?;
-        keys.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    keys.sort();
-    keys.dedup();
-    Ok(keys)
 }

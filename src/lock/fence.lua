@@ -1,7 +1,7 @@
 -- fence: raise the fencing counter to at least a floor while the token holds the lock. Redlock
 -- runs it on its masters after a grant, so that the counters of independent masters move in step
 -- and the next grant's fence (the highest counter of its majority) is higher than this one's.
--- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
+-- KEYS[1] lock  KEYS[2] state
 -- ARGV[1] token  ARGV[2] floor
 -- Returns 1 if the counter was raised, 0 if not
 local state, token, floor = KEYS[2], ARGV[1], tonumber(ARGV[2])

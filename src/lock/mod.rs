@@ -86,6 +86,17 @@ impl LockKey {
         })
     }
 
+    /// The keys a script declares. Renew and fence use only the lock and its state: a key that
+    /// does not exist (the queue, usually) would make a Cluster answer TRYAGAIN while the slot
+    /// migrates, and a renewal must get through then.
+    fn keys_for(&self, script: &Script) -> Vec<&str> {
+        let mut keys = self.keys().to_vec();
+        if matches!(script.name, "renew" | "fence") {
+            keys.truncate(2);
+        }
+        keys
+    }
+
     fn keys(&self) -> [&str; 3] {
         [&self.redis_key, &self.state, &self.queue]
     }
@@ -397,13 +408,15 @@ impl Locker {
         {
             let fence = fences.iter().copied().max().unwrap_or(0);
             // Keep the nodes' counters in step, so that the next grant's fence (the highest
-            // counter of its majority, which overlaps this one) is higher than this one.
-            // Only on the nodes that granted: they just answered.
+            // counter of its majority, which overlaps this one) is higher than this one: raise
+            // the granting nodes that are behind (they just answered; usually none is).
             let floor = fence.to_string();
             std::thread::scope(|s| {
                 for (node, result) in self.nodes.iter().zip(&results) {
-                    if let Ok(Attempt::Granted { .. }) = result {
-                        let (floor, keys) = (&floor, key.keys());
+                    if let Ok(Attempt::Granted { fence: mine, .. }) = result
+                        && *mine < fence
+                    {
+                        let (floor, keys) = (&floor, key.keys_for(&FENCE));
                         s.spawn(move || node.eval(&FENCE, &keys, &[token, floor], timeout));
                     }
                 }
@@ -440,7 +453,7 @@ impl Locker {
             return Err(e.clone().into_failure(&key.name));
         }
         if errors.len() > n - self.quorum() {
-            return Err(no_quorum(key, n, &errors));
+            return Err(no_quorum(&format!("lock '{}'", key.name), n, &errors));
         }
         Ok(busy.unwrap_or(Attempt::Busy {
             // Granted by a majority but too slowly: try again soon.
@@ -616,7 +629,11 @@ impl Locker {
             .collect();
         if infos.len() < self.quorum() {
             let errors: Vec<NodeError> = results.into_iter().filter_map(Result::err).collect();
-            return Err(no_quorum(key, self.nodes.len(), &errors));
+            return Err(no_quorum(
+                &format!("lock '{}'", key.name),
+                self.nodes.len(),
+                &errors,
+            ));
         }
         for info in &infos {
             if !info.held() {
@@ -656,11 +673,11 @@ impl Locker {
         if !errors.is_empty()
             && (!self.is_quorum() || errors.len() > self.nodes.len() - self.quorum())
         {
-            let what = format!("{prefix}*");
+            let what = format!("the locks under '{prefix}'");
             return Err(if self.is_quorum() {
-                no_quorum(&LockKey::new(prefix, "*")?, self.nodes.len(), &errors)
+                no_quorum(&what, self.nodes.len(), &errors)
             } else {
-                errors.remove(0).into_failure(&what)
+                errors.remove(0).into_failure_for(&what)
             });
         }
         keys.sort();
@@ -719,7 +736,7 @@ fn eval_on(
     args: &[&str],
     timeout: Duration,
 ) -> Result<Vec<Value>, NodeError> {
-    match node.eval(script, &key.keys(), args, timeout)? {
+    match node.eval(script, &key.keys_for(script), args, timeout)? {
         Value::Array(items) => Ok(items),
         other => Ok(vec![other]),
     }
@@ -786,9 +803,10 @@ fn unexpected_on(node: &dyn Node, what: &str, reply: &[Value]) -> NodeError {
     }
 }
 
-fn no_quorum(key: &LockKey, n: usize, errors: &[NodeError]) -> Failure {
+/// A Redlock request that too few masters answered; `what` names what it was about.
+fn no_quorum(what: &str, n: usize, errors: &[NodeError]) -> Failure {
     if let Some(auth) = errors.iter().find(|e| e.kind == ErrorKind::Auth) {
-        return auth.clone().into_failure(&key.name);
+        return auth.clone().into_failure_for(what);
     }
     let detail = errors
         .iter()
@@ -796,8 +814,7 @@ fn no_quorum(key: &LockKey, n: usize, errors: &[NodeError]) -> Failure {
         .collect::<Vec<_>>()
         .join("; ");
     Failure::Unavailable(format!(
-        "no quorum for lock '{}': {} of {n} Redis nodes unavailable ({detail}); a majority must answer",
-        key.name,
+        "no quorum for {what}: {} of {n} Redis nodes unavailable ({detail}); a majority must answer",
         errors.len()
     ))
 }
