@@ -10,10 +10,14 @@
 //! - `RLOCK_BENCH_IDLE_SECS` how long the idle waiter is watched (default 6)
 //! - `RLOCK_BENCH_PROCS`     processes in the contention figure (default 6)
 //! - `RLOCK_BENCH_ITERS`     iterations per process in the contention figure (default 15)
+//!
+//! The Redlock figure starts four more servers and puts each of the five behind a proxy of this
+//! program that adds `RLOCK_BENCH_LATENCY_MS` (default 5) each way, so the network counts as it
+//! does between hosts and parallel requests can be told from sequential ones.
 
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -46,6 +50,7 @@ struct Config {
     idle: Duration,
     procs: usize,
     iters: usize,
+    latency: Duration,
 }
 
 impl Config {
@@ -66,6 +71,7 @@ impl Config {
             idle: Duration::from_secs(num("RLOCK_BENCH_IDLE_SECS", 6, 120)),
             procs: num("RLOCK_BENCH_PROCS", 6, 64) as usize,
             iters: num("RLOCK_BENCH_ITERS", 15, 1000) as usize,
+            latency: Duration::from_millis(num("RLOCK_BENCH_LATENCY_MS", 5, 1000)),
         }
     }
 }
@@ -787,6 +793,105 @@ fn sample_rss(pid: i32) -> f64 {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Redlock: five masters against one, over a slow link
+// ---------------------------------------------------------------------------------------------
+
+/// A TCP proxy on 127.0.0.1 in front of `target` that holds every chunk for `delay` in each
+/// direction: a link with that one-way latency. Its threads live until the program ends.
+fn slow_link(target: u16, delay: Duration) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+    let port = listener.local_addr().expect("proxy address").port();
+    thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                continue;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else {
+                continue;
+            };
+            pump(client, server, delay);
+            pump(server2, client2, delay);
+        }
+    });
+    port
+}
+
+/// Copies `from` to `to`, each chunk `delay` late, until either side closes.
+fn pump(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
+    thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    thread::sleep(delay);
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown(Shutdown::Write);
+    });
+}
+
+/// `rlock --url P1 --url P2 … ARGS…` (127.0.0.1 ports), with no inherited RLOCK_* setting.
+fn rlock_ports(ports: &[u16], args: &[&str]) -> Command {
+    let mut cmd = Command::new(RLOCK);
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"RLOCK_") {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd.env_remove("REDIS_URL").env_remove("REDISCLI_AUTH");
+    for port in ports {
+        cmd.arg("--url").arg(format!("redis://127.0.0.1:{port}"));
+    }
+    cmd.args(args);
+    cmd
+}
+
+/// Median wall time, in ms, of `rlock acquire -n` followed by `rlock release` on `ports`.
+fn acquire_release(ports: &[u16], runs: usize) -> f64 {
+    median(
+        (0..runs)
+            .map(|_| {
+                ms(wall(|| {
+                    let token = output(&mut rlock_ports(
+                        ports,
+                        &["acquire", "-n", "-k", "redlock", "--ttl", "30s"],
+                    ));
+                    quiet(&mut rlock_ports(
+                        ports,
+                        &["release", "-k", "redlock", "--token", token.trim()],
+                    ));
+                }))
+            })
+            .collect(),
+    )
+}
+
+/// Median `acquire -n` + `release` time with five nodes and with one, over links of `delay`
+/// and over plain loopback: `(five, one, five_loopback, one_loopback)` in ms.
+fn redlock_vs_one(servers: &[&Redis], delay: Duration, runs: usize) -> (f64, f64, f64, f64) {
+    let direct: Vec<u16> = servers.iter().map(|r| r.port).collect();
+    let slow: Vec<u16> = direct.iter().map(|p| slow_link(*p, delay)).collect();
+    // Warm the script caches of all five (and the page cache).
+    for _ in 0..3 {
+        acquire_release(&direct, 1);
+    }
+    (
+        acquire_release(&slow, runs),
+        acquire_release(&slow[..1], runs),
+        acquire_release(&direct, runs),
+        acquire_release(&direct[..1], runs),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
 
 fn main() {
     let cfg = Config::from_env();
@@ -1017,6 +1122,25 @@ fn main() {
         decimals: 2,
     });
 
+    // 6. Redlock: five masters asked in parallel cost about what one does.
+    let more: Vec<Redis> = (0..4).map(|_| Redis::start(&redis_server)).collect();
+    let five: Vec<&Redis> = std::iter::once(&redis).chain(&more).collect();
+    let (r5, r1, r5_lo, r1_lo) = redlock_vs_one(&five, cfg.latency, cfg.runs);
+    let redlock_ratio = r5 / r1;
+    rows.push(Row {
+        figure: format!(
+            "Redlock `acquire -n` + `release`: 5 nodes ÷ 1 ({r5:.1} / {r1:.1} ms, {} ms links)",
+            cfg.latency.as_millis()
+        ),
+        unit: "×",
+        rlock: redlock_ratio,
+        flock: None,
+        cli: None,
+        target: "≈1× (parallel), not 5× (sequential)".into(),
+        met: Some(redlock_ratio < 2.0),
+        decimals: 2,
+    });
+
     println!();
     print_table(&rows);
     println!();
@@ -1034,5 +1158,14 @@ fn main() {
         "redis-cli column: for handoff and idle, a sh loop retrying SET NX every 100 ms (there is \
          nothing to wait on); for contention, a retry every 10 ms. flock waits in the kernel and \
          sends nothing to Redis."
+    );
+    println!(
+        "Redlock row: each node behind a proxy adding {} ms each way. A Redlock grant is two \
+         rounds (the acquire, then raising the granting nodes' fence counters), a release one; \
+         one Redis takes one round each, so parallel requests land near 1.5×, sequential ones \
+         near 5× and more. On plain loopback, where process start-up dominates: {r5_lo:.2} / \
+         {r1_lo:.2} ms = {:.2}×.",
+        cfg.latency.as_millis(),
+        r5_lo / r1_lo
     );
 }

@@ -668,3 +668,513 @@ pub fn pid_alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// redis-cli, and replies read as maps
+// ---------------------------------------------------------------------------------------------
+
+/// The `redis-cli` executable from PATH; panics (never skips) when there is none.
+pub fn redis_cli_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join("redis-cli"))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| {
+                panic!("redis-cli not found: install it with `apt-get install -y redis-tools`")
+            })
+    })
+}
+
+/// `INFO section` of the server on `port` as `field → value`.
+fn info_on(port: u16, section: &str) -> redis::RedisResult<HashMap<String, String>> {
+    let text: String =
+        redis::cmd("INFO")
+            .arg(section)
+            .query(&mut connect(port, None, CONN_TIMEOUT)?)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// RedisCluster
+// ---------------------------------------------------------------------------------------------
+
+/// Three `redis-server` masters (no replicas) made into one Redis Cluster with
+/// `redis-cli --cluster create`; every node is a [`RedisServer`], killed on drop.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the three nodes, creates the cluster and returns once every node says
+    /// `cluster_state:ok` and knows the owner of all 16384 slots.
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                // The bus port is named, so a client port above 55535 (no room for +10000)
+                // cannot stop a node from starting.
+                let bus = free_port().to_string();
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--cluster-port",
+                    &bus,
+                ])
+            })
+            .collect();
+        let cluster = RedisCluster { nodes };
+        let mut create = Command::new(redis_cli_bin());
+        create.args(["--cluster", "create"]);
+        for n in &cluster.nodes {
+            create.arg(format!("127.0.0.1:{}", n.port()));
+        }
+        create.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        let out = run(&mut create);
+        assert_eq!(
+            out.code,
+            0,
+            "redis-cli --cluster create failed: {out}\n{}",
+            cluster.logs()
+        );
+        let ports: Vec<u16> = cluster.nodes.iter().map(RedisServer::port).collect();
+        wait_until(
+            "every cluster node to say cluster_state:ok and agree on the slots",
+            Duration::from_secs(20),
+            || {
+                cluster.nodes.iter().all(|n| {
+                    let ok = n
+                        .try_cmd(&["CLUSTER", "INFO"])
+                        .ok()
+                        .and_then(|v| redis::from_redis_value::<String>(v).ok())
+                        .is_some_and(|s| s.contains("cluster_state:ok"));
+                    ok && slot_owners_on(n)
+                        .is_some_and(|owners| owners.iter().all(|p| ports.contains(p)))
+                })
+            },
+        );
+        cluster
+    }
+
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    pub fn node(&self, i: usize) -> &RedisServer {
+        &self.nodes[i]
+    }
+
+    /// `redis://127.0.0.1:PORT` of every node, the seed list for `rlock --cluster`.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// `CLUSTER KEYSLOT key`.
+    pub fn slot(&self, key: &str) -> u16 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[0].conn())
+            .expect("CLUSTER KEYSLOT")
+    }
+
+    /// The index (into `nodes()`) of the master that serves `slot`, as node 0 sees it.
+    pub fn owner_of_slot(&self, slot: u16) -> usize {
+        let owners = slot_owners_on(&self.nodes[0]).expect("CLUSTER SLOTS on node 0");
+        let port = owners[slot as usize];
+        self.nodes
+            .iter()
+            .position(|n| n.port() == port)
+            .unwrap_or_else(|| panic!("slot {slot} is served by unknown port {port}"))
+    }
+
+    /// The index of the master that serves `key`.
+    pub fn owner(&self, key: &str) -> usize {
+        self.owner_of_slot(self.slot(key))
+    }
+
+    /// `CLUSTER MYID` of node `i`.
+    pub fn node_id(&self, i: usize) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.nodes[i].conn())
+            .expect("CLUSTER MYID")
+    }
+
+    /// The logs of every node, for failure messages.
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("=== node on port {} ===\n{}", n.port(), n.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// `CLUSTER SLOTS` of `node`: the port of the master of each of the 16384 slots (0 where
+/// none), or None when the node does not answer it.
+fn slot_owners_on(node: &RedisServer) -> Option<Vec<u16>> {
+    let reply = node.try_cmd(&["CLUSTER", "SLOTS"]).ok()?;
+    let redis::Value::Array(ranges) = reply else {
+        return None;
+    };
+    let mut owners = vec![0u16; 16384];
+    for range in ranges {
+        let redis::Value::Array(parts) = range else {
+            return None;
+        };
+        let (Some(redis::Value::Int(from)), Some(redis::Value::Int(to))) =
+            (parts.first(), parts.get(1))
+        else {
+            return None;
+        };
+        let Some(redis::Value::Array(master)) = parts.get(2) else {
+            return None;
+        };
+        let Some(redis::Value::Int(port)) = master.get(1) else {
+            return None;
+        };
+        for slot in *from..=*to {
+            owners[slot as usize] = *port as u16;
+        }
+    }
+    Some(owners)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sentinels
+// ---------------------------------------------------------------------------------------------
+
+/// One `redis-server --sentinel` process with its own config file (Sentinel rewrites it) in its
+/// own temporary directory. Killed on drop.
+struct SentinelProcess {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl SentinelProcess {
+    fn start(name: &str, master_port: u16) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("rlock-sentinel-")
+            .tempdir()
+            .expect("create temp dir for a sentinel");
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port();
+            let conf = dir.path().join("sentinel.conf");
+            let text = format!(
+                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n\
+                 sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 5000\n",
+                dir = dir.path().display(),
+                log = dir.path().join("redis.log").display(),
+            );
+            fs::write(&conf, text).expect("write sentinel.conf");
+            let args = [conf.display().to_string(), "--sentinel".to_string()];
+            let mut child = spawn_redis(&args, dir.path());
+            match wait_ready(&mut child, port, None, Instant::now() + READY_TIMEOUT) {
+                Ok(()) => {
+                    return SentinelProcess {
+                        child: Some(child),
+                        port,
+                        dir,
+                    };
+                }
+                Err(e) => {
+                    kill_and_reap(&mut child);
+                    failures.push(format!("port {port}: {e}"));
+                }
+            }
+        }
+        panic!(
+            "redis-server --sentinel did not come up after {START_ATTEMPTS} attempts:\n  {}\n{}",
+            failures.join("\n  "),
+            read_logs(dir.path())
+        );
+    }
+}
+
+impl Drop for SentinelProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_reap(&mut child);
+        }
+    }
+}
+
+/// A master, one replica (`--replicaof`) and three Sentinels watching the master under `name`
+/// with quorum 2, `down-after-milliseconds 1000` and `failover-timeout 5000`. Every process is
+/// killed on drop.
+pub struct Sentinels {
+    name: String,
+    /// `[first master, first replica]`; after a failover their roles may have changed.
+    servers: Vec<RedisServer>,
+    sentinels: Vec<SentinelProcess>,
+}
+
+impl Sentinels {
+    /// Starts everything and returns once every Sentinel knows the master, its replica (with a
+    /// working link) and the two other Sentinels, so a failover can be voted on.
+    pub fn start(name: &str) -> Self {
+        let master = RedisServer::start();
+        let replica =
+            RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+        let sentinels = (0..3)
+            .map(|_| SentinelProcess::start(name, master.port()))
+            .collect();
+        let s = Sentinels {
+            name: name.to_string(),
+            servers: vec![master, replica],
+            sentinels,
+        };
+        s.wait_settled(s.servers[0].port(), Duration::from_secs(20));
+        s
+    }
+
+    /// The name the Sentinels know the master by.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `redis://127.0.0.1:PORT` of every Sentinel.
+    pub fn urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|s| format!("redis://127.0.0.1:{}", s.port))
+            .collect()
+    }
+
+    /// The server started as the master (index 0) or as the replica (index 1).
+    pub fn server(&self, i: usize) -> &RedisServer {
+        &self.servers[i]
+    }
+
+    pub fn server_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.servers[i]
+    }
+
+    /// The index of the server on `port`.
+    pub fn index_of(&self, port: u16) -> usize {
+        self.servers
+            .iter()
+            .position(|s| s.port() == port)
+            .unwrap_or_else(|| panic!("no server of this set listens on port {port}"))
+    }
+
+    /// Runs one command on Sentinel `i`.
+    pub fn sentinel_cmd(&self, i: usize, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        let (name, rest) = args.split_first().expect("a command name");
+        redis::cmd(name)
+            .arg(rest)
+            .query(&mut connect(self.sentinels[i].port, None, CONN_TIMEOUT)?)
+    }
+
+    /// The master's port as Sentinel `i` names it now.
+    pub fn master_port_by(&self, i: usize) -> Option<u16> {
+        let v = self
+            .sentinel_cmd(i, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", &self.name])
+            .ok()?;
+        let (_, port): (String, u16) = redis::from_redis_value(v).ok()?;
+        Some(port)
+    }
+
+    /// Waits until every Sentinel names the server on `port` as the master.
+    pub fn wait_master(&self, port: u16, timeout: Duration) {
+        wait_until(
+            &format!(
+                "every Sentinel to name port {port} as master '{}'",
+                self.name
+            ),
+            timeout,
+            || (0..self.sentinels.len()).all(|i| self.master_port_by(i) == Some(port)),
+        );
+    }
+
+    /// Waits until every Sentinel names `master_port`, sees one replica and two other
+    /// Sentinels, and the other server replicates from the master with its link up.
+    pub fn wait_settled(&self, master_port: u16, timeout: Duration) {
+        let replica = self
+            .servers
+            .iter()
+            .find(|s| s.port() != master_port)
+            .expect("a replica");
+        wait_until(
+            &format!("the Sentinels of '{}' to settle", self.name),
+            timeout,
+            || {
+                let sentinels_ok = (0..self.sentinels.len()).all(|i| {
+                    let Ok(v) = self.sentinel_cmd(i, &["SENTINEL", "MASTER", &self.name]) else {
+                        return false;
+                    };
+                    let Ok(m) = redis::from_redis_value::<HashMap<String, String>>(v) else {
+                        return false;
+                    };
+                    m.get("port").map(String::as_str) == Some(&master_port.to_string())
+                        && m.get("flags").map(String::as_str) == Some("master")
+                        && m.get("num-slaves").map(String::as_str) == Some("1")
+                        && m.get("num-other-sentinels").map(String::as_str) == Some("2")
+                });
+                let link_up = info_on(replica.port(), "replication").is_ok_and(|i| {
+                    i.get("master_link_status").map(String::as_str) == Some("up")
+                        && i.get("master_port").map(String::as_str)
+                            == Some(&master_port.to_string())
+                });
+                sentinels_ok && link_up
+            },
+        );
+    }
+
+    /// Every log (servers and Sentinels), for failure messages.
+    pub fn logs(&self) -> String {
+        let mut text = String::new();
+        for s in &self.servers {
+            text.push_str(&format!(
+                "=== server on port {} ===\n{}\n",
+                s.port(),
+                s.log()
+            ));
+        }
+        for s in &self.sentinels {
+            text.push_str(&format!(
+                "=== sentinel on port {} ===\n{}\n",
+                s.port,
+                read_logs(s.dir.path())
+            ));
+        }
+        text
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS
+// ---------------------------------------------------------------------------------------------
+
+/// A certificate authority made for one test, a server certificate it signed, and a client
+/// certificate it signed, as PEM files in a temporary directory.
+pub struct TestCerts {
+    dir: tempfile::TempDir,
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl TestCerts {
+    /// A server certificate for 127.0.0.1 and localhost.
+    pub fn new() -> Self {
+        Self::for_server_names(&["127.0.0.1", "localhost"])
+    }
+
+    /// A server certificate for exactly `names` (IP addresses or DNS names).
+    pub fn for_server_names(names: &[&str]) -> Self {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair, KeyUsagePurpose,
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("rlock-tls-")
+            .tempdir()
+            .expect("create temp dir for certificates");
+        let write = |name: &str, pem: &str| {
+            let path = dir.path().join(name);
+            fs::write(&path, pem).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+            path
+        };
+
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "rlock test CA");
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_key = KeyPair::generate().expect("CA key");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("self-sign the CA");
+        let issuer = Issuer::new(ca_params, ca_key);
+
+        let leaf = |names: Vec<String>, cn: &str, usage: ExtendedKeyUsagePurpose| {
+            let mut params = CertificateParams::new(names).expect("leaf params");
+            params.distinguished_name.push(DnType::CommonName, cn);
+            params.use_authority_key_identifier_extension = true;
+            params.key_usages = vec![
+                KeyUsagePurpose::DigitalSignature,
+                KeyUsagePurpose::KeyEncipherment,
+            ];
+            params.extended_key_usages = vec![usage];
+            let key = KeyPair::generate().expect("leaf key");
+            let cert = params.signed_by(&key, &issuer).expect("sign a leaf");
+            (cert.pem(), key.serialize_pem())
+        };
+        let (server_pem, server_key_pem) = leaf(
+            names.iter().map(|s| s.to_string()).collect(),
+            names.first().copied().unwrap_or("server"),
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (client_pem, client_key_pem) = leaf(
+            vec!["rlock-test-client".to_string()],
+            "rlock-test-client",
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        TestCerts {
+            ca: write("ca.pem", &ca_cert.pem()),
+            server_cert: write("server.pem", &server_pem),
+            server_key: write("server.key", &server_key_pem),
+            client_cert: write("client.pem", &client_pem),
+            client_key: write("client.key", &client_key_pem),
+            dir,
+        }
+    }
+
+    /// The directory the PEM files are in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// A `redis-server` that speaks TLS on `tls_port` (certificates of a [`TestCerts`]) and plain
+/// TCP on `server.port()`, which the harness's own helpers (`conn`, `get`, …) use.
+pub struct TlsServer {
+    pub server: RedisServer,
+    pub tls_port: u16,
+}
+
+impl TlsServer {
+    /// `auth_clients` is Redis's `tls-auth-clients`: `no`, `optional` or `yes` (mTLS).
+    pub fn start(certs: &TestCerts, auth_clients: &str) -> Self {
+        let tls_port = free_port();
+        let path = |p: &Path| p.display().to_string();
+        let server = RedisServer::start_with(&[
+            "--tls-port",
+            &tls_port.to_string(),
+            "--tls-cert-file",
+            &path(&certs.server_cert),
+            "--tls-key-file",
+            &path(&certs.server_key),
+            "--tls-ca-cert-file",
+            &path(&certs.ca),
+            "--tls-auth-clients",
+            auth_clients,
+        ]);
+        TlsServer { server, tls_port }
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT`.
+    pub fn url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.tls_port)
+    }
+}
