@@ -1160,11 +1160,11 @@ fn main() {
          sends nothing to Redis."
     );
     println!(
-        "Redlock row: each node behind a proxy adding {} ms each way. A Redlock grant is two \
-         rounds (the acquire, then raising the granting nodes' fence counters), a release one; \
-         one Redis takes one round each, so parallel requests land near 1.5×, sequential ones \
-         near 5× and more. On plain loopback, where process start-up dominates: {r5_lo:.2} / \
-         {r1_lo:.2} ms = {:.2}×.",
+        "Redlock row: each node behind a proxy adding {} ms each way. A grant and a release \
+         are one round each, sent to every node at once (a second round raises the fence \
+         counters of granting nodes that are behind, which the common case skips), so parallel \
+         requests land near 1×, sequential ones near 5×. On plain loopback, where process \
+         start-up dominates: {r5_lo:.2} / {r1_lo:.2} ms = {:.2}×.",
         cfg.latency.as_millis(),
         r5_lo / r1_lo
     );
