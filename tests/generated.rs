@@ -472,7 +472,7 @@ const SIGNALS: Section = Section {
             "While rlock is still waiting for the lock, the same signals end the wait: rlock \
              leaves the queue, takes nothing, and exits 128+N.",
         ),
-                P(
+        P(
             "Ctrl-Z (SIGTSTP, also when sent to rlock) stops the command; rlock then takes the \
              terminal back and stops too, so the shell shows the job stopped. `fg` gives the \
              command the terminal again and continues it. rlock cannot renew while it is \
