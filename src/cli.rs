@@ -8,11 +8,14 @@ use nix::sys::signal::Signal;
 
 const AFTER_HELP: &str = "\
 Examples:
-  rlock exec -k nightly -- ./cron.sh             run under the lock, renewing it meanwhile
-  rlock exec -k deploy -w 10m -- make deploy      wait up to 10 minutes for the lock
-    lock=$(rlock acquire --export -k jobs) && eval \"$lock\"   take it in a script ...
-    rlock release -k jobs                                  ... and give it back
-  rlock inspect                                   list every lock and who holds it
+  rlock exec -k nightly -- ./cron.sh          run under the lock, renewing it meanwhile
+  rlock exec -k deploy -w 10m -- make deploy   wait up to 10 minutes for the lock
+  rlock inspect                                list every lock and who holds it
+
+  # hold a lock across part of a shell script:
+  lock=$(rlock acquire --export -k jobs) || exit; eval \"$lock\"
+  ...
+  rlock release -k jobs
 
 Exit codes: 0 ok, 1 inspect: not held, 2 usage, 65 not a lock, 69 Redis unavailable,
 70 internal, 75 busy, 76 lock lost during exec, 77 not owner / auth refused, 78 configuration,
@@ -45,7 +48,7 @@ pub struct Global {
         long = "url",
         value_name = "URL",
         env = "RLOCK_URL",
-        value_delimiter = ',',
+        hide_env_values = true,
         default_value = "redis://127.0.0.1:6379",
         global = true
     )]
@@ -99,7 +102,8 @@ pub struct Global {
         value_name = "DUR",
         env = "RLOCK_OP_TIMEOUT",
         default_value = "2s",
-        value_parser = positive_duration,
+        value_parser = op_timeout,
+        allow_hyphen_values = true,
         global = true
     )]
     pub op_timeout: Duration,
@@ -121,7 +125,7 @@ Prints the owner token; `release` and `renew` need it (--token or $RLOCK_TOKEN).
 
 Examples:
   token=$(rlock acquire -k jobs --ttl 5m -n) || exit
-    lock=$(rlock acquire --export -k jobs) || exit; eval \"$lock\"; ...; rlock release -k jobs")]
+  lock=$(rlock acquire --export -k jobs) || exit; eval \"$lock\"; ...; rlock release -k jobs")]
     Acquire(AcquireArgs),
 
     /// Give the lock back, if the token still owns it (or break it with --force).
@@ -174,7 +178,7 @@ pub struct KeyArg {
 #[derive(Debug, Args, Clone)]
 pub struct WaitArgs {
     /// Give up after waiting this long [default: wait as long as it takes].
-    #[arg(short, long, value_name = "DUR", value_parser = duration)]
+    #[arg(short, long, value_name = "DUR", value_parser = duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
 
     /// Try once and do not wait.
@@ -198,7 +202,7 @@ pub struct AcquireArgs {
     pub key: KeyArg,
 
     /// How long the lock lives unless renewed or released.
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = positive_duration)]
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = ttl_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
 
     #[command(flatten)]
@@ -242,7 +246,7 @@ pub struct RenewArgs {
     pub token: TokenArg,
 
     /// New time to live [default: the TTL the lock was taken with].
-    #[arg(long, value_name = "DUR", value_parser = positive_duration)]
+    #[arg(long, value_name = "DUR", value_parser = ttl_duration, allow_hyphen_values = true)]
     pub ttl: Option<Duration>,
 }
 
@@ -263,14 +267,14 @@ pub struct ExecArgs {
     pub key: KeyArg,
 
     /// Lease time: how long the lock outlives a renewal that never comes.
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = positive_duration)]
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = ttl_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
 
     #[command(flatten)]
     pub wait: WaitArgs,
 
     /// How often to renew the lock [default: TTL/3].
-    #[arg(long, value_name = "DUR", value_parser = positive_duration)]
+    #[arg(long, value_name = "DUR", value_parser = ttl_duration, allow_hyphen_values = true)]
     pub renew_every: Option<Duration>,
 
     /// Signal the command's process group gets when the lock is lost (name or number).
@@ -278,7 +282,7 @@ pub struct ExecArgs {
     pub lost_signal: Signal,
 
     /// Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4].
-    #[arg(long, value_name = "DUR", value_parser = duration)]
+    #[arg(long, value_name = "DUR", value_parser = duration, allow_hyphen_values = true)]
     pub grace: Option<Duration>,
 
     /// The command and its arguments, run directly (no shell).
@@ -294,6 +298,11 @@ pub struct ExecArgs {
 /// Parses a humantime duration; a bare number is refused with a hint about the missing unit.
 pub fn duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
+    if s.chars().all(|c| c == '0' || c == '.') && !s.is_empty() {
+        return Err(format!(
+            "'{s}' is zero: a duration needs a unit and must be positive, e.g. '30s'"
+        ));
+    }
     if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err(format!(
             "'{s}' has no unit: write e.g. '{s}s' (seconds) or '{s}ms' (milliseconds)"
@@ -315,10 +324,32 @@ pub fn positive_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A lease: at least 1ms, at most 365 days (Redis and its Lua scripts count in milliseconds).
+pub fn ttl_duration(s: &str) -> Result<Duration, String> {
+    let d = positive_duration(s)?;
+    if d > Duration::from_secs(365 * 86_400) {
+        return Err(format!("'{s}' is too long: at most 365d"));
+    }
+    Ok(d)
+}
+
+/// A connect and command timeout: at least 1ms, at most an hour.
+pub fn op_timeout(s: &str) -> Result<Duration, String> {
+    let d = positive_duration(s)?;
+    if d > Duration::from_secs(3600) {
+        return Err(format!("'{s}' is too long for a timeout: at most 1h"));
+    }
+    Ok(d)
+}
+
 fn non_empty(what: &'static str) -> impl Fn(&str) -> Result<String, String> + Clone {
     move |s: &str| {
         if s.is_empty() {
             Err(format!("the {what} must not be empty"))
+        } else if s.chars().any(char::is_control) {
+            Err(format!(
+                "the {what} must not hold control characters (a newline, a tab)"
+            ))
         } else {
             Ok(s.to_string())
         }
@@ -358,6 +389,8 @@ mod tests {
         assert!(duration("30").unwrap_err().contains("no unit"));
         assert!(duration("-5s").is_err());
         assert!(positive_duration("0s").is_err());
+        assert!(ttl_duration("300000000y").unwrap_err().contains("too long"));
+        assert!(ttl_duration("-5s").unwrap_err().contains("negative"));
     }
 
     #[test]

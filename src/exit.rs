@@ -51,6 +51,9 @@ pub enum Failure {
     /// Interrupted by a signal while waiting: exits 128+N.
     #[error("{message}")]
     Interrupted { message: String, signal: i32 },
+    /// Something went wrong in rlock itself (70).
+    #[error("{0}")]
+    Internal(String),
     /// The command could not be run (126) or was not found (127).
     #[error("{message}")]
     CannotRun { message: String, code: Code },
@@ -68,6 +71,7 @@ impl Failure {
             Failure::Config(_) => Code::Config as u8,
             Failure::Interrupted { signal, .. } => 128u8.saturating_add(*signal as u8),
             Failure::CannotRun { code, .. } => *code as u8,
+            Failure::Internal(_) => Code::Internal as u8,
         }
     }
 }

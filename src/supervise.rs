@@ -30,25 +30,33 @@ pub const FORWARDED: [Signal; 6] = [
 #[derive(Debug)]
 pub enum Event {
     Signal(i32),
-    /// The child stopped (Ctrl-Z, SIGSTOP).
-    Stopped,
+    /// The child stopped, by this signal (SIGTSTP for Ctrl-Z, SIGSTOP, ...).
+    Stopped(i32),
     /// The child was continued.
     Continued,
-    /// The child ended: its status as a shell reports it.
-    Exited(u8),
+    /// The child ended: its status as a shell reports it, and the signal that killed it.
+    Exited(u8, Option<i32>),
     Watchdog(Report),
 }
 
 /// Delivers FORWARDED signals as events, from a thread of signal-hook's; with `job_control`
 /// also SIGTSTP, which `exec` passes on to the child (rlock then stops when the child does).
+///
+/// A signal that was ignored when rlock started (under nohup, or in a background job of a
+/// non-interactive shell) stays ignored, by rlock and by the command. The others are blocked in
+/// every thread but the signal thread, this one included (threads started later inherit that),
+/// so that no system call of rlock's is interrupted: a socket read with a timeout is never
+/// restarted, and would fail with EINTR. The child unblocks them before it runs.
 pub fn catch_signals(
     events: Sender<Event>,
     job_control: bool,
 ) -> io::Result<signal_hook::iterator::Handle> {
-    let mut numbers: Vec<i32> = FORWARDED.iter().map(|s| *s as i32).collect();
+    let mut wanted: Vec<Signal> = FORWARDED.to_vec();
     if job_control {
-        numbers.push(Signal::SIGTSTP as i32);
+        wanted.push(Signal::SIGTSTP);
     }
+    wanted.retain(|s| !is_ignored(*s));
+    let numbers: Vec<i32> = wanted.iter().map(|s| *s as i32).collect();
     let mut signals = signal_hook::iterator::Signals::new(&numbers)?;
     let handle = signals.handle();
     std::thread::Builder::new()
@@ -60,7 +68,105 @@ pub fn catch_signals(
                 }
             }
         })?;
+    let mut set = SigSet::empty();
+    for s in wanted {
+        set.add(s);
+    }
+    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None);
     Ok(handle)
+}
+
+/// True if `sig` is ignored (SIG_IGN) in this process.
+fn is_ignored(sig: Signal) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current disposition.
+    unsafe {
+        let mut old: nix::libc::sigaction = std::mem::zeroed();
+        nix::libc::sigaction(sig as i32, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == nix::libc::SIG_IGN
+    }
+}
+
+/// Ends rlock by `sig` with its default action, after everything else is done: a command killed
+/// by Ctrl-C makes rlock die of SIGINT too, so that the shell that ran rlock stops its loop or
+/// script as it does when a command of its own is interrupted.
+pub fn die_by(sig: Signal) {
+    // SAFETY: resetting a disposition to the default and raising the signal.
+    unsafe {
+        let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl);
+    }
+    let mut set = SigSet::empty();
+    set.add(sig);
+    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&set), None);
+    let _ = nix::sys::signal::raise(sig);
+}
+
+/// Kills the child's whole process group if rlock dies without saying goodbye (kill -9): the
+/// parent-death signal reaches only the child itself, not what it started (`sh -c`'s
+/// commands), which would otherwise run on with nobody renewing the lock.
+pub struct Guardian {
+    goodbye: std::os::fd::OwnedFd,
+}
+
+impl Guardian {
+    /// Forks a small process that waits on a pipe: a byte means "done, stand down"; end of file
+    /// (rlock died) means SIGKILL to the group `pgid`. It ignores job-control and terminal
+    /// signals and lives in a process group of its own, so nothing meant for rlock stops it.
+    pub fn arm(pgid: Pid) -> Option<Guardian> {
+        let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
+        // SAFETY: the child of this fork (rlock has threads) only makes async-signal-safe
+        // system calls (sigaction, setpgid, close, read, kill, _exit); it allocates nothing.
+        match unsafe { nix::unistd::fork() }.ok()? {
+            nix::unistd::ForkResult::Child => {
+                use std::os::fd::AsRawFd;
+                for sig in [
+                    Signal::SIGINT,
+                    Signal::SIGTERM,
+                    Signal::SIGHUP,
+                    Signal::SIGQUIT,
+                    Signal::SIGUSR1,
+                    Signal::SIGUSR2,
+                    Signal::SIGTSTP,
+                    Signal::SIGTTIN,
+                    Signal::SIGTTOU,
+                    Signal::SIGPIPE,
+                ] {
+                    // SAFETY: setting a disposition to SIG_IGN.
+                    unsafe {
+                        let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn);
+                    }
+                }
+                let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+                // SAFETY: closing our copy of the write end, so that rlock's death is EOF.
+                unsafe { nix::libc::close(write_end.as_raw_fd()) };
+                let mut byte = [0u8; 1];
+                loop {
+                    // SAFETY: reading one byte into a stack buffer.
+                    let n = unsafe {
+                        nix::libc::read(read_end.as_raw_fd(), byte.as_mut_ptr().cast(), 1)
+                    };
+                    if n == 0 {
+                        let _ = killpg(pgid, Signal::SIGKILL);
+                        break;
+                    }
+                    if n == 1 || nix::errno::Errno::last() != nix::errno::Errno::EINTR {
+                        break;
+                    }
+                }
+                // SAFETY: leaving without running anything of the parent's (no atexit, no
+                // destructors).
+                unsafe { nix::libc::_exit(0) }
+            }
+            nix::unistd::ForkResult::Parent { .. } => {
+                drop(read_end);
+                Some(Guardian { goodbye: write_end })
+            }
+        }
+    }
+
+    /// The child is gone and the lock dealt with: the guardian leaves the group alone.
+    pub fn stand_down(self) {
+        let _ = nix::unistd::write(&self.goodbye, b"x");
+    }
 }
 
 /// The terminal whose foreground process group rlock is, if any (fd 0, 1 or 2).
@@ -84,9 +190,14 @@ fn hand_terminal(fd: i32, pgrp: Pid) {
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
 }
 
-/// Takes the terminal back for rlock's own process group.
-pub fn restore_terminal(fd: Option<i32>) {
+/// Takes the terminal back for rlock's own process group, if the child's group `pgid` still
+/// has it (after `bg` the shell has it, and must keep it).
+pub fn restore_terminal(fd: Option<i32>, pgid: Pid) {
     if let Some(fd) = fd {
+        // SAFETY: fds 0-2 stay open for the life of the process; we only query the terminal.
+        if tcgetpgrp(unsafe { BorrowedFd::borrow_raw(fd) }).ok() != Some(pgid) {
+            return;
+        }
         let mut ttou = SigSet::empty();
         ttou.add(Signal::SIGTTOU);
         let mut old = SigSet::empty();
@@ -130,7 +241,16 @@ pub fn spawn(
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(|e| cannot_run(&argv[0], &e))?;
+    let child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            // The child may have taken the terminal before its exec failed: take it back.
+            if let Some(fd) = terminal {
+                hand_terminal(fd, getpgrp());
+            }
+            return Err(cannot_run(&argv[0], &e));
+        }
+    };
     let pid = Pid::from_raw(child.id() as i32);
     // Also from the parent, as a shell does, so neither order of events leaves a gap.
     let _ = setpgid(pid, pid);
@@ -160,14 +280,16 @@ pub fn reap(pid: Pid, events: Sender<Event>) {
     let flags = WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
     loop {
         let event = match waitpid(pid, Some(flags)) {
-            Ok(WaitStatus::Exited(_, code)) => Event::Exited(code as u8),
-            Ok(WaitStatus::Signaled(_, sig, _)) => Event::Exited(128u8.wrapping_add(sig as u8)),
-            Ok(WaitStatus::Stopped(_, _)) => Event::Stopped,
+            Ok(WaitStatus::Exited(_, code)) => Event::Exited(code as u8, None),
+            Ok(WaitStatus::Signaled(_, sig, _)) => {
+                Event::Exited(128u8.wrapping_add(sig as u8), Some(sig as i32))
+            }
+            Ok(WaitStatus::Stopped(_, sig)) => Event::Stopped(sig as i32),
             Ok(WaitStatus::Continued(_)) => Event::Continued,
             Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => Event::Exited(Code::Internal as u8),
+            Err(_) => Event::Exited(Code::Internal as u8, None),
         };
-        let last = matches!(event, Event::Exited(_));
+        let last = matches!(event, Event::Exited(..));
         if events.send(event).is_err() || last {
             return;
         }
@@ -187,6 +309,8 @@ pub struct Enforce {
 pub struct Outcome {
     /// The child's status as a shell reports it (code, or 128+N for signal N).
     pub code: u8,
+    /// The signal that killed the child, if one did.
+    pub signal: Option<i32>,
     /// Why the lock was lost, if it was.
     pub lost: Option<String>,
 }
@@ -209,6 +333,10 @@ pub fn supervise(
     let mut stopped = false;
     let mut last_error: Option<String> = None;
     let mut kill_at = enforce.deadline;
+    // Set when rlock was stopped with its job and has been continued: whether it is in the
+    // terminal's foreground again (`fg`) or not (`bg`). The child is continued only after the
+    // deadline has been checked, so it never runs a moment on a lease that ran out meanwhile.
+    let mut resumed: Option<bool> = None;
     // A stopped process acts on no signal but SIGKILL until it is continued.
     let send = |sig: Signal, stopped: bool| {
         let _ = killpg(pgid, sig);
@@ -239,6 +367,14 @@ pub fn supervise(
                 send(Signal::SIGKILL, stopped);
             }
         }
+        if let Some(foreground) = resumed.take()
+            && !termed
+        {
+            if let (Some(fd), true) = (terminal, foreground) {
+                hand_terminal(fd, pgid);
+            }
+            let _ = killpg(pgid, Signal::SIGCONT);
+        }
         let next = [
             enforce
                 .deadline
@@ -253,18 +389,26 @@ pub fn supervise(
             t.saturating_duration_since(now)
         });
         match events.recv_timeout(timeout) {
-            Ok(Event::Exited(code)) => return Outcome { code, lost },
+            Ok(Event::Exited(code, signal)) => {
+                return Outcome { code, signal, lost };
+            }
             Ok(Event::Signal(sig)) => {
                 if let Ok(sig) = Signal::try_from(sig) {
                     send(sig, stopped && sig != Signal::SIGTSTP);
                 }
             }
-            Ok(Event::Stopped) => {
+            Ok(Event::Stopped(sig)) => {
                 stopped = true;
+                // Only a stop at the terminal (Ctrl-Z, or a background read or write) stops the
+                // job; a SIGSTOP from someone else pauses the child while rlock keeps renewing.
+                let job_control = [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU]
+                    .iter()
+                    .any(|s| *s as i32 == sig);
                 if let Some(fd) = terminal
+                    && job_control
                     && !termed
                 {
-                    stop_like_a_job(pgid, fd);
+                    resumed = Some(stop_like_a_job(pgid, fd));
                 }
             }
             Ok(Event::Continued) => stopped = false,
@@ -297,6 +441,7 @@ pub fn supervise(
             Err(RecvTimeoutError::Disconnected) => {
                 return Outcome {
                     code: Code::Internal as u8,
+                    signal: None,
                     lost,
                 };
             }
@@ -305,18 +450,14 @@ pub fn supervise(
 }
 
 /// The child stopped at the terminal (Ctrl-Z): give the terminal back to rlock's group and stop
-/// rlock too, so that the shell sees its job stopped and shows its prompt. When the shell
-/// continues the job, continue the child, in the foreground again if the job is (`fg`).
+/// rlock too, so that the shell sees its job stopped and shows its prompt. Returns, once the
+/// shell continues the job, whether rlock is in the terminal's foreground again (`fg`).
 ///
 /// While stopped, rlock cannot renew: a lease that ran out meanwhile is found lost on resume.
-fn stop_like_a_job(pgid: Pid, terminal: i32) {
-    restore_terminal(Some(terminal));
+fn stop_like_a_job(pgid: Pid, terminal: i32) -> bool {
+    restore_terminal(Some(terminal), pgid);
     let _ = nix::sys::signal::kill(getpid(), Signal::SIGSTOP);
     // Resumed (SIGCONT from the shell).
     // SAFETY: fds 0-2 stay open for the life of the process; we only query the terminal.
-    let ours = tcgetpgrp(unsafe { BorrowedFd::borrow_raw(terminal) }).ok() == Some(getpgrp());
-    if ours {
-        hand_terminal(terminal, pgid);
-    }
-    let _ = killpg(pgid, Signal::SIGCONT);
+    tcgetpgrp(unsafe { BorrowedFd::borrow_raw(terminal) }).ok() == Some(getpgrp())
 }

@@ -67,10 +67,12 @@ impl Lease {
         (self.renew_every / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
     }
 
-    /// A renewal waits at most this long for its reply.
+    /// A renewal waits at most this long for its reply: short enough that a stalled server
+    /// leaves room for several tries before the deadline (a retry comes a quarter of
+    /// --renew-every after a failure).
     pub fn renew_timeout(&self) -> Duration {
         self.op_timeout
-            .min(self.renew_every)
+            .min(self.renew_every / 2)
             .max(Duration::from_millis(5))
     }
 }

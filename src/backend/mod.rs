@@ -57,6 +57,8 @@ pub enum ErrorKind {
     Auth,
     /// WRONGTYPE: the key holds a value that is not a lock.
     WrongType,
+    /// The server refuses what the URL asks for (a database number out of range).
+    Config,
     /// Anything else the server or the client library said.
     Other,
 }
@@ -91,6 +93,8 @@ impl NodeError {
             ErrorKind::Auth
         } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
             ErrorKind::WrongType
+        } else if lower.contains("db index is out of range") {
+            ErrorKind::Config
         } else if err.is_timeout() {
             ErrorKind::Timeout
         } else if err.is_connection_refusal() {
@@ -136,7 +140,10 @@ impl NodeError {
     pub fn into_failure_for(self, key: &str) -> Failure {
         match self.kind {
             ErrorKind::Connect | ErrorKind::Timeout | ErrorKind::Io | ErrorKind::NotServing => {
-                let hint = if self.detail.to_ascii_lowercase().contains("certificate") {
+                let lower = self.detail.to_ascii_lowercase();
+                let hint = if lower.contains("certificaterequired") {
+                    "the server asks for a client certificate: give --tls-cert and --tls-key"
+                } else if lower.contains("certificate") {
                     "the server's TLS certificate was not trusted: check --tls-ca (and the host name in the URL)"
                 } else {
                     "check that the server is up and --url is right"
@@ -153,6 +160,9 @@ impl NodeError {
             ErrorKind::Other => {
                 Failure::Unavailable(format!("Redis answered an error for {key}: {self}"))
             }
+            ErrorKind::Config => Failure::Config(format!(
+                "Redis refused the connection settings for {key}: {self}; check the database number in --url"
+            )),
         }
     }
 }
@@ -393,10 +403,8 @@ pub fn redact(url: &str) -> String {
     let mut out = url.to_string();
     if let Some(scheme_end) = out.find("://") {
         let rest_start = scheme_end + 3;
-        let authority_end = out[rest_start..]
-            .find('/')
-            .map_or(out.len(), |i| rest_start + i);
-        if let Some(at) = out[rest_start..authority_end].rfind('@') {
+        // The userinfo ends at the last '@' (a password may hold '/', '?' or '@' itself).
+        if let Some(at) = out[rest_start..].rfind('@') {
             let userinfo = &out[rest_start..rest_start + at];
             let redacted = match userinfo.find(':') {
                 Some(colon) => format!("{}:***", &userinfo[..colon]),
@@ -404,6 +412,18 @@ pub fn redact(url: &str) -> String {
                 None => userinfo.to_string(),
             };
             out.replace_range(rest_start..rest_start + at, &redacted);
+        } else {
+            // No '@', yet something after a ':' that is not a port: what is left of a broken
+            // URL may be a password ("redis://:secret"). Hide it.
+            let authority_end = out[rest_start..]
+                .find(['/', '?'])
+                .map_or(out.len(), |i| rest_start + i);
+            if let Some(colon) = out[rest_start..authority_end].rfind(':') {
+                let after = &out[rest_start + colon + 1..authority_end];
+                if !after.is_empty() && !after.chars().all(|c| c.is_ascii_digit()) {
+                    out.replace_range(rest_start + colon + 1..authority_end, "***");
+                }
+            }
         }
     }
     // unix://path?pass=secret
@@ -431,7 +451,7 @@ pub fn redact_all(urls: &[String]) -> String {
 }
 
 /// Error text from the client library may quote a URL; redact anything that looks like one.
-fn redact_text(text: &str) -> String {
+pub fn redact_text(text: &str) -> String {
     text.split(' ')
         .map(|w| {
             if w.contains("://") {
@@ -454,6 +474,9 @@ mod tests {
         assert_eq!(redact("redis://u:s3cret@h:1"), "redis://u:***@h:1");
         assert_eq!(redact("rediss://s3cret@h"), "rediss://***@h");
         assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact("redis://:pa/ss@h:1"), "redis://:***@h:1");
+        assert_eq!(redact("redis://:topsecret"), "redis://:***");
+        assert_eq!(redact("redis://[::1]:6379/0"), "redis://[::1]:6379/0");
         assert_eq!(
             with_addr("rediss://u:p@seed:1/0?x=1", "10.0.0.2", 7001),
             "rediss://u:p@10.0.0.2:7001/0?x=1"

@@ -7,13 +7,16 @@ use anyhow::Result;
 
 use super::{Context, inherited, new_token};
 use crate::cli::AcquireArgs;
+use crate::exit::Failure;
 use crate::lock::{Grant, Identity, WaitPolicy};
 use crate::supervise::{Event, catch_signals};
 
 pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
     let key = ctx.key(&args.key.key)?;
     let locker = ctx.locker()?;
-    let grant = match inherited(ctx, &locker, &key)? {
+    let inherited_grant = inherited(ctx, &locker, &key)?;
+    let inherited_here = inherited_grant.is_some();
+    let grant = match inherited_grant {
         Some(grant) => grant,
         None => {
             // The holder is the calling shell: this process exits as soon as it has the lock.
@@ -43,7 +46,21 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
         grant.fence,
         humantime::format_duration(grant.ttl)
     ));
-    print(&grant, args)?;
+    if let Err(e) = print(&grant, args) {
+        // Nobody got the token, so nobody could release the lock: give it back now (unless it
+        // was inherited, and so is someone else's to release).
+        let note = if inherited_here {
+            "the inherited lock is left as it was"
+        } else {
+            let _ = locker.release(&grant.key, &grant.token);
+            "the lock was released"
+        };
+        return Err(Failure::Internal(format!(
+            "could not print the token of lock '{}': {e}; {note}",
+            key.name
+        ))
+        .into());
+    }
     Ok(0)
 }
 
@@ -69,14 +86,15 @@ fn print(grant: &Grant, args: &AcquireArgs) -> std::io::Result<()> {
     out.flush()
 }
 
-/// The command line of the process that ran rlock, for `inspect` to show.
+/// The command line of the process that ran rlock, for `inspect` to show, with any password in
+/// a URL on it redacted.
 fn parent_command(ppid: u32) -> String {
     std::fs::read(format!("/proc/{ppid}/cmdline"))
         .ok()
         .map(|raw| {
             raw.split(|b| *b == 0)
                 .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .map(|a| crate::backend::redact_text(&String::from_utf8_lossy(a)))
                 .collect::<Vec<_>>()
                 .join(" ")
         })

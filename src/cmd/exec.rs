@@ -14,8 +14,9 @@ use crate::supervise::{self, Enforce, Event};
 use crate::watchdog::{self, Lease};
 
 /// Set in the child's environment: the pid of the `rlock exec` that renews and releases the
-/// lock, so that a nested rlock leaves both to it.
+/// lock, and the lock's token, so that a nested rlock on that lock leaves both to it.
 pub const EXEC_PID_VAR: &str = "RLOCK_EXEC_PID";
+pub const EXEC_TOKEN_VAR: &str = "RLOCK_EXEC_TOKEN";
 
 /// Who looks after the lock while the command runs.
 #[derive(PartialEq, Eq)]
@@ -56,13 +57,13 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
     };
 
     let (grant, owner) = match inherited(ctx, &locker, &key)? {
-        Some(grant) if inside_exec() => (grant, Owner::OuterExec),
+        Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
         None => {
             let command = args
                 .command
                 .iter()
-                .map(|a| a.to_string_lossy())
+                .map(|a| crate::backend::redact_text(&a.to_string_lossy()))
                 .collect::<Vec<_>>()
                 .join(" ");
             let who = Identity::current(std::process::id(), command);
@@ -89,6 +90,29 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
         ctx.settings.op_timeout,
     )
     .map_err(Failure::Usage)?;
+    // A lock inherited from a shell may have little of its lease left: renew it once before the
+    // command starts, so that the deadline counts from now.
+    let mut grant = grant;
+    if owner == Owner::Shell {
+        let sent = std::time::Instant::now();
+        match locker.renew(
+            &grant.key,
+            &grant.token,
+            Some(lease.ttl),
+            lease.renew_timeout(),
+        ) {
+            Ok(crate::lock::Renewed::Yes(_)) => grant.sent = sent,
+            Ok(crate::lock::Renewed::NotOwner(why)) => {
+                return Err(Failure::Lost(format!(
+                    "lock '{}' inherited from the shell is no longer held ({why}); not running the command",
+                    key.name
+                ))
+                .into());
+            }
+            Err(e) => return Err(e.into_failure(&key.name).into()),
+        }
+    }
+    let grant = grant;
     let release = || {
         if owner == Owner::Us
             && let Err(e) = locker.release(&grant.key, &grant.token)
@@ -129,6 +153,7 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
         ("RLOCK_TOKEN", grant.token.clone()),
         ("RLOCK_FENCE", grant.fence.to_string()),
         (EXEC_PID_VAR, renewer_pid),
+        (EXEC_TOKEN_VAR, grant.token.clone()),
     ];
     let terminal = supervise::foreground_terminal();
     let child = match supervise::spawn(&args.command, &env, terminal) {
@@ -140,6 +165,7 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
     };
     let pgid = Pid::from_raw(child.id() as i32);
     drop(child); // reaped by `supervise::reap` below
+    let guardian = supervise::Guardian::arm(pgid);
 
     let renews = owner != Owner::OuterExec;
     let outcome = std::thread::scope(|s| {
@@ -168,7 +194,10 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
         drop(stop_tx);
         outcome
     });
-    supervise::restore_terminal(terminal);
+    supervise::restore_terminal(terminal, pgid);
+    if let Some(g) = guardian {
+        g.stand_down();
+    }
 
     if let Some(why) = outcome.lost {
         // Owner-checked: gives the lock back only if it is, after all, still ours.
@@ -182,6 +211,25 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
         ))
         .into());
     }
-    release();
+    // The lock can be lost between two renewals without rlock hearing of it (broken with
+    // --force, say); the release at the end finds out. Then the command ran unprotected for a
+    // while, and that must not pass for success.
+    if owner == Owner::Us {
+        match locker.release(&grant.key, &grant.token) {
+            Ok(_) => {}
+            Err(Failure::NotPermitted(_)) => {
+                return Err(Failure::Lost(format!(
+                    "lost lock '{}' while the command ran: it was no longer held by this token when the command ended (broken or expired between two renewals)",
+                    key.name
+                ))
+                .into());
+            }
+            // Redis unreachable at the very end: the lock expires by itself.
+            Err(e) => ctx.note(format_args!("{e}; the lock will expire by itself")),
+        }
+    }
+    if outcome.signal == Some(Signal::SIGINT as i32) {
+        supervise::die_by(Signal::SIGINT);
+    }
     Ok(outcome.code)
 }

@@ -20,8 +20,19 @@ pub struct Context {
 impl Context {
     pub fn new(global: Global) -> Result<Self, Failure> {
         let password = Settings::resolve_password(global.password_file.as_deref())?;
+        // RLOCK_URL lists its URLs comma-separated; a --url is one URL, whatever it holds (a
+        // password may have a comma).
+        let env_urls = std::env::var("RLOCK_URL").ok();
+        let urls = match global.urls.as_slice() {
+            [one] if env_urls.as_deref() == Some(one.as_str()) => one
+                .split(',')
+                .map(|u| u.trim().to_string())
+                .filter(|u| !u.is_empty())
+                .collect(),
+            many => many.to_vec(),
+        };
         let settings = Settings {
-            urls: global.urls.clone(),
+            urls,
             cluster: global.cluster,
             sentinel: global.sentinel.clone(),
             password,
@@ -106,9 +117,13 @@ pub fn inherited(ctx: &Context, locker: &Locker, key: &LockKey) -> Result<Option
     Ok(owned)
 }
 
-/// True when an enclosing `rlock exec` (named by $RLOCK_EXEC_PID, and really one of this
-/// process's ancestors) renews and releases the inherited lock.
-pub fn inside_exec() -> bool {
+/// True when the lock `token` belongs to an enclosing `rlock exec`, which renews and releases
+/// it: $RLOCK_EXEC_TOKEN names that token, and $RLOCK_EXEC_PID that exec, which must really be
+/// one of this process's ancestors.
+pub fn inside_exec(token: &str) -> bool {
+    if std::env::var(exec::EXEC_TOKEN_VAR).ok().as_deref() != Some(token) {
+        return false;
+    }
     let Some(exec_pid) = std::env::var(exec::EXEC_PID_VAR)
         .ok()
         .and_then(|p| p.parse::<u32>().ok())

@@ -26,7 +26,7 @@ pub fn run(ctx: &Context, args: &ReleaseArgs) -> Result<u8> {
     let env_key = std::env::var("RLOCK_KEY").ok();
     if env_key.as_deref() == Some(&key.name)
         && env_token.as_deref() == Some(&token)
-        && super::inside_exec()
+        && super::inside_exec(&token)
     {
         ctx.note(format_args!(
             "lock '{}' belongs to the enclosing 'rlock exec', which releases it when its command ends; not releasing it",

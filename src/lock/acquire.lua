@@ -70,6 +70,6 @@ redis.call("SET", lock, token, "PX", ttl)
 local fence = redis.call("HINCRBY", state, "fence", 1)
 redis.call("HSET", state, "token", token, "host", ARGV[6], "pid", ARGV[7], "user", ARGV[8],
   "cmd", ARGV[9], "since", now, "ttl", ttl)
-redis.call("HDEL", state, "released", "w:" .. token)
+redis.call("HDEL", state, "released", "broken", "w:" .. token)
 redis.call("ZREM", queue, token)
 return {"ok", fence, ttl}

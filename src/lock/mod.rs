@@ -368,10 +368,10 @@ impl Locker {
         if !self.is_quorum() {
             let result = results.into_iter().next().expect("one node");
             if let Err(e) = &result
-                && e.kind == ErrorKind::Timeout
+                && matches!(e.kind, ErrorKind::Timeout | ErrorKind::Io)
             {
-                // The grant may have happened with the reply lost: give it back so it does not
-                // sit out its whole TTL.
+                // Sent, and no reply (a timeout, or the connection broke): the grant may have
+                // happened. Give it back so it does not sit out its whole TTL.
                 let _ = self.leave(key, token);
             }
             return result.map_err(|e| e.into_failure(&key.name));

@@ -3,7 +3,8 @@
 -- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
 -- ARGV[1] token  ARGV[2] wake channel  ARGV[3] "1" to force
 -- Returns {"released"}                     the token owned it; it is gone
---         {"already"}                      this token released it before (a retried release)
+--         {"already"}                      this token released it before (a retried release;
+--                                          not after a forced break, which is "expired")
 --         {"expired"}                      the lock is free: the token's grant ran out
 --         {"other", pttl}                  someone else holds it; nothing was changed
 --         {"broken", type, pttl, value, host, pid, user, since_ms, command, now_ms}  (forced)
@@ -30,7 +31,9 @@ if force then
   local h = redis.call("HMGET", state, "token", "host", "pid", "user", "since", "cmd")
   redis.call("DEL", lock)
   if value and h[1] == value then
-    redis.call("HSET", state, "released", now)
+    -- Broken, not released: the owner's own release must still hear that it lost the lock.
+    redis.call("HDEL", state, "released")
+    redis.call("HSET", state, "broken", now)
     wake_next(queue, state, channel, now)
     return {"broken", kind, pttl, value, h[2], h[3], h[4], h[5], h[6], now}
   end

@@ -1,7 +1,8 @@
--- renew: extend the lock if the token still owns it.
+-- renew: extend the lock if the token still owns it (to the TTL asked for, never shorter than
+-- what it has left).
 -- KEYS[1] lock  KEYS[2] state
 -- ARGV[1] token  ARGV[2] ttl ms, or "" for the TTL the lock was last given
--- Returns {"renewed", ttl_ms} | {"free"} | {"other", pttl} | {"wrongtype", type}
+-- Returns {"renewed", ttl_ms (what it now has)} | {"free"} | {"other", pttl} | {"wrongtype", type}
 local lock, state, token = KEYS[1], KEYS[2], ARGV[1]
 local kind = redis.call("TYPE", lock)["ok"]
 if kind ~= "none" and kind ~= "string" then
@@ -22,5 +23,11 @@ if ttl then
 else
   ttl = tonumber(redis.call("HGET", state, "ttl")) or 30000
 end
-redis.call("PEXPIRE", lock, ttl)
-return {"renewed", ttl}
+-- Renewing extends: a lease is never shortened, so that a renew cannot cut short the lease an
+-- rlock exec is counting on.
+local left = redis.call("PTTL", lock)
+if left >= 0 and left < ttl then
+  redis.call("PEXPIRE", lock, ttl)
+  left = ttl
+end
+return {"renewed", left}

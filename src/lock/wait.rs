@@ -60,7 +60,12 @@ impl Locker {
         };
 
         if policy.no_wait || policy.wait == Some(Duration::ZERO) {
-            return match self.attempt(key, token, ttl, false, who)? {
+            // A signal that came during the request is answered once it returns (signals are not
+            // let interrupt rlock's system calls): a failure then reports the signal.
+            let attempt = self
+                .attempt(key, token, ttl, false, who)
+                .map_err(|e| interrupt().map_or(e, |sig| interrupted(key, sig)))?;
+            return match attempt {
                 Attempt::Granted {
                     fence,
                     ttl_ms,
@@ -82,7 +87,8 @@ impl Locker {
         }
 
         let start = Instant::now();
-        let deadline = policy.wait.map(|w| start + w);
+        // A wait too long for the clock to add is as good as waiting forever.
+        let deadline = policy.wait.and_then(|w| start.checked_add(w));
         // The first try needs no subscription: an uncontended lock costs one round trip. Once
         // the lock is found busy, subscribe and try again (a release may have come in between).
         let mut subscribed = false;
@@ -109,8 +115,11 @@ impl Locker {
             match round {
                 Round::Done(Ok((fence, ttl_ms, sent))) => return Ok(grant(fence, ttl_ms, sent)),
                 Round::Done(Err(failure)) => {
-                    // A waiter that gives up leaves nothing behind.
-                    let _ = self.leave(key, token);
+                    // A waiter that gives up leaves nothing behind. (When Redis did not answer,
+                    // the failed attempt has already tried that; once is enough.)
+                    if !matches!(failure, Failure::Unavailable(_)) {
+                        let _ = self.leave(key, token);
+                    }
                     return Err(failure);
                 }
                 Round::Subscribe => subscribed = true,
@@ -137,7 +146,9 @@ impl Locker {
                 return Round::Done(Err(interrupted(key, signal)));
             }
             let (sleep_for, why) = match self.attempt(key, token, ttl, true, who) {
-                Err(e) => return Round::Done(Err(e)),
+                Err(e) => {
+                    return Round::Done(Err(interrupt().map_or(e, |sig| interrupted(key, sig))));
+                }
                 Ok(Attempt::Granted {
                     fence,
                     ttl_ms,
