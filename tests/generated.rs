@@ -476,16 +476,23 @@ const SIGNALS: Section = Section {
             "Ctrl-Z (SIGTSTP, also when sent to rlock) stops the command; rlock then takes the \
              terminal back and stops too, so the shell shows the job stopped. `fg` gives the \
              command the terminal again and continues it. rlock cannot renew while it is \
-             stopped: if the lease ran out meanwhile, the command gets `--lost-signal` on resume \
-             and rlock exits 76. A signal passed on to a stopped command is followed by SIGCONT, \
-             so that it takes effect.",
+             stopped: on resume it checks the deadline before continuing the command, which \
+             gets `--lost-signal` if the lease ran out meanwhile (exit 76). A SIGSTOP of the \
+             command alone only pauses it, and rlock keeps renewing. A signal passed on to a \
+             stopped command is followed by SIGCONT, so that it takes effect.",
         ),
         P(
             "If rlock itself is killed (SIGKILL), the command gets SIGKILL at once (the Linux \
-             parent-death signal), so it never runs on unprotected; the lock then expires within \
-             `--ttl`. The parent-death signal reaches the command itself, not its own children. \
-             SIGSTOP sent to rlock alone cannot be caught: the command runs on while rlock cannot \
-             renew, so do not stop rlock without its command.",
+             parent-death signal), and so does everything it started: a small guardian process \
+             kills the command's whole process group when rlock dies without standing it down. \
+             The lock then expires within `--ttl`. SIGSTOP sent to rlock alone cannot be caught: \
+             the command runs on while rlock cannot renew, so do not stop rlock without its \
+             command.",
+        ),
+        P(
+            "A command killed by SIGINT (Ctrl-C) makes rlock die of SIGINT too, after the lock \
+             is released, so that the calling shell stops as it does for its own commands. A \
+             signal ignored when rlock started (nohup) stays ignored, by rlock and the command.",
         ),
     ],
 };
@@ -512,7 +519,8 @@ const LOCK_LOSS: Section = Section {
             "Either way rlock stops renewing, makes a best-effort owner-checked release (which \
              can take up to `--op-timeout` when Redis does not answer), and exits 76, whatever \
              the command's own status. A lost lock is never taken again behind the command's \
-             back.",
+             back. A loss between two renewals that the command outlives is found by the \
+             release at the end, and also exits 76.",
         ),
         P("With the defaults (`--ttl 30s`):"),
         Pre("renewal every      10s
@@ -540,11 +548,11 @@ const REENTRANCY: Section = Section {
              and fence. If the token no longer owns the key, the lock is taken as usual.",
         ),
         P(
-            "`rlock exec` puts `RLOCK_EXEC_PID` (its own pid) in the command's environment. \
-             Under it, the outer rlock renews the lock, and an `rlock release` of the inherited \
-             token does nothing and says so: the outer rlock releases the lock when its command \
-             ends. So the usual `acquire --export` ... `release` script can run under `rlock \
-             exec` of the same KEY.",
+            "`rlock exec` puts `RLOCK_EXEC_PID` (its own pid) and `RLOCK_EXEC_TOKEN` (its lock's \
+             token) in the command's environment. Under it, the outer rlock renews that lock, \
+             and an `rlock release` of that token does nothing and says so: the outer rlock \
+             releases the lock when its command ends. So the usual `acquire --export` ... \
+             `release` script can run under `rlock exec` of the same KEY.",
         ),
         P(
             "An `rlock exec` whose lock came from a shell (after `eval` of `rlock acquire \
