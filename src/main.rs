@@ -8,14 +8,15 @@ fn main() -> ExitCode {
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
             // One line, as for every other failure: clap's first line, without its "error: ".
-            // Clap lists missing arguments on indented lines after the first: fold them in.
+            // Clap's message runs to its first blank line (a list of missing arguments, or a
+            // value with a newline in it, continues on further lines): fold it into one.
             let text = e.render().to_string();
-            let mut lines = text.lines();
-            let mut line = lines.next().unwrap_or("invalid usage").to_string();
-            for more in lines.take_while(|l| l.starts_with(' ')) {
-                line.push(' ');
-                line.push_str(more.trim());
-            }
+            let line = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" ");
             let line = line.strip_prefix("error: ").unwrap_or(&line);
             eprintln!("rlock: {line} (see 'rlock --help')");
             return ExitCode::from(rlock::exit::Code::Usage as u8);

@@ -1594,3 +1594,214 @@ fn an_acquire_whose_reply_never_came_is_given_back() {
         "{state:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Regressions: forced breaks, renew, passwords, a token nobody got, bounds on input
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn release_by_the_owner_after_a_forced_break_is_refused() {
+    let server = RedisServer::start();
+    let token = acquire(&server, "jobs", &["--ttl", "60s"]);
+    assert_ok(&run(
+        rlock_at(&server).args(["release", "-k", "jobs", "--force"])
+    ));
+    assert!(!server.exists(&lock_key("jobs")), "--force broke nothing");
+    // The owner did not release it: it must hear that it lost the lock, not "released".
+    let out = run(rlock_at(&server).args(["release", "-k", "jobs", "--token", &token]));
+    assert_fails(&out, 77, &["'jobs'"]);
+    assert!(!server.exists(&lock_key("jobs")));
+}
+
+#[test]
+fn renew_with_a_shorter_ttl_does_not_shorten_the_lease() {
+    let server = RedisServer::start();
+    let token = acquire(&server, "jobs", &["--ttl", "60s"]);
+    let out =
+        run(rlock_at(&server).args(["renew", "-k", "jobs", "--token", &token, "--ttl", "1s"]));
+    assert_ok(&out);
+    let pttl = server.pttl(&lock_key("jobs"));
+    assert!(
+        (50_001..=60_000).contains(&pttl),
+        "renew --ttl 1s cut a 60 s lease short: PTTL {pttl}"
+    );
+    assert_eq!(server.get(&lock_key("jobs")), Some(token));
+}
+
+#[test]
+fn a_url_password_with_a_comma_or_a_slash_is_one_password_and_never_shown() {
+    const PW: &str = "Zq,wq7secret";
+    let server = RedisServer::start_with(&["--requirepass", PW]);
+    let port = server.port();
+    let good = format!("redis://:{PW}@127.0.0.1:{port}");
+    let token = token_of(&run(
+        rlock().args(["-u", &good, "acquire", "-k", "jobs", "-n"])
+    ));
+    assert_eq!(server.get(&lock_key("jobs")), Some(token.clone()));
+    assert_ok(&run(
+        rlock().args(["-u", &good, "release", "-k", "jobs", "--token", &token])
+    ));
+    assert!(!server.exists(&lock_key("jobs")));
+
+    // A wrong password with a comma: refused, and no piece of either password is shown.
+    let wrong = format!("redis://:Kx,vv3wrong@127.0.0.1:{port}");
+    let state = server.hgetall(&state_key("jobs"));
+    for verbose in [&[][..], &["-v"]] {
+        let out = run(rlock()
+            .args(["-u", &wrong])
+            .args(verbose)
+            .args(["acquire", "-k", "jobs", "-n"]));
+        assert_eq!(out.code, 77, "{out}");
+        for piece in ["Zq", "wq7secret", "Kx", "vv3wrong"] {
+            assert_no_secret(&out, piece);
+        }
+    }
+    assert!(
+        !server.exists(&lock_key("jobs")),
+        "a refused acquire took the lock"
+    );
+    assert_eq!(
+        server.hgetall(&state_key("jobs")),
+        state,
+        "nothing may be written"
+    );
+
+    // A '/' in the password makes the URL malformed (RFC 3986: the authority ends at the first
+    // '/'): a configuration error, still without the password.
+    let slash = format!("redis://:Zq/wq7secret@127.0.0.1:{}", dead_port());
+    for verbose in [&[][..], &["-v"]] {
+        let out = run(rlock()
+            .args(["-u", &slash])
+            .args(verbose)
+            .args(["acquire", "-k", "jobs", "-n"]));
+        assert_fails(&out, 78, &["URL"]);
+        for piece in ["Zq/", "wq7secret"] {
+            assert_no_secret(&out, piece);
+        }
+    }
+}
+
+#[test]
+fn help_does_not_show_the_password_in_rlock_url() {
+    let url = format!("redis://:Zq7secret@127.0.0.1:{}", dead_port());
+    for args in [
+        &["exec", "--help"][..],
+        &["exec", "-h"],
+        &["acquire", "--help"],
+        &["--help"],
+    ] {
+        let out = run(rlock().env("RLOCK_URL", &url).args(args));
+        assert_eq!(out.code, 0, "{args:?}\n{out}");
+        assert!(
+            out.stdout.contains("RLOCK_URL"),
+            "{args:?}: the help still names the variable\n{out}"
+        );
+        assert_no_secret(&out, "Zq7secret");
+    }
+}
+
+#[test]
+fn the_holder_command_stored_in_redis_hides_a_url_password() {
+    const PW: &str = "Zq7secret";
+    let server = RedisServer::start_with(&["--requirepass", PW]);
+    // The shell that runs rlock (not exec'd into it: `; true`) is the holder whose command line
+    // is recorded, password and all.
+    let script = format!(
+        r#""$RL" --url redis://:{PW}@127.0.0.1:{} acquire -k jobs; true"#,
+        server.port()
+    );
+    let out = run(&mut sh(&script));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        server.get(&lock_key("jobs")).as_deref(),
+        Some(out.stdout.trim())
+    );
+    let state = server.hgetall(&state_key("jobs"));
+    assert!(
+        state
+            .get("cmd")
+            .is_some_and(|c| c.contains("acquire -k jobs") && c.contains("redis://:***@")),
+        "the holder's command is recorded, its password redacted: {state:?}"
+    );
+    for (field, value) in &state {
+        assert!(!value.contains(PW), "{field} holds the password: {state:?}");
+    }
+    for extra in [&[][..], &["--json"]] {
+        let out = run(rlock_at(&server)
+            .env("RLOCK_PASSWORD", PW)
+            .args(["inspect", "-k", "jobs"])
+            .args(extra));
+        assert_eq!(out.code, 0, "{out}");
+        assert!(
+            out.stdout.contains("acquire"),
+            "the command is shown\n{out}"
+        );
+        assert_no_secret(&out, PW);
+    }
+}
+
+#[test]
+fn acquire_that_cannot_print_its_token_releases_the_lock() {
+    let server = RedisServer::start();
+    for format in ["", "--export", "--json"] {
+        let out = run(sh(&format!(
+            r#""$RL" --url "$URL" acquire -k jobs {format} > /dev/full"#
+        ))
+        .env("URL", server.url()));
+        assert!(
+            !server.exists(&lock_key("jobs")),
+            "acquire {format}: a lock whose token nobody got is left held\n{out}"
+        );
+        assert_fails(&out, 70, &["'jobs'", "released"]);
+    }
+}
+
+#[test]
+fn out_of_range_and_negative_durations_and_control_characters_are_usage_errors() {
+    let server = RedisServer::start();
+    let cases: &[(&[&str], &str)] = &[
+        (&["acquire", "-k", "jobs", "--ttl", "300000000y"], "365d"),
+        (
+            &["renew", "-k", "jobs", "--token", "t", "--ttl", "300000000y"],
+            "365d",
+        ),
+        (&["acquire", "-k", "jobs", "--ttl", "-5s"], "negative"),
+        (&["acquire", "-k", "jobs", "-w", "-5s"], "negative"),
+        (&["--op-timeout", "2h", "acquire", "-k", "jobs"], "1h"),
+        (&["acquire", "-k", "a\tb"], "control characters"),
+        // What is said about a newline: see a_key_with_a_newline_is_refused_with_a_message_…
+        (&["acquire", "-k", "a\nb"], ""),
+        (&["inspect", "-k", "a\nb"], ""),
+    ];
+    for (args, needle) in cases {
+        let out = run(rlock_at(&server).args(*args));
+        assert_usage(&out, needle);
+        assert_eq!(q::<i64>(&server, &["DBSIZE"]), 0, "{args:?} wrote to Redis");
+    }
+    // A wait too long to add to the clock is a wait without end, not a crash.
+    let token = acquire(&server, "jobs", &["-w", "18446744073709551615s"]);
+    release(&server, "jobs", &token);
+}
+
+#[test]
+fn a_key_with_a_newline_is_refused_with_a_message_that_says_why() {
+    let server = RedisServer::start();
+    let out = run(rlock_at(&server).args(["acquire", "-k", "a\nb"]));
+    assert_fails(&out, 2, &["--key", "control characters"]);
+}
+
+#[test]
+fn an_out_of_range_database_is_a_configuration_error() {
+    let server = RedisServer::start();
+    let url = format!("{}/999", server.url());
+    for args in [
+        &["acquire", "-k", "jobs", "-n"][..],
+        &["acquire", "-k", "jobs"],
+        &["release", "-k", "jobs", "--token", "t"],
+        &["inspect", "-k", "jobs"],
+    ] {
+        let out = run(rlock().args(["-u", &url]).args(args));
+        assert_fails(&out, 78, &["database"]);
+    }
+    assert_eq!(q::<i64>(&server, &["DBSIZE"]), 0, "nothing may be written");
+}

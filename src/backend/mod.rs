@@ -24,6 +24,9 @@ pub use single::Single;
 pub struct Script {
     pub name: &'static str,
     pub source: &'static str,
+    /// Always send the whole script (EVAL): for requests whose reply may never be read (a
+    /// give-back after a timeout), where EVALSHA's NOSCRIPT could not be answered with EVAL.
+    pub always_eval: bool,
     sha: std::sync::OnceLock<String>,
 }
 
@@ -32,6 +35,17 @@ impl Script {
         Script {
             name,
             source,
+            always_eval: false,
+            sha: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// A script always sent whole (see `always_eval`).
+    pub const fn sent_whole(name: &'static str, source: &'static str) -> Self {
+        Script {
+            name,
+            source,
+            always_eval: true,
             sha: std::sync::OnceLock::new(),
         }
     }

@@ -155,6 +155,9 @@ fn run_script(
             .arg(args)
             .query::<Value>(conn)
     };
+    if script.always_eval {
+        return send("EVAL", script.source);
+    }
     match send("EVALSHA", script.sha()) {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             send("EVAL", script.source)

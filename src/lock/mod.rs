@@ -33,7 +33,9 @@ pub static RELEASE: Script = Script::new(
     concat!(include_str!("common.lua"), include_str!("release.lua")),
 );
 pub static RENEW: Script = Script::new("renew", include_str!("renew.lua"));
-pub static LEAVE: Script = Script::new(
+// Sent whole: it gives back grants whose reply never came, often to a server that has just
+// stalled and may never have cached it, and its own reply may never be read.
+pub static LEAVE: Script = Script::sent_whole(
     "leave",
     concat!(include_str!("common.lua"), include_str!("leave.lua")),
 );
