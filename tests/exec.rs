@@ -12,17 +12,18 @@
 mod common;
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Output, RedisServer, pid_alive, rlock_at, run, wait_for_file, wait_until};
+use common::{
+    Drain, Output, RedisServer, drain, pid_alive, rlock_at, run, wait_for_file, wait_until,
+};
 use nix::sys::signal::{self, SigHandler, Signal};
 use nix::unistd::Pid;
 
@@ -196,26 +197,6 @@ impl LockWatch {
     }
 }
 
-type Drain = (Arc<Mutex<Vec<u8>>>, thread::JoinHandle<()>);
-
-/// Reads `src` to its end on a thread, into a buffer that stays readable meanwhile.
-fn drain(mut src: impl Read + Send + 'static) -> Drain {
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&buf);
-    let handle = thread::spawn(move || {
-        let mut chunk = [0u8; 8192];
-        loop {
-            match src.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => sink.lock().unwrap().extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
-    });
-    (buf, handle)
-}
-
 fn drained(d: &Option<Drain>) -> String {
     d.as_ref()
         .map(|(buf, _)| String::from_utf8_lossy(&buf.lock().unwrap()).into_owned())
@@ -380,6 +361,43 @@ impl Drop for Running {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Starts `sh -c LEADER` (see `sh`) as the leader of a session of its own whose controlling
+/// terminal is a new pty, like a login shell, with `$CHILD` set to `child` and stdin, stdout and
+/// stderr on the pty. Returns the session (which kills the group whose leader's pid was written
+/// to `$D/pid` on drop), the pty's master, and what the terminal shows, for failure messages: it
+/// ends with EIO once the session is gone.
+fn pty_session(
+    server: &RedisServer,
+    dir: &Path,
+    leader: &str,
+    child: &str,
+) -> (Running, File, Drain) {
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave: OwnedFd = pty.slave;
+    let master = File::from(pty.master);
+    let mut cmd = sh(server, dir, leader);
+    cmd.env("CHILD", child)
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave.try_clone().unwrap()));
+    // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()?;
+            if nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let session = Running::spawn_raw(&mut cmd).kill_group_from(dir.join("pid"));
+    // Only the session may hold the slave open, so that the master reads EIO once it is gone.
+    drop(cmd);
+    drop(slave);
+    let screen = drain(master.try_clone().unwrap());
+    (session, master, screen)
 }
 
 /// A child script that writes its pid, its token, then a ready marker, and runs until killed
@@ -840,9 +858,6 @@ fn ctrl_c_at_a_terminal_reaches_the_child_once_and_the_terminal_is_handed_back()
     let server = RedisServer::start();
     let dir = tempdir();
     let d = dir.path();
-    let pty = nix::pty::openpty(None, None).expect("openpty");
-    let slave: OwnedFd = pty.slave;
-    let mut master = File::from(pty.master);
 
     // A shell leads a session whose controlling terminal is the pty, like a login shell; it
     // runs rlock in the foreground and, once rlock is done, records which process group the
@@ -852,26 +867,7 @@ rc=$?
 set -- $(cat /proc/$$/stat)
 echo "$rc $5 $8" > "$D/after.tmp"; mv "$D/after.tmp" "$D/after"
 exit $rc"#;
-    let mut cmd = sh(&server, d, leader);
-    cmd.env("CHILD", SIGNAL_LOGGER)
-        .stdin(Stdio::from(slave.try_clone().unwrap()))
-        .stdout(Stdio::from(slave.try_clone().unwrap()))
-        .stderr(Stdio::from(slave.try_clone().unwrap()));
-    // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid()?;
-            if nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut session = Running::spawn_raw(&mut cmd).kill_group_from(d.join("pid"));
-    drop(cmd);
-    drop(slave);
-    // What the terminal shows, for failure messages; ends with EIO once the session is gone.
-    let screen = drain(master.try_clone().unwrap());
+    let (mut session, mut master, screen) = pty_session(&server, d, leader, SIGNAL_LOGGER);
 
     session.ready(d);
     let child = wait_for_pid(d.join("pid"));
@@ -1222,33 +1218,12 @@ fn ctrl_z_at_a_terminal_stops_rlock_like_a_job_and_continuing_resumes_the_child(
     let server = RedisServer::start();
     let dir = tempdir();
     let d = dir.path();
-    let pty = nix::pty::openpty(None, None).expect("openpty");
-    let slave: OwnedFd = pty.slave;
-    let mut master = File::from(pty.master);
     // rlock's pid is the leader's only child: the leader writes it down before waiting.
     let leader = r#""$RL" --url "$URL" exec -k k -- sh -c "$CHILD" &
 echo $! > "$D/rlock.pid"
 fg %1 2>/dev/null || wait $!
 "#;
-    let mut cmd = sh(&server, d, leader);
-    cmd.env("CHILD", SIGNAL_LOGGER)
-        .stdin(Stdio::from(slave.try_clone().unwrap()))
-        .stdout(Stdio::from(slave.try_clone().unwrap()))
-        .stderr(Stdio::from(slave.try_clone().unwrap()));
-    // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid()?;
-            if nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut session = Running::spawn_raw(&mut cmd).kill_group_from(d.join("pid"));
-    drop(cmd);
-    drop(slave);
-    let screen = drain(master.try_clone().unwrap());
+    let (mut session, mut master, screen) = pty_session(&server, d, leader, SIGNAL_LOGGER);
     let shown = || String::from_utf8_lossy(&screen.0.lock().unwrap()).into_owned();
 
     session.ready(d);

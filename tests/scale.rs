@@ -16,18 +16,15 @@ mod common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{
-    Output, RedisCluster, RedisServer, Sentinels, TestCerts, TlsServer, pid_alive, rlock, run,
-    wait_for_file, wait_until,
+    Background as Bg, Output, RedisCluster, RedisServer, Sentinels, TestCerts, TlsServer,
+    pid_alive, rlock, run, wait_for_file, wait_until,
 };
-use nix::sys::signal::{self, Signal};
-use nix::unistd::Pid;
 
 /// The lock most tests use, and the Redis names rlock gives it (see `src/lock/mod.rs`).
 const KEY: &str = "k";
@@ -187,140 +184,21 @@ trap 'date +%s%N > "$D/died.tmp"; mv "$D/died.tmp" "$D/died"; exit 0' TERM
 echo $$ > "$D/pid"; echo "$RLOCK_TOKEN" > "$D/token"; : > "$D/ready"
 i=0; while [ ! -e "$D/stop" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done"#;
 
-/// A process running in the background, leading a process group of its own, with its output in
-/// files. On drop its group is SIGKILLed, and so is the group of the child whose pid it wrote
-/// to `$D/pid` (rlock exec's child leads a group of its own).
-struct Bg {
-    name: String,
-    child: Child,
-    dir: PathBuf,
-    exited: Option<(i32, Instant)>,
+/// What scale's tests wait for on a `Bg` that runs `rlock exec` with a child like
+/// `HOLD_UNTIL_STOP`.
+trait Ready {
+    /// Waits for the exec child to have written `$D/ready`; returns its token.
+    fn ready(&mut self) -> String;
 }
 
-impl Bg {
-    /// Spawns `cmd` with `$D` set to `dir`.
-    fn spawn(name: &str, dir: &Path, cmd: &mut Command) -> Bg {
-        let out = File::create(dir.join(format!("{name}.stdout"))).expect("stdout file");
-        let err = File::create(dir.join(format!("{name}.stderr"))).expect("stderr file");
-        let child = cmd
-            .env("D", dir)
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn {name}: {e}"));
-        Bg {
-            name: name.to_string(),
-            child,
-            dir: dir.to_path_buf(),
-            exited: None,
-        }
-    }
-
-    fn poll(&mut self) -> Option<(i32, Instant)> {
-        if self.exited.is_none()
-            && let Some(status) = self.child.try_wait().expect("try_wait")
-        {
-            let code = status
-                .code()
-                .or(status.signal().map(|s| -s))
-                .expect("exit code or signal");
-            self.exited = Some((code, Instant::now()));
-        }
-        self.exited
-    }
-
-    fn running(&mut self) -> bool {
-        self.poll().is_none()
-    }
-
-    fn output(&self, code: i32) -> Output {
-        let read = |ext: &str| {
-            fs::read_to_string(self.dir.join(format!("{}.{ext}", self.name))).unwrap_or_default()
-        };
-        Output {
-            code,
-            stdout: read("stdout"),
-            stderr: read("stderr"),
-        }
-    }
-
-    fn describe(&mut self) -> String {
-        match self.poll() {
-            Some((code, _)) => format!("{} exited: {}", self.name, self.output(code)),
-            None => {
-                let o = self.output(0);
-                format!(
-                    "{} still runs\n--- stdout ---\n{}\n--- stderr ---\n{}",
-                    self.name, o.stdout, o.stderr
-                )
-            }
-        }
-    }
-
-    /// Polls `cond` until it holds; fails at once (with the output) if the process exits first.
-    fn wait_for(&mut self, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if cond() {
-                return;
-            }
-            if !self.running() {
-                if cond() {
-                    return;
-                }
-                panic!("{what}: but {}", self.describe());
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "timed out after {timeout:?} waiting for {what}; {}",
-                    self.describe()
-                );
-            }
-            thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// Waits for the exec child to have written `$D/ready`; returns its token.
+impl Ready for Bg {
     fn ready(&mut self) -> String {
-        let ready = self.dir.join("ready");
+        let ready = self.dir().join("ready");
         self.wait_for("the child to start", SOON, || ready.exists());
-        fs::read_to_string(self.dir.join("token"))
+        fs::read_to_string(self.dir().join("token"))
             .unwrap_or_default()
             .trim()
             .to_string()
-    }
-
-    /// Waits for the exit; returns the output and when the exit was seen (polled every 2 ms).
-    fn finish(&mut self, timeout: Duration) -> (Output, Instant) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some((code, at)) = self.poll() {
-                return (self.output(code), at);
-            }
-            if Instant::now() >= deadline {
-                panic!("did not exit within {timeout:?}: {}", self.describe());
-            }
-            thread::sleep(Duration::from_millis(2));
-        }
-    }
-}
-
-impl Drop for Bg {
-    fn drop(&mut self) {
-        let _ = signal::killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
-        if let Ok(pid) = fs::read_to_string(self.dir.join("pid"))
-            .unwrap_or_default()
-            .trim()
-            .parse::<i32>()
-            && pid > 1
-        {
-            let _ = signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        if self.exited.is_none() {
-            let _ = self.child.wait();
-        }
     }
 }
 
@@ -555,7 +433,7 @@ fn redlock_exec_stops_the_child_before_the_validity_ends_when_a_majority_freezes
     let nodes = start_nodes(5);
     let dir = tempdir();
     let d = dir.path();
-    let mut rl = Bg::spawn(
+    let mut rl = Bg::spawn_group(
         "exec",
         d,
         redlock(&nodes)
@@ -711,7 +589,7 @@ fn redlock_waiter_wakes_on_release() {
         );
         let holder = token_of(&out);
         let name = format!("waiter{round}");
-        let mut waiter = Bg::spawn(
+        let mut waiter = Bg::spawn_group(
             &name,
             dir.path(),
             redlock(&nodes).args(["exec", "-w", "30s", "-k", KEY, "--", "true"]),
@@ -1020,7 +898,7 @@ fn cluster_renewals_follow_moved_when_the_locks_slot_moves_during_exec() {
     let state = format!("{{rlock:{name}}}:state");
     let slot = cluster.slot(&lock);
     let dir = tempdir();
-    let mut rl = Bg::spawn(
+    let mut rl = Bg::spawn_group(
         "exec",
         dir.path(),
         clustered(&cluster)
@@ -1069,7 +947,7 @@ fn cluster_renewals_and_a_waiter_follow_ask_while_the_slot_migrates() {
     let slot = cluster.slot(&lock);
     let dir = tempdir();
     let waiter_dir = tempdir();
-    let mut holder = Bg::spawn(
+    let mut holder = Bg::spawn_group(
         "exec",
         dir.path(),
         clustered(&cluster)
@@ -1079,7 +957,7 @@ fn cluster_renewals_and_a_waiter_follow_ask_while_the_slot_migrates() {
     let token = holder.ready();
     // A waiter in line: the lock's three keys (lock, state, queue) all exist, so the old
     // master answers ASK (not TRYAGAIN) once they have moved.
-    let mut waiter = Bg::spawn(
+    let mut waiter = Bg::spawn_group(
         "waiter",
         waiter_dir.path(),
         clustered(&cluster).args(["acquire", "-w", "30s", "--json", "-k", &name, "--ttl", "9s"]),
@@ -1136,7 +1014,7 @@ fn cluster_renewals_continue_while_the_locks_slot_is_marked_migrating() {
     let lock = format!("rlock:{name}");
     let slot = cluster.slot(&lock);
     let dir = tempdir();
-    let mut rl = Bg::spawn(
+    let mut rl = Bg::spawn_group(
         "exec",
         dir.path(),
         clustered(&cluster)
@@ -1185,7 +1063,7 @@ fn cluster_exec_stops_the_child_before_the_ttl_when_its_master_freezes() {
     let lock = format!("rlock:{name}");
     let dir = tempdir();
     let d = dir.path();
-    let mut rl = Bg::spawn(
+    let mut rl = Bg::spawn_group(
         "exec",
         d,
         clustered(&cluster)
@@ -1230,7 +1108,7 @@ fn cluster_a_frozen_master_costs_at_most_the_op_timeout() {
     let dir = tempdir();
     cluster.node(1).freeze();
     let started = Instant::now();
-    let mut acquire = Bg::spawn(
+    let mut acquire = Bg::spawn_group(
         "acquire",
         dir.path(),
         clustered(&cluster).args(["--op-timeout", "500ms", "acquire", "-n", "-k", &name]),
@@ -1247,7 +1125,7 @@ fn cluster_a_frozen_master_costs_at_most_the_op_timeout() {
     // exec: the child is stopped by the local deadline; rlock must then exit, not wait for the
     // frozen master.
     cluster.node(1).thaw();
-    let mut rl = Bg::spawn(
+    let mut rl = Bg::spawn_group(
         "exec",
         dir.path(),
         clustered(&cluster)
@@ -1282,7 +1160,7 @@ fn cluster_waiter_wakes_on_release() {
             clustered(&cluster).args(["acquire", "--json", "-k", &name, "--ttl", "60s"]),
         );
         let holder = token_of(&out);
-        let mut waiter = Bg::spawn(
+        let mut waiter = Bg::spawn_group(
             &format!("waiter{round}"),
             dir.path(),
             clustered(&cluster).args(["exec", "-w", "30s", "-k", &name, "--", "true"]),
@@ -1385,7 +1263,7 @@ fn sentinel_unknown_master_name_is_69_with_a_clear_message() {
 /// Starts `exec` through the Sentinels of `set` with the lock replicated to the replica;
 /// returns the process and its token.
 fn exec_via_sentinels(set: &Sentinels, dir: &Path, opts: &[&str]) -> (Bg, String) {
-    let mut rl = Bg::spawn(
+    let mut rl = Bg::spawn_group(
         "exec",
         dir,
         via_sentinels(set)
@@ -1549,7 +1427,7 @@ fn tls_with_the_test_ca_works_for_the_whole_lifecycle() {
 
     // A waiter subscribes over TLS too, and is woken by the release.
     let dir = tempdir();
-    let mut waiter = Bg::spawn(
+    let mut waiter = Bg::spawn_group(
         "waiter",
         dir.path(),
         over_tls(&tls, &certs).args(["exec", "-w", "30s", "-k", KEY, "--", "true"]),
@@ -1868,7 +1746,7 @@ impl Session<'_> {
             75,
             &["acquire", "-w", "300ms", "-k", "life"],
         )?;
-        let mut waiter = Bg::spawn(
+        let mut waiter = Bg::spawn_group(
             "waiter",
             dir.path(),
             as_user(self.server, self.user).args([
@@ -2196,7 +2074,7 @@ fn acl_cluster_user_with_the_documented_rights_and_no_fewer() {
         );
         let token = token_of(&out);
         assert!(here(cluster.node(*owner), &format!("rlock:{name}")));
-        let mut waiter = Bg::spawn(
+        let mut waiter = Bg::spawn_group(
             &format!("waiter-{name}"),
             dir.path(),
             clustered_as(&cluster, "locker").args(["exec", "-w", "30s", "-k", name, "--", "true"]),

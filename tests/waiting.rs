@@ -8,19 +8,14 @@ mod common;
 // "woke up on the next 2 s refresh" (or from "never"), with generous slack either side.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{self, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
-use common::{Output, RedisServer, rlock_at, run, wait_until};
+use common::{Background as Bg, RedisServer, rlock_at, run, wait_until};
 
 /// The lock every test uses, and the Redis names rlock gives it (see `src/lock/mod.rs`).
 const KEY: &str = "k";
@@ -35,115 +30,6 @@ const REFRESH: Duration = Duration::from_secs(2);
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-/// A process running in the background with its output in files; SIGKILLed and reaped on drop
-/// if it is still running, so a failing test leaves no process behind (`rlock exec` children
-/// die with it: they have SIGKILL as parent-death signal).
-struct Bg {
-    name: String,
-    child: Child,
-    out: PathBuf,
-    err: PathBuf,
-    /// Exit code (-N for death by signal N) and when the exit was first seen.
-    exited: Option<(i32, Instant)>,
-}
-
-impl Bg {
-    fn spawn(name: &str, dir: &Path, cmd: &mut Command) -> Bg {
-        let out = dir.join(format!("{name}.stdout"));
-        let err = dir.join(format!("{name}.stderr"));
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(File::create(&out).expect("create stdout file"))
-            .stderr(File::create(&err).expect("create stderr file"))
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn {name} ({:?}): {e}", cmd.get_program()));
-        Bg {
-            name: name.to_string(),
-            child,
-            out,
-            err,
-            exited: None,
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn kill(&self, sig: Signal) {
-        signal::kill(Pid::from_raw(self.pid()), sig)
-            .unwrap_or_else(|e| panic!("kill -{sig} {} ({}): {e}", self.pid(), self.name));
-    }
-
-    /// The exit code and when it was seen, once the process has exited.
-    fn poll(&mut self) -> Option<(i32, Instant)> {
-        if self.exited.is_none()
-            && let Some(status) = self.child.try_wait().expect("try_wait")
-        {
-            let code = status
-                .code()
-                .or(status.signal().map(|s| -s))
-                .expect("exit code or signal");
-            self.exited = Some((code, Instant::now()));
-        }
-        self.exited
-    }
-
-    fn running(&mut self) -> bool {
-        self.poll().is_none()
-    }
-
-    /// What it printed so far, for failure messages.
-    fn output(&self, code: i32) -> Output {
-        Output {
-            code,
-            stdout: fs::read_to_string(&self.out).unwrap_or_default(),
-            stderr: fs::read_to_string(&self.err).unwrap_or_default(),
-        }
-    }
-
-    fn describe(&mut self) -> String {
-        let code = self.poll().map_or(i32::MIN, |(c, _)| c);
-        let state = if code == i32::MIN {
-            "still running".to_string()
-        } else {
-            format!("exit code {code}")
-        };
-        let o = self.output(code);
-        format!(
-            "{} (pid {}, {state})\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.name,
-            self.pid(),
-            o.stdout,
-            o.stderr
-        )
-    }
-
-    /// Waits for the exit; returns the output and when the exit was seen (polled every 2 ms).
-    fn finish(&mut self, timeout: Duration) -> (Output, Instant) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some((code, at)) = self.poll() {
-                return (self.output(code), at);
-            }
-            if Instant::now() >= deadline {
-                let what = self.describe();
-                panic!("did not exit within {timeout:?}: {what}");
-            }
-            thread::sleep(Duration::from_millis(2));
-        }
-    }
-}
-
-impl Drop for Bg {
-    fn drop(&mut self) {
-        if self.exited.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -567,7 +453,7 @@ fn many_waiters_all_finish_one_at_a_time() {
     for w in &mut waiters {
         let left = deadline.saturating_duration_since(Instant::now());
         let (out, _) = w.finish(left);
-        assert_eq!(out.code, 0, "{} failed: {out}", w.name);
+        assert_eq!(out.code, 0, "{} failed: {out}", w.name());
     }
     assert!(
         !cs.join("overlaps").exists(),
@@ -616,7 +502,7 @@ fn waiters_get_the_lock_in_arrival_order() {
     for w in &mut waiters {
         let left = deadline.saturating_duration_since(Instant::now());
         let (out, _) = w.finish(left);
-        assert_eq!(out.code, 0, "{} failed: {out}", w.name);
+        assert_eq!(out.code, 0, "{} failed: {out}", w.name());
     }
     let order = fs::read_to_string(&log).expect("the waiters ran");
     assert_eq!(
