@@ -1219,7 +1219,10 @@ fn ctrl_z_at_a_terminal_stops_rlock_like_a_job_and_continuing_resumes_the_child(
     let dir = tempdir();
     let d = dir.path();
     // rlock's pid is the leader's only child: the leader writes it down before waiting.
-    let leader = r#""$RL" --url "$URL" exec -k k -- sh -c "$CHILD" &
+    // The child runs under bash, not dash: dash starts `sleep` with vfork(), and a Ctrl-Z that
+    // stops the vfork child before its exec leaves dash itself unstoppable (blocked in vfork),
+    // so no shell, rlock included, would ever see the job stop.
+    let leader = r#""$RL" --url "$URL" exec -k k -- bash -c "$CHILD" &
 echo $! > "$D/rlock.pid"
 fg %1 2>/dev/null || wait $!
 "#;
