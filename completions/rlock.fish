@@ -79,7 +79,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand release" -s q -l quiet -d 'S
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s h -l help -d 'Print help'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l token -d 'Owner token printed by `acquire`' -r
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -l ttl -d 'New time to live [default: the TTL the lock was taken with]' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l ttl -d 'New time to live; a renewal never shortens the lease [default: the TTL the lock was last given]' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F

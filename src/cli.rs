@@ -245,7 +245,8 @@ pub struct RenewArgs {
     #[command(flatten)]
     pub token: TokenArg,
 
-    /// New time to live [default: the TTL the lock was taken with].
+    /// New time to live; a renewal never shortens the lease [default: the TTL the lock was last
+    /// given].
     #[arg(long, value_name = "DUR", value_parser = ttl_duration, allow_hyphen_values = true)]
     pub ttl: Option<Duration>,
 }

@@ -778,7 +778,7 @@ while [ ! -e "$D/stop" ]; do sleep 0.02; done"#;
 // ---------------------------------------------------------------------------------------------
 
 /// A child that logs each of the forwarded signals it gets and exits 7 once `$D/stop` exists.
-const SIGNAL_LOGGER: &str = r#"for s in TERM INT HUP USR1 USR2; do trap "echo $s >> \"\$D/log\"" $s; done
+const SIGNAL_LOGGER: &str = r#"for s in TERM INT HUP QUIT USR1 USR2; do trap "echo $s >> \"\$D/log\"" $s; done
 echo $$ > "$D/pid"; echo "$RLOCK_TOKEN" > "$D/token"; : > "$D/ready"
 while [ ! -e "$D/stop" ]; do sleep 0.05; done
 sleep 0.2
@@ -800,11 +800,14 @@ fn signals_sent_to_rlock_reach_the_child_once_and_rlock_keeps_the_lock() {
 
     let rlock_pid = Pid::from_raw(rl.pid());
     let mut sent = Vec::new();
+    // Every signal the contract names, sent to rlock alone.
     for sig in [
         Signal::SIGTERM,
         Signal::SIGUSR1,
         Signal::SIGHUP,
         Signal::SIGUSR2,
+        Signal::SIGINT,
+        Signal::SIGQUIT,
     ] {
         signal::kill(rlock_pid, sig).expect("signal rlock");
         sent.push(sig.as_str().trim_start_matches("SIG").to_string());

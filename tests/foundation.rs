@@ -467,6 +467,12 @@ fn conflict_exit_code_replaces_75() {
     let token = acquire(&server, "jobs", &[]);
     let out = run(rlock_at(&server).args(["acquire", "-k", "jobs", "-n", "-E", "3"]));
     assert_fails(&out, 3, &["'jobs'"]);
+    // exec takes -E too, and does not run its command.
+    let out = run(rlock_at(&server).args([
+        "exec", "-k", "jobs", "-n", "-E", "9", "--", "sh", "-c", "echo ran",
+    ]));
+    assert_fails(&out, 9, &["'jobs'"]);
+    assert!(!out.stdout.contains("ran"), "{out}");
     assert_eq!(server.get(&lock_key("jobs")), Some(token));
 }
 
@@ -1804,4 +1810,43 @@ fn an_out_of_range_database_is_a_configuration_error() {
         assert_fails(&out, 78, &["database"]);
     }
     assert_eq!(q::<i64>(&server, &["DBSIZE"]), 0, "nothing may be written");
+}
+
+/// `--op-timeout` is also read from $RLOCK_OP_TIMEOUT.
+#[test]
+fn op_timeout_comes_from_the_environment_too() {
+    let server = RedisServer::start();
+    acquire(&server, "jobs", &["--ttl", "60s"]);
+    server.freeze();
+    let (out, took) = run_within(
+        rlock_at(&server)
+            .env("RLOCK_OP_TIMEOUT", "300ms")
+            .args(["acquire", "-k", "other", "-n"]),
+        Duration::from_secs(10),
+    );
+    server.thaw();
+    assert_fails(&out, 69, &[&server.url()]);
+    // One timed-out attempt plus the give-back, each 300 ms: well under the 2 s default.
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+}
+
+/// unix:// URLs reach a server over its socket, for every subcommand.
+#[test]
+fn a_unix_socket_url_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("redis.sock");
+    let sock_arg = sock.to_str().unwrap().to_string();
+    let server = RedisServer::start_with(&["--unixsocket", &sock_arg, "--unixsocketperm", "700"]);
+    let url = format!("unix://{sock_arg}");
+    let out = run(rlock().args(["--url", &url, "acquire", "-k", "jobs"]));
+    assert_eq!(out.code, 0, "{out}");
+    let token = out.stdout.trim().to_string();
+    assert_eq!(server.get(&lock_key("jobs")), Some(token.clone()));
+    let out = run(rlock().args(["--url", &url, "inspect", "-k", "jobs"]));
+    assert_eq!(out.code, 0, "{out}");
+    let out = run(rlock().args(["--url", &url, "release", "-k", "jobs", "--token", &token]));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(!server.exists(&lock_key("jobs")));
+    let out = run(rlock().args(["--url", &url, "exec", "-k", "jobs", "--", "true"]));
+    assert_eq!(out.code, 0, "{out}");
 }
