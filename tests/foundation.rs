@@ -1465,7 +1465,7 @@ fn acquire_without_a_password_is_refused() {
 #[test]
 fn scripts_survive_script_flush() {
     let server = RedisServer::start();
-    let sha = rlock::lock::RELEASE.sha().to_string();
+    let sha = rlock::lock::RELEASE.sha.to_string();
     let token = acquire(&server, "jobs", &[]);
     server.cmd(&["SCRIPT", "FLUSH"]);
     let cached: Vec<i64> = q(&server, &["SCRIPT", "EXISTS", &sha]);

@@ -20,39 +20,32 @@ pub use cluster::Cluster;
 pub use sentinel::Sentinel;
 pub use single::Single;
 
-/// One Lua script, known by its source and its SHA1.
+/// One Lua script, known by its source and its SHA1 (both put together by build.rs).
 pub struct Script {
     pub name: &'static str,
     pub source: &'static str,
+    pub sha: &'static str,
     /// Always send the whole script (EVAL): for requests whose reply may never be read (a
     /// give-back after a timeout), where EVALSHA's NOSCRIPT could not be answered with EVAL.
     pub always_eval: bool,
-    sha: std::sync::OnceLock<String>,
 }
 
 impl Script {
-    pub const fn new(name: &'static str, source: &'static str) -> Self {
+    pub const fn new(name: &'static str, (source, sha): (&'static str, &'static str)) -> Self {
         Script {
             name,
             source,
+            sha,
             always_eval: false,
-            sha: std::sync::OnceLock::new(),
         }
     }
 
     /// A script always sent whole (see `always_eval`).
-    pub const fn sent_whole(name: &'static str, source: &'static str) -> Self {
+    pub const fn sent_whole(name: &'static str, script: (&'static str, &'static str)) -> Self {
         Script {
-            name,
-            source,
             always_eval: true,
-            sha: std::sync::OnceLock::new(),
+            ..Script::new(name, script)
         }
-    }
-
-    pub fn sha(&self) -> &str {
-        self.sha
-            .get_or_init(|| redis::Script::new(self.source).get_hash().to_string())
     }
 }
 

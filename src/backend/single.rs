@@ -158,7 +158,7 @@ fn run_script(
     if script.always_eval {
         return send("EVAL", script.source);
     }
-    match send("EVALSHA", script.sha()) {
+    match send("EVALSHA", script.sha) {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             send("EVAL", script.source)
         }

@@ -22,28 +22,20 @@ use crate::exit::Failure;
 
 pub use wait::{Interrupt, WaitPolicy};
 
-// The scripts, public so that tests can run and preload exactly what rlock sends. common.lua
-// (the server clock, waking the next waiter) goes in front of the scripts that use it.
-pub static ACQUIRE: Script = Script::new(
-    "acquire",
-    concat!(include_str!("common.lua"), include_str!("acquire.lua")),
-);
-pub static RELEASE: Script = Script::new(
-    "release",
-    concat!(include_str!("common.lua"), include_str!("release.lua")),
-);
-pub static RENEW: Script = Script::new("renew", include_str!("renew.lua"));
+/// The sources and SHA1s of the scripts, from build.rs (which lists the files of each).
+mod sources {
+    include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
+}
+
+// The scripts, public so that tests can run and preload exactly what rlock sends.
+pub static ACQUIRE: Script = Script::new("acquire", sources::ACQUIRE);
+pub static RELEASE: Script = Script::new("release", sources::RELEASE);
+pub static RENEW: Script = Script::new("renew", sources::RENEW);
 // Sent whole: it gives back grants whose reply never came, often to a server that has just
 // stalled and may never have cached it, and its own reply may never be read.
-pub static LEAVE: Script = Script::sent_whole(
-    "leave",
-    concat!(include_str!("common.lua"), include_str!("leave.lua")),
-);
-pub static INSPECT: Script = Script::new(
-    "inspect",
-    concat!(include_str!("common.lua"), include_str!("inspect.lua")),
-);
-pub static FENCE: Script = Script::new("fence", include_str!("fence.lua"));
+pub static LEAVE: Script = Script::sent_whole("leave", sources::LEAVE);
+pub static INSPECT: Script = Script::new("inspect", sources::INSPECT);
+pub static FENCE: Script = Script::new("fence", sources::FENCE);
 
 /// How long a waiter keeps its place in line without renewing it, and how often it renews it.
 /// A waiter that dies holds up the line for at most `WAITER_LEASE`.
@@ -895,6 +887,16 @@ fn busy_message(key: &LockKey, pttl: i64, now_ms: i64, holder: &Holder) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn script_hashes_are_what_redis_computes() {
+        for script in [&ACQUIRE, &RELEASE, &RENEW, &LEAVE, &INSPECT, &FENCE] {
+            let sha = redis::Script::new(script.source).get_hash().to_string();
+            assert_eq!(script.sha, sha, "SHA1 of {}", script.name);
+        }
+        assert!(ACQUIRE.source.starts_with(include_str!("common.lua")));
+        assert!(ACQUIRE.source.ends_with(include_str!("acquire.lua")));
+    }
 
     #[test]
     fn helper_keys_share_the_slot() {

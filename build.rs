@@ -1,0 +1,45 @@
+//! Puts together the Lua scripts rlock sends and their SHA1s, at build time: EVALSHA needs the
+//! hash of every script on every run, and hashing ten kilobytes of Lua at each start is a
+//! measurable part of a short `rlock exec`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Each script, as the files of `src/lock` it is made of: common.lua (the server clock, waking
+/// the next waiter) goes in front of the scripts that use it.
+const SCRIPTS: &[(&str, &[&str])] = &[
+    ("ACQUIRE", &["common.lua", "acquire.lua"]),
+    ("RELEASE", &["common.lua", "release.lua"]),
+    ("RENEW", &["renew.lua"]),
+    ("LEAVE", &["common.lua", "leave.lua"]),
+    ("INSPECT", &["common.lua", "inspect.lua"]),
+    ("FENCE", &["fence.lua"]),
+];
+
+fn main() {
+    let dir = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("src/lock");
+    println!("cargo::rerun-if-changed={}", dir.display());
+    let mut out = String::new();
+    for (name, files) in SCRIPTS {
+        let mut source = String::new();
+        let mut includes = Vec::new();
+        for file in *files {
+            let path = dir.join(file);
+            println!("cargo::rerun-if-changed={}", path.display());
+            source.push_str(&std::fs::read_to_string(&path).unwrap());
+            includes.push(format!("include_str!({:?})", path.display().to_string()));
+        }
+        let sha = sha1_smol::Sha1::from(source.as_bytes())
+            .digest()
+            .to_string();
+        writeln!(
+            out,
+            "/// {}\npub const {name}: (&str, &str) = (concat!({}), {sha:?});",
+            files.join(" + "),
+            includes.join(", ")
+        )
+        .unwrap();
+    }
+    let dest = Path::new(&std::env::var("OUT_DIR").unwrap()).join("scripts.rs");
+    std::fs::write(dest, out).unwrap();
+}
