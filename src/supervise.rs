@@ -2,14 +2,19 @@
 //! forwarding signals, stopping it when the lease runs out, and mapping its exit status.
 //! Every `kill` rlock sends is in this file.
 
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, pthread_sigmask, sigprocmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::time::TimeSpec;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid, setpgid, tcgetpgrp, tcsetpgrp};
 
@@ -26,7 +31,7 @@ pub const FORWARDED: [Signal; 6] = [
     Signal::SIGUSR2,
 ];
 
-/// Everything the supervisor waits for, from the signal, reaper and renewal threads.
+/// Everything the supervisor waits for: signals, changes of the child, and the renewals.
 #[derive(Debug)]
 pub enum Event {
     Signal(i32),
@@ -39,41 +44,87 @@ pub enum Event {
     Watchdog(Report),
 }
 
-/// Delivers FORWARDED signals as events, from a thread of signal-hook's; with `job_control`
-/// also SIGTSTP, which `exec` passes on to the child (rlock then stops when the child does).
+/// The signals rlock acts on, read from a signalfd instead of caught by a handler: the
+/// FORWARDED ones, and for `exec` also SIGTSTP (passed on to the child; rlock then stops when
+/// the child does) and SIGCHLD (the child stopped, continued or ended).
 ///
 /// A signal that was ignored when rlock started (under nohup, or in a background job of a
-/// non-interactive shell) stays ignored, by rlock and by the command. The others are blocked in
-/// every thread but the signal thread, this one included (threads started later inherit that),
-/// so that no system call of rlock's is interrupted: a socket read with a timeout is never
-/// restarted, and would fail with EINTR. The child unblocks them before it runs.
-pub fn catch_signals(
-    events: Sender<Event>,
-    job_control: bool,
-) -> io::Result<signal_hook::iterator::Handle> {
-    let mut wanted: Vec<Signal> = FORWARDED.to_vec();
-    if job_control {
-        wanted.push(Signal::SIGTSTP);
+/// non-interactive shell) stays ignored, by rlock and by the command. The others are blocked
+/// for the life of the process, in this thread and every thread started later (they inherit
+/// the mask), so that no system call of rlock's is interrupted: a socket read with a timeout is
+/// never restarted, and would fail with EINTR. The child unblocks them before it runs. No
+/// thread waits for them: rlock reads them when it looks, between Redis requests while it
+/// waits for the lock and in `supervise` while the command runs.
+pub struct Signals {
+    fd: SignalFd,
+}
+
+impl Signals {
+    /// For a process that waits for a lock and runs nothing.
+    pub fn for_wait() -> io::Result<Signals> {
+        Signals::catch(&FORWARDED)
     }
-    wanted.retain(|s| !is_ignored(*s));
-    let numbers: Vec<i32> = wanted.iter().map(|s| *s as i32).collect();
-    let mut signals = signal_hook::iterator::Signals::new(&numbers)?;
-    let handle = signals.handle();
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            for signal in signals.forever() {
-                if events.send(Event::Signal(signal)).is_err() {
-                    break;
-                }
+
+    /// For `exec`, which runs the command as a job.
+    pub fn for_exec() -> io::Result<Signals> {
+        let mut wanted = FORWARDED.to_vec();
+        wanted.extend([Signal::SIGTSTP, Signal::SIGCHLD]);
+        Signals::catch(&wanted)
+    }
+
+    fn catch(wanted: &[Signal]) -> io::Result<Signals> {
+        let mut set = SigSet::empty();
+        for &sig in wanted {
+            if !is_ignored(sig) {
+                set.add(sig);
             }
-        })?;
-    let mut set = SigSet::empty();
-    for s in wanted {
-        set.add(s);
+        }
+        pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None)?;
+        let fd = SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        Ok(Signals { fd })
     }
-    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None);
-    Ok(handle)
+
+    /// The next signal that came and has not been read yet, without waiting.
+    pub fn try_next(&self) -> Option<i32> {
+        match self.fd.read_signal() {
+            Ok(Some(info)) => Some(info.ssi_signo as i32),
+            _ => None,
+        }
+    }
+}
+
+/// Reports from the renewal thread, which also wake `supervise` from its wait.
+pub struct ReportSender {
+    tx: Sender<Report>,
+    wake: OwnedFd,
+}
+
+impl ReportSender {
+    pub fn send(&self, report: Report) {
+        if self.tx.send(report).is_ok() {
+            // A full pipe already holds a wake-up.
+            let _ = nix::unistd::write(&self.wake, b"r");
+        }
+    }
+}
+
+/// The receiving end of `reports`.
+pub struct ReportReceiver {
+    rx: Receiver<Report>,
+    wake: OwnedFd,
+}
+
+/// A channel for the renewal thread's reports.
+pub fn reports() -> io::Result<(ReportSender, ReportReceiver)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    Ok((
+        ReportSender {
+            tx,
+            wake: write_end,
+        },
+        ReportReceiver { rx, wake: read_end },
+    ))
 }
 
 /// True if `sig` is ignored (SIG_IGN) in this process.
@@ -274,24 +325,75 @@ fn cannot_run(program: &OsString, e: &io::Error) -> Failure {
     }
 }
 
-/// Waits for the child in a loop (from a thread of its own) and reports every change: stops
-/// and continuations as well as the end, which is the code a shell would report for it.
-pub fn reap(pid: Pid, events: Sender<Event>) {
-    let flags = WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
-    loop {
-        let event = match waitpid(pid, Some(flags)) {
-            Ok(WaitStatus::Exited(_, code)) => Event::Exited(code as u8, None),
-            Ok(WaitStatus::Signaled(_, sig, _)) => {
-                Event::Exited(128u8.wrapping_add(sig as u8), Some(sig as i32))
+/// Where `supervise` gets its events: the signalfd (signals, and SIGCHLD for the child's
+/// changes, which `waitpid` then tells) and the renewal thread's reports.
+struct Inbox<'a> {
+    child: Pid,
+    signals: &'a Signals,
+    reports: &'a ReportReceiver,
+    pending: VecDeque<Event>,
+}
+
+impl Inbox<'_> {
+    /// The next event, or None once `until` has come without one.
+    fn next(&mut self, until: Instant) -> Option<Event> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
             }
-            Ok(WaitStatus::Stopped(_, sig)) => Event::Stopped(sig as i32),
-            Ok(WaitStatus::Continued(_)) => Event::Continued,
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => Event::Exited(Code::Internal as u8, None),
-        };
-        let last = matches!(event, Event::Exited(..));
-        if events.send(event).is_err() || last {
-            return;
+            // Once the renewal thread is gone, its pipe is at end of file: only signals are left
+            // to wait for.
+            let renewing = match self.reports.rx.try_recv() {
+                Ok(report) => return Some(Event::Watchdog(report)),
+                Err(TryRecvError::Empty) => true,
+                Err(TryRecvError::Disconnected) => false,
+            };
+            while let Some(sig) = self.signals.try_next() {
+                if sig == Signal::SIGCHLD as i32 {
+                    self.reap();
+                } else {
+                    self.pending.push_back(Event::Signal(sig));
+                }
+            }
+            if !self.pending.is_empty() {
+                continue;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return None;
+            }
+            let mut fds = [
+                PollFd::new(self.signals.fd.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.reports.wake.as_fd(), PollFlags::POLLIN),
+            ];
+            let watched = if renewing { 2 } else { 1 };
+            let left = TimeSpec::from_duration(until - now);
+            let _ = nix::poll::ppoll(&mut fds[..watched], Some(left), None);
+            let mut drain = [0u8; 64];
+            while matches!(nix::unistd::read(&self.reports.wake, &mut drain), Ok(n) if n > 0) {}
+        }
+    }
+
+    /// Queues every change of the child that waitpid has to tell, up to its end.
+    fn reap(&mut self) {
+        let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
+        loop {
+            let event = match waitpid(self.child, Some(flags)) {
+                Ok(WaitStatus::StillAlive) => return,
+                Ok(WaitStatus::Exited(_, code)) => Event::Exited(code as u8, None),
+                Ok(WaitStatus::Signaled(_, sig, _)) => {
+                    Event::Exited(128u8.wrapping_add(sig as u8), Some(sig as i32))
+                }
+                Ok(WaitStatus::Stopped(_, sig)) => Event::Stopped(sig as i32),
+                Ok(WaitStatus::Continued(_)) => Event::Continued,
+                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => Event::Exited(Code::Internal as u8, None),
+            };
+            let last = matches!(event, Event::Exited(..));
+            self.pending.push_back(event);
+            if last {
+                return;
+            }
         }
     }
 }
@@ -301,6 +403,9 @@ pub struct Enforce {
     /// When the lease must be assumed gone; None when another rlock enforces it (a nested
     /// exec inside `rlock exec`).
     pub deadline: Option<Instant>,
+    /// When the first renewal is due: the renewal thread is started then, so that a short
+    /// command runs with no thread at all. None when nothing is to be renewed.
+    pub renew_at: Option<Instant>,
     pub grace: Duration,
     pub lost_signal: Signal,
 }
@@ -315,18 +420,33 @@ pub struct Outcome {
     pub lost: Option<String>,
 }
 
+/// What `supervise` asks of the renewal thread.
+pub enum Renewal {
+    Start,
+    Stop,
+}
+
 /// Waits for the child in group `pgid` to exit, passing signals on to its group and stopping it
 /// before the lease can run out: `lost_signal` by deadline − grace, SIGKILL at the deadline.
-/// `stop_renewing` is called once the lock is given up for lost. `terminal` is the terminal the
-/// child was given, if any: a child stopped at it (Ctrl-Z) stops rlock too, as a shell's job.
+/// `renewal` is told to start renewing when the first renewal is due, and to stop once the lock
+/// is given up for lost. `terminal` is the terminal the child was given, if any: a child
+/// stopped at it (Ctrl-Z) stops rlock too, as a shell's job.
 pub fn supervise(
     pgid: Pid,
-    events: &Receiver<Event>,
+    signals: &Signals,
+    reports: &ReportReceiver,
     mut enforce: Enforce,
     terminal: Option<i32>,
     verbose: bool,
-    mut stop_renewing: impl FnMut(),
+    mut renewal: impl FnMut(Renewal),
 ) -> Outcome {
+    let mut inbox = Inbox {
+        child: pgid,
+        signals,
+        reports,
+        pending: VecDeque::new(),
+    };
+    let mut renew_at = enforce.renew_at;
     let mut lost: Option<String> = None;
     let mut termed = false;
     let mut killed = false;
@@ -346,11 +466,18 @@ pub fn supervise(
     };
     loop {
         let now = Instant::now();
+        if let Some(at) = renew_at
+            && now >= at
+        {
+            renew_at = None;
+            renewal(Renewal::Start);
+        }
         if let Some(deadline) = enforce.deadline {
             let term_at = deadline.checked_sub(enforce.grace).unwrap_or(deadline);
             if !termed && now >= term_at {
                 termed = true;
-                stop_renewing();
+                renew_at = None;
+                renewal(Renewal::Stop);
                 let why = last_error
                     .take()
                     .unwrap_or_else(|| "no renewal succeeded".into());
@@ -381,23 +508,22 @@ pub fn supervise(
                 .filter(|_| !termed)
                 .map(|d| d.checked_sub(enforce.grace).unwrap_or(d)),
             kill_at.filter(|_| !killed),
+            renew_at,
         ]
         .into_iter()
         .flatten()
         .min();
-        let timeout = next.map_or(Duration::from_secs(3600), |t| {
-            t.saturating_duration_since(now)
-        });
-        match events.recv_timeout(timeout) {
-            Ok(Event::Exited(code, signal)) => {
+        let until = next.unwrap_or(now + Duration::from_secs(3600));
+        match inbox.next(until) {
+            Some(Event::Exited(code, signal)) => {
                 return Outcome { code, signal, lost };
             }
-            Ok(Event::Signal(sig)) => {
+            Some(Event::Signal(sig)) => {
                 if let Ok(sig) = Signal::try_from(sig) {
                     send(sig, stopped && sig != Signal::SIGTSTP);
                 }
             }
-            Ok(Event::Stopped(sig)) => {
+            Some(Event::Stopped(sig)) => {
                 stopped = true;
                 // Only a stop at the terminal (Ctrl-Z, or a background read or write) stops the
                 // job; a SIGSTOP from someone else pauses the child while rlock keeps renewing.
@@ -411,40 +537,31 @@ pub fn supervise(
                     resumed = Some(stop_like_a_job(pgid, fd));
                 }
             }
-            Ok(Event::Continued) => stopped = false,
-            Ok(Event::Watchdog(Report::Renewed { deadline })) => {
-                if !termed {
-                    enforce.deadline = Some(enforce.deadline.map_or(deadline, |d| d.max(deadline)));
-                    kill_at = enforce.deadline;
-                    last_error = None;
-                }
+            Some(Event::Continued) => stopped = false,
+            Some(Event::Watchdog(Report::Renewed { deadline })) if !termed => {
+                enforce.deadline = Some(enforce.deadline.map_or(deadline, |d| d.max(deadline)));
+                kill_at = enforce.deadline;
+                last_error = None;
             }
-            Ok(Event::Watchdog(Report::Failed(e))) => {
+            Some(Event::Watchdog(Report::Failed(e))) => {
                 if verbose {
                     eprintln!("rlock: renewal failed, retrying: {e}");
                 }
                 last_error = Some(e);
             }
-            Ok(Event::Watchdog(Report::Lost(why))) => {
-                if !termed {
-                    termed = true;
-                    stop_renewing();
-                    lost = Some(why);
-                    send(enforce.lost_signal, stopped);
-                    let soon = Instant::now() + enforce.grace;
-                    kill_at = Some(kill_at.map_or(soon, |k| k.min(soon)));
-                    // Enforce kill_at even for a lease whose deadline another rlock keeps.
-                    enforce.deadline.get_or_insert(soon);
-                }
+            Some(Event::Watchdog(Report::Lost(why))) if !termed => {
+                termed = true;
+                renew_at = None;
+                renewal(Renewal::Stop);
+                lost = Some(why);
+                send(enforce.lost_signal, stopped);
+                let soon = Instant::now() + enforce.grace;
+                kill_at = Some(kill_at.map_or(soon, |k| k.min(soon)));
+                // Enforce kill_at even for a lease whose deadline another rlock keeps.
+                enforce.deadline.get_or_insert(soon);
             }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                return Outcome {
-                    code: Code::Internal as u8,
-                    signal: None,
-                    lost,
-                };
-            }
+            // Reports that come after the lock was given up for lost change nothing.
+            Some(Event::Watchdog(_)) | None => {}
         }
     }
 }

@@ -88,7 +88,9 @@ pub enum Report {
     Failed(String),
 }
 
-/// Renews `grant` every `lease.renew_every` until `stop` is dropped or the lock is lost.
+/// Renews `grant` every `lease.renew_every`, the first time `lease.renew_every` after the grant
+/// was sent (at once if the thread starts later than that), until `stop` is dropped or the lock
+/// is lost.
 pub fn renew_loop(
     locker: &Locker,
     grant: &Grant,
@@ -96,7 +98,7 @@ pub fn renew_loop(
     stop: Receiver<()>,
     report: impl Fn(Report),
 ) {
-    let mut wait = lease.renew_every;
+    let mut wait = (grant.sent + lease.renew_every).saturating_duration_since(Instant::now());
     loop {
         match stop.recv_timeout(wait) {
             Err(RecvTimeoutError::Timeout) => {}

@@ -1,7 +1,6 @@
 //! `rlock acquire`: take the lock and print the token.
 
 use std::io::Write;
-use std::sync::mpsc;
 
 use anyhow::Result;
 
@@ -9,7 +8,7 @@ use super::{Context, inherited, new_token};
 use crate::cli::AcquireArgs;
 use crate::exit::Failure;
 use crate::lock::{Grant, Identity, WaitPolicy};
-use crate::supervise::{Event, catch_signals};
+use crate::supervise::Signals;
 
 pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
     let key = ctx.key(&args.key.key)?;
@@ -27,16 +26,12 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
                 no_wait: args.wait.no_wait,
                 busy_code: args.wait.conflict_exit_code,
             };
-            let (tx, rx) = mpsc::channel();
-            let _signals = if policy.no_wait {
+            let signals = if policy.no_wait {
                 None
             } else {
-                Some(catch_signals(tx, false)?)
+                Some(Signals::for_wait()?)
             };
-            let interrupt = || match rx.try_recv() {
-                Ok(Event::Signal(s)) => Some(s),
-                _ => None,
-            };
+            let interrupt = || signals.as_ref().and_then(Signals::try_next);
             locker.acquire(&key, &new_token(), args.ttl, &who, policy, &interrupt)?
         }
     };

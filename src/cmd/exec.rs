@@ -10,7 +10,7 @@ use super::{Context, inherited, inside_exec, new_token};
 use crate::cli::ExecArgs;
 use crate::exit::Failure;
 use crate::lock::{Identity, WaitPolicy};
-use crate::supervise::{self, Enforce, Event};
+use crate::supervise::{self, Enforce, Renewal, Signals};
 use crate::watchdog::{self, Lease};
 
 /// Set in the child's environment: the pid of the `rlock exec` that renews and releases the
@@ -44,15 +44,14 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
     // Signals are caught from here on: while waiting they end the wait (leaving nothing in
     // Redis), except Ctrl-Z, which stops rlock as usual; once the command runs they are passed
     // on to it.
-    let (events_tx, events) = mpsc::channel::<Event>();
-    let _signals = supervise::catch_signals(events_tx.clone(), true)?;
+    let signals = Signals::for_exec()?;
     let interrupt = || loop {
-        match events.try_recv() {
-            Ok(Event::Signal(s)) if s == Signal::SIGTSTP as i32 => {
+        match signals.try_next()? {
+            s if s == Signal::SIGTSTP as i32 => {
                 let _ = nix::sys::signal::raise(Signal::SIGSTOP);
             }
-            Ok(Event::Signal(s)) => return Some(s),
-            _ => return None,
+            s if s == Signal::SIGCHLD as i32 => {}
+            s => return Some(s),
         }
     };
 
@@ -168,31 +167,38 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
     let guardian = supervise::Guardian::arm(pgid);
 
     let renews = owner != Owner::OuterExec;
+    let (report_tx, reports) = supervise::reports()?;
     let outcome = std::thread::scope(|s| {
-        let reaper_tx = events_tx.clone();
-        s.spawn(move || supervise::reap(pgid, reaper_tx));
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
-        let mut stop_tx = Some(stop_tx);
-        if renews {
-            let report_tx = events_tx.clone();
-            let (locker, grant) = (&locker, &grant);
-            s.spawn(move || {
-                watchdog::renew_loop(locker, grant, lease, stop_rx, |r| {
-                    let _ = report_tx.send(Event::Watchdog(r));
-                });
-            });
-        }
+        let (mut stop_tx, mut stop_rx) = (Some(stop_tx), Some(stop_rx));
+        let mut report_tx = Some(report_tx);
+        let (locker, grant) = (&locker, &grant);
         let enforce = Enforce {
             deadline: renews.then(|| watchdog::deadline(grant.sent, lease.ttl)),
+            renew_at: renews.then(|| grant.sent + lease.renew_every),
             grace: lease.grace,
             lost_signal: args.lost_signal,
         };
-        let outcome =
-            supervise::supervise(pgid, &events, enforce, terminal, ctx.global.verbose, || {
-                stop_tx.take();
-            });
-        drop(stop_tx);
-        outcome
+        supervise::supervise(
+            pgid,
+            &signals,
+            &reports,
+            enforce,
+            terminal,
+            ctx.global.verbose,
+            |renewal| match renewal {
+                Renewal::Start => {
+                    if let (Some(stop_rx), Some(report_tx)) = (stop_rx.take(), report_tx.take()) {
+                        s.spawn(move || {
+                            watchdog::renew_loop(locker, grant, lease, stop_rx, |r| {
+                                report_tx.send(r);
+                            });
+                        });
+                    }
+                }
+                Renewal::Stop => drop(stop_tx.take()),
+            },
+        )
     });
     supervise::restore_terminal(terminal, pgid);
     if let Some(g) = guardian {
