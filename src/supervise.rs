@@ -3,15 +3,17 @@
 //! Every `kill` rlock sends is in this file.
 
 use std::collections::VecDeque;
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::process::CommandExt;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags};
+use nix::sched::CloneFlags;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, pthread_sigmask, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
@@ -155,68 +157,111 @@ pub fn die_by(sig: Signal) {
 /// parent-death signal reaches only the child itself, not what it started (`sh -c`'s
 /// commands), which would otherwise run on with nobody renewing the lock.
 pub struct Guardian {
-    goodbye: std::os::fd::OwnedFd,
+    goodbye: OwnedFd,
+    watch: &'static GuardianState,
+}
+
+/// What the guardian process reads, in memory it shares with rlock (and that is never freed).
+struct GuardianState {
+    /// The process group to kill; 0 until the child is spawned.
+    pgid: AtomicI32,
+    read_end: i32,
+    write_end: i32,
 }
 
 impl Guardian {
-    /// Forks a small process that waits on a pipe: a byte means "done, stand down"; end of file
-    /// (rlock died) means SIGKILL to the group `pgid`. It ignores job-control and terminal
-    /// signals and lives in a process group of its own, so nothing meant for rlock stops it.
-    pub fn arm(pgid: Pid) -> Option<Guardian> {
-        let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
-        // SAFETY: the child of this fork (rlock has threads) only makes async-signal-safe
-        // system calls (sigaction, setpgid, close, read, kill, _exit); it allocates nothing.
-        match unsafe { nix::unistd::fork() }.ok()? {
-            nix::unistd::ForkResult::Child => {
-                use std::os::fd::AsRawFd;
-                for sig in [
-                    Signal::SIGINT,
-                    Signal::SIGTERM,
-                    Signal::SIGHUP,
-                    Signal::SIGQUIT,
-                    Signal::SIGUSR1,
-                    Signal::SIGUSR2,
-                    Signal::SIGTSTP,
-                    Signal::SIGTTIN,
-                    Signal::SIGTTOU,
-                    Signal::SIGPIPE,
-                ] {
-                    // SAFETY: setting a disposition to SIG_IGN.
-                    unsafe {
-                        let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn);
-                    }
-                }
-                let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
-                // SAFETY: closing our copy of the write end, so that rlock's death is EOF.
-                unsafe { nix::libc::close(write_end.as_raw_fd()) };
-                let mut byte = [0u8; 1];
-                loop {
-                    // SAFETY: reading one byte into a stack buffer.
-                    let n = unsafe {
-                        nix::libc::read(read_end.as_raw_fd(), byte.as_mut_ptr().cast(), 1)
-                    };
-                    if n == 0 {
-                        let _ = killpg(pgid, Signal::SIGKILL);
-                        break;
-                    }
-                    if n == 1 || nix::errno::Errno::last() != nix::errno::Errno::EINTR {
-                        break;
-                    }
-                }
-                // SAFETY: leaving without running anything of the parent's (no atexit, no
-                // destructors).
-                unsafe { nix::libc::_exit(0) }
-            }
-            nix::unistd::ForkResult::Parent { .. } => {
-                drop(read_end);
-                Some(Guardian { goodbye: write_end })
-            }
-        }
+    /// Starts a small process that waits on a pipe: a byte means "done, stand down"; end of
+    /// file (rlock died) means SIGKILL to the group it was told to `watch`. It ignores
+    /// job-control and terminal signals and lives in a process group of its own, so nothing
+    /// meant for rlock stops it.
+    ///
+    /// It shares rlock's memory (clone with CLONE_VM, as a thread would, but as a process of
+    /// its own that outlives rlock): a fork would copy rlock's page tables, and make rlock copy
+    /// on write every page it touched afterwards. So it runs only `guardian_main`, which makes
+    /// async-signal-safe system calls and touches nothing but its own stack and state.
+    pub fn arm() -> Option<Guardian> {
+        use std::os::fd::AsRawFd;
+        let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).ok()?;
+        let state: &'static GuardianState = Box::leak(Box::new(GuardianState {
+            pgid: AtomicI32::new(0),
+            read_end: read_end.as_raw_fd(),
+            write_end: write_end.as_raw_fd(),
+        }));
+        let stack: &'static mut [u8] = Box::leak(vec![0u8; 16 * 1024].into_boxed_slice());
+        // SAFETY: the stack is the guardian's alone and never freed; so is `state`, which it
+        // only reads. Without CLONE_FILES and CLONE_SIGHAND it has its own file table and
+        // signal dispositions.
+        let pid = unsafe {
+            let top = stack.as_mut_ptr().add(stack.len());
+            let top = top.sub(top as usize % 16);
+            nix::libc::clone(
+                guardian_main,
+                top.cast(),
+                nix::libc::CLONE_VM | nix::libc::SIGCHLD,
+                std::ptr::from_ref(state).cast_mut().cast(),
+            )
+        };
+        drop(read_end);
+        (pid > 0).then_some(Guardian {
+            goodbye: write_end,
+            watch: state,
+        })
+    }
+
+    /// The child to kill, with its group, if rlock dies.
+    pub fn watch(&self, pgid: Pid) {
+        self.watch.pgid.store(pgid.as_raw(), Ordering::SeqCst);
     }
 
     /// The child is gone and the lock dealt with: the guardian leaves the group alone.
     pub fn stand_down(self) {
         let _ = nix::unistd::write(&self.goodbye, b"x");
+    }
+}
+
+/// The guardian process (see `Guardian::arm`). It shares rlock's memory, so it calls nothing
+/// that allocates, locks or keeps state: only signal dispositions, setpgid, close, read, kill
+/// and _exit.
+extern "C" fn guardian_main(state: *mut nix::libc::c_void) -> i32 {
+    // SAFETY: `state` is the leaked GuardianState of `arm`.
+    let state = unsafe { &*state.cast::<GuardianState>() };
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+        Signal::SIGPIPE,
+    ] {
+        // SAFETY: setting a disposition to SIG_IGN, in the guardian's own signal table.
+        unsafe {
+            let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn);
+        }
+    }
+    let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+    // SAFETY: raw system calls on the guardian's own copies of the pipe's ends: closing the
+    // write end, so that rlock's death is end of file, and reading one byte onto this stack.
+    unsafe {
+        nix::libc::close(state.write_end);
+        let mut byte = 0u8;
+        loop {
+            let n = nix::libc::read(state.read_end, (&raw mut byte).cast(), 1);
+            if n == 0 {
+                let pgid = state.pgid.load(Ordering::SeqCst);
+                if pgid > 0 {
+                    nix::libc::kill(-pgid, nix::libc::SIGKILL);
+                }
+            }
+            if n >= 0 {
+                break;
+            }
+        }
+        // Leaving without running anything of rlock's (no atexit, no destructors).
+        nix::libc::_exit(0)
     }
 }
 
@@ -259,8 +304,14 @@ pub fn restore_terminal(fd: Option<i32>, pgid: Pid) {
     }
 }
 
-/// Spawns `argv` directly (no shell) as the leader of a new process group, with the terminal's
-/// foreground when rlock had it, SIGKILL on rlock's death, and no blocked signals.
+/// Spawns `argv` directly (no shell, searching PATH) as the leader of a new process group,
+/// with the terminal's foreground when rlock had it, SIGKILL on rlock's death, no blocked
+/// signals, and rlock's environment plus `env`. Returns the child's pid.
+///
+/// The child is started as `posix_spawn` does, sharing rlock's memory until it execs (vfork):
+/// rlock's page tables are not copied, and none of its pages has to be copied on write
+/// afterwards. So the child only makes async-signal-safe system calls on memory prepared
+/// before, and reports a failed exec through `exec_errno`.
 ///
 /// Must be called from the thread that lives as long as rlock: the parent-death signal fires
 /// when the *thread* that forked the child exits.
@@ -268,47 +319,95 @@ pub fn spawn(
     argv: &[OsString],
     env: &[(&str, String)],
     terminal: Option<i32>,
-) -> Result<std::process::Child, Failure> {
-    let parent = getpid();
-    let mut cmd = std::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
-    // calls (setpgid, sigprocmask, tcsetpgrp, prctl, getppid, kill); it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
-            if let Some(fd) = terminal {
-                hand_terminal(fd, getpid());
-            }
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-            if getppid() != parent {
-                // rlock died before the parent-death signal was armed.
-                let _ = nix::sys::signal::raise(Signal::SIGKILL);
-            }
-            sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
-            Ok(())
-        });
-    }
-    let child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            // The child may have taken the terminal before its exec failed: take it back.
-            if let Some(fd) = terminal {
-                hand_terminal(fd, getpgrp());
-            }
-            return Err(cannot_run(&argv[0], &e));
-        }
+) -> Result<Pid, Failure> {
+    let c_string = |bytes: Vec<u8>| {
+        CString::new(bytes).map_err(|_| Failure::Usage("the command has a NUL byte in it".into()))
     };
-    let pid = Pid::from_raw(child.id() as i32);
+    let args = argv
+        .iter()
+        .map(|a| c_string(a.as_bytes().to_vec()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut vars = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        if !env.iter().any(|(ours, _)| name == *ours) {
+            vars.push(c_string(
+                [name.as_bytes(), b"=", value.as_bytes()].concat(),
+            )?);
+        }
+    }
+    for (name, value) in env {
+        vars.push(c_string(format!("{name}={value}").into_bytes())?);
+    }
+    let pointers = |strings: &[CString]| {
+        strings
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect::<Vec<*const nix::libc::c_char>>()
+    };
+    let (argp, envp) = (pointers(&args), pointers(&vars));
+    let parent = getpid();
+    let exec_errno = AtomicI32::new(0);
+    let child = Box::new(|| -> isize {
+        let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+        if let Some(fd) = terminal {
+            hand_terminal(fd, getpid());
+        }
+        let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+        if getppid() != parent {
+            // rlock died before the parent-death signal was armed.
+            let _ = nix::sys::signal::raise(Signal::SIGKILL);
+        }
+        // SAFETY: restoring the default disposition of SIGPIPE (Rust's runtime ignores it in
+        // rlock; the command must get it as usual). The child has its own signal table.
+        unsafe {
+            let _ = nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl);
+        }
+        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+        // SAFETY: both arrays are null-terminated and point into strings that outlive the
+        // child's use of them (rlock waits until the exec).
+        unsafe { nix::libc::execvpe(argp[0], argp.as_ptr(), envp.as_ptr()) };
+        exec_errno.store(nix::errno::Errno::last_raw(), Ordering::Relaxed);
+        // SAFETY: leaving the child at once, running nothing of rlock's.
+        unsafe { nix::libc::_exit(127) }
+    });
+    // The child's stack: its own frames, and glibc's execvpe builds a path (and for a script
+    // with no #!, a new argument list) on it.
+    let mut stack = vec![0u8; 64 * 1024 + 8 * argp.len()];
+    // SAFETY: CLONE_VM | CLONE_VFORK: the child runs on `stack` in rlock's memory while rlock
+    // waits, and only until it execs or exits; see above for what it does there.
+    let spawned = unsafe {
+        nix::sched::clone(
+            child,
+            &mut stack,
+            CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
+            Some(Signal::SIGCHLD as i32),
+        )
+    };
+    let failed = match spawned {
+        Ok(pid) => match exec_errno.load(Ordering::Relaxed) {
+            0 => None,
+            errno => {
+                let _ = waitpid(pid, None);
+                Some(io::Error::from_raw_os_error(errno))
+            }
+        },
+        Err(e) => Some(io::Error::from(e)),
+    };
+    if let Some(e) = failed {
+        // The child may have taken the terminal before its exec failed: take it back.
+        if let Some(fd) = terminal {
+            hand_terminal(fd, getpgrp());
+        }
+        return Err(cannot_run(&argv[0], &e));
+    }
+    let pid = spawned.expect("checked above");
     // Also from the parent, as a shell does, so neither order of events leaves a gap.
     let _ = setpgid(pid, pid);
     if let Some(fd) = terminal {
         hand_terminal(fd, pid);
     }
-    Ok(child)
+    Ok(pid)
 }
 
 fn cannot_run(program: &OsString, e: &io::Error) -> Failure {

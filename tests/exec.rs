@@ -557,6 +557,53 @@ fn stdin_stdout_and_stderr_are_the_childs() {
     assert!(!server.exists(LOCK), "lock not released");
 }
 
+#[test]
+fn the_child_starts_with_no_blocked_signals_sigpipe_at_default_and_rlocks_environment() {
+    let server = RedisServer::start();
+    // rlock blocks the signals it reads from its signalfd, and Rust ignores SIGPIPE: the
+    // command must start with neither (a blocked SIGTERM would make it unkillable, an
+    // ignored SIGPIPE would keep `yes | head` running).
+    let out = run(rlock_at(&server)
+        .env("RLOCK_TEST_PASSED_ON", "yes, with spaces")
+        .args([
+            "exec",
+            "-k",
+            "k",
+            "--",
+            "cat",
+            "/proc/self/status",
+            "/proc/self/environ",
+        ]));
+    assert_eq!(out.code, 0, "{out}");
+    let field = |name: &str| -> u64 {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in /proc/self/status\n{out}"));
+        u64::from_str_radix(line[name.len()..].trim(), 16).unwrap()
+    };
+    assert_eq!(
+        field("SigBlk:"),
+        0,
+        "the command starts with signals blocked"
+    );
+    let sigpipe = 1u64 << (nix::sys::signal::Signal::SIGPIPE as u32 - 1);
+    assert_eq!(
+        field("SigIgn:") & sigpipe,
+        0,
+        "the command starts with SIGPIPE ignored"
+    );
+    let environ: Vec<&str> = out.stdout.split('\0').collect();
+    assert!(
+        environ
+            .iter()
+            .any(|v| v.ends_with("RLOCK_TEST_PASSED_ON=yes, with spaces")),
+        "rlock's environment is not passed on\n{out}"
+    );
+    assert!(environ.contains(&"RLOCK_KEY=k"), "{out}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Renewal
 // ---------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ use std::sync::mpsc;
 
 use anyhow::Result;
 use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 
 use super::{Context, inherited, inside_exec, new_token};
 use crate::cli::ExecArgs;
@@ -45,6 +44,8 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
     // Redis), except Ctrl-Z, which stops rlock as usual; once the command runs they are passed
     // on to it.
     let signals = Signals::for_exec()?;
+    // The renewal thread's reports (it starts once the command runs).
+    let (report_tx, reports) = supervise::reports()?;
     let interrupt = || loop {
         match signals.try_next()? {
             s if s == Signal::SIGTSTP as i32 => {
@@ -155,19 +156,20 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
         (EXEC_TOKEN_VAR, grant.token.clone()),
     ];
     let terminal = supervise::foreground_terminal();
-    let child = match supervise::spawn(&args.command, &env, terminal) {
-        Ok(child) => child,
+    // Armed before the child starts, so that no moment of the child's life goes unguarded.
+    let guardian = supervise::Guardian::arm();
+    let pgid = match supervise::spawn(&args.command, &env, terminal) {
+        Ok(pid) => pid,
         Err(e) => {
             release();
             return Err(e.into());
         }
     };
-    let pgid = Pid::from_raw(child.id() as i32);
-    drop(child); // reaped by `supervise::reap` below
-    let guardian = supervise::Guardian::arm(pgid);
+    if let Some(g) = &guardian {
+        g.watch(pgid);
+    }
 
     let renews = owner != Owner::OuterExec;
-    let (report_tx, reports) = supervise::reports()?;
     let outcome = std::thread::scope(|s| {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let (mut stop_tx, mut stop_rx) = (Some(stop_tx), Some(stop_rx));
