@@ -157,111 +157,68 @@ pub fn die_by(sig: Signal) {
 /// parent-death signal reaches only the child itself, not what it started (`sh -c`'s
 /// commands), which would otherwise run on with nobody renewing the lock.
 pub struct Guardian {
-    goodbye: OwnedFd,
-    watch: &'static GuardianState,
-}
-
-/// What the guardian process reads, in memory it shares with rlock (and that is never freed).
-struct GuardianState {
-    /// The process group to kill; 0 until the child is spawned.
-    pgid: AtomicI32,
-    read_end: i32,
-    write_end: i32,
+    goodbye: std::os::fd::OwnedFd,
 }
 
 impl Guardian {
-    /// Starts a small process that waits on a pipe: a byte means "done, stand down"; end of
-    /// file (rlock died) means SIGKILL to the group it was told to `watch`. It ignores
-    /// job-control and terminal signals and lives in a process group of its own, so nothing
-    /// meant for rlock stops it.
-    ///
-    /// It shares rlock's memory (clone with CLONE_VM, as a thread would, but as a process of
-    /// its own that outlives rlock): a fork would copy rlock's page tables, and make rlock copy
-    /// on write every page it touched afterwards. So it runs only `guardian_main`, which makes
-    /// async-signal-safe system calls and touches nothing but its own stack and state.
-    pub fn arm() -> Option<Guardian> {
-        use std::os::fd::AsRawFd;
-        let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).ok()?;
-        let state: &'static GuardianState = Box::leak(Box::new(GuardianState {
-            pgid: AtomicI32::new(0),
-            read_end: read_end.as_raw_fd(),
-            write_end: write_end.as_raw_fd(),
-        }));
-        let stack: &'static mut [u8] = Box::leak(vec![0u8; 16 * 1024].into_boxed_slice());
-        // SAFETY: the stack is the guardian's alone and never freed; so is `state`, which it
-        // only reads. Without CLONE_FILES and CLONE_SIGHAND it has its own file table and
-        // signal dispositions.
-        let pid = unsafe {
-            let top = stack.as_mut_ptr().add(stack.len());
-            let top = top.sub(top as usize % 16);
-            nix::libc::clone(
-                guardian_main,
-                top.cast(),
-                nix::libc::CLONE_VM | nix::libc::SIGCHLD,
-                std::ptr::from_ref(state).cast_mut().cast(),
-            )
-        };
-        drop(read_end);
-        (pid > 0).then_some(Guardian {
-            goodbye: write_end,
-            watch: state,
-        })
-    }
-
-    /// The child to kill, with its group, if rlock dies.
-    pub fn watch(&self, pgid: Pid) {
-        self.watch.pgid.store(pgid.as_raw(), Ordering::SeqCst);
+    /// Forks a small process that waits on a pipe: a byte means "done, stand down"; end of file
+    /// (rlock died) means SIGKILL to the group `pgid`. It ignores job-control and terminal
+    /// signals and lives in a process group of its own, so nothing meant for rlock stops it.
+    pub fn arm(pgid: Pid) -> Option<Guardian> {
+        let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
+        // SAFETY: the child of this fork (rlock has threads) only makes async-signal-safe
+        // system calls (sigaction, setpgid, close, read, kill, _exit); it allocates nothing.
+        match unsafe { nix::unistd::fork() }.ok()? {
+            nix::unistd::ForkResult::Child => {
+                use std::os::fd::AsRawFd;
+                for sig in [
+                    Signal::SIGINT,
+                    Signal::SIGTERM,
+                    Signal::SIGHUP,
+                    Signal::SIGQUIT,
+                    Signal::SIGUSR1,
+                    Signal::SIGUSR2,
+                    Signal::SIGTSTP,
+                    Signal::SIGTTIN,
+                    Signal::SIGTTOU,
+                    Signal::SIGPIPE,
+                ] {
+                    // SAFETY: setting a disposition to SIG_IGN.
+                    unsafe {
+                        let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn);
+                    }
+                }
+                let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+                // SAFETY: closing our copy of the write end, so that rlock's death is EOF.
+                unsafe { nix::libc::close(write_end.as_raw_fd()) };
+                let mut byte = [0u8; 1];
+                loop {
+                    // SAFETY: reading one byte into a stack buffer.
+                    let n = unsafe {
+                        nix::libc::read(read_end.as_raw_fd(), byte.as_mut_ptr().cast(), 1)
+                    };
+                    if n == 0 {
+                        let _ = killpg(pgid, Signal::SIGKILL);
+                        break;
+                    }
+                    if n == 1 || nix::errno::Errno::last() != nix::errno::Errno::EINTR {
+                        break;
+                    }
+                }
+                // SAFETY: leaving without running anything of the parent's (no atexit, no
+                // destructors).
+                unsafe { nix::libc::_exit(0) }
+            }
+            nix::unistd::ForkResult::Parent { .. } => {
+                drop(read_end);
+                Some(Guardian { goodbye: write_end })
+            }
+        }
     }
 
     /// The child is gone and the lock dealt with: the guardian leaves the group alone.
     pub fn stand_down(self) {
         let _ = nix::unistd::write(&self.goodbye, b"x");
-    }
-}
-
-/// The guardian process (see `Guardian::arm`). It shares rlock's memory, so it calls nothing
-/// that allocates, locks or keeps state: only signal dispositions, setpgid, close, read, kill
-/// and _exit.
-extern "C" fn guardian_main(state: *mut nix::libc::c_void) -> i32 {
-    // SAFETY: `state` is the leaked GuardianState of `arm`.
-    let state = unsafe { &*state.cast::<GuardianState>() };
-    for sig in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGUSR1,
-        Signal::SIGUSR2,
-        Signal::SIGTSTP,
-        Signal::SIGTTIN,
-        Signal::SIGTTOU,
-        Signal::SIGPIPE,
-    ] {
-        // SAFETY: setting a disposition to SIG_IGN, in the guardian's own signal table.
-        unsafe {
-            let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn);
-        }
-    }
-    let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
-    // SAFETY: raw system calls on the guardian's own copies of the pipe's ends: closing the
-    // write end, so that rlock's death is end of file, and reading one byte onto this stack.
-    unsafe {
-        nix::libc::close(state.write_end);
-        let mut byte = 0u8;
-        loop {
-            let n = nix::libc::read(state.read_end, (&raw mut byte).cast(), 1);
-            if n == 0 {
-                let pgid = state.pgid.load(Ordering::SeqCst);
-                if pgid > 0 {
-                    nix::libc::kill(-pgid, nix::libc::SIGKILL);
-                }
-            }
-            if n >= 0 {
-                break;
-            }
-        }
-        // Leaving without running anything of rlock's (no atexit, no destructors).
-        nix::libc::_exit(0)
     }
 }
 

@@ -156,8 +156,6 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
         (EXEC_TOKEN_VAR, grant.token.clone()),
     ];
     let terminal = supervise::foreground_terminal();
-    // Armed before the child starts, so that no moment of the child's life goes unguarded.
-    let guardian = supervise::Guardian::arm();
     let pgid = match supervise::spawn(&args.command, &env, terminal) {
         Ok(pid) => pid,
         Err(e) => {
@@ -165,9 +163,7 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
             return Err(e.into());
         }
     };
-    if let Some(g) = &guardian {
-        g.watch(pgid);
-    }
+    let guardian = supervise::Guardian::arm(pgid);
 
     let renews = owner != Owner::OuterExec;
     let outcome = std::thread::scope(|s| {
