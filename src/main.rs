@@ -1,9 +1,17 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> ExitCode {
-    let cli = match rlock::cli::Cli::try_parse() {
+    let mut command = rlock::cli::Cli::command();
+    let parsed = command
+        .try_get_matches_from_mut(std::env::args_os())
+        .and_then(|mut matches| rlock::cli::Cli::from_arg_matches_mut(&mut matches));
+    // Freeing clap's description of every subcommand and option, one allocation at a time,
+    // costs more instructions than connecting to Redis (callgrind); the process ends soon and
+    // takes it all back at once.
+    std::mem::forget(command);
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {

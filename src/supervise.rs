@@ -329,8 +329,10 @@ pub fn spawn(
         unsafe { nix::libc::_exit(127) }
     });
     // The child's stack: its own frames, and glibc's execvpe builds a path (and for a script
-    // with no #!, a new argument list) on it.
-    let mut stack = vec![0u8; 64 * 1024 + 8 * argp.len()];
+    // with no #!, a new argument list) on it. Above malloc's mmap threshold (128 KiB), so that
+    // it comes as fresh zero pages, of which the child touches a few, rather than as heap that
+    // must be cleared.
+    let mut stack = vec![0u8; 256 * 1024 + 8 * argp.len()];
     // SAFETY: CLONE_VM | CLONE_VFORK: the child runs on `stack` in rlock's memory while rlock
     // waits, and only until it execs or exits; see above for what it does there.
     let spawned = unsafe {
