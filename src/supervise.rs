@@ -68,7 +68,13 @@ impl Signals {
     }
 
     /// For `exec`, which runs the command as a job.
+    ///
+    /// SIGCHLD is put back to its default first: ignored (by a parent that ignores it, which
+    /// rlock inherits), it would make the kernel reap the child unasked, and its exit status
+    /// would be lost.
     pub fn for_exec() -> io::Result<Signals> {
+        // SAFETY: setting the default disposition; rlock has no handler of its own for it.
+        unsafe { nix::sys::signal::signal(Signal::SIGCHLD, nix::sys::signal::SigHandler::SigDfl) }?;
         let mut wanted = FORWARDED.to_vec();
         wanted.extend([Signal::SIGTSTP, Signal::SIGCHLD]);
         Signals::catch(&wanted)

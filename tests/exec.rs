@@ -604,6 +604,26 @@ fn the_child_starts_with_no_blocked_signals_sigpipe_at_default_and_rlocks_enviro
     assert!(environ.contains(&"RLOCK_KEY=k"), "{out}");
 }
 
+#[test]
+fn a_parent_that_ignores_sigchld_does_not_lose_the_childs_status() {
+    let server = RedisServer::start();
+    // An ignored SIGCHLD is inherited through exec, and makes the kernel reap children
+    // unasked: rlock must still see its child end, and with what status.
+    let mut cmd = rlock_at(&server);
+    cmd.args(["exec", "-k", "k", "--", "sh", "-c", "exit 3"]);
+    // SAFETY: only sets a signal disposition between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            signal::signal(Signal::SIGCHLD, SigHandler::SigIgn)
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let out = run(&mut cmd);
+    assert_eq!(out.code, 3, "{out}");
+    assert!(!server.exists(LOCK), "lock not released");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Renewal
 // ---------------------------------------------------------------------------------------------
