@@ -405,8 +405,8 @@ impl Inbox<'_> {
             if let Some(event) = self.pending.pop_front() {
                 return Some(event);
             }
-            // Once the renewal thread is gone, its pipe is at end of file: only signals are left
-            // to wait for.
+            // Once the renewal thread is gone (the channel says so; its pipe may never reach end
+            // of file, as the guardian holds a copy of it), only signals are left to wait for.
             let renewing = match self.reports.rx.try_recv() {
                 Ok(report) => return Some(Event::Watchdog(report)),
                 Err(TryRecvError::Empty) => true,
@@ -492,8 +492,8 @@ pub enum Renewal {
 
 /// Waits for the child in group `pgid` to exit, passing signals on to its group and stopping it
 /// before the lease can run out: `lost_signal` by deadline − grace, SIGKILL at the deadline.
-/// `renewal` is told to start renewing when the first renewal is due, and to stop once the lock
-/// is given up for lost. `terminal` is the terminal the child was given, if any: a child
+/// `renewal` is told to start renewing when the first renewal is due (if it cannot, the lease
+/// runs out as if every renewal failed), and to stop once the lock is given up for lost. `terminal` is the terminal the child was given, if any: a child
 /// stopped at it (Ctrl-Z) stops rlock too, as a shell's job.
 pub fn supervise(
     pgid: Pid,
@@ -502,7 +502,7 @@ pub fn supervise(
     mut enforce: Enforce,
     terminal: Option<i32>,
     verbose: bool,
-    mut renewal: impl FnMut(Renewal),
+    mut renewal: impl FnMut(Renewal) -> io::Result<()>,
 ) -> Outcome {
     let mut inbox = Inbox {
         child: pgid,
@@ -530,18 +530,12 @@ pub fn supervise(
     };
     loop {
         let now = Instant::now();
-        if let Some(at) = renew_at
-            && now >= at
-        {
-            renew_at = None;
-            renewal(Renewal::Start);
-        }
         if let Some(deadline) = enforce.deadline {
             let term_at = deadline.checked_sub(enforce.grace).unwrap_or(deadline);
             if !termed && now >= term_at {
                 termed = true;
                 renew_at = None;
-                renewal(Renewal::Stop);
+                let _ = renewal(Renewal::Stop);
                 let why = last_error
                     .take()
                     .unwrap_or_else(|| "no renewal succeeded".into());
@@ -556,6 +550,17 @@ pub fn supervise(
             {
                 killed = true;
                 send(Signal::SIGKILL, stopped);
+            }
+        }
+        // After the deadline checks: a renewal due while rlock was stopped is not sent for a
+        // lease that ran out meanwhile.
+        if let Some(at) = renew_at
+            && now >= at
+            && !termed
+        {
+            renew_at = None;
+            if let Err(e) = renewal(Renewal::Start) {
+                last_error = Some(format!("cannot start the renewal thread: {e}"));
             }
         }
         if let Some(foreground) = resumed.take()
@@ -592,13 +597,12 @@ pub fn supervise(
                 // Only a stop at the terminal (Ctrl-Z, or a background read or write) stops the
                 // job; a SIGSTOP from someone else pauses the child while rlock keeps renewing.
                 let job_control = [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU]
-                    .iter()
-                    .any(|s| *s as i32 == sig);
-                if let Some(fd) = terminal
-                    && job_control
+                    .into_iter()
+                    .find(|s| *s as i32 == sig);
+                if let (Some(fd), Some(sig)) = (terminal, job_control)
                     && !termed
                 {
-                    resumed = Some(stop_like_a_job(pgid, fd));
+                    resumed = Some(stop_like_a_job(pgid, fd, sig));
                 }
             }
             Some(Event::Continued) => stopped = false,
@@ -616,7 +620,7 @@ pub fn supervise(
             Some(Event::Watchdog(Report::Lost(why))) if !termed => {
                 termed = true;
                 renew_at = None;
-                renewal(Renewal::Stop);
+                let _ = renewal(Renewal::Stop);
                 lost = Some(why);
                 send(enforce.lost_signal, stopped);
                 let soon = Instant::now() + enforce.grace;
@@ -630,14 +634,42 @@ pub fn supervise(
     }
 }
 
+/// Stops rlock by `sig`, a stop signal from the terminal (SIGTSTP for Ctrl-Z), with its default
+/// action, so that whoever waits for rlock (its shell, or an enclosing `rlock exec`) sees a job
+/// stopped at the terminal, not a SIGSTOP from someone. rlock blocks SIGTSTP to read it from
+/// its signalfd: it is let through for this once. Where `sig` would not stop rlock (ignored, or
+/// discarded by the kernel in a group no shell controls), SIGSTOP does. Returns once rlock is
+/// continued.
+pub fn stop_self(sig: Signal) {
+    if is_ignored(sig) || !in_a_controlled_job() {
+        let _ = nix::sys::signal::kill(getpid(), Signal::SIGSTOP);
+        return;
+    }
+    let mut set = SigSet::empty();
+    set.add(sig);
+    let mut old = SigSet::empty();
+    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&set), Some(&mut old));
+    let _ = nix::sys::signal::raise(sig);
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+}
+
+/// False when rlock's process group may be orphaned, where the kernel discards SIGTSTP, SIGTTIN
+/// and SIGTTOU instead of stopping it. It is not when rlock's parent is in another group of the
+/// same session: a shell that runs rlock as a job, or an enclosing `rlock exec`.
+fn in_a_controlled_job() -> bool {
+    let parent = Some(getppid());
+    nix::unistd::getpgid(parent).ok() != Some(getpgrp())
+        && nix::unistd::getsid(parent).ok() == nix::unistd::getsid(None).ok()
+}
+
 /// The child stopped at the terminal (Ctrl-Z): give the terminal back to rlock's group and stop
 /// rlock too, so that the shell sees its job stopped and shows its prompt. Returns, once the
 /// shell continues the job, whether rlock is in the terminal's foreground again (`fg`).
 ///
 /// While stopped, rlock cannot renew: a lease that ran out meanwhile is found lost on resume.
-fn stop_like_a_job(pgid: Pid, terminal: i32) -> bool {
+fn stop_like_a_job(pgid: Pid, terminal: i32, sig: Signal) -> bool {
     restore_terminal(Some(terminal), pgid);
-    let _ = nix::sys::signal::kill(getpid(), Signal::SIGSTOP);
+    stop_self(sig);
     // Resumed (SIGCONT from the shell).
     // SAFETY: fds 0-2 stay open for the life of the process; we only query the terminal.
     tcgetpgrp(unsafe { BorrowedFd::borrow_raw(terminal) }).ok() == Some(getpgrp())

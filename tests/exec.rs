@@ -1347,6 +1347,62 @@ fg %1 2>/dev/null || wait $!
 }
 
 #[test]
+fn ctrl_z_under_a_nested_rlock_exec_stops_the_whole_job() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let d = dir.path();
+    // rlock exec -k k -- rlock exec -k k2 -- bash -c CHILD: the inner rlock must stop the way
+    // the terminal stops a job (SIGTSTP), or the outer one takes it for a SIGSTOP from someone
+    // else, keeps running, and the shell never gets its terminal back.
+    let leader = r#""$RL" --url "$URL" exec -k k -- "$RL" --url "$URL" exec -k k2 -- bash -c "$CHILD" &
+echo $! > "$D/rlock.pid"
+fg %1 2>/dev/null || wait $!
+"#;
+    let (mut session, mut master, screen) = pty_session(&server, d, leader, SIGNAL_LOGGER);
+    let shown = || String::from_utf8_lossy(&screen.0.lock().unwrap()).into_owned();
+
+    session.ready(d);
+    let child = wait_for_pid(d.join("pid"));
+    let outer: i32 = read(d.join("rlock.pid")).trim().parse().unwrap();
+    let inner: i32 = read(format!("/proc/{outer}/task/{outer}/children"))
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .find(|&p: &i32| read(format!("/proc/{p}/comm")).trim() == "rlock")
+        .unwrap_or_else(|| panic!("no inner rlock under {outer}; terminal:\n{}", shown()));
+    let outer_pgrp = proc_state(outer).1;
+    assert_eq!(
+        nix::unistd::tcgetpgrp(master.as_fd()).unwrap(),
+        Pid::from_raw(child),
+        "the innermost command does not have the terminal; terminal:\n{}",
+        shown()
+    );
+
+    master.write_all(b"\x1a").expect("type Ctrl-Z");
+    session.wait_for("the child and both rlocks to stop", SOON, || {
+        [child, inner, outer]
+            .iter()
+            .all(|&p| proc_state(p).0 == 'T')
+    });
+    assert_eq!(
+        nix::unistd::tcgetpgrp(master.as_fd()).unwrap(),
+        Pid::from_raw(outer_pgrp),
+        "the outer rlock must have taken the terminal back for its own group"
+    );
+
+    signal::killpg(Pid::from_raw(outer_pgrp), Signal::SIGCONT).unwrap();
+    session.wait_for("the child to run again in the foreground", SOON, || {
+        proc_state(child).0 != 'T'
+            && nix::unistd::tcgetpgrp(master.as_fd()).ok() == Some(Pid::from_raw(child))
+    });
+    touch(d.join("stop"));
+    let (out, _) = session.wait(FINISH);
+    assert_eq!(out.code, 7, "terminal:\n{}", shown());
+    assert!(log_lines(d).is_empty(), "signals: {:?}", log_lines(d));
+    assert!(!server.exists(LOCK), "outer lock not released");
+    assert!(!server.exists("rlock:k2"), "inner lock not released");
+}
+
+#[test]
 fn release_inside_exec_of_the_inherited_token_leaves_the_lock_to_exec() {
     let server = RedisServer::start();
     let dir = tempdir();

@@ -29,6 +29,10 @@ enum Owner {
 }
 
 pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
+    // Signals are caught from here on: while waiting they end the wait (leaving nothing in
+    // Redis), except Ctrl-Z, which stops rlock as usual; once the command runs they are passed
+    // on to it.
+    let signals = Signals::for_exec()?;
     let key = ctx.key(&args.key.key)?;
     // Checked before any Redis traffic, with the TTL asked for.
     Lease::new(
@@ -39,18 +43,11 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
     )
     .map_err(Failure::Usage)?;
     let locker = ctx.locker()?;
-
-    // Signals are caught from here on: while waiting they end the wait (leaving nothing in
-    // Redis), except Ctrl-Z, which stops rlock as usual; once the command runs they are passed
-    // on to it.
-    let signals = Signals::for_exec()?;
     // The renewal thread's reports (it starts once the command runs).
     let (report_tx, reports) = supervise::reports()?;
     let interrupt = || loop {
         match signals.try_next()? {
-            s if s == Signal::SIGTSTP as i32 => {
-                let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-            }
+            s if s == Signal::SIGTSTP as i32 => supervise::stop_self(Signal::SIGTSTP),
             s if s == Signal::SIGCHLD as i32 => {}
             s => return Some(s),
         }
@@ -185,16 +182,21 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
             terminal,
             ctx.global.verbose,
             |renewal| match renewal {
-                Renewal::Start => {
-                    if let (Some(stop_rx), Some(report_tx)) = (stop_rx.take(), report_tx.take()) {
-                        s.spawn(move || {
+                Renewal::Start => match (stop_rx.take(), report_tx.take()) {
+                    (Some(stop_rx), Some(report_tx)) => std::thread::Builder::new()
+                        .name("renew".into())
+                        .spawn_scoped(s, move || {
                             watchdog::renew_loop(locker, grant, lease, stop_rx, |r| {
                                 report_tx.send(r);
                             });
-                        });
-                    }
+                        })
+                        .map(drop),
+                    _ => Ok(()),
+                },
+                Renewal::Stop => {
+                    drop(stop_tx.take());
+                    Ok(())
                 }
-                Renewal::Stop => drop(stop_tx.take()),
             },
         )
     });
