@@ -342,6 +342,20 @@ fn read_stamp(file: &Path) -> i128 {
 // Statistics and the table
 // ---------------------------------------------------------------------------------------------
 
+/// Runs each of `subjects` (each measures itself) `runs` times, taking turns and changing who
+/// goes first every round, so that a machine that gets slower or faster meanwhile weighs on all
+/// of them alike: the median of each.
+fn interleaved<const N: usize>(runs: usize, subjects: [&mut dyn FnMut() -> f64; N]) -> [f64; N] {
+    let mut samples: [Vec<f64>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
+    for round in 0..runs {
+        for k in 0..N {
+            let i = (round + k) % N;
+            samples[i].push((subjects[i])());
+        }
+    }
+    samples.map(median)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     assert!(!v.is_empty());
     v.sort_by(|a, b| a.total_cmp(b));
@@ -1010,35 +1024,28 @@ fn main() {
     });
 
     // 3. One uncontended exec.
-    let e_rlock = median(
-        (0..cfg.runs)
-            .map(|_| {
+    let lockfile = dir.path().join("wall.lock");
+    let [e_rlock, e_flock, e_cli] = interleaved(
+        cfg.runs,
+        [
+            &mut || {
                 ms(wall(|| {
                     quiet(&mut rlock(&redis, &["exec", "-k", "wall", "--", "true"]))
                 }))
-            })
-            .collect(),
-    );
-    let lockfile = dir.path().join("wall.lock");
-    let e_flock = median(
-        (0..cfg.runs)
-            .map(|_| {
+            },
+            &mut || {
                 ms(wall(|| {
                     quiet(Command::new(&flock).arg(&lockfile).arg("true"))
                 }))
-            })
-            .collect(),
-    );
-    let e_cli = median(
-        (0..cfg.runs)
-            .map(|_| {
+            },
+            &mut || {
                 ms(wall(|| {
                     if !cli_pair(&port, "cli-wall", "t") {
                         fail("the uncontended redis-cli SET NX found the key taken");
                     }
                 }))
-            })
-            .collect(),
+            },
+        ],
     );
     rows.push(Row {
         figure: "`exec -k K -- true` wall time, median".into(),
@@ -1051,30 +1058,41 @@ fn main() {
         decimals: 2,
     });
 
-    // 4. Contention: procs × iters critical sections on one key.
-    let c_rlock = contention(cfg.procs, cfg.iters, |_| {
-        quiet(&mut rlock(
-            &redis,
-            &["exec", "-w", "60s", "-k", "contended", "--", "true"],
-        ))
-    });
+    // 4. Contention: procs × iters critical sections on one key, three times each.
     let lockfile = dir.path().join("contended.lock");
-    let c_flock = contention(cfg.procs, cfg.iters, |_| {
-        quiet(Command::new(&flock).arg(&lockfile).arg("true"))
-    });
-    let c_cli = contention(cfg.procs, cfg.iters, |p| {
-        let token = format!("p{p}");
-        for _ in 0..6000 {
-            if cli_pair(&port, "cli-contended", &token) {
-                return;
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        fail("a redis-cli poller never got the lock in 6000 tries");
-    });
+    let [c_rlock, c_flock, c_cli] = interleaved(
+        3,
+        [
+            &mut || {
+                contention(cfg.procs, cfg.iters, |_| {
+                    quiet(&mut rlock(
+                        &redis,
+                        &["exec", "-w", "60s", "-k", "contended", "--", "true"],
+                    ))
+                })
+            },
+            &mut || {
+                contention(cfg.procs, cfg.iters, |_| {
+                    quiet(Command::new(&flock).arg(&lockfile).arg("true"))
+                })
+            },
+            &mut || {
+                contention(cfg.procs, cfg.iters, |p| {
+                    let token = format!("p{p}");
+                    for _ in 0..6000 {
+                        if cli_pair(&port, "cli-contended", &token) {
+                            return;
+                        }
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                    fail("a redis-cli poller never got the lock in 6000 tries");
+                })
+            },
+        ],
+    );
     rows.push(Row {
         figure: format!(
-            "{} procs × {} `exec -w 60s -- true`, one key, total",
+            "{} procs × {} `exec -w 60s -- true`, one key, total (median of 3)",
             cfg.procs, cfg.iters
         ),
         unit: "ms",
@@ -1153,6 +1171,10 @@ fn main() {
          counted with script internals, in {:?}); rlock's waiter re-asks only to refresh its \
          place in line.",
         idle.seen, idle.counted, idle.window
+    );
+    println!(
+        "exec and contention rows: rlock, flock and redis-cli take turns, run by run, so that \
+         the machine's drift weighs on all three alike."
     );
     println!(
         "redis-cli column: for handoff and idle, a sh loop retrying SET NX every 100 ms (there is \
