@@ -331,6 +331,42 @@ fn acquire_prints_one_token_that_redis_holds_with_the_ttl_and_the_holder() {
 }
 
 #[test]
+fn the_holders_user_is_user_then_logname_then_the_user_database() {
+    let server = RedisServer::start();
+    let login = String::from_utf8(
+        Command::new("id")
+            .arg("-un")
+            .output()
+            .expect("run id -un")
+            .stdout,
+    )
+    .unwrap();
+    for (user, logname, want) in [
+        (Some("from-user"), Some("from-logname"), "from-user"),
+        (None, Some("from-logname"), "from-logname"),
+        (Some(""), None, login.trim()),
+        (None, None, login.trim()),
+    ] {
+        let mut cmd = rlock_at(&server);
+        cmd.env_remove("USER").env_remove("LOGNAME");
+        if let Some(u) = user {
+            cmd.env("USER", u);
+        }
+        if let Some(l) = logname {
+            cmd.env("LOGNAME", l);
+        }
+        let token = assert_ok(&run(cmd.args(["acquire", "-k", "who"])));
+        let state = server.hgetall(&state_key("who"));
+        assert_eq!(
+            state.get("user").map(String::as_str),
+            Some(want),
+            "USER={user:?} LOGNAME={logname:?}: {state:?}"
+        );
+        release(&server, "who", token.trim());
+    }
+}
+
+#[test]
 fn fence_strictly_increases_across_grants() {
     let server = RedisServer::start();
     let mut last = 0;

@@ -133,9 +133,10 @@ impl Identity {
             .ok()
             .and_then(|h| h.into_string().ok())
             .unwrap_or_else(|| "unknown-host".into());
-        let user = std::env::var("USER")
-            .ok()
-            .filter(|u| !u.is_empty())
+        // $USER, or $LOGNAME (what cron and login set), before asking the user database.
+        let user = ["USER", "LOGNAME"]
+            .iter()
+            .find_map(|var| std::env::var(var).ok().filter(|u| !u.is_empty()))
             .or_else(|| {
                 nix::unistd::User::from_uid(nix::unistd::getuid())
                     .ok()
