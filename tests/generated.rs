@@ -474,7 +474,8 @@ const SIGNALS: Section = Section {
         ),
         P(
             "Ctrl-Z (SIGTSTP, also when sent to rlock) stops the command; rlock then takes the \
-             terminal back and stops too, so the shell shows the job stopped. `fg` gives the \
+             terminal back and stops too (by SIGTSTP, so that an enclosing `rlock exec` stops \
+             with it), and the shell shows the job stopped. `fg` gives the \
              command the terminal again and continues it. rlock cannot renew while it is \
              stopped: on resume it checks the deadline before continuing the command, which \
              gets `--lost-signal` if the lease ran out meanwhile (exit 76). A SIGSTOP of the \
@@ -492,7 +493,9 @@ const SIGNALS: Section = Section {
         P(
             "A command killed by SIGINT (Ctrl-C) makes rlock die of SIGINT too, after the lock \
              is released, so that the calling shell stops as it does for its own commands. A \
-             signal ignored when rlock started (nohup) stays ignored, by rlock and the command.",
+             signal ignored when rlock started (nohup) stays ignored, by rlock and the command; \
+             SIGCHLD is put back to its default, as an ignored one would lose the command's exit \
+             status.",
         ),
     ],
 };
