@@ -450,6 +450,11 @@ const ENVIRONMENT: Section = Section {
              `rlock acquire` or `rlock exec` of the same KEY that finds them is reentrant (see \
              REENTRANCY).",
         ),
+        Item(
+            "`USER`, `LOGNAME`",
+            "The user name recorded with a lock for `inspect`, in this order; without either, \
+             the user database's name for rlock's uid.",
+        ),
     ],
 };
 
