@@ -13,7 +13,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ("RENEW", &["renew.lua"]),
     ("LEAVE", &["common.lua", "leave.lua"]),
     ("INSPECT", &["common.lua", "inspect.lua"]),
-    ("FENCE", &["fence.lua"]),
+    ("FENCE", &["common.lua", "fence.lua"]),
 ];
 
 fn main() {

@@ -9,6 +9,8 @@
 --                                                                       another client holds it)
 --         {"queued", wait_ms, now_ms}  the lock is free but an earlier waiter goes first
 --         {"wrongtype", type}          the key is not a string; nothing was changed
+-- Errors (nothing was changed): WRONGTYPE for a helper key of another type or a fence counter
+-- that cannot be raised, NOPERM for a command the ACL user may not run.
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, join, lease, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3] == "1", tonumber(ARGV[4]), ARGV[5]
 local now = now_ms()
@@ -17,6 +19,13 @@ local kind = redis.call("TYPE", lock)["ok"]
 if kind ~= "none" and kind ~= "string" then
   return {"wrongtype", kind}
 end
+-- Checks (common.lua), all before the first write.
+expect_type(state, "hash", "state")
+expect_type(queue, "zset", "queue")
+local fence = fence_of(state)
+expect_rights({{"SET", lock, token, "PX", "1"}, {"PEXPIRE", lock, "1"},
+  {"HSET", state, "fence", "1"}, {"HDEL", state, "fence"}, {"HINCRBY", state, "fence", "1"},
+  {"ZADD", queue, "NX", "1", token}, {"ZREM", queue, token}, {"PUBLISH", channel, "*"}})
 
 local function wait_in_line()
   if join then
@@ -29,9 +38,8 @@ local current = redis.call("GET", lock)
 if current == token then
   -- Already ours: a retried acquire whose first reply was lost, or a reentrant one.
   redis.call("PEXPIRE", lock, ttl)
-  local fence = 0
-  if redis.call("HGET", state, "token") == token then
-    fence = tonumber(redis.call("HGET", state, "fence")) or 0
+  if redis.call("HGET", state, "token") ~= token then
+    fence = 0
   end
   return {"ok", fence, ttl}
 end
@@ -67,7 +75,7 @@ while true do
 end
 
 redis.call("SET", lock, token, "PX", ttl)
-local fence = redis.call("HINCRBY", state, "fence", 1)
+fence = redis.call("HINCRBY", state, "fence", 1)
 redis.call("HSET", state, "token", token, "host", ARGV[6], "pid", ARGV[7], "user", ARGV[8],
   "cmd", ARGV[9], "since", now, "ttl", ttl)
 redis.call("HDEL", state, "released", "broken", "w:" .. token)

@@ -1,10 +1,53 @@
--- common: prepended to the scripts that need it (see mod.rs); Redis sees one script.
+-- common: prepended to the scripts that need it (see build.rs); Redis sees one script.
+--
+-- Every check a script makes comes before its first write. Redis keeps what a script wrote
+-- before it failed, so a script that stops halfway would leave, say, a grant nobody received.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 -- The server's clock in milliseconds: one clock for every rlock, whatever the hosts' clocks say.
 local function now_ms()
   local t = redis.call("TIME")
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Stops the script (WRONGTYPE, nothing written) unless rlock's helper key `key` is absent or a
+-- `want`.
+local function expect_type(key, want, what)
+  local kind = redis.call("TYPE", key)["ok"]
+  if kind ~= "none" and kind ~= want then
+    error({err = "WRONGTYPE rlock's " .. what .. " key '" .. key .. "' holds a " .. kind ..
+      ", not a " .. want})
+  end
+end
+
+-- Stops the script (NOPERM, nothing written) unless the ACL user may run every command of
+-- `commands` (each a list of arguments). Servers before 7.0 cannot tell in advance: there the
+-- command itself is refused when it runs.
+local function expect_rights(commands)
+  if not redis.acl_check_cmd then
+    return
+  end
+  for _, argv in ipairs(commands) do
+    local ok, allowed = pcall(redis.acl_check_cmd, unpack(argv))
+    if ok and not allowed then
+      error({err = "NOPERM this user has no permissions to run the '" .. string.lower(argv[1]) ..
+        "' command on '" .. argv[2] .. "'"})
+    end
+  end
+end
+
+-- The fencing counter in `state` (a hash or nothing), checked before anything is written: a
+-- value that is not a whole number below 2^53 (safe as a JSON number) cannot be raised.
+local function fence_of(state)
+  local f = redis.call("HGET", state, "fence")
+  if not f then
+    return 0
+  end
+  if not string.match(f, "^%d+$") or #f > 16 or tonumber(f) >= 9007199254740991 then
+    error({err = "WRONGTYPE rlock's fence counter in '" .. state .. "' is '" ..
+      string.sub(f, 1, 40) .. "', not a whole number below 2^53"})
+  end
+  return tonumber(f)
 end
 
 -- Names the first waiter whose lease is live on the wake channel, dropping dead ones from the

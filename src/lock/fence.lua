@@ -5,10 +5,11 @@
 -- ARGV[1] token  ARGV[2] floor
 -- Returns 1 if the counter was raised, 0 if not
 local state, token, floor = KEYS[2], ARGV[1], tonumber(ARGV[2])
+expect_type(state, "hash", "state")
 if redis.call("HGET", state, "token") ~= token then
   return 0
 end
-if (tonumber(redis.call("HGET", state, "fence")) or 0) >= floor then
+if fence_of(state) >= floor then
   return 0
 end
 redis.call("HSET", state, "fence", floor)

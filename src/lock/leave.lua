@@ -6,6 +6,11 @@
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, channel = ARGV[1], ARGV[2]
 local now = now_ms()
+-- Checks (common.lua), all before the first write.
+expect_type(state, "hash", "state")
+expect_type(queue, "zset", "queue")
+expect_rights({{"ZREM", queue, token}, {"HDEL", state, "w:" .. token}, {"DEL", lock},
+  {"HSET", state, "released", "1"}, {"PUBLISH", channel, "*"}})
 local was_first = redis.call("ZRANGE", queue, 0, 0)[1] == token
 redis.call("ZREM", queue, token)
 redis.call("HDEL", state, "w:" .. token)

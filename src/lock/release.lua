@@ -10,18 +10,25 @@
 --         {"broken", type, pttl, value, host, pid, user, since_ms, command, now_ms}  (forced)
 --         {"free"}                         forced, and nobody held it
 --         {"wrongtype", type}              not a lock; nothing was changed
+-- Errors (nothing was changed): WRONGTYPE for a helper key of another type, NOPERM for a command
+-- the ACL user may not run.
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, channel, force = ARGV[1], ARGV[2], ARGV[3] == "1"
 local now = now_ms()
 
-
+-- Checks (common.lua), all before the first write.
 local kind = redis.call("TYPE", lock)["ok"]
+if kind ~= "none" and kind ~= "string" and not (force and kind == "hash") then
+  return {"wrongtype", kind}
+end
+expect_type(state, "hash", "state")
+expect_type(queue, "zset", "queue")
+expect_rights({{"DEL", lock}, {"HSET", state, "released", "1"}, {"HDEL", state, "released"},
+  {"ZREM", queue, token}, {"PUBLISH", channel, "*"}})
+
 if force then
   if kind == "none" then
     return {"free"}
-  end
-  if kind ~= "string" and kind ~= "hash" then
-    return {"wrongtype", kind}
   end
   local pttl = redis.call("PTTL", lock)
   local value = false
@@ -41,9 +48,6 @@ if force then
   return {"broken", kind, pttl, value}
 end
 
-if kind ~= "none" and kind ~= "string" then
-  return {"wrongtype", kind}
-end
 local current = redis.call("GET", lock)
 if current == token then
   redis.call("DEL", lock)

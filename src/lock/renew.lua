@@ -3,6 +3,10 @@
 -- KEYS[1] lock  KEYS[2] state
 -- ARGV[1] token  ARGV[2] ttl ms, or "" for the TTL the lock was last given
 -- Returns {"renewed", ttl_ms (what it now has)} | {"free"} | {"other", pttl} | {"wrongtype", type}
+--
+-- A renewal must get through whatever happened to the helper keys and however full the server
+-- is: it needs only the lock itself. The state (a record of the TTL, for inspect) is written
+-- last and only when it changed, and may be refused without harm.
 local lock, state, token = KEYS[1], KEYS[2], ARGV[1]
 local kind = redis.call("TYPE", lock)["ok"]
 if kind ~= "none" and kind ~= "string" then
@@ -15,19 +19,23 @@ if current ~= token then
   end
   return {"free"}
 end
+-- The state is read only when it is rlock's record of this very token.
+local recorded = redis.call("TYPE", state)["ok"] == "hash" and
+  redis.call("HGET", state, "token") == token
 local ttl = tonumber(ARGV[2])
-if ttl then
-  if redis.call("HGET", state, "token") == token then
-    redis.call("HSET", state, "ttl", ttl)
-  end
-else
-  ttl = tonumber(redis.call("HGET", state, "ttl")) or 30000
+if not ttl then
+  ttl = (recorded and tonumber(redis.call("HGET", state, "ttl"))) or 30000
 end
 -- Renewing extends: a lease is never shortened, so that a renew cannot cut short the lease an
--- rlock exec is counting on.
+-- rlock exec is counting on. PEXPIRE comes first: on a server out of memory (maxmemory with
+-- noeviction) Redis refuses a script's first write when it may need memory (HSET does, PEXPIRE
+-- does not), and lets any write through once the script has written.
 local left = redis.call("PTTL", lock)
 if left >= 0 and left < ttl then
   redis.call("PEXPIRE", lock, ttl)
   left = ttl
+end
+if recorded and ARGV[2] ~= "" and redis.call("HGET", state, "ttl") ~= tostring(ttl) then
+  redis.pcall("HSET", state, "ttl", ttl)
 end
 return {"renewed", left}
