@@ -190,7 +190,7 @@ impl Node for Single {
         let mut keys = Vec::new();
         let mut cursor: u64 = 0;
         loop {
-            let (next, batch): (u64, Vec<String>) = self.query(
+            let (next, batch): (u64, Vec<Vec<u8>>) = self.query(
                 redis::cmd("SCAN")
                     .arg(cursor)
                     .arg("MATCH")
@@ -199,7 +199,9 @@ impl Node for Single {
                     .arg(1000),
                 timeout,
             )?;
-            keys.extend(batch);
+            // A key name that is not UTF-8 cannot be named with -k either: it is left out
+            // rather than failing the whole listing.
+            keys.extend(batch.into_iter().filter_map(|k| String::from_utf8(k).ok()));
             if next == 0 {
                 break;
             }

@@ -133,6 +133,12 @@ fn write_table(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> 
                 .unwrap_or_else(dash),
         ]);
     }
+    // Whatever a key or a holder field holds (another client wrote it, or a user name had a
+    // newline), a lock is one row of printable cells of bounded width.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|c| cell(c)).collect())
+        .collect();
     let mut widths = [0usize; 8];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -142,13 +148,54 @@ fn write_table(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> 
     for row in &rows {
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            line.push_str(cell);
+            if i + 1 < row.len() {
+                let pad = widths[i] - cell.chars().count() + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
             }
         }
         writeln!(out, "{}", line.trim_end())?;
     }
     Ok(())
+}
+
+/// The longest a table cell may be, in characters; the JSON output keeps every value whole.
+const CELL_MAX: usize = 120;
+
+/// `text` fit for one cell of a one-line row: control characters escaped (`\n`, `\x1b`), and
+/// cut to `CELL_MAX` characters with a `…` where it was cut.
+fn cell(text: &str) -> String {
+    let mut out = String::new();
+    for (n, c) in text.chars().enumerate() {
+        if n == CELL_MAX {
+            out.push('…');
+            break;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            // Line separators and bidirectional overrides, which would reorder the row.
+            '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {
+                out.push_str(&format!("\\u{{{:04x}}}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CELL_MAX, cell};
+
+    #[test]
+    fn cells_are_one_line_and_bounded() {
+        assert_eq!(cell("a\nb\tc\u{1b}[31m"), "a\\nb\\tc\\x1b[31m");
+        let long = "x".repeat(70_000);
+        assert_eq!(cell(&long).chars().count(), CELL_MAX + 1);
+        assert!(cell(&long).ends_with('…'));
+        assert_eq!(cell("plain"), "plain");
+    }
 }

@@ -80,6 +80,22 @@ impl LockKey {
         })
     }
 
+    /// A key found by a listing, for reading only: a key with a `}` outside a hash tag (another
+    /// client's lock) has no helper keys that share its cluster slot, so the lock key stands in
+    /// for them, which the inspect script reads as "no state, no queue".
+    fn listed(prefix: &str, name: &str) -> Self {
+        LockKey::new(prefix, name).unwrap_or_else(|_| {
+            let redis_key = format!("{prefix}{name}");
+            LockKey {
+                name: name.to_string(),
+                state: redis_key.clone(),
+                queue: redis_key.clone(),
+                channel: format!("{redis_key}:wake"),
+                redis_key,
+            }
+        })
+    }
+
     /// The keys a script declares. Renew and fence use only the lock and its state: a key that
     /// does not exist (the queue, usually) would make a Cluster answer TRYAGAIN while the slot
     /// migrates, and a renewal must get through then.
@@ -683,9 +699,7 @@ impl Locker {
                 continue;
             }
             let name = redis_key[prefix.len()..].to_string();
-            let Ok(key) = LockKey::new(prefix, &name) else {
-                continue;
-            };
+            let key = LockKey::listed(prefix, &name);
             let info = self.inspect(&key)?;
             // With no prefix every key of the database matches: show only what looks like a
             // lock (rlock's, or a string or hash that expires).
