@@ -10,7 +10,7 @@ use std::path::Path;
 const SCRIPTS: &[(&str, &[&str])] = &[
     ("ACQUIRE", &["common.lua", "acquire.lua"]),
     ("RELEASE", &["common.lua", "release.lua"]),
-    ("RENEW", &["renew.lua"]),
+    ("RENEW", &["common.lua", "renew.lua"]),
     ("LEAVE", &["common.lua", "leave.lua"]),
     ("INSPECT", &["common.lua", "inspect.lua"]),
     ("FENCE", &["common.lua", "fence.lua"]),

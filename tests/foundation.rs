@@ -50,6 +50,15 @@ fn redis_now_ms(server: &RedisServer) -> i64 {
     secs * 1000 + micros / 1000
 }
 
+/// A first grant's fence: the server's clock in microseconds when it was minted (within the
+/// last minute), below 2^53.
+fn is_clock_fence(server: &RedisServer, fence: &str) -> bool {
+    let now_us = redis_now_ms(server) * 1000;
+    fence
+        .parse::<i64>()
+        .is_ok_and(|f| f <= now_us + 1000 && f > now_us - 60_000_000 && f < 1 << 53)
+}
+
 /// The machine's host name, as rlock records it (uname nodename).
 fn hostname() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname")
@@ -295,8 +304,8 @@ fn acquire_prints_one_token_that_redis_holds_with_the_ttl_and_the_holder() {
 
     let state = server.hgetall(&state_key("jobs"));
     assert_eq!(
-        state.get("fence").map(String::as_str),
-        Some("1"),
+        state.get("fence").map(|f| is_clock_fence(&server, f)),
+        Some(true),
         "{state:?}"
     );
     assert_eq!(state.get("token"), Some(&token), "{state:?}");
@@ -460,6 +469,7 @@ fn export_and_json_together_is_a_usage_error() {
 fn no_wait_on_a_held_lock_is_busy_names_the_holder_and_leaves_the_lock() {
     let server = RedisServer::start();
     let token = acquire(&server, "jobs", &["--ttl", "60s"]);
+    let granted_fence = server.hgetall(&state_key("jobs"))["fence"].clone();
     let (out, took) = run_within(
         rlock_at(&server).args(["acquire", "-k", "jobs", "-n", "--ttl", "600s"]),
         Duration::from_secs(10),
@@ -489,7 +499,10 @@ fn no_wait_on_a_held_lock_is_busy_names_the_holder_and_leaves_the_lock() {
         "PTTL must not be reset, is {pttl}"
     );
     let state = server.hgetall(&state_key("jobs"));
-    assert_eq!(state["fence"], "1", "no grant, no new fence: {state:?}");
+    assert_eq!(
+        state["fence"], granted_fence,
+        "no grant, no new fence: {state:?}"
+    );
     assert_eq!(state["token"], token);
     assert!(
         !server.exists(&queue_key("jobs")),
@@ -562,7 +575,11 @@ fn default_acquire_blocks_until_the_holder_releases() {
     assert_eq!(server.get(&lock_key("jobs")), Some(token.clone()));
     let state = server.hgetall(&state_key("jobs"));
     assert_eq!(state["token"], token);
-    assert_eq!(state["fence"], (first_fence + 1).to_string(), "{state:?}");
+    let fence: i64 = state["fence"].parse().expect("fence");
+    assert!(
+        fence > first_fence,
+        "the next grant's fence {fence} after {first_fence}: {state:?}"
+    );
     assert!(
         !server.exists(&queue_key("jobs")),
         "the queue is empty again"
@@ -706,6 +723,7 @@ fn a_list_at_the_key_is_not_a_lock_and_stays_unchanged() {
 fn release_with_the_token_deletes_the_lock_and_is_idempotent() {
     let server = RedisServer::start();
     let token = acquire(&server, "jobs", &[]);
+    let granted_fence = server.hgetall(&state_key("jobs"))["fence"].clone();
     release(&server, "jobs", &token);
     assert!(!server.exists(&lock_key("jobs")));
     let state = server.hgetall(&state_key("jobs"));
@@ -713,7 +731,7 @@ fn release_with_the_token_deletes_the_lock_and_is_idempotent() {
     // A retried release (its first reply lost) succeeds again and changes nothing.
     release(&server, "jobs", &token);
     assert!(!server.exists(&lock_key("jobs")));
-    assert_eq!(server.hgetall(&state_key("jobs"))["fence"], "1");
+    assert_eq!(server.hgetall(&state_key("jobs"))["fence"], granted_fence);
 }
 
 #[test]
@@ -800,6 +818,7 @@ fn release_of_an_expired_lock_is_refused() {
 fn renew_extends_the_lease() {
     let server = RedisServer::start();
     let token = acquire(&server, "jobs", &["--ttl", "2s"]);
+    let granted_fence = server.hgetall(&state_key("jobs"))["fence"].clone();
     let out =
         run(rlock_at(&server).args(["renew", "-k", "jobs", "--token", &token, "--ttl", "60s"]));
     assert_ok(&out);
@@ -819,7 +838,7 @@ fn renew_extends_the_lease() {
     assert!(server.pttl(&lock_key("jobs")) > 50_000);
     assert_eq!(
         server.hgetall(&state_key("jobs"))["fence"],
-        "1",
+        granted_fence,
         "renew is not a grant"
     );
 }
@@ -1551,11 +1570,16 @@ fn a_retried_acquire_script_is_idempotent() {
     server.cmd(&["PEXPIRE", &lock_key("jobs"), "1000"]);
     let second = eval();
     assert_eq!(first, second, "a retry answers like the first call");
+    let fence = match first.get(1) {
+        Some(redis::Value::Int(f)) => f.to_string(),
+        other => panic!("no fence in {first:?}: {other:?}"),
+    };
+    assert!(is_clock_fence(&server, &fence), "{first:?}");
     assert_eq!(
         first,
         [
             redis::Value::BulkString(b"ok".to_vec()),
-            redis::Value::Int(1),
+            first[1].clone(),
             redis::Value::Int(60_000)
         ]
     );
@@ -1566,7 +1590,7 @@ fn a_retried_acquire_script_is_idempotent() {
     );
     assert_eq!(
         server.hgetall(&state_key("jobs"))["fence"],
-        "1",
+        fence,
         "no second grant"
     );
 
@@ -1631,8 +1655,8 @@ fn an_acquire_whose_reply_never_came_is_given_back() {
     );
     let state = server.hgetall(&state_key("jobs"));
     assert_eq!(
-        state.get("fence").map(String::as_str),
-        Some("1"),
+        state.get("fence").map(|f| is_clock_fence(&server, f)),
+        Some(true),
         "{state:?}"
     );
 }

@@ -598,9 +598,13 @@ const REDIS_KEYS: Section = Section {
              the same Redis key the same way exclude rlock and are excluded by it: `--prefix ''` \
              makes the key KEY itself, to share a lock with redis-py's `Lock`, redsync or \
              node-redlock. The {...} hash tag keeps the helper keys in the lock key's Redis \
-             Cluster slot. The state hash has no expiry, so that the fence never goes back: one \
-             small hash per lock name ever used. Waiters sleep on the wake channel until a \
-             release or the holder's expiry; a lost notification costs latency, never liveness.",
+             Cluster slot. Every key expires: the state lives as long as the lease and 60 \
+             seconds more, the queue as long as someone waits in it, so a lock with no holder \
+             and no waiter leaves nothing behind after its TTL + 60 s. The fence is at least the \
+             server's clock in microseconds (and above the last fence), so it keeps rising after \
+             the state expired or was lost, as long as the server's clock does not step back. \
+             Waiters sleep on the wake channel until a release or the holder's expiry; a lost \
+             notification costs latency, never liveness.",
         ),
     ],
 };

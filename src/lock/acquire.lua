@@ -24,13 +24,16 @@ expect_type(state, "hash", "state")
 expect_type(queue, "zset", "queue")
 local fence = fence_of(state)
 expect_rights({{"SET", lock, token, "PX", "1"}, {"PEXPIRE", lock, "1"},
-  {"HSET", state, "fence", "1"}, {"HDEL", state, "fence"}, {"HINCRBY", state, "fence", "1"},
+  {"PEXPIRE", state, "1"}, {"PEXPIRE", queue, "1"},
+  {"HSET", state, "fence", "1"}, {"HDEL", state, "fence"},
   {"ZADD", queue, "NX", "1", token}, {"ZREM", queue, token}, {"PUBLISH", channel, "*"}})
 
 local function wait_in_line()
   if join then
     redis.call("ZADD", queue, "NX", now, token)
     redis.call("HSET", state, "w:" .. token, now + lease)
+    keep_alive(queue, lease + KEEP_MS)
+    keep_alive(state, lease + KEEP_MS)
   end
 end
 
@@ -38,6 +41,7 @@ local current = redis.call("GET", lock)
 if current == token then
   -- Already ours: a retried acquire whose first reply was lost, or a reentrant one.
   redis.call("PEXPIRE", lock, ttl)
+  keep_alive(state, ttl + KEEP_MS)
   if redis.call("HGET", state, "token") ~= token then
     fence = 0
   end
@@ -74,10 +78,14 @@ while true do
   dropped = true
 end
 
+-- The fence rises with every grant, and also across a state that expired or was lost (FLUSHALL,
+-- a restart without persistence, a failover that lost writes), as long as the server's clock
+-- does not step back: it is at least the server's time in microseconds.
+fence = math.max(fence + 1, now_us)
 redis.call("SET", lock, token, "PX", ttl)
-fence = redis.call("HINCRBY", state, "fence", 1)
-redis.call("HSET", state, "token", token, "host", ARGV[6], "pid", ARGV[7], "user", ARGV[8],
-  "cmd", ARGV[9], "since", now, "ttl", ttl)
+redis.call("HSET", state, "fence", fence, "token", token, "host", ARGV[6], "pid", ARGV[7],
+  "user", ARGV[8], "cmd", ARGV[9], "since", now, "ttl", ttl)
 redis.call("HDEL", state, "released", "broken", "w:" .. token)
 redis.call("ZREM", queue, token)
+keep_alive(state, ttl + KEEP_MS)
 return {"ok", fence, ttl}

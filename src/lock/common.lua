@@ -4,10 +4,27 @@
 -- before it failed, so a script that stops halfway would leave, say, a grant nobody received.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
+-- How long a lock's helper keys outlive its last lease: every key rlock writes expires, at most
+-- this long after the lock has neither holder nor waiter.
+local KEEP_MS = 60000
+
+-- The server's clock in microseconds, as the last now_ms() read it.
+local now_us = 0
+
 -- The server's clock in milliseconds: one clock for every rlock, whatever the hosts' clocks say.
 local function now_ms()
   local t = redis.call("TIME")
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Lets `key` live at least `ms` longer, never shortening a longer life; a key with no TTL gets
+-- one. Nothing happens to a key that does not exist.
+local function keep_alive(key, ms)
+  local left = redis.call("PTTL", key)
+  if left == -1 or (left >= 0 and left < ms) then
+    redis.call("PEXPIRE", key, ms)
+  end
 end
 
 -- Stops the script (WRONGTYPE, nothing written) unless rlock's helper key `key` is absent or a

@@ -35,7 +35,11 @@ if left >= 0 and left < ttl then
   redis.call("PEXPIRE", lock, ttl)
   left = ttl
 end
-if recorded and ARGV[2] ~= "" and redis.call("HGET", state, "ttl") ~= tostring(ttl) then
-  redis.pcall("HSET", state, "ttl", ttl)
+if recorded then
+  -- The state lives as long as the lease, and then a while (common.lua's KEEP_MS).
+  keep_alive(state, ttl + KEEP_MS)
+  if ARGV[2] ~= "" and redis.call("HGET", state, "ttl") ~= tostring(ttl) then
+    redis.pcall("HSET", state, "ttl", ttl)
+  end
 end
 return {"renewed", left}
