@@ -47,6 +47,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s k -l key -d 'Nam
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l ttl -d 'How long the lock lives unless renewed or released' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
@@ -113,6 +114,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec" -s E -l conflict-exit-
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l renew-every -d 'How often to renew the lock [default: TTL/3]' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l lost-signal -d 'Signal the command\'s process group gets when the lock is lost (name or number)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l grace -d 'Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4]' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F

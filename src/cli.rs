@@ -208,6 +208,9 @@ pub struct AcquireArgs {
     #[command(flatten)]
     pub wait: WaitArgs,
 
+    #[command(flatten)]
+    pub label: LabelArg,
+
     /// Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`.
     #[arg(long, conflicts_with = "json")]
     pub export: bool,
@@ -215,6 +218,14 @@ pub struct AcquireArgs {
     /// Print one JSON object: key, token, fence, ttl_ms.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct LabelArg {
+    /// What `inspect` shows as the holder's description instead of its command line (a CI job's
+    /// URL, say).
+    #[arg(long, value_name = "TEXT", env = "RLOCK_LABEL")]
+    pub label: Option<String>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -285,6 +296,9 @@ pub struct ExecArgs {
     /// Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4].
     #[arg(long, value_name = "DUR", value_parser = duration, allow_hyphen_values = true)]
     pub grace: Option<Duration>,
+
+    #[command(flatten)]
+    pub label: LabelArg,
 
     /// The command and its arguments, run directly (no shell).
     #[arg(

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cmd;
 pub mod exit;
 pub mod lock;
+pub mod redact;
 pub mod supervise;
 pub mod watchdog;
 

@@ -4,7 +4,7 @@
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::backend::ErrorKind;
+use crate::backend::Fault;
 use crate::lock::{Grant, Locker, Renewed};
 
 /// Clock drift allowance of the contract: 1% of the TTL plus 2 ms.
@@ -123,7 +123,7 @@ pub fn renew_loop(
                 )));
                 return;
             }
-            Err(e) if e.kind == ErrorKind::WrongType => {
+            Err(e) if e.kind == Fault::WrongType => {
                 report(Report::Lost(format!("the key was replaced: {}", e.detail)));
                 return;
             }

@@ -464,3 +464,263 @@ fn inspect_survives_holder_fields_of_every_byte() {
     assert!(locks <= n);
     assert_table(&server, locks);
 }
+
+// ---------------------------------------------------------------------------------------------
+// ACL: every refusal exits 77
+// ---------------------------------------------------------------------------------------------
+
+/// The commands of the README's ACL line ("ACL: the rights a lock user needs").
+fn documented_rights() -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read README.md");
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER locker"))
+        .expect("the README's ACL SETUSER line");
+    line.split_whitespace()
+        .filter_map(|w| w.strip_prefix('+'))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn every_acl_refusal_exits_77_and_points_at_the_rights() {
+    let rights = documented_rights();
+    assert!(rights.len() > 15, "too few rights parsed: {rights:?}");
+    let server = RedisServer::start();
+    let mut refused_without = Vec::new();
+    for missing in &rights {
+        server.cmd(&["FLUSHALL"]);
+        server.cmd(&["SCRIPT", "FLUSH"]);
+        let user = format!("without-{missing}");
+        let mut args = vec!["ACL", "SETUSER", &user, "reset", "on", ">pw", "resetkeys"];
+        args.extend([
+            "resetchannels",
+            "~rlock:*",
+            "~{rlock:*",
+            "&{rlock:*",
+            "-@all",
+        ]);
+        let plus: Vec<String> = rights
+            .iter()
+            .filter(|r| *r != missing)
+            .map(|r| format!("+{r}"))
+            .collect();
+        args.extend(plus.iter().map(String::as_str));
+        server.cmd(&args);
+        let url = format!("redis://{user}:pw@127.0.0.1:{}", server.port());
+        // Another user holds a lock, so that waiting and busy paths run too.
+        let held = acquire(&server, "1h");
+        let _ = held;
+        let steps: [&[&str]; 8] = [
+            &["acquire", "-n", "-k", "mine", "--ttl", "1h"],
+            &["acquire", "-w", "200ms", "-k", KEY],
+            &["exec", "-n", "-k", "mine2", "--", "true"],
+            &["exec", "-w", "200ms", "-k", KEY, "--", "true"],
+            &["inspect", "-k", KEY],
+            &["inspect"],
+            &["renew", "-k", KEY, "--token", "not-mine"],
+            &["release", "-k", KEY, "--force"],
+        ];
+        let mut refused = false;
+        for step in steps {
+            let out = run(rlock().args(["-u", &url]).args(step));
+            assert!(
+                ![65, 69, 70].contains(&out.code),
+                "without +{missing}, {step:?} exited {} instead of 77:\n{out}",
+                out.code
+            );
+            if out.code == 77 && !out.stderr.contains("not held by this token") {
+                refused = true;
+                assert!(
+                    out.stderr.contains("ACL") && out.stderr.lines().count() == 1,
+                    "without +{missing}, {step:?}: the message must name the ACL:\n{out}"
+                );
+            }
+        }
+        if refused {
+            refused_without.push(missing.clone());
+        }
+    }
+    // (That each right is needed at all is scale.rs's acl_every_documented_right_is_needed.)
+    for right in ["evalsha", "time", "set", "del", "publish", "hset", "pexpire", "zadd", "scan"] {
+        assert!(
+            refused_without.contains(&right.to_string()),
+            "nothing was refused without +{right}: the test ran no step that needs it"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets
+// ---------------------------------------------------------------------------------------------
+
+const SECRETS: [&str; 4] = ["hunter2", "s3cr3t-tok", "k3y-value", "pw-in-url"];
+
+#[track_caller]
+fn assert_no_secret(server: &RedisServer, what: &str) {
+    let mut conn = server.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).expect("KEYS");
+    for key in keys {
+        let dump = match server.key_type(&key).as_str() {
+            "hash" => format!("{:?}", server.hgetall(&key)),
+            "string" => server.get(&key).unwrap_or_default(),
+            other => other.to_string(),
+        };
+        for secret in SECRETS {
+            assert!(
+                !dump.contains(secret),
+                "{what}: {secret} stored in {key}: {dump}"
+            );
+        }
+    }
+    for args in [
+        &["inspect"][..],
+        &["inspect", "--json"],
+        &["-v", "inspect", "-k", "leak"],
+    ] {
+        let out = run(rlock_at(server).args(args));
+        for secret in SECRETS {
+            assert!(
+                !out.stdout.contains(secret) && !out.stderr.contains(secret),
+                "{what}: {args:?} shows {secret}:\n{out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn secrets_on_the_holders_command_line_are_never_stored_or_shown() {
+    let server = RedisServer::start();
+    let rlock_bin = env!("CARGO_BIN_EXE_rlock");
+    // acquire records its parent's command line: a shell that has the secrets on it.
+    let line = format!(
+        "DB_PASSWORD=hunter2 API_TOKEN=s3cr3t-tok {rlock_bin} -u {} acquire -k leak --ttl 1h \
+         && : --password hunter2 --api-key k3y-value redis://u:pw-in-url@h",
+        server.url()
+    );
+    let out = run(std::process::Command::new("sh").arg("-c").arg(&line));
+    assert_eq!(out.code, 0, "{out}");
+    let cmd = server.hgetall("{rlock:leak}:state")["cmd"].clone();
+    assert!(
+        cmd.contains("DB_PASSWORD=***") && cmd.contains("--password ***"),
+        "{cmd}"
+    );
+    assert_no_secret(&server, "acquire");
+
+    // exec records its command; the command itself still gets its arguments whole.
+    let out = run(rlock_at(&server).args([
+        "exec",
+        "-k",
+        "leak2",
+        "--",
+        "echo",
+        "SECRET_KEY=k3y-value",
+        "--token",
+        "s3cr3t-tok",
+        "-p",
+        "hunter2",
+    ]));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.stdout.trim(),
+        "SECRET_KEY=k3y-value --token s3cr3t-tok -p hunter2"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let started = dir.path().join("started");
+    let mut cmd = rlock_at(&server);
+    cmd.args([
+        "exec",
+        "-k",
+        "leak",
+        "--",
+        "sh",
+        "-c",
+        r#"echo up > "$1"; sleep 5"#,
+        "sh",
+    ])
+    .arg(&started)
+    .args(["--password=hunter2", "redis://:pw-in-url@x"]);
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn exec");
+    let out = run(rlock_at(&server).args(["release", "-k", "leak", "--force"]));
+    assert_eq!(out.code, 0, "{out}");
+    wait_for_file(&started, Duration::from_secs(10));
+    assert_no_secret(&server, "exec");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_label_replaces_the_command_in_inspect() {
+    let server = RedisServer::start();
+    let url = "https://ci.example/job/42";
+    let out = run(rlock_at(&server).args(["acquire", "-k", "lab", "--label", url]));
+    assert_eq!(out.code, 0, "{out}");
+    let out = run(rlock_at(&server).args(["inspect", "--json", "-k", "lab"]));
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(json["holder"]["command"], url, "{out}");
+    let out = run(rlock_at(&server)
+        .env("RLOCK_LABEL", "nightly backup")
+        .args([
+            "exec",
+            "-k",
+            "lab2",
+            "--",
+            "sh",
+            "-c",
+            "rlock inspect -k lab2 >/dev/null; true",
+        ]));
+    assert_eq!(out.code, 0, "{out}");
+    let out =
+        run(rlock_at(&server).args(["exec", "-k", "lab3", "--label", "nightly", "--", "true"]));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(server.hgetall("{rlock:lab3}:state")["cmd"], "nightly");
+}
+
+#[test]
+fn a_password_with_commas_in_rlock_url_is_never_split_or_echoed() {
+    let password = "pa,ss@x,redis";
+    let server = RedisServer::start_with(&["--requirepass", password]);
+    let url = format!("redis://:{password}@127.0.0.1:{}", server.port());
+    let out = run(rlock()
+        .env("RLOCK_URL", &url)
+        .args(["acquire", "-n", "-k", "c"]));
+    assert_eq!(out.code, 0, "the password was cut:\n{out}");
+    let wrong = format!("redis://:wr,ong@pw,x@127.0.0.1:{}", server.port());
+    let out = run(rlock()
+        .env("RLOCK_URL", &wrong)
+        .args(["acquire", "-n", "-k", "c"]));
+    assert_eq!(out.code, 77, "{out}");
+    for piece in ["wr", "ong", "pw,x", "ong@pw"] {
+        assert!(
+            !out.stderr.contains(&format!("'{piece}'"))
+                && !out.stderr.contains(&format!(":{piece}")),
+            "a piece of the password is echoed:\n{out}"
+        );
+    }
+    assert!(out.stderr.contains("redis://:***@127.0.0.1"), "{out}");
+}
+
+#[test]
+fn the_same_master_twice_is_not_a_redlock_quorum() {
+    let server = RedisServer::start();
+    let a = server.url();
+    let b = format!("redis://127.0.0.1:{}/1", server.port());
+    let out = run(rlock().args(["-u", &a, "-u", &a, "-u", &a, "acquire", "-n", "-k", "q"]));
+    assert_fails(&out, 78, &["same Redis server", "independent"]);
+    let out = run(rlock().args(["-u", &a, "-u", &b, "-u", &a, "acquire", "-n", "-k", "q"]));
+    assert_fails(&out, 78, &["same Redis server"]);
+    assert!(!server.exists("rlock:q"), "a lock was taken");
+}
+
+#[test]
+fn a_brace_in_the_prefix_is_blamed_on_the_prefix() {
+    let server = RedisServer::start();
+    let out = run(rlock_at(&server).args(["--prefix", "x}", "acquire", "-n", "-k", "jobs"]));
+    assert_fails(&out, 2, &["--prefix 'x}'"]);
+    assert!(!out.stderr.contains("key 'jobs'"), "{out}");
+}

@@ -2053,7 +2053,9 @@ fn acl_wrong_password_is_77_and_no_password_is_ever_printed() {
         78,
         rlock().args(["-v", "--url", &malformed, "acquire", "-n", "-k", KEY]),
     );
-    let redlock = [&user_url, &unreachable, &unreachable];
+    // Two different dead masters (the same one twice is refused as not independent: 78).
+    let unreachable_too = format!("redis://locker:{SECRET}@127.0.0.1:2");
+    let redlock = [&user_url, &unreachable, &unreachable_too];
     check(
         69,
         rlock()

@@ -2,8 +2,17 @@
 //! one, through the hash tag), MOVED and ASK are followed, and listings SCAN every master.
 //!
 //! rlock routes by itself over its own single-server connections rather than through the redis
-//! crate's cluster client, whose hidden retries (up to 16, with waits growing past minutes on
-//! TRYAGAIN or CLUSTERDOWN) would let one frozen master cost far more than --op-timeout.
+//! crate's cluster client. That is a decision, not an oversight; keep it unless the crate changes:
+//! - its sync cluster client cannot follow MOVED without re-sending a timed-out EVALSHA, and its
+//!   hidden retries (up to 16, with waits growing past minutes on TRYAGAIN or CLUSTERDOWN) would
+//!   let one frozen master cost far more than --op-timeout: it has no overall response timeout;
+//! - it has no sync pub/sub (waiters subscribe on the master of the lock's slot) and no cluster
+//!   SCAN (`inspect` lists every master's keys).
+//!
+//! A master that stops answering (killed, frozen, partitioned) may have failed over: on a
+//! transport error the slot map is asked again of the other nodes, each within --op-timeout,
+//! and the request goes once more to the master they now name, as for MOVED. Every script is
+//! idempotent for the same token, so sending it again is safe.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,8 +21,9 @@ use std::time::Duration;
 use redis::Value;
 
 use super::single::Routed;
-use super::{ErrorKind, Node, NodeError, Script, Settings, Single, redact, redact_all, with_addr};
+use super::{Fault, Node, NodeError, Script, Settings, Single, key_slot, with_addr};
 use crate::exit::Failure;
+use crate::redact::{redact, redact_all};
 
 /// How many redirections one request may follow (a MOVED, then an ASK, then some slack).
 const MAX_REDIRECTS: usize = 4;
@@ -46,7 +56,7 @@ impl Cluster {
             return Ok(n.clone());
         }
         let client = self.settings.client(url).map_err(|f| NodeError {
-            kind: ErrorKind::Other,
+            kind: Fault::Other,
             node: redact(url),
             detail: f.to_string(),
         })?;
@@ -65,8 +75,18 @@ impl Cluster {
 
     /// Asks the seeds (then the known masters) for the slot map: CLUSTER SLOTS.
     fn refresh(&self, timeout: Duration) -> Result<(), NodeError> {
+        self.refresh_avoiding(None, timeout)
+    }
+
+    /// As `refresh`, asking the node `avoid` (one that just failed) last.
+    fn refresh_avoiding(&self, avoid: Option<&str>, timeout: Duration) -> Result<(), NodeError> {
         let mut candidates = self.settings.urls.clone();
         candidates.extend(self.masters_known());
+        candidates.sort();
+        candidates.dedup();
+        if let Some(avoid) = avoid {
+            candidates.sort_by_key(|url| url == avoid);
+        }
         let mut last = None;
         for url in candidates {
             let reply: Result<Vec<Value>, NodeError> = self
@@ -86,7 +106,7 @@ impl Cluster {
             }
         }
         Err(last.unwrap_or_else(|| NodeError {
-            kind: ErrorKind::NotServing,
+            kind: Fault::NotServing,
             node: self.name.clone(),
             detail: "no node knows the cluster's slots (is it a Redis Cluster?)".into(),
         }))
@@ -101,6 +121,12 @@ impl Cluster {
     }
 
     fn master_for(&self, slot: u16, timeout: Duration) -> Result<Arc<Single>, NodeError> {
+        self.master_url_for(slot, timeout)
+            .and_then(|url| self.node(&url))
+    }
+
+    /// The URL of the master that serves `slot`, by the slot map (asked for when it has none).
+    fn master_url_for(&self, slot: u16, timeout: Duration) -> Result<String, NodeError> {
         for attempt in 0..2 {
             let url = {
                 let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
@@ -110,13 +136,13 @@ impl Cluster {
                     .map(|(_, _, url)| url.clone())
             };
             match url {
-                Some(url) => return self.node(&url),
+                Some(url) => return Ok(url),
                 None if attempt == 0 => self.refresh(timeout)?,
                 None => {}
             }
         }
         Err(NodeError {
-            kind: ErrorKind::NotServing,
+            kind: Fault::NotServing,
             node: self.name.clone(),
             detail: format!("no master serves slot {slot} (the cluster is down or resharding)"),
         })
@@ -160,28 +186,10 @@ fn parse_slots(
 }
 
 fn host_of(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
-    authority
-        .rsplit_once(':')
-        .map_or(authority, |(h, _)| h)
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string()
-}
-
-/// The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag, or of the whole key.
-pub fn key_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let hashed = match key.find('{') {
-        Some(open) => match key[open + 1..].find('}') {
-            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
-            _ => bytes,
-        },
-        None => bytes,
-    };
-    crc16::State::<crc16::XMODEM>::calculate(hashed) % 16384
+    url::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string()))
+        .unwrap_or_default()
 }
 
 impl Node for Cluster {
@@ -193,25 +201,44 @@ impl Node for Cluster {
         timeout: Duration,
     ) -> Result<Value, NodeError> {
         let slot = key_slot(keys.first().copied().unwrap_or(""));
-        let mut target = self.master_for(slot, timeout)?;
+        let mut url = self.master_url_for(slot, timeout)?;
         let mut asking = false;
+        let mut asked_again = false;
         for _ in 0..MAX_REDIRECTS {
-            match target.eval_routed(script, keys, args, timeout, asking)? {
-                Routed::Done(v) => return Ok(v),
-                Routed::Moved(addr) => {
+            let routed = self
+                .node(&url)
+                .and_then(|target| target.eval_routed(script, keys, args, timeout, asking));
+            match routed {
+                Ok(Routed::Done(v)) => return Ok(v),
+                Ok(Routed::Moved(addr)) => {
                     // The slot map is stale: learn the new one, and go where we were sent.
                     let _ = self.refresh(timeout);
-                    target = self.node(&self.url_of(&addr))?;
+                    url = self.url_of(&addr);
                     asking = false;
                 }
-                Routed::Ask(addr) => {
-                    target = self.node(&self.url_of(&addr))?;
+                Ok(Routed::Ask(addr)) => {
+                    url = self.url_of(&addr);
                     asking = true;
                 }
+                Err(e) if e.is_transport() && !asked_again => {
+                    // The master may be gone and its replica promoted: ask the others.
+                    asked_again = true;
+                    let moved = self
+                        .refresh_avoiding(Some(&url), timeout)
+                        .and_then(|()| self.master_url_for(slot, timeout));
+                    match moved {
+                        Ok(new) if new != url => {
+                            url = new;
+                            asking = false;
+                        }
+                        _ => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
             }
         }
         Err(NodeError {
-            kind: ErrorKind::NotServing,
+            kind: Fault::NotServing,
             node: self.name.clone(),
             detail: format!("slot {slot} kept moving (more than {MAX_REDIRECTS} redirections)"),
         })
@@ -242,12 +269,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slots_match_redis() {
-        // Values from CLUSTER KEYSLOT.
-        assert_eq!(key_slot("foo"), 12182);
-        assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
-        assert_eq!(key_slot("{rlock:jobs}:state"), key_slot("rlock:jobs"));
-        assert_eq!(key_slot("foo{}{bar}"), key_slot("foo{}{bar}"));
+    fn hosts_of_urls() {
         assert_eq!(host_of("redis://u:p@10.0.0.1:7000/0"), "10.0.0.1");
         assert_eq!(host_of("rediss://[::1]:7000"), "::1");
     }

@@ -4,14 +4,19 @@
 //! error is not enough: a renewal on the old master would keep a lock that the new master has
 //! already let expire. Asking each time, rlock talks to the new master as soon as the Sentinels
 //! name it, and a lock that did not survive the failover is found not owned there: lost.
+//!
+//! rlock asks the Sentinels itself rather than through the redis crate's sync Sentinel API,
+//! which connects with no timeout: a frozen Sentinel would hang rlock. Each question here is
+//! bounded by --op-timeout, and the next Sentinel is asked.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::Value;
 
-use super::{ErrorKind, Node, NodeError, Script, Settings, Single, redact, redact_all, with_addr};
+use super::{Fault, Node, NodeError, Script, Settings, Single, with_addr};
 use crate::exit::Failure;
+use crate::redact::{redact, redact_all};
 
 pub struct Sentinel {
     settings: Settings,
@@ -45,7 +50,7 @@ impl Sentinel {
         })
     }
 
-    fn fail(&self, kind: ErrorKind, detail: String) -> NodeError {
+    fn fail(&self, kind: Fault, detail: String) -> NodeError {
         NodeError {
             kind,
             node: self.name.clone(),
@@ -74,7 +79,7 @@ impl Sentinel {
             }
         }
         Err(self.fail(
-            ErrorKind::Connect,
+            Fault::Connect,
             format!("no Sentinel named the master: {}", problems.join("; ")),
         ))
     }
@@ -100,19 +105,25 @@ impl Sentinel {
         let client = self
             .settings
             .client(&url)
-            .map_err(|f| self.fail(ErrorKind::Other, f.to_string()))?;
+            .map_err(|f| self.fail(Fault::Other, f.to_string()))?;
         let node = Arc::new(Single::new(client, format!("{} at {addr}", self.name)));
         match node.role(timeout)? {
-            role if role == "master" => {
+            redis::Role::Primary { .. } => {
                 *current = Some((addr, node.clone()));
                 Ok(node)
             }
-            role => Err(self.fail(
-                ErrorKind::NotServing,
-                format!(
-                    "the Sentinels name {addr}, which says it is a {role} (a failover is under way)"
-                ),
-            )),
+            role => {
+                let role = match role {
+                    redis::Role::Replica { .. } => "replica",
+                    _ => "sentinel",
+                };
+                Err(self.fail(
+                    Fault::NotServing,
+                    format!(
+                        "the Sentinels name {addr}, which says it is a {role} (a failover is under way)"
+                    ),
+                ))
+            }
         }
     }
 }

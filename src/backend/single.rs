@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{Connection, RedisResult, Value};
 
-use super::{ErrorKind, Node, NodeError, Script};
+use super::{Fault, Node, NodeError, Script};
 
 pub struct Single {
     client: redis::Client,
@@ -42,8 +42,8 @@ impl Single {
             .map_err(|e| {
                 let mut err = self.err(&e);
                 // Nothing was sent yet, so a timeout here is a failure to connect.
-                if matches!(err.kind, ErrorKind::Timeout | ErrorKind::Io) {
-                    err.kind = ErrorKind::Connect;
+                if matches!(err.kind, Fault::Timeout | Fault::Io) {
+                    err.kind = Fault::Connect;
                 }
                 err
             })?;
@@ -80,7 +80,7 @@ impl Single {
                         return Ok(Err(e));
                     }
                     *slot = None;
-                    if !fresh && err.kind == ErrorKind::Io {
+                    if !fresh && err.kind == Fault::Io {
                         continue;
                     }
                     return Err(err);
@@ -124,14 +124,9 @@ impl Single {
         }
     }
 
-    /// What the server says it is (ROLE): "master", "slave" or "sentinel".
-    pub fn role(&self, timeout: Duration) -> Result<String, NodeError> {
-        let reply: Vec<Value> = self.query(&redis::cmd("ROLE"), timeout)?;
-        match reply.first() {
-            Some(Value::BulkString(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
-            Some(Value::SimpleString(s)) => Ok(s.clone()),
-            other => Ok(format!("{other:?}")),
-        }
+    /// What the server says it is (ROLE): a master, a replica or a Sentinel.
+    pub fn role(&self, timeout: Duration) -> Result<redis::Role, NodeError> {
+        self.query(&redis::cmd("ROLE"), timeout)
     }
 }
 
@@ -177,7 +172,7 @@ impl Node for Single {
         match self.eval_routed(script, keys, args, timeout, false)? {
             Routed::Done(v) => Ok(v),
             Routed::Moved(to) | Routed::Ask(to) => Err(NodeError {
-                kind: ErrorKind::Other,
+                kind: Fault::Other,
                 node: self.name.clone(),
                 detail: format!(
                     "the server answered MOVED/ASK {to}: it is part of a Redis Cluster (use --cluster)"

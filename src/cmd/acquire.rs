@@ -8,6 +8,7 @@ use super::{Context, inherited, new_token};
 use crate::cli::AcquireArgs;
 use crate::exit::Failure;
 use crate::lock::{Grant, Identity, WaitPolicy};
+use crate::redact::redact_command;
 use crate::supervise::Signals;
 
 pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
@@ -20,7 +21,8 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
         None => {
             // The holder is the calling shell: this process exits as soon as it has the lock.
             let ppid = nix::unistd::getppid().as_raw() as u32;
-            let who = Identity::current(ppid, parent_command(ppid));
+            let command = args.label.label.clone();
+            let who = Identity::current(ppid, command.unwrap_or_else(|| parent_command(ppid)));
             let policy = WaitPolicy {
                 wait: args.wait.wait,
                 no_wait: args.wait.no_wait,
@@ -81,17 +83,18 @@ fn print(grant: &Grant, args: &AcquireArgs) -> std::io::Result<()> {
     out.flush()
 }
 
-/// The command line of the process that ran rlock, for `inspect` to show, with any password in
-/// a URL on it redacted.
+/// The command line of the process that ran rlock, for `inspect` to show, with the secrets on
+/// it (URL passwords, `DB_PASSWORD=…`, `--token …`) redacted.
 fn parent_command(ppid: u32) -> String {
     std::fs::read(format!("/proc/{ppid}/cmdline"))
         .ok()
         .map(|raw| {
-            raw.split(|b| *b == 0)
+            let words: Vec<_> = raw
+                .split(|b| *b == 0)
                 .filter(|a| !a.is_empty())
-                .map(|a| crate::backend::redact_text(&String::from_utf8_lossy(a)))
-                .collect::<Vec<_>>()
-                .join(" ")
+                .map(String::from_utf8_lossy)
+                .collect();
+            redact_command(&words)
         })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "rlock acquire".into())

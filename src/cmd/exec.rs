@@ -9,6 +9,7 @@ use super::{Context, inherited, inside_exec, new_token};
 use crate::cli::ExecArgs;
 use crate::exit::Failure;
 use crate::lock::{Identity, WaitPolicy};
+use crate::redact::redact_command;
 use crate::supervise::{self, Enforce, Renewal, Signals};
 use crate::watchdog::{self, Lease};
 
@@ -57,12 +58,10 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
         None => {
-            let command = args
-                .command
-                .iter()
-                .map(|a| crate::backend::redact_text(&a.to_string_lossy()))
-                .collect::<Vec<_>>()
-                .join(" ");
+            let command = args.label.label.clone().unwrap_or_else(|| {
+                let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
+                redact_command(&words)
+            });
             let who = Identity::current(std::process::id(), command);
             let policy = WaitPolicy {
                 wait: args.wait.wait,

@@ -6,7 +6,7 @@ pub mod inspect;
 pub mod release;
 pub mod renew;
 
-use crate::backend::{Settings, TlsFiles};
+use crate::backend::{Settings, TlsFiles, split_urls};
 use crate::cli::Global;
 use crate::exit::Failure;
 use crate::lock::{Grant, LockKey, Locker};
@@ -24,11 +24,7 @@ impl Context {
         // password may have a comma).
         let env_urls = std::env::var("RLOCK_URL").ok();
         let urls = match global.urls.as_slice() {
-            [one] if env_urls.as_deref() == Some(one.as_str()) => one
-                .split(',')
-                .map(|u| u.trim().to_string())
-                .filter(|u| !u.is_empty())
-                .collect(),
+            [one] if env_urls.as_deref() == Some(one.as_str()) => split_urls(one),
             many => many.to_vec(),
         };
         let settings = Settings {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::backend::{ErrorKind, Node, NodeError, Script};
+use crate::backend::{Fault, Node, NodeError, Script, hash_tag};
 use crate::exit::Failure;
 
 pub use wait::{Interrupt, WaitPolicy};
@@ -65,8 +65,13 @@ impl LockKey {
         let base = if hash_tag(&redis_key).is_some() {
             redis_key.clone()
         } else if redis_key.contains('}') {
+            let culprit = if prefix.contains('}') {
+                format!("--prefix '{prefix}'")
+            } else {
+                format!("key '{name}'")
+            };
             return Err(Failure::Usage(format!(
-                "key '{name}' has a '}}' outside a {{hash tag}}; rlock could not keep its helper keys in the lock's cluster slot"
+                "{culprit} has a '}}' outside a {{hash tag}}; rlock could not keep its helper keys in the lock's cluster slot"
             )));
         } else {
             format!("{{{redis_key}}}")
@@ -122,14 +127,6 @@ impl LockKey {
         };
         (base.starts_with('{') && base.ends_with('}')) || hash_tag(base).is_some()
     }
-}
-
-/// The part of a key Redis Cluster hashes: the text between the first `{` and the next `}`,
-/// when not empty.
-fn hash_tag(key: &str) -> Option<&str> {
-    let open = key.find('{')?;
-    let close = key[open + 1..].find('}')?;
-    (close > 0).then(|| &key[open + 1..open + 1 + close])
 }
 
 /// Who takes the lock, as `inspect` shows it.
@@ -379,7 +376,7 @@ impl Locker {
         if !self.is_quorum() {
             let result = results.into_iter().next().expect("one node");
             if let Err(e) = &result
-                && matches!(e.kind, ErrorKind::Timeout | ErrorKind::Io)
+                && matches!(e.kind, Fault::Timeout | Fault::Io)
             {
                 // Sent, and no reply (a timeout, or the connection broke): the grant may have
                 // happened. Give it back so it does not sit out its whole TTL.
@@ -460,7 +457,7 @@ impl Locker {
                 Err(e) => errors.push(e),
             }
         }
-        if let Some(e) = errors.iter().find(|e| e.kind == ErrorKind::WrongType) {
+        if let Some(e) = errors.iter().find(|e| e.kind == Fault::WrongType) {
             return Err(e.clone().into_failure(&key.name));
         }
         if errors.len() > n - self.quorum() {
@@ -511,7 +508,7 @@ impl Locker {
         }
         if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
             let answered = results.iter().filter(|r| r.is_ok()).count();
-            if e.kind == ErrorKind::WrongType || answered == 0 || !self.is_quorum() {
+            if e.kind == Fault::WrongType || answered == 0 || !self.is_quorum() {
                 return Err(e.clone().into_failure(&key.name));
             }
         }
@@ -607,7 +604,7 @@ impl Locker {
             .iter()
             .filter(|r| {
                 matches!(r, Ok(Renewed::NotOwner(_)))
-                    || matches!(r, Err(e) if e.kind == ErrorKind::WrongType)
+                    || matches!(r, Err(e) if e.kind == Fault::WrongType)
             })
             .count();
         if n - not_owner < self.quorum() {
@@ -619,7 +616,7 @@ impl Locker {
             .into_iter()
             .find_map(Result::err)
             .unwrap_or_else(|| NodeError {
-                kind: ErrorKind::Timeout,
+                kind: Fault::Timeout,
                 node: "Redlock".into(),
                 detail: "too few nodes renewed in time".into(),
             }))
@@ -795,7 +792,7 @@ fn lock_info(key: &LockKey, r: &[Value]) -> LockInfo {
 
 fn wrong_type(node: &dyn Node, reply: &[Value]) -> NodeError {
     NodeError {
-        kind: ErrorKind::WrongType,
+        kind: Fault::WrongType,
         node: node.name().into(),
         detail: format!(
             "it is a {}",
@@ -806,7 +803,7 @@ fn wrong_type(node: &dyn Node, reply: &[Value]) -> NodeError {
 
 fn unexpected_on(node: &dyn Node, what: &str, reply: &[Value]) -> NodeError {
     NodeError {
-        kind: ErrorKind::Other,
+        kind: Fault::Other,
         node: node.name().into(),
         detail: format!("unexpected reply to {what}: {reply:?}"),
     }
@@ -814,7 +811,10 @@ fn unexpected_on(node: &dyn Node, what: &str, reply: &[Value]) -> NodeError {
 
 /// A Redlock request that too few masters answered; `what` names what it was about.
 fn no_quorum(what: &str, n: usize, errors: &[NodeError]) -> Failure {
-    if let Some(auth) = errors.iter().find(|e| e.kind == ErrorKind::Auth) {
+    if let Some(auth) = errors
+        .iter()
+        .find(|e| matches!(e.kind, Fault::Auth | Fault::Denied))
+    {
         return auth.clone().into_failure_for(what);
     }
     let detail = errors

@@ -1,0 +1,191 @@
+//! What went wrong on the way to Redis, sorted into the few kinds rlock decides on, and turned
+//! into the user's one-line failure.
+
+use std::fmt;
+
+use redis::RedisError;
+
+use crate::exit::Failure;
+use crate::redact::redact_text;
+
+/// What a Redis endpoint did wrong, in the terms rlock decides on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Could not connect, or the connection broke before the command was sent.
+    Connect,
+    /// The command was sent and no reply came in time: it may or may not have run.
+    Timeout,
+    /// The connection broke after the command was sent.
+    Io,
+    /// The server answers but cannot serve now (LOADING, READONLY, MASTERDOWN, ...).
+    NotServing,
+    /// Wrong password or no password.
+    Auth,
+    /// The ACL refused a command, a key or a channel (also inside a script).
+    Denied,
+    /// WRONGTYPE: the key holds a value that is not a lock.
+    WrongType,
+    /// The server refuses what the URL asks for (a database number out of range).
+    Config,
+    /// Anything else the server or the client library said.
+    Other,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeError {
+    pub kind: Fault,
+    /// Which endpoint, with any password redacted.
+    pub node: String,
+    pub detail: String,
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.node, self.detail)
+    }
+}
+
+impl NodeError {
+    pub fn from_redis(node: &str, err: &RedisError) -> Self {
+        let code = err.code().unwrap_or("");
+        let text = err.to_string();
+        let lower = text.to_ascii_lowercase();
+        let kind = if code == "NOPERM"
+            || lower.contains("noperm")
+            // Redis 7 inside a script: "The user executing the script can't run this command or
+            // subcommand", with no error code of its own.
+            || lower.contains("user executing the script can't")
+            || lower.contains("no permissions to")
+        {
+            Fault::Denied
+        } else if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(code, "NOAUTH" | "WRONGPASS")
+            || ["wrongpass", "noauth", "authenticationfailed", "authentication failed"]
+                .iter()
+                .any(|w| lower.contains(w))
+            // Before AUTH, Redis refuses commands of more than 10 arguments this way.
+            || lower.contains("unauthenticated")
+        {
+            Fault::Auth
+        } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
+            Fault::WrongType
+        } else if lower.contains("db index is out of range") {
+            Fault::Config
+        } else if err.is_timeout() {
+            Fault::Timeout
+        } else if err.is_connection_refusal() {
+            Fault::Connect
+        } else if err.is_io_error() || err.is_connection_dropped() {
+            Fault::Io
+        } else if matches!(
+            code,
+            "LOADING" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "BUSY"
+        ) {
+            Fault::NotServing
+        } else {
+            Fault::Other
+        };
+        let detail = if kind == Fault::Timeout {
+            // The OS says "Resource temporarily unavailable" for a read that timed out.
+            "timed out: no reply within the timeout (--op-timeout)".to_string()
+        } else {
+            redact_text(&plain(&text))
+        };
+        NodeError {
+            kind,
+            node: node.to_string(),
+            detail,
+        }
+    }
+
+    /// A failure of the path to the server rather than an answer from it.
+    pub fn is_transport(&self) -> bool {
+        matches!(
+            self.kind,
+            Fault::Connect | Fault::Timeout | Fault::Io | Fault::NotServing
+        )
+    }
+
+    /// Turns the error into the user-facing failure, naming the lock it was about.
+    pub fn into_failure(self, key: &str) -> Failure {
+        self.into_failure_for(&format!("lock '{key}'"))
+    }
+
+    /// As `into_failure`, naming what the request was about ("lock 'jobs'", "the locks
+    /// under 'rlock:'").
+    pub fn into_failure_for(self, key: &str) -> Failure {
+        match self.kind {
+            Fault::Connect | Fault::Timeout | Fault::Io | Fault::NotServing => {
+                let lower = self.detail.to_ascii_lowercase();
+                let hint = if lower.contains("certificaterequired") {
+                    "the server asks for a client certificate: give --tls-cert and --tls-key"
+                } else if lower.contains("certificate") {
+                    "the server's TLS certificate was not trusted: check --tls-ca (and the host name in the URL)"
+                } else {
+                    "check that the server is up and --url is right"
+                };
+                Failure::Unavailable(format!("Redis unavailable for {key}: {self}; {hint}"))
+            }
+            Fault::Auth => Failure::NotPermitted(format!(
+                "Redis refused rlock for {key}: {self}; check the password (--password-file, $RLOCK_PASSWORD) and the user's ACL"
+            )),
+            Fault::Denied => Failure::NotPermitted(format!(
+                "Redis's ACL refused what rlock needs for {key}: {self}; give the user the rights in the README's ACL list (\"ACL: the rights a lock user needs\")"
+            )),
+            Fault::WrongType => Failure::NotALock(format!(
+                "{key} holds a value rlock cannot treat as a lock ({}); nothing was changed",
+                self.detail
+            )),
+            Fault::Other => {
+                Failure::Unavailable(format!("Redis answered an error for {key}: {self}"))
+            }
+            Fault::Config => Failure::Config(format!(
+                "Redis refused the connection settings for {key}: {self}; check the database number in --url"
+            )),
+        }
+    }
+}
+
+/// The text of a Redis error without what the client library and Redis add around it: the
+/// library's `"CODE": ` or `Kind: ` in front, and the ` script: SHA, on @user_script:N.` that
+/// Redis 7 appends to an error raised inside a script.
+fn plain(text: &str) -> String {
+    let mut text = text.trim();
+    if let Some((head, rest)) = text.split_once(": ")
+        && !head.contains(' ')
+        && head
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '"' || c == '_')
+    {
+        text = rest;
+    }
+    if let Some(at) = text.find(" script: ")
+        && text[at..].contains("@user_script:")
+    {
+        text = &text[..at];
+    }
+    text.trim_end_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain;
+
+    #[test]
+    fn plain_error_text() {
+        assert_eq!(
+            plain(
+                r#""WRONGTYPE": rlock's state key '{rlock:s}:state' holds a list, not a hash script: a723a9e63875973492cd322229b4d137dc085f2e, on @user_script:18."#
+            ),
+            "rlock's state key '{rlock:s}:state' holds a list, not a hash"
+        );
+        assert_eq!(
+            plain("NoPerm: this user has no permissions to run the 'publish' command"),
+            "this user has no permissions to run the 'publish' command"
+        );
+        assert_eq!(
+            plain("Connection refused (os error 111)"),
+            "Connection refused (os error 111)"
+        );
+    }
+}

@@ -1,0 +1,279 @@
+//! How to reach Redis: the URLs, the deployment they describe, the password and the TLS
+//! material, resolved from the global options and the environment.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use redis::{ConnectionInfo, IntoConnectionInfo};
+
+use super::{Cluster, Node, Sentinel, Single};
+use crate::exit::Failure;
+use crate::redact::{redact, redact_text};
+
+/// TLS material named on the command line or in the environment.
+#[derive(Debug, Default, Clone)]
+pub struct TlsFiles {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// How to reach Redis, resolved from global options and the environment.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub urls: Vec<String>,
+    pub cluster: bool,
+    pub sentinel: Option<String>,
+    pub password: Option<String>,
+    pub tls: TlsFiles,
+    pub op_timeout: Duration,
+}
+
+impl Settings {
+    /// The password from --password-file, else $RLOCK_PASSWORD, else $REDISCLI_AUTH.
+    pub fn resolve_password(file: Option<&Path>) -> Result<Option<String>, Failure> {
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::Config(format!(
+                    "cannot read password file '{}': {e}",
+                    path.display()
+                ))
+            })?;
+            let first = text.lines().next().unwrap_or("").to_string();
+            if first.is_empty() {
+                return Err(Failure::Config(format!(
+                    "password file '{}' is empty",
+                    path.display()
+                )));
+            }
+            return Ok(Some(first));
+        }
+        for var in ["RLOCK_PASSWORD", "REDISCLI_AUTH"] {
+            if let Ok(v) = std::env::var(var)
+                && !v.is_empty()
+            {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Parses one URL into connection info, with the fallback password applied.
+    pub fn connection_info(&self, url: &str) -> Result<ConnectionInfo, Failure> {
+        self.connection_info_with(url, true)
+    }
+
+    fn connection_info_with(
+        &self,
+        url: &str,
+        fallback_password: bool,
+    ) -> Result<ConnectionInfo, Failure> {
+        let shown = redact(url);
+        let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
+            .iter()
+            .any(|s| url.starts_with(s));
+        if !scheme_ok {
+            return Err(Failure::Config(format!(
+                "malformed URL '{shown}': it must start with redis://, rediss:// or unix://"
+            )));
+        }
+        let info = url.into_connection_info().map_err(|e| {
+            Failure::Config(format!(
+                "malformed URL '{shown}': {}",
+                redact_text(&e.to_string())
+            ))
+        })?;
+        let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+        if fallback_password
+            && settings.password().is_none()
+            && let Some(p) = &self.password
+        {
+            settings = settings.set_password(p);
+        }
+        Ok(info.set_redis_settings(settings))
+    }
+
+    /// Opens the deployment the options describe: one node for a single Redis, a Cluster or
+    /// a Sentinel-watched master; one node per master for Redlock.
+    pub fn connect(&self) -> Result<Vec<Box<dyn Node>>, Failure> {
+        if self.urls.is_empty() {
+            return Err(Failure::Usage("no --url given".into()));
+        }
+        if self.cluster && self.sentinel.is_some() {
+            return Err(Failure::Usage(
+                "--cluster and --sentinel cannot be used together".into(),
+            ));
+        }
+        self.check_tls_options()?;
+        if self.cluster {
+            return Ok(vec![Box::new(Cluster::new(self)?)]);
+        }
+        if let Some(name) = &self.sentinel {
+            return Ok(vec![Box::new(Sentinel::new(self, name)?)]);
+        }
+        let n = self.urls.len();
+        if n > 1 && (n < 3 || n.is_multiple_of(2)) {
+            return Err(Failure::Usage(format!(
+                "Redlock needs an odd number of independent masters (3, 5, ...), got {n} --url"
+            )));
+        }
+        self.check_independent()?;
+        self.urls
+            .iter()
+            .map(|url| Ok(Box::new(Single::new(self.client(url)?, redact(url))) as Box<dyn Node>))
+            .collect()
+    }
+
+    /// Redlock's masters must be independent: the same server named twice would let one
+    /// server make a majority.
+    fn check_independent(&self) -> Result<(), Failure> {
+        let mut seen: Vec<(redis::ConnectionAddr, &str)> = Vec::new();
+        for url in &self.urls {
+            let addr = self.connection_info(url)?.addr().clone();
+            if let Some((_, first)) = seen.iter().find(|(a, _)| *a == addr) {
+                return Err(Failure::Config(format!(
+                    "'{}' and '{}' are the same Redis server: Redlock needs independent masters",
+                    redact(first),
+                    redact(url)
+                )));
+            }
+            seen.push((addr, url));
+        }
+        Ok(())
+    }
+
+    fn check_tls_options(&self) -> Result<(), Failure> {
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            return Err(Failure::Config(
+                "--tls-cert and --tls-key go together: give both or neither".into(),
+            ));
+        }
+        let any = self.tls.ca.is_some() || self.tls.cert.is_some();
+        if any && !self.urls.iter().any(|u| u.starts_with("rediss://")) {
+            return Err(Failure::Config(
+                "--tls-ca/--tls-cert/--tls-key apply to rediss:// URLs, and no --url is rediss://"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The certificates of --tls-ca, --tls-cert and --tls-key, if any were given.
+    pub fn tls_certificates(&self) -> Result<Option<redis::TlsCertificates>, Failure> {
+        let read = |what: &str, path: &Path| {
+            std::fs::read(path).map_err(|e| {
+                Failure::Config(format!("cannot read {what} '{}': {e}", path.display()))
+            })
+        };
+        let root_cert = match &self.tls.ca {
+            Some(p) => Some(read("--tls-ca", p)?),
+            None => None,
+        };
+        let client_tls = match (&self.tls.cert, &self.tls.key) {
+            (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
+                client_cert: read("--tls-cert", c)?,
+                client_key: read("--tls-key", k)?,
+            }),
+            _ => None,
+        };
+        if root_cert.is_none() && client_tls.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
+    }
+
+    /// A client for one URL, with the fallback password and the TLS material applied.
+    pub fn client(&self, url: &str) -> Result<redis::Client, Failure> {
+        self.client_with(url, true)
+    }
+
+    /// A client for a Sentinel: only the URL's own credentials (the fallback password is the
+    /// master's, and a Sentinel without one would refuse AUTH).
+    pub fn sentinel_client(&self, url: &str) -> Result<redis::Client, Failure> {
+        self.client_with(url, false)
+    }
+
+    fn client_with(&self, url: &str, fallback_password: bool) -> Result<redis::Client, Failure> {
+        let info = self.connection_info_with(url, fallback_password)?;
+        let bad = |e: redis::RedisError| {
+            Failure::Config(format!(
+                "cannot use '{}': {}",
+                redact(url),
+                redact_text(&e.to_string())
+            ))
+        };
+        if url.starts_with("rediss://")
+            && let Some(certs) = self.tls_certificates()?
+        {
+            return redis::Client::build_with_tls(info, certs).map_err(bad);
+        }
+        redis::Client::open(info).map_err(bad)
+    }
+}
+
+/// `url` with its host and port replaced (scheme, credentials, database and options kept).
+pub fn with_addr(url: &str, host: &str, port: u16) -> String {
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return url.to_string();
+    };
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    if parsed.set_host(Some(&host)).is_err() || parsed.set_port(Some(port)).is_err() {
+        return url.to_string();
+    }
+    parsed.into()
+}
+
+/// The URLs of `RLOCK_URL`, a comma-separated list, split only where a new URL starts (a comma
+/// followed by a scheme), so that a password holding a comma stays whole and is never cut into
+/// pieces that a message could echo.
+pub fn split_urls(list: &str) -> Vec<String> {
+    const SCHEMES: [&str; 4] = ["redis://", "rediss://", "unix://", "redis+unix://"];
+    let list = list.trim().trim_matches(',');
+    let mut urls = Vec::new();
+    let mut start = 0;
+    for (comma, _) in list.match_indices(',') {
+        let next = list[comma + 1..].trim_start();
+        if SCHEMES.iter().any(|s| next.starts_with(s)) {
+            urls.push(list[start..comma].trim().to_string());
+            start = comma + 1;
+        }
+    }
+    urls.push(list[start..].trim().to_string());
+    urls.retain(|u| !u.is_empty());
+    urls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_the_address() {
+        assert_eq!(
+            with_addr("rediss://u:p@seed:1/0?x=1", "10.0.0.2", 7001),
+            "rediss://u:p@10.0.0.2:7001/0?x=1"
+        );
+        assert_eq!(with_addr("redis://seed", "::1", 7), "redis://[::1]:7");
+        assert_eq!(with_addr("redis://master", "h", 6380), "redis://h:6380");
+    }
+
+    #[test]
+    fn splits_rlock_url_where_a_url_starts() {
+        assert_eq!(
+            split_urls("redis://a:1, redis://b:2,rediss://c:3"),
+            ["redis://a:1", "redis://b:2", "rediss://c:3"]
+        );
+        assert_eq!(
+            split_urls("redis://:pa,ss@h:1,redis://:x,y,z@h:2"),
+            ["redis://:pa,ss@h:1", "redis://:x,y,z@h:2"]
+        );
+        assert_eq!(split_urls("redis://h:1,"), ["redis://h:1"]);
+    }
+}
