@@ -543,7 +543,9 @@ fn every_acl_refusal_exits_77_and_points_at_the_rights() {
         }
     }
     // (That each right is needed at all is scale.rs's acl_every_documented_right_is_needed.)
-    for right in ["evalsha", "time", "set", "del", "publish", "hset", "pexpire", "zadd", "scan"] {
+    for right in [
+        "evalsha", "time", "set", "del", "publish", "hset", "pexpire", "zadd", "scan",
+    ] {
         assert!(
             refused_without.contains(&right.to_string()),
             "nothing was refused without +{right}: the test ran no step that needs it"
