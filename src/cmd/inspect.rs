@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::Context;
 use crate::cli::InspectArgs;
 use crate::exit::Code;
-use crate::lock::{LockInfo, human_ms};
+use crate::lock::{KeyType, LockInfo, human_ms};
 
 pub fn run(ctx: &Context, args: &InspectArgs) -> Result<u8> {
     let locker = ctx.locker()?;
@@ -104,12 +104,12 @@ fn write_table(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> 
                 .next()
                 .unwrap_or("")
                 .to_string()
-        } else if l.kind == "string" {
+        } else if l.kind == KeyType::String {
             "another client".into()
-        } else if l.kind == "hash" {
+        } else if l.kind == KeyType::Hash {
             "another client (hash, e.g. Redisson)".into()
         } else {
-            format!("not a lock ({})", l.kind)
+            format!("not a lock ({})", l.kind.as_str())
         };
         rows.push([
             l.name.clone(),

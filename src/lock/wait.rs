@@ -10,8 +10,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Attempt, Grant, Identity, LockKey, Locker, WAITER_REFRESH, busy_message, human_ms};
+use super::display::{busy_message, human_ms};
+use super::exclusive::Attempt;
+use super::{Grant, LockKey, Locker, WAITER_REFRESH};
 use crate::exit::Failure;
+use crate::identity::Identity;
 
 /// How long to wait for a busy lock.
 #[derive(Debug, Clone, Copy)]

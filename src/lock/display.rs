@@ -1,0 +1,66 @@
+//! How locks and holders read in messages and tables.
+
+use super::key::LockKey;
+use super::reply::Holder;
+
+impl Holder {
+    /// `alice@build-7 pid 4411 for 2m13s` or `another client (not rlock)`.
+    pub fn describe(&self, now_ms: i64) -> String {
+        match (&self.host, &self.pid) {
+            (Some(host), Some(pid)) => {
+                let mut s = match &self.user {
+                    Some(u) => format!("{u}@{host} pid {pid}"),
+                    None => format!("{host} pid {pid}"),
+                };
+                if let Some(since) = self.since_ms {
+                    s.push_str(&format!(" for {}", human_ms(now_ms - since)));
+                }
+                s
+            }
+            _ => "another client (not rlock)".into(),
+        }
+    }
+}
+
+/// A short human duration: `850ms`, `4.2s`, `28s`, `2m13s`, `1h05m`.
+pub fn human_ms(ms: i64) -> String {
+    let ms = ms.max(0);
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 10_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if ms < 60_000 {
+        format!("{}s", ms / 1000)
+    } else if ms < 3_600_000 {
+        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+    }
+}
+
+/// What the user sees for a busy lock: who holds it and when it expires.
+pub(super) fn busy_message(key: &LockKey, pttl: i64, now_ms: i64, holder: &Holder) -> String {
+    let expiry = match pttl {
+        p if p >= 0 => format!("expires in {}", human_ms(p)),
+        -1 => "never expires".into(),
+        _ => "just released".into(),
+    };
+    format!(
+        "lock '{}' is busy (held by {}, {expiry})",
+        key.name,
+        holder.describe(now_ms)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_ms;
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human_ms(850), "850ms");
+        assert_eq!(human_ms(4200), "4.2s");
+        assert_eq!(human_ms(133_000), "2m13s");
+        assert_eq!(human_ms(3_900_000), "1h05m");
+    }
+}

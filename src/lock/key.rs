@@ -1,0 +1,131 @@
+//! The Redis names of one lock: the lock key, its helper keys in the same cluster slot, and its
+//! wake channel.
+
+use crate::backend::{Script, hash_tag};
+use crate::exit::Failure;
+
+/// The Redis names of one lock.
+#[derive(Debug, Clone)]
+pub struct LockKey {
+    /// The name the user gave (`-k`).
+    pub name: String,
+    /// PREFIX + name.
+    pub redis_key: String,
+    pub(super) state: String,
+    pub(super) queue: String,
+    pub(super) channel: String,
+}
+
+impl LockKey {
+    pub fn new(prefix: &str, name: &str) -> Result<Self, Failure> {
+        if name.is_empty() {
+            return Err(Failure::Usage("the key must not be empty".into()));
+        }
+        let redis_key = format!("{prefix}{name}");
+        // Helper keys must hash to the lock key's cluster slot. Appending to a key that has a
+        // hash tag keeps its tag; otherwise the whole key becomes the tag.
+        let base = if hash_tag(&redis_key).is_some() {
+            redis_key.clone()
+        } else if redis_key.contains('}') {
+            let culprit = if prefix.contains('}') {
+                format!("--prefix '{prefix}'")
+            } else {
+                format!("key '{name}'")
+            };
+            return Err(Failure::Usage(format!(
+                "{culprit} has a '}}' outside a {{hash tag}}; rlock could not keep its helper keys in the lock's cluster slot"
+            )));
+        } else {
+            format!("{{{redis_key}}}")
+        };
+        Ok(LockKey {
+            name: name.to_string(),
+            state: format!("{base}:state"),
+            queue: format!("{base}:q"),
+            channel: format!("{base}:wake"),
+            redis_key,
+        })
+    }
+
+    /// A key found by a listing, for reading only: a key with a `}` outside a hash tag (another
+    /// client's lock) has no helper keys that share its cluster slot, so the lock key stands in
+    /// for them, which the inspect script reads as "no state, no queue".
+    pub(super) fn listed(prefix: &str, name: &str) -> Self {
+        LockKey::new(prefix, name).unwrap_or_else(|_| {
+            let redis_key = format!("{prefix}{name}");
+            LockKey {
+                name: name.to_string(),
+                state: redis_key.clone(),
+                queue: redis_key.clone(),
+                channel: format!("{redis_key}:wake"),
+                redis_key,
+            }
+        })
+    }
+
+    /// The keys a script declares. Renew and fence use only the lock and its state: a key that
+    /// does not exist (the queue, usually) would make a Cluster answer TRYAGAIN while the slot
+    /// migrates, and a renewal must get through then.
+    pub(super) fn keys_for(&self, script: &Script) -> Vec<&str> {
+        let mut keys = self.keys().to_vec();
+        if matches!(script.name, "renew" | "fence") {
+            keys.truncate(2);
+        }
+        keys
+    }
+
+    pub(super) fn keys(&self) -> [&str; 3] {
+        [&self.redis_key, &self.state, &self.queue]
+    }
+
+    /// True for rlock's own helper keys, which a listing must not show as locks: `{K}:state`
+    /// and `{K}:q`, or `K:state` and `K:q` for a K with a hash tag of its own.
+    pub fn is_helper(redis_key: &str) -> bool {
+        let Some(base) = redis_key
+            .strip_suffix(":state")
+            .or_else(|| redis_key.strip_suffix(":q"))
+        else {
+            return false;
+        };
+        (base.starts_with('{') && base.ends_with('}')) || hash_tag(base).is_some()
+    }
+}
+
+/// The `SCAN MATCH` pattern for every key under `prefix`, its own glob characters taken
+/// literally.
+pub(super) fn scan_pattern(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('*');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helper_keys_share_the_slot() {
+        let k = LockKey::new("rlock:", "jobs").unwrap();
+        assert_eq!(k.redis_key, "rlock:jobs");
+        assert_eq!(k.state, "{rlock:jobs}:state");
+        let k = LockKey::new("", "{user1}.jobs").unwrap();
+        assert_eq!(k.state, "{user1}.jobs:state");
+        assert!(LockKey::new("", "a}b").is_err());
+        let k = LockKey::new("", "a{b").unwrap();
+        assert_eq!(hash_tag(&k.state), Some("a{b"));
+        assert!(LockKey::is_helper("{rlock:jobs}:state"));
+        assert!(LockKey::is_helper("rlock:{grp}jobs:q"));
+        assert!(!LockKey::is_helper("rlock:jobs"));
+    }
+
+    #[test]
+    fn escapes_globs() {
+        assert_eq!(scan_pattern("a*b?[c]"), "a\\*b\\?\\[c\\]*");
+    }
+}

@@ -1,0 +1,113 @@
+//! The lease arithmetic: when a lease must be assumed gone, and the timing of renewals. Both the
+//! grant (Redlock's validity) and the watchdog (the deadline) count by it.
+
+use std::time::{Duration, Instant};
+
+/// Clock drift allowance of the contract: 1% of the TTL plus 2 ms.
+pub fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// When a lease whose renewal was *sent* at `sent` must be assumed gone.
+pub fn deadline(sent: Instant, ttl: Duration) -> Instant {
+    sent + ttl.saturating_sub(drift(ttl))
+}
+
+/// The timing of one lease.
+#[derive(Debug, Clone, Copy)]
+pub struct Lease {
+    pub ttl: Duration,
+    pub renew_every: Duration,
+    /// Time between the lost-signal and SIGKILL.
+    pub grace: Duration,
+    /// The per-renewal timeout: a frozen server must not hold a renewal up for long.
+    pub op_timeout: Duration,
+}
+
+impl Lease {
+    /// Defaults of the contract (renew every TTL/3, grace TTL/4), checked for sense.
+    pub fn new(
+        ttl: Duration,
+        renew_every: Option<Duration>,
+        grace: Option<Duration>,
+        op_timeout: Duration,
+    ) -> Result<Self, String> {
+        let renew_every = renew_every.unwrap_or(ttl / 3);
+        let grace = grace.unwrap_or(ttl / 4);
+        let usable = ttl.saturating_sub(drift(ttl));
+        if grace >= usable {
+            return Err(format!(
+                "--grace {} leaves no lease: it must be shorter than --ttl {} minus 1% and 2ms",
+                humantime::format_duration(grace),
+                humantime::format_duration(ttl)
+            ));
+        }
+        if renew_every >= usable - grace {
+            return Err(format!(
+                "--renew-every {} is too slow for --ttl {}: renewals must come before the lease ends minus --grace ({})",
+                humantime::format_duration(renew_every),
+                humantime::format_duration(ttl),
+                humantime::format_duration(grace)
+            ));
+        }
+        Ok(Lease {
+            ttl,
+            renew_every,
+            grace,
+            op_timeout,
+        })
+    }
+
+    /// After a failed renewal, try again soon.
+    pub fn retry_every(&self) -> Duration {
+        (self.renew_every / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
+    /// A renewal waits at most this long for its reply: short enough that a stalled server
+    /// leaves room for several tries before the deadline (a retry comes a quarter of
+    /// --renew-every after a failure).
+    pub fn renew_timeout(&self) -> Duration {
+        self.op_timeout
+            .min(self.renew_every / 2)
+            .max(Duration::from_millis(5))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_allows_for_drift() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(1);
+        assert_eq!(deadline(t0, ttl) - t0, Duration::from_millis(988));
+    }
+
+    #[test]
+    fn lease_defaults_and_checks() {
+        let op = Duration::from_secs(2);
+        let l = Lease::new(Duration::from_secs(30), None, None, op).unwrap();
+        assert_eq!(l.renew_every, Duration::from_secs(10));
+        assert_eq!(l.grace, Duration::from_millis(7500));
+        assert_eq!(l.retry_every(), Duration::from_secs(1));
+        assert!(
+            Lease::new(
+                Duration::from_secs(1),
+                None,
+                Some(Duration::from_secs(1)),
+                op
+            )
+            .is_err()
+        );
+        assert!(
+            Lease::new(
+                Duration::from_secs(10),
+                Some(Duration::from_secs(9)),
+                None,
+                op
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! The deployment a lock lives on: one logical Redis (single, Cluster, Sentinel) or a Redlock
+//! quorum of independent masters, with what every kind of lock needs of it: running a script on
+//! every node (in parallel), counting a majority, and subscribing to a wake channel.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::key::LockKey;
+use crate::backend::{Fault, Node, NodeError, Script};
+use crate::exit::Failure;
+
+/// The lock operations on one deployment. The operations themselves live beside this file, one
+/// file per kind of lock (`exclusive.rs`, ...), all built on `on_all` and `Quorum`.
+pub struct Locker {
+    pub(super) nodes: Vec<Box<dyn Node>>,
+    pub(super) op_timeout: Duration,
+}
+
+/// How many of the nodes must agree: all of one, or a majority of a Redlock's masters.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Quorum {
+    nodes: usize,
+}
+
+impl Quorum {
+    /// How many nodes make a majority.
+    pub fn needed(self) -> usize {
+        self.nodes / 2 + 1
+    }
+
+    /// `count` nodes agreeing are enough.
+    pub fn reached_by(self, count: usize) -> bool {
+        count >= self.needed()
+    }
+
+    /// With `failed` nodes out, the others can no longer make a majority.
+    pub fn lost_with(self, failed: usize) -> bool {
+        failed > self.nodes - self.needed()
+    }
+}
+
+impl Locker {
+    pub fn new(nodes: Vec<Box<dyn Node>>, op_timeout: Duration) -> Self {
+        assert!(!nodes.is_empty(), "a Locker needs at least one node");
+        Locker { nodes, op_timeout }
+    }
+
+    pub fn op_timeout(&self) -> Duration {
+        self.op_timeout
+    }
+
+    /// True in Redlock mode (several independent masters).
+    pub fn is_quorum(&self) -> bool {
+        self.nodes.len() > 1
+    }
+
+    pub(super) fn quorum(&self) -> Quorum {
+        Quorum {
+            nodes: self.nodes.len(),
+        }
+    }
+
+    /// The timeout of one request: --op-timeout, and in Redlock mode also well under the TTL,
+    /// so that one dead node cannot use up the validity of a grant.
+    pub fn node_timeout(&self, ttl: Duration) -> Duration {
+        if self.is_quorum() {
+            self.op_timeout.min(ttl / 10).max(Duration::from_millis(5))
+        } else {
+            self.op_timeout
+        }
+    }
+
+    /// Runs `f` on every node, in parallel when there are several.
+    pub(super) fn on_all<T: Send>(&self, f: impl Fn(&dyn Node) -> T + Sync) -> Vec<T> {
+        if self.nodes.len() == 1 {
+            return vec![f(self.nodes[0].as_ref())];
+        }
+        let f = &f;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .nodes
+                .iter()
+                .map(|n| s.spawn(move || f(n.as_ref())))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a node worker panicked"))
+                .collect()
+        })
+    }
+
+    /// Connections subscribed to the lock's wake channel: one per node that answers (in
+    /// parallel, each within --op-timeout).
+    pub fn subscribers(&self, key: &LockKey) -> Vec<redis::Connection> {
+        self.on_all(|n| {
+            let mut conn = n.subscriber(&key.redis_key, self.op_timeout).ok()?;
+            let mut pubsub = conn.as_pubsub();
+            let subscribed = pubsub.subscribe(&key.channel).is_ok();
+            // Dropping a PubSub sends UNSUBSCRIBE and waits for the answer; the connection is
+            // closed instead when the wait is over, which unsubscribes for free.
+            std::mem::forget(pubsub);
+            subscribed.then_some(conn)
+        })
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
+/// Runs a script on one node; the reply as a list.
+pub(super) fn eval_on(
+    node: &dyn Node,
+    script: &Script,
+    key: &LockKey,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<Vec<Value>, NodeError> {
+    match node.eval(script, &key.keys_for(script), args, timeout)? {
+        Value::Array(items) => Ok(items),
+        other => Ok(vec![other]),
+    }
+}
+
+/// The key holds a value of another type (`kind`): not a lock.
+pub(super) fn wrong_type(node: &dyn Node, kind: &str) -> NodeError {
+    NodeError {
+        kind: Fault::WrongType,
+        node: node.name().into(),
+        detail: format!("it is a {kind}"),
+    }
+}
+
+/// A reply no version of the script gives.
+pub(super) fn unexpected(node: &dyn Node, what: &str, reply: &[Value]) -> NodeError {
+    NodeError {
+        kind: Fault::Other,
+        node: node.name().into(),
+        detail: format!("unexpected reply to {what}: {reply:?}"),
+    }
+}
+
+/// A Redlock request that too few masters answered; `what` names what it was about.
+pub(super) fn no_quorum(what: &str, n: usize, errors: &[NodeError]) -> Failure {
+    if let Some(refused) = errors
+        .iter()
+        .find(|e| matches!(e.kind, Fault::Auth | Fault::Denied))
+    {
+        return refused.clone().into_failure_for(what);
+    }
+    let detail = errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    Failure::Unavailable(format!(
+        "no quorum for {what}: {} of {n} Redis nodes unavailable ({detail}); a majority must answer",
+        errors.len()
+    ))
+}

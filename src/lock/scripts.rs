@@ -1,0 +1,34 @@
+//! The Lua scripts rlock sends: every Redis command of the lock protocol is in the `.lua` files
+//! beside this one. Each script carries a header with its KEYS, ARGV and replies.
+
+use crate::backend::Script;
+
+/// The sources and SHA1s of the scripts, from build.rs (which lists the files of each).
+mod sources {
+    include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
+}
+
+// Public so that tests can run and preload exactly what rlock sends.
+pub static ACQUIRE: Script = Script::new("acquire", sources::ACQUIRE);
+pub static RELEASE: Script = Script::new("release", sources::RELEASE);
+pub static RENEW: Script = Script::new("renew", sources::RENEW);
+// Sent whole: it gives back grants whose reply never came, often to a server that has just
+// stalled and may never have cached it, and its own reply may never be read.
+pub static LEAVE: Script = Script::sent_whole("leave", sources::LEAVE);
+pub static INSPECT: Script = Script::new("inspect", sources::INSPECT);
+pub static FENCE: Script = Script::new("fence", sources::FENCE);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_hashes_are_what_redis_computes() {
+        for script in [&ACQUIRE, &RELEASE, &RENEW, &LEAVE, &INSPECT, &FENCE] {
+            let sha = redis::Script::new(script.source).get_hash().to_string();
+            assert_eq!(script.sha, sha, "SHA1 of {}", script.name);
+        }
+        assert!(ACQUIRE.source.starts_with(include_str!("common.lua")));
+        assert!(ACQUIRE.source.ends_with(include_str!("acquire.lua")));
+    }
+}
