@@ -19,6 +19,15 @@ pub enum Code {
     NotFound = 127,
 }
 
+/// How rlock ends: with an exit code, or by dying of a signal as its command did (Ctrl-C), so
+/// that the shell that ran rlock stops its loop or script as it does when a command of its own
+/// is interrupted. `main` carries it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(u8),
+    Signal(nix::sys::signal::Signal),
+}
+
 impl From<Code> for ExitCode {
     fn from(code: Code) -> Self {
         ExitCode::from(code as u8)
@@ -82,6 +91,17 @@ pub fn code_of(err: &anyhow::Error) -> u8 {
         Some(f) => f.exit_code(),
         None if is_broken_pipe(err) => Code::Ok as u8,
         None => Code::Internal as u8,
+    }
+}
+
+/// The signal an expected failure means rlock should die of, after its message: a wait ended by
+/// Ctrl-C dies of SIGINT, as an interrupted command does. (Other signals exit 128+N.)
+pub fn dies_of(err: &anyhow::Error) -> Option<nix::sys::signal::Signal> {
+    match err.downcast_ref::<Failure>() {
+        Some(Failure::Interrupted { signal, .. }) if *signal == nix::libc::SIGINT => {
+            Some(nix::sys::signal::Signal::SIGINT)
+        }
+        _ => None,
     }
 }
 

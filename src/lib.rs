@@ -7,23 +7,26 @@ pub mod backend;
 pub mod cli;
 pub mod cmd;
 pub mod exit;
+pub mod identity;
 pub mod lock;
 pub mod redact;
+pub mod signals;
 pub mod supervise;
 pub mod watchdog;
 
 use anyhow::Result;
 
 use cli::{Cli, Command};
+use exit::Exit;
 
-/// Runs one parsed command line; Ok is the exit code.
-pub fn run(cli: Cli) -> Result<u8> {
+/// Runs one parsed command line; Ok is how rlock ends, carried out by `main` alone.
+pub fn run(cli: Cli) -> Result<Exit> {
     let ctx = cmd::Context::new(cli.global)?;
     match &cli.command {
-        Command::Acquire(args) => cmd::acquire::run(&ctx, args),
-        Command::Release(args) => cmd::release::run(&ctx, args),
-        Command::Renew(args) => cmd::renew::run(&ctx, args),
-        Command::Inspect(args) => cmd::inspect::run(&ctx, args),
+        Command::Acquire(args) => cmd::acquire::run(&ctx, args).map(Exit::Code),
+        Command::Release(args) => cmd::release::run(&ctx, args).map(Exit::Code),
+        Command::Renew(args) => cmd::renew::run(&ctx, args).map(Exit::Code),
+        Command::Inspect(args) => cmd::inspect::run(&ctx, args).map(Exit::Code),
         Command::Exec(args) => cmd::exec::run(&ctx, args),
     }
 }

@@ -1,6 +1,7 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
+use rlock::exit::Exit;
 
 fn main() -> ExitCode {
     let mut command = rlock::cli::Cli::command();
@@ -30,8 +31,10 @@ fn main() -> ExitCode {
             return ExitCode::from(rlock::exit::Code::Usage as u8);
         }
     };
+    // The one place rlock ends: with a code, or by the signal its command (or its wait) died of.
     match rlock::run(cli) {
-        Ok(code) => ExitCode::from(code),
+        Ok(Exit::Code(code)) => ExitCode::from(code),
+        Ok(Exit::Signal(sig)) => die_by(sig),
         Err(err) => {
             let code = rlock::exit::code_of(&err);
             // A failure that exits 0 (a closed pipe, a busy lock with -E 0) says nothing.
@@ -40,7 +43,16 @@ fn main() -> ExitCode {
                 let msg = format!("{err:#}").replace('\n', " ");
                 eprintln!("rlock: {msg}");
             }
-            ExitCode::from(code)
+            match rlock::exit::dies_of(&err) {
+                Some(sig) => die_by(sig),
+                None => ExitCode::from(code),
+            }
         }
     }
+}
+
+/// Dies of `sig`; should it not be fatal after all, exits 128+N as a shell would report it.
+fn die_by(sig: nix::sys::signal::Signal) -> ExitCode {
+    rlock::signals::die_by(sig);
+    ExitCode::from(128u8.saturating_add(sig as u8))
 }

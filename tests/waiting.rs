@@ -275,8 +275,10 @@ fn a_foreign_lock_that_expires_is_taken_at_its_ttl() {
 // Giving up: signals and -w
 // ---------------------------------------------------------------------------------------------
 
-/// A waiting `rlock acquire` (or `rlock exec`) gets `sig`: it exits 128+N within a second and
-/// leaves nothing of its own in Redis; the holder's lock is untouched; exec's child never ran.
+/// A waiting `rlock acquire` (or `rlock exec`) gets `sig`: within a second it dies of SIGINT
+/// (as an interrupted command does, so that the caller's shell loop stops too) or exits 128+N
+/// for another signal, and leaves nothing of its own in Redis; the holder's lock is untouched;
+/// exec's child never ran.
 fn interrupted_waiter(exec: bool, sig: Signal) {
     let server = RedisServer::start();
     let dir = tempdir();
@@ -297,11 +299,15 @@ fn interrupted_waiter(exec: bool, sig: Signal) {
     waiter[0].kill(sig);
     let sent = Instant::now();
     let (out, exited_at) = waiter[0].finish(Duration::from_secs(10));
+    // `code` is -N for a death by signal N.
+    let expected = if sig == Signal::SIGINT {
+        -(sig as i32)
+    } else {
+        128 + sig as i32
+    };
     assert_eq!(
-        out.code,
-        128 + sig as i32,
-        "a waiter interrupted by {sig} should exit 128+{}: {out}",
-        sig as i32
+        out.code, expected,
+        "a waiter interrupted by {sig} should end as {expected}: {out}"
     );
     let took = exited_at - sent;
     assert!(
@@ -338,6 +344,48 @@ fn interrupted_waiter(exec: bool, sig: Signal) {
     if exec {
         assert!(!ran.exists(), "the waiting exec ran its command");
     }
+}
+
+/// Ctrl-C at a terminal sends SIGINT to the whole foreground job: a shell script waiting in
+/// `rlock acquire` (or `rlock exec`) must stop there, as it does when any command of its own is
+/// interrupted. bash goes on after a child that exited (130) but not after one that died of
+/// SIGINT, so rlock must die of it.
+fn ctrl_c_stops_the_callers_script(exec: bool) {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    hold(&server, "60s");
+    let rlock = env!("CARGO_BIN_EXE_rlock");
+    let waiter = if exec {
+        format!("{rlock} -u {} exec -k {KEY} -- true", server.url())
+    } else {
+        format!("{rlock} -u {} acquire -k {KEY}", server.url())
+    };
+    let mut cmd = std::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg(format!(r#"{waiter}; echo "went on after $?" > "$D/after""#));
+    let mut script = [Bg::spawn_group("script", dir.path(), &mut cmd)];
+    wait_queued(&server, 1, &mut script);
+    let pgid = nix::unistd::Pid::from_raw(script[0].pid());
+    nix::sys::signal::killpg(pgid, Signal::SIGINT).expect("killpg SIGINT");
+    let (out, _) = script[0].finish(Duration::from_secs(10));
+    assert_eq!(out.code, -2, "the script did not die of SIGINT: {out}");
+    let after = dir.path().join("after");
+    assert!(
+        !after.exists(),
+        "the script went on after Ctrl-C: {}",
+        fs::read_to_string(&after).unwrap_or_default()
+    );
+    assert_no_waiters_left(&server);
+}
+
+#[test]
+fn ctrl_c_stops_a_script_waiting_in_acquire() {
+    ctrl_c_stops_the_callers_script(false);
+}
+
+#[test]
+fn ctrl_c_stops_a_script_waiting_in_exec() {
+    ctrl_c_stops_the_callers_script(true);
 }
 
 #[test]

@@ -7,9 +7,10 @@ use anyhow::Result;
 use super::{Context, inherited, new_token};
 use crate::cli::AcquireArgs;
 use crate::exit::Failure;
-use crate::lock::{Grant, Identity, WaitPolicy};
+use crate::identity::Identity;
+use crate::lock::{Grant, WaitPolicy};
 use crate::redact::redact_command;
-use crate::supervise::Signals;
+use crate::signals::Signals;
 
 pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
     let key = ctx.key(&args.key.key)?;

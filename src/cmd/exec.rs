@@ -1,22 +1,45 @@
 //! `rlock exec`: take the lock, run the command under it, and give it back.
 
 use std::sync::mpsc;
+use std::time::Instant;
 
 use anyhow::Result;
 use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 
 use super::{Context, inherited, inside_exec, new_token};
 use crate::cli::ExecArgs;
-use crate::exit::Failure;
-use crate::lock::{Identity, WaitPolicy};
+use crate::exit::{Exit, Failure};
+use crate::identity::Identity;
+use crate::lock::{Grant, Lease, Locker, Renewed, WaitPolicy, deadline};
 use crate::redact::redact_command;
-use crate::supervise::{self, Enforce, Renewal, Signals};
-use crate::watchdog::{self, Lease};
+use crate::signals::{Signals, stop_self};
+use crate::supervise::{
+    self, Enforce, Guardian, Outcome, Renewal, ReportReceiver, ReportSender, Supervisor, Terminal,
+};
+use crate::watchdog;
 
 /// Set in the child's environment: the pid of the `rlock exec` that renews and releases the
 /// lock, and the lock's token, so that a nested rlock on that lock leaves both to it.
 pub const EXEC_PID_VAR: &str = "RLOCK_EXEC_PID";
 pub const EXEC_TOKEN_VAR: &str = "RLOCK_EXEC_TOKEN";
+
+pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
+    // Signals are caught from here on: while waiting they end the wait (leaving nothing in
+    // Redis), except Ctrl-Z, which stops rlock as usual; once the command runs they are passed
+    // on to it.
+    let signals = Signals::for_exec()?;
+    let key = ctx.key(&args.key.key)?;
+    // Checked before any Redis traffic, with the TTL asked for.
+    lease(ctx, args, args.ttl)?;
+    let locker = ctx.locker()?;
+
+    let held = hold(ctx, &locker, &key, args, &signals)?;
+    let child = start(ctx, &locker, &held, args)?;
+    let outcome = supervise(ctx, &locker, &held, child, args, &signals);
+    let lost = give_back(ctx, &locker, &held, &outcome);
+    exit(args, &held, outcome, lost)
+}
 
 /// Who looks after the lock while the command runs.
 #[derive(PartialEq, Eq)]
@@ -29,93 +52,66 @@ enum Owner {
     OuterExec,
 }
 
-pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
-    // Signals are caught from here on: while waiting they end the wait (leaving nothing in
-    // Redis), except Ctrl-Z, which stops rlock as usual; once the command runs they are passed
-    // on to it.
-    let signals = Signals::for_exec()?;
-    let key = ctx.key(&args.key.key)?;
-    // Checked before any Redis traffic, with the TTL asked for.
-    Lease::new(
-        args.ttl,
-        args.renew_every,
-        args.grace,
-        ctx.settings.op_timeout,
-    )
-    .map_err(Failure::Usage)?;
-    let locker = ctx.locker()?;
-    // The renewal thread's reports (it starts once the command runs).
-    let (report_tx, reports) = supervise::reports()?;
-    let interrupt = || loop {
-        match signals.try_next()? {
-            s if s == Signal::SIGTSTP as i32 => supervise::stop_self(Signal::SIGTSTP),
-            s if s == Signal::SIGCHLD as i32 => {}
-            s => return Some(s),
-        }
-    };
+/// The lock the command runs under.
+struct Held {
+    grant: Grant,
+    owner: Owner,
+    lease: Lease,
+}
 
-    let (grant, owner) = match inherited(ctx, &locker, &key)? {
+/// The command, running in a process group of its own.
+struct Child {
+    pgid: Pid,
+    terminal: Option<Terminal>,
+    guardian: Option<Guardian>,
+    reports: ReportReceiver,
+    report_tx: ReportSender,
+}
+
+fn lease(ctx: &Context, args: &ExecArgs, ttl: std::time::Duration) -> Result<Lease, Failure> {
+    Lease::new(ttl, args.renew_every, args.grace, ctx.settings.op_timeout).map_err(Failure::Usage)
+}
+
+/// Step 1: the lock this process tree already holds (nested rlock), or a new grant.
+fn hold(
+    ctx: &Context,
+    locker: &Locker,
+    key: &crate::lock::LockKey,
+    args: &ExecArgs,
+    signals: &Signals,
+) -> Result<Held, Failure> {
+    let (mut grant, owner) = match inherited(ctx, locker, key)? {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
-        None => {
-            let command = args.label.label.clone().unwrap_or_else(|| {
-                let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
-                redact_command(&words)
-            });
-            let who = Identity::current(std::process::id(), command);
-            let policy = WaitPolicy {
-                wait: args.wait.wait,
-                no_wait: args.wait.no_wait,
-                busy_code: args.wait.conflict_exit_code,
-            };
-            let token = new_token();
-            let grant = locker.acquire(&key, &token, args.ttl, &who, policy, &interrupt)?;
-            (grant, Owner::Us)
-        }
+        None => (acquire(locker, key, args, signals)?, Owner::Us),
     };
     // An inherited lock is renewed with the lease it was given, not this command's --ttl.
-    let lease_ttl = if owner == Owner::Us || grant.ttl.is_zero() {
+    let ttl = if owner == Owner::Us || grant.ttl.is_zero() {
         args.ttl
     } else {
         grant.ttl
     };
-    let lease = Lease::new(
-        lease_ttl,
-        args.renew_every,
-        args.grace,
-        ctx.settings.op_timeout,
-    )
-    .map_err(Failure::Usage)?;
-    // A lock inherited from a shell may have little of its lease left: renew it once before the
-    // command starts, so that the deadline counts from now.
-    let mut grant = grant;
+    let lease = lease(ctx, args, ttl)?;
     if owner == Owner::Shell {
-        let sent = std::time::Instant::now();
+        // A lock inherited from a shell may have little of its lease left: renew it once before
+        // the command starts, so that the deadline counts from now.
+        let sent = Instant::now();
         match locker.renew(
             &grant.key,
             &grant.token,
             Some(lease.ttl),
             lease.renew_timeout(),
         ) {
-            Ok(crate::lock::Renewed::Yes(_)) => grant.sent = sent,
-            Ok(crate::lock::Renewed::NotOwner(why)) => {
+            Ok(Renewed::Yes(_)) => grant.sent = sent,
+            Ok(Renewed::NotOwner(why)) => {
                 return Err(Failure::Lost(format!(
                     "lock '{}' inherited from the shell is no longer held ({why}); not running the command",
                     key.name
-                ))
-                .into());
+                )));
             }
-            Err(e) => return Err(e.into_failure(&key.name).into()),
+            Err(e) => return Err(e.into_failure(&key.name)),
         }
     }
-    let grant = grant;
-    let release = || {
-        if owner == Owner::Us
-            && let Err(e) = locker.release(&grant.key, &grant.token)
-        {
-            ctx.note(format_args!("{e}"));
-        }
-    };
     ctx.say(format_args!(
         "acquired lock '{}' (fence {}){}",
         key.name,
@@ -126,9 +122,14 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
             Owner::OuterExec => ", inherited from the enclosing rlock exec",
         }
     ));
+    let held = Held {
+        grant,
+        owner,
+        lease,
+    };
     // A signal that came between the grant and the spawn ends the run before it starts.
-    if let Some(signal) = interrupt() {
-        release();
+    if let Some(signal) = interrupt(signals) {
+        release(ctx, locker, &held);
         let name = Signal::try_from(signal).map_or("a signal", |s| s.as_str());
         return Err(Failure::Interrupted {
             message: format!(
@@ -136,105 +137,194 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<u8> {
                 key.name
             ),
             signal,
-        }
-        .into());
+        });
     }
+    Ok(held)
+}
 
-    let renewer_pid = match owner {
+/// Takes the lock, waiting as the options say; the holder is this process and its command (or
+/// the --label).
+fn acquire(
+    locker: &Locker,
+    key: &crate::lock::LockKey,
+    args: &ExecArgs,
+    signals: &Signals,
+) -> Result<Grant, Failure> {
+    let command = args.label.label.clone().unwrap_or_else(|| {
+        let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
+        redact_command(&words)
+    });
+    let who = Identity::current(std::process::id(), command);
+    let policy = WaitPolicy {
+        wait: args.wait.wait,
+        no_wait: args.wait.no_wait,
+        busy_code: args.wait.conflict_exit_code,
+    };
+    locker.acquire(key, &new_token(), args.ttl, &who, policy, &|| {
+        interrupt(signals)
+    })
+}
+
+/// A signal that should end the wait, if one came. Ctrl-Z stops rlock meanwhile, as usual.
+fn interrupt(signals: &Signals) -> Option<i32> {
+    loop {
+        match signals.try_next()? {
+            s if s == Signal::SIGTSTP as i32 => stop_self(Signal::SIGTSTP),
+            s if s == Signal::SIGCHLD as i32 => {}
+            s => return Some(s),
+        }
+    }
+}
+
+/// Step 2: the command, in a process group of its own, given the terminal when rlock has it,
+/// with a guardian that kills its group should rlock be killed.
+fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result<Child, Failure> {
+    let grant = &held.grant;
+    let renewer_pid = match held.owner {
         Owner::OuterExec => std::env::var(EXEC_PID_VAR).unwrap_or_default(),
         _ => std::process::id().to_string(),
     };
     let env = [
-        ("RLOCK_KEY", key.name.clone()),
+        ("RLOCK_KEY", grant.key.name.clone()),
         ("RLOCK_TOKEN", grant.token.clone()),
         ("RLOCK_FENCE", grant.fence.to_string()),
         (EXEC_PID_VAR, renewer_pid),
         (EXEC_TOKEN_VAR, grant.token.clone()),
     ];
-    let terminal = supervise::foreground_terminal();
-    let pgid = match supervise::spawn(&args.command, &env, terminal) {
-        Ok(pid) => pid,
-        Err(e) => {
-            release();
-            return Err(e.into());
-        }
-    };
-    let guardian = supervise::Guardian::arm(pgid);
+    // The renewal thread's reports (it starts once the first renewal is due).
+    let (report_tx, reports) = supervise::reports().map_err(|e| {
+        release(ctx, locker, held);
+        Failure::Internal(format!("cannot make a pipe: {e}"))
+    })?;
+    supervise::adopt_orphans();
+    let terminal = Terminal::foreground();
+    let pgid = supervise::spawn(&args.command, &env, terminal).inspect_err(|_| {
+        release(ctx, locker, held);
+    })?;
+    Ok(Child {
+        pgid,
+        terminal,
+        guardian: Guardian::arm(pgid),
+        reports,
+        report_tx,
+    })
+}
 
-    let renews = owner != Owner::OuterExec;
+/// Step 3: the command's group runs to its end, the lock renewed from a thread of its own while
+/// it does, and the group stopped if the lock cannot be kept. Then the terminal comes back to
+/// rlock, and the guardian stands down.
+fn supervise(
+    ctx: &Context,
+    locker: &Locker,
+    held: &Held,
+    child: Child,
+    args: &ExecArgs,
+    signals: &Signals,
+) -> Outcome {
+    let Child {
+        pgid,
+        terminal,
+        guardian,
+        reports,
+        report_tx,
+    } = child;
+    let (grant, lease) = (&held.grant, held.lease);
+    let renews = held.owner != Owner::OuterExec;
+    let enforce = Enforce {
+        deadline: renews.then(|| deadline(grant.sent, lease.ttl)),
+        renew_at: renews.then(|| grant.sent + lease.renew_every),
+        grace: lease.grace,
+        lost_signal: args.lost_signal,
+    };
     let outcome = std::thread::scope(|s| {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let (mut stop_tx, mut stop_rx) = (Some(stop_tx), Some(stop_rx));
         let mut report_tx = Some(report_tx);
-        let (locker, grant) = (&locker, &grant);
-        let enforce = Enforce {
-            deadline: renews.then(|| watchdog::deadline(grant.sent, lease.ttl)),
-            renew_at: renews.then(|| grant.sent + lease.renew_every),
-            grace: lease.grace,
-            lost_signal: args.lost_signal,
+        let renewal = |renewal| match renewal {
+            Renewal::Start => match (stop_rx.take(), report_tx.take()) {
+                (Some(stop_rx), Some(report_tx)) => std::thread::Builder::new()
+                    .name("renew".into())
+                    .spawn_scoped(s, move || {
+                        watchdog::renew_loop(locker, grant, lease, stop_rx, |r| report_tx.send(r));
+                    })
+                    .map(drop),
+                _ => Ok(()),
+            },
+            Renewal::Stop => {
+                drop(stop_tx.take());
+                Ok(())
+            }
         };
-        supervise::supervise(
+        Supervisor::new(
             pgid,
-            &signals,
+            signals,
             &reports,
             enforce,
             terminal,
             ctx.global.verbose,
-            |renewal| match renewal {
-                Renewal::Start => match (stop_rx.take(), report_tx.take()) {
-                    (Some(stop_rx), Some(report_tx)) => std::thread::Builder::new()
-                        .name("renew".into())
-                        .spawn_scoped(s, move || {
-                            watchdog::renew_loop(locker, grant, lease, stop_rx, |r| {
-                                report_tx.send(r);
-                            });
-                        })
-                        .map(drop),
-                    _ => Ok(()),
-                },
-                Renewal::Stop => {
-                    drop(stop_tx.take());
-                    Ok(())
-                }
-            },
+            renewal,
         )
+        .run()
     });
-    supervise::restore_terminal(terminal, pgid);
+    if let Some(t) = terminal {
+        t.take_back_from(pgid);
+    }
     if let Some(g) = guardian {
         g.stand_down();
     }
+    outcome
+}
 
-    if let Some(why) = outcome.lost {
-        // Owner-checked: gives the lock back only if it is, after all, still ours.
-        if owner == Owner::Us {
-            let _ = locker.release(&grant.key, &grant.token);
+/// Step 4: the lock given back (when this process took it). Returns why it was lost, if the
+/// release found that out: broken or expired between two renewals, the command ran unprotected
+/// for a while, and that must not pass for success.
+fn give_back(ctx: &Context, locker: &Locker, held: &Held, outcome: &Outcome) -> Option<String> {
+    if held.owner != Owner::Us {
+        return None;
+    }
+    match locker.release(&held.grant.key, &held.grant.token) {
+        Ok(_) => None,
+        // Already known lost: the owner-checked release only gives it back if it is, after
+        // all, still ours.
+        Err(_) if outcome.lost.is_some() => None,
+        Err(Failure::NotPermitted(_)) => Some(
+            "it was no longer held by this token when the command ended (broken or expired between two renewals)"
+                .into(),
+        ),
+        // Redis unreachable at the very end: the lock expires by itself.
+        Err(e) => {
+            ctx.note(format_args!("{e}; the lock will expire by itself"));
+            None
         }
+    }
+}
+
+/// Releases after a failure before the command ran; a failure to release is only told.
+fn release(ctx: &Context, locker: &Locker, held: &Held) {
+    if held.owner == Owner::Us
+        && let Err(e) = locker.release(&held.grant.key, &held.grant.token)
+    {
+        ctx.note(format_args!("{e}"));
+    }
+}
+
+/// Step 5: the command's status, 76 for a lost lock, or death by SIGINT as the command's.
+fn exit(args: &ExecArgs, held: &Held, outcome: Outcome, lost: Option<String>) -> Result<Exit> {
+    let name = &held.grant.key.name;
+    if let Some(why) = outcome.lost {
         return Err(Failure::Lost(format!(
-            "lost lock '{}' while the command ran: {why}; sent SIG{} to the command's process group",
-            key.name,
+            "lost lock '{name}' while the command ran: {why}; sent SIG{} to the command's process group",
             args.lost_signal.as_str().trim_start_matches("SIG")
         ))
         .into());
     }
-    // The lock can be lost between two renewals without rlock hearing of it (broken with
-    // --force, say); the release at the end finds out. Then the command ran unprotected for a
-    // while, and that must not pass for success.
-    if owner == Owner::Us {
-        match locker.release(&grant.key, &grant.token) {
-            Ok(_) => {}
-            Err(Failure::NotPermitted(_)) => {
-                return Err(Failure::Lost(format!(
-                    "lost lock '{}' while the command ran: it was no longer held by this token when the command ended (broken or expired between two renewals)",
-                    key.name
-                ))
-                .into());
-            }
-            // Redis unreachable at the very end: the lock expires by itself.
-            Err(e) => ctx.note(format_args!("{e}; the lock will expire by itself")),
-        }
+    if let Some(why) = lost {
+        return Err(
+            Failure::Lost(format!("lost lock '{name}' while the command ran: {why}")).into(),
+        );
     }
     if outcome.signal == Some(Signal::SIGINT as i32) {
-        supervise::die_by(Signal::SIGINT);
+        return Ok(Exit::Signal(Signal::SIGINT));
     }
-    Ok(outcome.code)
+    Ok(Exit::Code(outcome.code))
 }
