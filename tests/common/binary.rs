@@ -1,0 +1,138 @@
+//! The binary under test: the `rlock` command builder and running it to completion.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::limits::RUN_TIMEOUT;
+use super::server::RedisServer;
+
+/// `rlock` with every `RLOCK_*`, `REDIS_URL` and `REDISCLI_AUTH` removed from its environment,
+/// so the developer's settings cannot leak into a test.
+pub fn rlock() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rlock"));
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"RLOCK_") {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd.env_remove("REDIS_URL").env_remove("REDISCLI_AUTH");
+    cmd
+}
+
+/// `rlock --url <server.url()>`; add the subcommand and its options.
+pub fn rlock_at(server: &RedisServer) -> Command {
+    let mut cmd = rlock();
+    cmd.arg("--url").arg(server.url());
+    cmd
+}
+
+/// What a finished process left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// The exit code, or `-N` when the process died of signal N (so it never collides with an
+    /// exit code of 128+N).
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl fmt::Display for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "exit code {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `cmd` to completion with stdin from /dev/null and captured stdout and stderr. Panics
+/// (after SIGKILL) if it takes longer than `RUN_TIMEOUT`, or if a process it left behind keeps
+/// its stdout or stderr open that long.
+pub fn run(cmd: &mut Command) -> Output {
+    let started = Instant::now();
+    let deadline = started + RUN_TIMEOUT;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot spawn {:?}: {e}", cmd.get_program()));
+    let (out_buf, out_thread) = drain(child.stdout.take().expect("piped stdout"));
+    let (err_buf, err_thread) = drain(child.stderr.take().expect("piped stderr"));
+    let text =
+        |buf: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
+    let describe = || {
+        format!(
+            "{:?} {:?}",
+            cmd.get_program(),
+            cmd.get_args().collect::<Vec<&OsStr>>()
+        )
+    };
+
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for child") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{} did not finish within {RUN_TIMEOUT:?} and was killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                describe(),
+                text(&out_buf),
+                text(&err_buf)
+            );
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    while !(out_thread.is_finished() && err_thread.is_finished()) {
+        if Instant::now() >= deadline {
+            panic!(
+                "{} exited with {status} but its stdout/stderr stayed open for {RUN_TIMEOUT:?} \
+                 (a process it started still holds them)\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                describe(),
+                text(&out_buf),
+                text(&err_buf)
+            );
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    let _ = out_thread.join();
+    let _ = err_thread.join();
+    Output {
+        code: status
+            .code()
+            .or(status.signal().map(|s| -s))
+            .expect("exit code or signal"),
+        stdout: text(&out_buf),
+        stderr: text(&err_buf),
+    }
+}
+
+/// A buffer that a thread fills from a reader, and that thread: what `drain` returns.
+pub type Drain = (Arc<Mutex<Vec<u8>>>, thread::JoinHandle<()>);
+
+/// Reads `src` to its end on a thread, into a buffer that stays readable meanwhile.
+pub fn drain(mut src: impl Read + Send + 'static) -> Drain {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&buf);
+    let handle = thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        loop {
+            match src.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => sink.lock().unwrap().extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+    });
+    (buf, handle)
+}

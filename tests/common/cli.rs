@@ -1,0 +1,36 @@
+//! `redis-cli`, and replies read as maps.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use super::limits::CONN_TIMEOUT;
+use super::spawn::connect;
+
+/// The `redis-cli` executable from PATH; panics (never skips) when there is none.
+pub fn redis_cli_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join("redis-cli"))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| {
+                panic!("redis-cli not found: install it with `apt-get install -y redis-tools`")
+            })
+    })
+}
+
+/// `INFO section` of the server on `port` as `field → value`.
+pub(super) fn info_on(port: u16, section: &str) -> redis::RedisResult<HashMap<String, String>> {
+    let text: String =
+        redis::cmd("INFO")
+            .arg(section)
+            .query(&mut connect(port, None, CONN_TIMEOUT)?)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect())
+}

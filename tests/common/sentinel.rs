@@ -1,0 +1,214 @@
+//! `Sentinels`: a master, its replica and three Sentinels watching them.
+
+use std::collections::HashMap;
+use std::fs;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use super::cli::info_on;
+use super::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
+use super::server::{RedisServer, read_logs};
+use super::spawn::{connect, free_port, kill_and_reap, spawn_redis, wait_ready};
+use super::wait::wait_until;
+
+/// One `redis-server --sentinel` process with its own config file (Sentinel rewrites it) in its
+/// own temporary directory. Killed on drop.
+struct SentinelProcess {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl SentinelProcess {
+    fn start(name: &str, master_port: u16) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("rlock-sentinel-")
+            .tempdir()
+            .expect("create temp dir for a sentinel");
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port();
+            let conf = dir.path().join("sentinel.conf");
+            let text = format!(
+                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n\
+                 sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 5000\n",
+                dir = dir.path().display(),
+                log = dir.path().join("redis.log").display(),
+            );
+            fs::write(&conf, text).expect("write sentinel.conf");
+            let args = [conf.display().to_string(), "--sentinel".to_string()];
+            let mut child = spawn_redis(&args, dir.path());
+            match wait_ready(&mut child, port, None, Instant::now() + READY_TIMEOUT) {
+                Ok(()) => {
+                    return SentinelProcess {
+                        child: Some(child),
+                        port,
+                        dir,
+                    };
+                }
+                Err(e) => {
+                    kill_and_reap(&mut child);
+                    failures.push(format!("port {port}: {e}"));
+                }
+            }
+        }
+        panic!(
+            "redis-server --sentinel did not come up after {START_ATTEMPTS} attempts:\n  {}\n{}",
+            failures.join("\n  "),
+            read_logs(dir.path())
+        );
+    }
+}
+
+impl Drop for SentinelProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_reap(&mut child);
+        }
+    }
+}
+
+/// A master, one replica (`--replicaof`) and three Sentinels watching the master under `name`
+/// with quorum 2, `down-after-milliseconds 1000` and `failover-timeout 5000`. Every process is
+/// killed on drop.
+pub struct Sentinels {
+    name: String,
+    /// `[first master, first replica]`; after a failover their roles may have changed.
+    servers: Vec<RedisServer>,
+    sentinels: Vec<SentinelProcess>,
+}
+
+impl Sentinels {
+    /// Starts everything and returns once every Sentinel knows the master, its replica (with a
+    /// working link) and the two other Sentinels, so a failover can be voted on.
+    pub fn start(name: &str) -> Self {
+        let master = RedisServer::start();
+        let replica =
+            RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+        let sentinels = (0..3)
+            .map(|_| SentinelProcess::start(name, master.port()))
+            .collect();
+        let s = Sentinels {
+            name: name.to_string(),
+            servers: vec![master, replica],
+            sentinels,
+        };
+        s.wait_settled(s.servers[0].port(), Duration::from_secs(20));
+        s
+    }
+
+    /// The name the Sentinels know the master by.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `redis://127.0.0.1:PORT` of every Sentinel.
+    pub fn urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|s| format!("redis://127.0.0.1:{}", s.port))
+            .collect()
+    }
+
+    /// The server started as the master (index 0) or as the replica (index 1).
+    pub fn server(&self, i: usize) -> &RedisServer {
+        &self.servers[i]
+    }
+
+    pub fn server_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.servers[i]
+    }
+
+    /// The index of the server on `port`.
+    pub fn index_of(&self, port: u16) -> usize {
+        self.servers
+            .iter()
+            .position(|s| s.port() == port)
+            .unwrap_or_else(|| panic!("no server of this set listens on port {port}"))
+    }
+
+    /// Runs one command on Sentinel `i`.
+    pub fn sentinel_cmd(&self, i: usize, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        let (name, rest) = args.split_first().expect("a command name");
+        redis::cmd(name)
+            .arg(rest)
+            .query(&mut connect(self.sentinels[i].port, None, CONN_TIMEOUT)?)
+    }
+
+    /// The master's port as Sentinel `i` names it now.
+    pub fn master_port_by(&self, i: usize) -> Option<u16> {
+        let v = self
+            .sentinel_cmd(i, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", &self.name])
+            .ok()?;
+        let (_, port): (String, u16) = redis::from_redis_value(v).ok()?;
+        Some(port)
+    }
+
+    /// Waits until every Sentinel names the server on `port` as the master.
+    pub fn wait_master(&self, port: u16, timeout: Duration) {
+        wait_until(
+            &format!(
+                "every Sentinel to name port {port} as master '{}'",
+                self.name
+            ),
+            timeout,
+            || (0..self.sentinels.len()).all(|i| self.master_port_by(i) == Some(port)),
+        );
+    }
+
+    /// Waits until every Sentinel names `master_port`, sees one replica and two other
+    /// Sentinels, and the other server replicates from the master with its link up.
+    pub fn wait_settled(&self, master_port: u16, timeout: Duration) {
+        let replica = self
+            .servers
+            .iter()
+            .find(|s| s.port() != master_port)
+            .expect("a replica");
+        wait_until(
+            &format!("the Sentinels of '{}' to settle", self.name),
+            timeout,
+            || {
+                let sentinels_ok = (0..self.sentinels.len()).all(|i| {
+                    let Ok(v) = self.sentinel_cmd(i, &["SENTINEL", "MASTER", &self.name]) else {
+                        return false;
+                    };
+                    let Ok(m) = redis::from_redis_value::<HashMap<String, String>>(v) else {
+                        return false;
+                    };
+                    m.get("port").map(String::as_str) == Some(&master_port.to_string())
+                        && m.get("flags").map(String::as_str) == Some("master")
+                        && m.get("num-slaves").map(String::as_str) == Some("1")
+                        && m.get("num-other-sentinels").map(String::as_str) == Some("2")
+                });
+                let link_up = info_on(replica.port(), "replication").is_ok_and(|i| {
+                    i.get("master_link_status").map(String::as_str) == Some("up")
+                        && i.get("master_port").map(String::as_str)
+                            == Some(&master_port.to_string())
+                });
+                sentinels_ok && link_up
+            },
+        );
+    }
+
+    /// Every log (servers and Sentinels), for failure messages.
+    pub fn logs(&self) -> String {
+        let mut text = String::new();
+        for s in &self.servers {
+            text.push_str(&format!(
+                "=== server on port {} ===\n{}\n",
+                s.port(),
+                s.log()
+            ));
+        }
+        for s in &self.sentinels {
+            text.push_str(&format!(
+                "=== sentinel on port {} ===\n{}\n",
+                s.port,
+                read_logs(s.dir.path())
+            ));
+        }
+        text
+    }
+}
