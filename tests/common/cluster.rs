@@ -19,7 +19,33 @@ impl RedisCluster {
     /// Starts the three nodes, creates the cluster and returns once every node says
     /// `cluster_state:ok` and knows the owner of all 16384 slots.
     pub fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..3)
+        Self::start_nodes(0, "2000")
+    }
+
+    /// Three masters with one replica each (six nodes), failing over one second after a master
+    /// stops answering (`cluster-node-timeout 1000`).
+    pub fn start_with_replicas() -> Self {
+        let cluster = Self::start_nodes(1, "1000");
+        wait_until(
+            "every replica to be in sync with its master",
+            Duration::from_secs(20),
+            || {
+                cluster.nodes.iter().all(|n| {
+                    let info = n
+                        .try_cmd(&["INFO", "replication"])
+                        .ok()
+                        .and_then(|v| redis::from_redis_value::<String>(v).ok())
+                        .unwrap_or_default();
+                    info.contains("role:master") && info.contains("connected_slaves:1")
+                        || info.contains("master_link_status:up")
+                })
+            },
+        );
+        cluster
+    }
+
+    fn start_nodes(replicas: usize, node_timeout: &str) -> Self {
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
                 // The bus port is named, so a client port above 55535 (no room for +10000)
                 // cannot stop a node from starting.
@@ -30,7 +56,7 @@ impl RedisCluster {
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
-                    "2000",
+                    node_timeout,
                     "--cluster-port",
                     &bus,
                 ])
@@ -42,7 +68,8 @@ impl RedisCluster {
         for n in &cluster.nodes {
             create.arg(format!("127.0.0.1:{}", n.port()));
         }
-        create.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        let replicas = replicas.to_string();
+        create.args(["--cluster-replicas", &replicas, "--cluster-yes"]);
         let out = run(&mut create);
         assert_eq!(
             out.code,
@@ -77,6 +104,23 @@ impl RedisCluster {
         &self.nodes[i]
     }
 
+    pub fn node_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.nodes[i]
+    }
+
+    /// The index of the replica of master `i` (by ROLE).
+    pub fn replica_of(&self, i: usize) -> usize {
+        let port = self.nodes[i].port();
+        self.nodes
+            .iter()
+            .position(|n| {
+                let role: Vec<redis::Value> =
+                    redis::cmd("ROLE").query(&mut n.conn()).expect("ROLE");
+                matches!(role.get(2), Some(redis::Value::Int(p)) if *p as u16 == port)
+            })
+            .unwrap_or_else(|| panic!("master {i} (port {port}) has no replica"))
+    }
+
     /// `redis://127.0.0.1:PORT` of every node, the seed list for `rlock --cluster`.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
@@ -93,7 +137,12 @@ impl RedisCluster {
 
     /// The index (into `nodes()`) of the master that serves `slot`, as node 0 sees it.
     pub fn owner_of_slot(&self, slot: u16) -> usize {
-        let owners = slot_owners_on(&self.nodes[0]).expect("CLUSTER SLOTS on node 0");
+        self.owner_of_slot_by(0, slot)
+    }
+
+    /// The index of the master that serves `slot`, as node `by` sees it.
+    pub fn owner_of_slot_by(&self, by: usize, slot: u16) -> usize {
+        let owners = slot_owners_on(&self.nodes[by]).expect("CLUSTER SLOTS");
         let port = owners[slot as usize];
         self.nodes
             .iter()

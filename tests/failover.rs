@@ -1,0 +1,138 @@
+mod common;
+
+// A holder follows a Redis Cluster failover (issue 11, item 6): when the master of the lock's
+// slot dies, the holder asks the other nodes for the slot map and renews on the replica they
+// promote, which has the lock if it was replicated; if it was not, the holder finds the lock
+// gone there and stops its command (76). Waiters are served afterwards. Real cluster: three
+// masters, three replicas, cluster-node-timeout 1000.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Background as Bg, RedisCluster, rlock, run, wait_until};
+
+const KEY: &str = "fo";
+const LOCK: &str = "rlock:fo";
+
+fn clustered(cluster: &RedisCluster) -> std::process::Command {
+    let mut cmd = rlock();
+    cmd.arg("--cluster");
+    for url in cluster.urls() {
+        cmd.args(["-u", &url]);
+    }
+    cmd
+}
+
+/// `rlock exec` holding KEY for about `secs` seconds, its command writing `$D/ran` at the end.
+fn holder(cluster: &RedisCluster, dir: &Path, secs: u32) -> Bg {
+    let mut cmd = clustered(cluster);
+    cmd.args(["exec", "-k", KEY, "--ttl", "10s", "--", "sh", "-c"])
+        .arg(format!(
+            r#"echo "$RLOCK_TOKEN" > "$D/token"; sleep {secs}; echo done > "$D/ran""#
+        ));
+    Bg::spawn_group("holder", dir, &mut cmd)
+}
+
+fn token(dir: &Path) -> Option<String> {
+    let t = std::fs::read_to_string(dir.join("token")).ok()?;
+    let t = t.trim().to_string();
+    (!t.is_empty()).then_some(t)
+}
+
+/// GET on a replica (which redirects reads unless the connection is READONLY).
+fn replica_get(node: &common::RedisServer, key: &str) -> Option<String> {
+    let mut conn = node.conn();
+    redis::cmd("READONLY").query::<()>(&mut conn).ok()?;
+    redis::cmd("GET").arg(key).query(&mut conn).ok()?
+}
+
+/// Waits until node `by` says another node than `dead` serves the lock's slot.
+fn wait_promoted(cluster: &RedisCluster, slot: u16, dead: usize, by: usize) -> usize {
+    wait_until(
+        "the replica to be promoted",
+        Duration::from_secs(20),
+        || cluster.owner_of_slot_by(by, slot) != dead,
+    );
+    cluster.owner_of_slot_by(by, slot)
+}
+
+/// A waiter gets the lock after the failover.
+fn a_waiter_is_served(cluster: &RedisCluster) {
+    let out = run(clustered(cluster).args(["exec", "-w", "30s", "-k", KEY, "--", "true"]));
+    assert_eq!(out.code, 0, "a waiter after the failover: {out}");
+}
+
+#[test]
+fn a_holder_keeps_a_replicated_lock_across_a_failover() {
+    let mut cluster = RedisCluster::start_with_replicas();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    let slot = cluster.slot(LOCK);
+    let master = cluster.owner(LOCK);
+    let replica = cluster.replica_of(master);
+    let mut rl = holder(&cluster, d, 8);
+    rl.wait_for("the holder's command", Duration::from_secs(10), || {
+        token(d).is_some()
+    });
+    let token = token(d).expect("token");
+    wait_until(
+        "the lock to reach the replica",
+        Duration::from_secs(5),
+        || replica_get(cluster.node(replica), LOCK).as_deref() == Some(token.as_str()),
+    );
+    let killed = Instant::now();
+    cluster.node_mut(master).kill9();
+    let new_master = wait_promoted(&cluster, slot, master, replica);
+    assert_eq!(
+        new_master, replica,
+        "the replica of the dead master took over"
+    );
+    let (out, _) = rl.finish(Duration::from_secs(30));
+    assert_eq!(
+        out.code, 0,
+        "the holder must keep its lock across the failover: {out}"
+    );
+    assert!(d.join("ran").exists(), "the command did not run to its end");
+    assert!(
+        killed.elapsed() > Duration::from_secs(5),
+        "the command ended too early to have needed the new master"
+    );
+    assert_eq!(
+        cluster.node(replica).get(LOCK),
+        None,
+        "the lock was released on the new master"
+    );
+    a_waiter_is_served(&cluster);
+}
+
+/// A failover that lost the lock (the grant never reached the replica: Redis replicates
+/// asynchronously). A frozen replica still receives the replication stream into its socket, so
+/// the loss is made by deleting the lock on the promoted replica, before or after the holder's
+/// first renewal there: either way the holder must find the lock gone on the new master.
+#[test]
+fn a_lock_the_failover_lost_stops_the_holder_and_frees_the_key() {
+    let mut cluster = RedisCluster::start_with_replicas();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    let slot = cluster.slot(LOCK);
+    let master = cluster.owner(LOCK);
+    let replica = cluster.replica_of(master);
+    let mut rl = holder(&cluster, d, 20);
+    rl.wait_for("the holder's command", Duration::from_secs(10), || {
+        token(d).is_some()
+    });
+    cluster.node_mut(master).kill9();
+    wait_promoted(&cluster, slot, master, replica);
+    cluster.node(replica).cmd(&["DEL", LOCK]);
+    let (out, _) = rl.finish(Duration::from_secs(30));
+    assert_eq!(out.code, 76, "the new master does not have the lock: {out}");
+    assert!(
+        out.stderr.contains("no longer owns"),
+        "the holder must learn it from the new master, not from its deadline: {out}"
+    );
+    assert!(
+        !d.join("ran").exists(),
+        "the command ran to its end unprotected"
+    );
+    a_waiter_is_served(&cluster);
+}
