@@ -475,7 +475,8 @@ const SIGNALS: Section = Section {
         ),
         P(
             "While rlock is still waiting for the lock, the same signals end the wait: rlock \
-             leaves the queue, takes nothing, and exits 128+N.",
+             leaves the queue, takes nothing, and exits 128+N; for SIGINT (Ctrl-C) it dies of \
+             SIGINT instead, so that a script waiting in rlock stops there.",
         ),
         P(
             "Ctrl-Z (SIGTSTP, also when sent to rlock) stops the command; rlock then takes the \
@@ -524,7 +525,15 @@ const LOCK_LOSS: Section = Section {
              command's group gets `--lost-signal` at once and SIGKILL `--grace` later.",
         ),
         P(
-            "Either way rlock stops renewing, makes a best-effort owner-checked release (which \
+            "The lost-lock signals reach every process of the command's group, also once the \
+             command itself has exited; what a command that ended normally left running in its \
+             group gets `--lost-signal`, and SIGKILL `--grace` later, before the lock is \
+             released. rlock is the child subreaper of its command. A process that left the \
+             group (setsid, a daemon) is beyond the lock.",
+        ),
+        P(
+            "Either way rlock stops renewing, waits for the group to be empty (or SIGKILLed), \
+             makes a best-effort owner-checked release (which \
              can take up to `--op-timeout` when Redis does not answer), and exits 76, whatever \
              the command's own status. A lost lock is never taken again behind the command's \
              back. A loss between two renewals that the command outlives is found by the \
