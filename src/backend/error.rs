@@ -98,6 +98,13 @@ impl NodeError {
         }
     }
 
+    /// A failure that time may cure: the server is unreachable, timed out, or cannot serve now
+    /// (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels).
+    /// A host name that does not resolve is a mistake in the URL, not an outage.
+    pub fn is_transient(&self) -> bool {
+        self.is_transport() && !self.detail.contains("failed to lookup address")
+    }
+
     /// A failure of the path to the server rather than an answer from it.
     pub fn is_transport(&self) -> bool {
         matches!(

@@ -28,6 +28,7 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
                 wait: args.wait.wait,
                 no_wait: args.wait.no_wait,
                 busy_code: args.wait.conflict_exit_code,
+                quiet: ctx.global.quiet,
             };
             let signals = if policy.no_wait {
                 None

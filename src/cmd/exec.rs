@@ -83,7 +83,7 @@ fn hold(
     let (mut grant, owner) = match inherited(ctx, locker, key)? {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
-        None => (acquire(locker, key, args, signals)?, Owner::Us),
+        None => (acquire(ctx, locker, key, args, signals)?, Owner::Us),
     };
     // An inherited lock is renewed with the lease it was given, not this command's --ttl.
     let ttl = if owner == Owner::Us || grant.ttl.is_zero() {
@@ -145,6 +145,7 @@ fn hold(
 /// Takes the lock, waiting as the options say; the holder is this process and its command (or
 /// the --label).
 fn acquire(
+    ctx: &Context,
     locker: &Locker,
     key: &crate::lock::LockKey,
     args: &ExecArgs,
@@ -159,6 +160,7 @@ fn acquire(
         wait: args.wait.wait,
         no_wait: args.wait.no_wait,
         busy_code: args.wait.conflict_exit_code,
+        quiet: ctx.global.quiet,
     };
     locker.acquire(key, &new_token(), args.ttl, &who, policy, &|| {
         interrupt(signals)

@@ -35,6 +35,23 @@ pub(super) enum Attempt {
 /// What one node said to an acquire.
 type NodeAttempt = Result<Attempt, NodeError>;
 
+/// An attempt that got no usable answer: why, and whether time may cure it (an outage, which a
+/// waiter rides out) or not (a refusal, a key that is not a lock, a URL that does not resolve).
+#[derive(Debug)]
+pub(super) struct Unanswered {
+    pub failure: Failure,
+    pub transient: bool,
+}
+
+impl Unanswered {
+    fn from_node(e: NodeError, key: &LockKey) -> Self {
+        Unanswered {
+            transient: e.is_transient(),
+            failure: e.into_failure(&key.name),
+        }
+    }
+}
+
 impl Locker {
     /// One try at taking the lock; with `join_queue`, a busy try keeps a place in line.
     pub(super) fn attempt(
@@ -44,7 +61,7 @@ impl Locker {
         ttl: Duration,
         join_queue: bool,
         who: &Identity,
-    ) -> Result<Attempt, Failure> {
+    ) -> Result<Attempt, Unanswered> {
         let ttl_ms = ttl.as_millis().max(1).to_string();
         let lease = WAITER_LEASE.as_millis().to_string();
         let pid = who.pid.to_string();
@@ -74,7 +91,7 @@ impl Locker {
                 // happened. Give it back so it does not sit out its whole TTL.
                 let _ = self.leave(key, token);
             }
-            return result.map_err(|e| e.into_failure(&key.name));
+            return result.map_err(|e| Unanswered::from_node(e, key));
         }
         self.combine_attempts(key, token, ttl, sent, results)
     }
@@ -89,7 +106,7 @@ impl Locker {
         ttl: Duration,
         sent: Instant,
         results: Vec<NodeAttempt>,
-    ) -> Result<Attempt, Failure> {
+    ) -> Result<Attempt, Unanswered> {
         let n = self.nodes.len();
         let timeout = self.node_timeout(ttl);
         let fences: Vec<i64> = results
@@ -149,10 +166,13 @@ impl Locker {
             }
         }
         if let Some(e) = errors.iter().find(|e| e.kind == Fault::WrongType) {
-            return Err(e.clone().into_failure(&key.name));
+            return Err(Unanswered::from_node(e.clone(), key));
         }
         if self.quorum().lost_with(errors.len()) {
-            return Err(no_quorum(&format!("lock '{}'", key.name), n, &errors));
+            return Err(Unanswered {
+                transient: errors.iter().all(NodeError::is_transient),
+                failure: no_quorum(&format!("lock '{}'", key.name), n, &errors),
+            });
         }
         Ok(busy.unwrap_or(Attempt::Busy {
             // Granted by a majority but too slowly: try again soon.

@@ -7,11 +7,16 @@
 //! renew its place in line, whichever is first. Each release wakes only the first live waiter,
 //! so many waiters cost Redis one attempt per handoff, not one each; a lost message costs
 //! latency (at most the PTTL or `WAITER_REFRESH`), never liveness.
+//!
+//! A wait rides out an outage: Redis unreachable, timing out, or answering that it cannot serve
+//! now (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels)
+//! means "not yet", like a busy lock. The waiter tries again with backoff (at most 1 s apart,
+//! with jitter) until its wait ends, saying once when the outage began and once when it ended.
 
 use std::time::{Duration, Instant};
 
 use super::display::{busy_message, human_ms};
-use super::exclusive::Attempt;
+use super::exclusive::{Attempt, Unanswered};
 use super::{Grant, LockKey, Locker, WAITER_REFRESH};
 use crate::exit::Failure;
 use crate::identity::Identity;
@@ -24,6 +29,89 @@ pub struct WaitPolicy {
     pub no_wait: bool,
     /// Exit code for "busy" (75 unless `-E`).
     pub busy_code: u8,
+    /// No line on stderr when an outage begins and ends (`-q`).
+    pub quiet: bool,
+}
+
+/// The longest pause between two tries while Redis is out.
+const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// An outage that a waiter rides out.
+struct Outage {
+    since: Instant,
+    /// What the last try said.
+    last: Failure,
+    /// The pause before the next try, doubled after each (up to OUTAGE_BACKOFF_MAX).
+    backoff: Duration,
+}
+
+/// How long a waiter waits, and what it says meanwhile.
+struct Patience {
+    start: Instant,
+    /// None: as long as it takes.
+    deadline: Option<Instant>,
+    policy: WaitPolicy,
+    outage: Option<Outage>,
+}
+
+impl Patience {
+    /// A try got no answer that time may cure: the outage begins, or goes on. Returns when to
+    /// try next.
+    fn outage(&mut self, key: &LockKey, failure: Failure) -> Instant {
+        let outage = match self.outage.take() {
+            Some(mut o) => {
+                o.last = failure;
+                o.backoff = (o.backoff * 2).min(OUTAGE_BACKOFF_MAX);
+                o
+            }
+            None => {
+                if !self.policy.quiet {
+                    eprintln!(
+                        "rlock: {failure}; still waiting for lock '{}', trying again at most 1s apart",
+                        key.name
+                    );
+                }
+                Outage {
+                    since: Instant::now(),
+                    last: failure,
+                    backoff: Duration::from_millis(50),
+                }
+            }
+        };
+        // Jitter, so that the waiters of a key do not all come back at once.
+        let pause = outage.backoff.mul_f64(0.75) + jitter().min(outage.backoff / 4);
+        self.outage = Some(outage);
+        Instant::now() + pause
+    }
+
+    /// A try got an answer: an outage under way is over.
+    fn answered(&mut self, key: &LockKey) {
+        if let Some(o) = self.outage.take()
+            && !self.policy.quiet
+        {
+            eprintln!(
+                "rlock: Redis answers again after {}; still waiting for lock '{}'",
+                human_ms(o.since.elapsed().as_millis() as i64),
+                key.name
+            );
+        }
+    }
+
+    /// The failure of a wait that ends now: busy (`why`), or unavailable during an outage.
+    fn gave_up(&mut self, why: String) -> Failure {
+        let waited = human_ms(self.start.elapsed().as_millis() as i64);
+        match self.outage.take() {
+            Some(o) => Failure::Unavailable(format!(
+                "{}; gave up after {waited}, Redis unavailable for the last {}",
+                o.last,
+                human_ms(o.since.elapsed().as_millis() as i64)
+            )),
+            None => Failure::Busy {
+                message: format!("{why}; gave up after {waited}"),
+                code: self.policy.busy_code,
+            },
+        }
+    }
 }
 
 /// Polled between short sleeps: the number of a signal that should end the wait.
@@ -67,7 +155,7 @@ impl Locker {
             // let interrupt rlock's system calls): a failure then reports the signal.
             let attempt = self
                 .attempt(key, token, ttl, false, who)
-                .map_err(|e| interrupt().map_or(e, |sig| interrupted(key, sig)))?;
+                .map_err(|e| interrupt().map_or(e.failure, |sig| interrupted(key, sig)))?;
             return match attempt {
                 Attempt::Granted {
                     fence,
@@ -90,8 +178,13 @@ impl Locker {
         }
 
         let start = Instant::now();
-        // A wait too long for the clock to add is as good as waiting forever.
-        let deadline = policy.wait.and_then(|w| start.checked_add(w));
+        let mut patience = Patience {
+            start,
+            // A wait too long for the clock to add is as good as waiting forever.
+            deadline: policy.wait.and_then(|w| start.checked_add(w)),
+            policy,
+            outage: None,
+        };
         // The first try needs no subscription: an uncontended lock costs one round trip. Once
         // the lock is found busy, subscribe and try again (a release may have come in between).
         let mut subscribed = false;
@@ -110,7 +203,7 @@ impl Locker {
                 who,
                 &mut subs,
                 subscribed,
-                (start, deadline, policy.busy_code),
+                &mut patience,
                 interrupt,
             );
             // Closing the connections unsubscribes; a PubSub's own drop would wait for replies.
@@ -141,27 +234,52 @@ impl Locker {
         who: &Identity,
         subs: &mut [redis::PubSub<'_>],
         subscribed: bool,
-        (start, deadline, busy_code): (Instant, Option<Instant>, u8),
+        patience: &mut Patience,
         interrupt: Interrupt,
     ) -> Round {
         loop {
             if let Some(signal) = interrupt() {
                 return Round::Done(Err(interrupted(key, signal)));
             }
-            let (sleep_for, why) = match self.attempt(key, token, ttl, true, who) {
-                Err(e) => {
-                    return Round::Done(Err(interrupt().map_or(e, |sig| interrupted(key, sig))));
+            let attempt = self.attempt(key, token, ttl, true, who);
+            if let Some(signal) = interrupt() {
+                // (A grant that raced with the signal is given back by the caller's leave.)
+                return Round::Done(Err(interrupted(key, signal)));
+            }
+            let answer = match attempt {
+                Err(Unanswered {
+                    failure,
+                    transient: true,
+                }) => {
+                    let next = patience.outage(key, failure);
+                    if let Some(deadline) = patience.deadline
+                        && Instant::now() >= deadline
+                    {
+                        return Round::Done(Err(patience.gave_up(String::new())));
+                    }
+                    let until = patience.deadline.map_or(next, |d| next.min(d));
+                    if let Slept::Interrupted(signal) = sleep(&mut [], until, token, interrupt) {
+                        return Round::Done(Err(interrupted(key, signal)));
+                    }
+                    continue;
                 }
-                Ok(Attempt::Granted {
+                Err(Unanswered { failure, .. }) => return Round::Done(Err(failure)),
+                Ok(answer) => {
+                    patience.answered(key);
+                    answer
+                }
+            };
+            let (sleep_for, why) = match answer {
+                Attempt::Granted {
                     fence,
                     ttl_ms,
                     sent,
-                }) => return Round::Done(Ok((fence, ttl_ms, sent))),
-                Ok(Attempt::Busy {
+                } => return Round::Done(Ok((fence, ttl_ms, sent))),
+                Attempt::Busy {
                     pttl,
                     now_ms,
                     holder,
-                }) => (
+                } => (
                     if pttl >= 0 {
                         Duration::from_millis(pttl as u64 + 1)
                     } else {
@@ -169,7 +287,7 @@ impl Locker {
                     },
                     busy_message(key, pttl, now_ms, &holder),
                 ),
-                Ok(Attempt::Queued { wait_ms }) => (
+                Attempt::Queued { wait_ms } => (
                     Duration::from_millis(wait_ms.max(0) as u64 + 1),
                     format!(
                         "lock '{}' is being handed to processes that waited longer",
@@ -183,13 +301,9 @@ impl Locker {
                 // do not split the votes in lockstep.
                 until += jitter();
             }
-            if let Some(deadline) = deadline {
+            if let Some(deadline) = patience.deadline {
                 if Instant::now() >= deadline {
-                    let waited = human_ms(start.elapsed().as_millis() as i64);
-                    return Round::Done(Err(Failure::Busy {
-                        message: format!("{why}; gave up after {waited}"),
-                        code: busy_code,
-                    }));
+                    return Round::Done(Err(patience.gave_up(why)));
                 }
                 until = until.min(deadline);
             }

@@ -1,0 +1,134 @@
+mod common;
+
+// A wait rides out an outage (contract, "Guarantee 11"): while rlock waits for a lock, Redis
+// unreachable or frozen means "not yet"; rlock tries again at most 1 s apart until its wait
+// ends, says once when the outage began and once when it ended, and a wait that ends during
+// the outage exits 69 naming the last error. -n and unresolvable names fail at once.
+
+use std::time::{Duration, Instant};
+
+use common::{Background as Bg, RedisServer, rlock, rlock_at, run, wait_until};
+
+const KEY: &str = "out";
+
+fn hold(server: &RedisServer, ttl: &str) {
+    let out = run(rlock_at(server).args(["acquire", "-k", KEY, "--ttl", ttl]));
+    assert_eq!(out.code, 0, "{out}");
+}
+
+/// A waiting `acquire -w 30s`, started once the lock is held.
+fn waiter(server: &RedisServer, dir: &std::path::Path, extra: &[&str]) -> Bg {
+    let mut cmd = rlock_at(server);
+    cmd.args(["--op-timeout", "300ms"])
+        .args(extra)
+        .args(["acquire", "-w", "30s", "-k", KEY, "--ttl", "5s"]);
+    Bg::spawn("waiter", dir, &mut cmd)
+}
+
+fn queued(server: &RedisServer) -> bool {
+    matches!(
+        server.try_cmd(&["ZCARD", "{rlock:out}:q"]),
+        Ok(redis::Value::Int(1))
+    )
+}
+
+#[test]
+fn a_waiter_rides_out_a_restart() {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    hold(&server, "60s");
+    let mut w = waiter(&server, dir.path(), &[]);
+    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        queued(&server)
+    });
+    server.kill9();
+    // Down for longer than a few tries.
+    let down = Instant::now();
+    wait_until("the outage to last", Duration::from_secs(5), || {
+        down.elapsed() > Duration::from_millis(1500)
+    });
+    assert!(
+        w.running(),
+        "the waiter gave up during the outage: {}",
+        w.describe()
+    );
+    // Back, empty: the holder's lock went with the data.
+    server.restart();
+    let (out, _) = w.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(server.get("rlock:out"), Some(out.stdout.trim().to_string()));
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "one line when the outage began, one when it ended: {out}"
+    );
+    assert!(lines[0].contains("still waiting"), "{out}");
+    assert!(lines[1].contains("answers again"), "{out}");
+}
+
+#[test]
+fn a_waiter_rides_out_a_frozen_server_and_gets_the_lock_when_the_lease_ends() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    hold(&server, "1s");
+    let mut w = waiter(&server, dir.path(), &["-q"]);
+    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        queued(&server)
+    });
+    server.freeze();
+    let frozen = Instant::now();
+    // Past the holder's lease: the waiter's tries meet the frozen server.
+    wait_until("the freeze to last", Duration::from_secs(5), || {
+        frozen.elapsed() > Duration::from_millis(2000)
+    });
+    server.thaw();
+    let (out, _) = w.finish(Duration::from_secs(15));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.stderr, "", "-q: no outage lines: {out}");
+    assert_eq!(server.get("rlock:out"), Some(out.stdout.trim().to_string()));
+}
+
+#[test]
+fn a_wait_that_ends_during_an_outage_exits_69_with_the_last_error() {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    hold(&server, "60s");
+    let mut cmd = rlock_at(&server);
+    cmd.args(["acquire", "-w", "2s", "-k", KEY]);
+    let mut w = Bg::spawn("waiter", dir.path(), &mut cmd);
+    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        queued(&server)
+    });
+    server.kill9();
+    let (out, _) = w.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 69, "{out}");
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("refused") && last.contains("gave up"),
+        "the last line names the last error: {out}"
+    );
+}
+
+#[test]
+fn no_wait_and_names_that_do_not_resolve_fail_at_once() {
+    let started = Instant::now();
+    let out = run(rlock().args([
+        "-u",
+        "redis://no-such-host.invalid:6379",
+        "acquire",
+        "-w",
+        "20s",
+        "-k",
+        KEY,
+    ]));
+    assert_eq!(out.code, 69, "{out}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a bad name was retried"
+    );
+    let started = Instant::now();
+    let out = run(rlock().args(["-u", "redis://127.0.0.1:1", "acquire", "-n", "-k", KEY]));
+    assert_eq!(out.code, 69, "{out}");
+    assert!(started.elapsed() < Duration::from_secs(3), "-n was retried");
+}
