@@ -11,7 +11,8 @@ use common::{RedisServer, rlock_at, run, wait_until};
 
 /// How long the helper keys outlive the last lease (the scripts' KEEP_MS).
 const KEEP_MS: i64 = 60_000;
-/// A waiter's place-in-line lease (the lock module's WAITER_LEASE).
+/// Slack for the helper keys a waiter keeps alive: the holder's lease it waits behind (at most
+/// the 5 s the tests use) or a claim window (1 s).
 const WAITER_LEASE_MS: i64 = 5_000;
 
 /// Every key in the server with its PTTL.

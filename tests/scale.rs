@@ -36,7 +36,8 @@ const WAKE: &str = "{rlock:k}:wake";
 const SOON: Duration = Duration::from_secs(10);
 /// Time for a whole `rlock` run to finish once it has been told to.
 const FINISH: Duration = Duration::from_secs(20);
-/// How often a parked waiter asks again on its own (`WAITER_REFRESH` in `src/lock/mod.rs`).
+/// Well below the holder's 60 s lease (when a parked waiter would check on its own): a waiter
+/// that runs sooner after parking was woken by the release.
 const REFRESH: Duration = Duration::from_secs(2);
 
 // ---------------------------------------------------------------------------------------------
@@ -1614,7 +1615,7 @@ fn tls_client_certificates_for_a_server_that_requires_them() {
 /// The commands rlock sends to one Redis, its own (EVALSHA, EVAL on NOSCRIPT, SCAN for the
 /// listing, SUBSCRIBE for waiting) and those its scripts call, which ACLs check too. The README
 /// documents the same list.
-const LOCK_COMMANDS: [&str; 22] = [
+const LOCK_COMMANDS: [&str; 21] = [
     "evalsha",
     "eval",
     "scan",
@@ -1634,7 +1635,6 @@ const LOCK_COMMANDS: [&str; 22] = [
     "zrange",
     "zrem",
     "zcard",
-    "exists",
     "del",
     "publish",
 ];
@@ -1797,6 +1797,14 @@ impl Session<'_> {
             return Err(format!("inspect does not count the waiter: {out}"));
         }
         self.step("release", 0, &["release", "-k", "life", "--token", &token])?;
+        // Without a wake-up (no right to SUBSCRIBE, or to PUBLISH), the waiter would only find
+        // out when the holder's 30 s lease would have ended.
+        if !wait_until_or(SOON, || !waiter.running()) {
+            return Err(format!(
+                "the release did not wake the waiter: {}",
+                waiter.describe()
+            ));
+        }
         let (out, _) = waiter.finish(SOON);
         self.outputs.push(out.clone());
         let later = out

@@ -1,9 +1,12 @@
--- acquire: grant the lock to a token if it is free and no live waiter is ahead of it; mint the
--- fencing token in the same step.
--- KEYS[1] lock (a string holding the owner token)  KEYS[2] state (hash: fence counter, holder,
---         waiter leases "w:<token>")  KEYS[3] queue (zset of waiting tokens, oldest first)
+-- acquire: grant the lock to a token if it is free and nobody is ahead of it in line; mint the
+-- fencing token in the same step. Waiters keep their place without heartbeats: the line is
+-- checked lazily, at handoff (common.lua's hand_off).
+-- KEYS[1] lock (a string holding the owner token)  KEYS[2] state (hash: fence, holder, and
+--         "next"/"next_until", the waiter a free lock is reserved for)  KEYS[3] queue (zset of
+--         waiting tokens, oldest first)
 -- ARGV[1] token  ARGV[2] ttl ms  ARGV[3] "1" to join the queue when not granted, "0" to try once
--- ARGV[4] waiter lease ms  ARGV[5] wake channel  ARGV[6..9] holder host, pid, user, command
+-- ARGV[4] ms until the waiter's next check, when the lock has no expiry  ARGV[5] wake channel
+-- ARGV[6..9] holder host, pid, user, command
 -- Returns {"ok", fence, ttl_ms}
 --         {"busy", pttl_ms, now_ms, host, pid, user, since_ms, command}  (holder fields nil when
 --                                                                       another client holds it)
@@ -12,7 +15,7 @@
 -- Errors (nothing was changed): WRONGTYPE for a helper key of another type or a fence counter
 -- that cannot be raised, NOPERM for a command the ACL user may not run.
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
-local token, ttl, join, lease, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3] == "1", tonumber(ARGV[4]), ARGV[5]
+local token, ttl, join, check, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3] == "1", tonumber(ARGV[4]), ARGV[5]
 local now = now_ms()
 
 local kind = redis.call("TYPE", lock)["ok"]
@@ -28,12 +31,12 @@ expect_rights({{"SET", lock, token, "PX", "1"}, {"PEXPIRE", lock, "1"},
   {"HSET", state, "fence", "1"}, {"HDEL", state, "fence"},
   {"ZADD", queue, "NX", "1", token}, {"ZREM", queue, token}, {"PUBLISH", channel, "*"}})
 
-local function wait_in_line()
+-- Keeps (or takes) a place in line. The waiter checks again within `horizon` ms, so the line
+-- lives that long and a while more.
+local function wait_in_line(horizon)
   if join then
     redis.call("ZADD", queue, "NX", now, token)
-    redis.call("HSET", state, "w:" .. token, now + lease)
-    keep_alive(queue, lease + KEEP_MS)
-    keep_alive(state, lease + KEEP_MS)
+    keep_alive(queue, horizon + KEEP_MS)
   end
 end
 
@@ -49,8 +52,8 @@ if current == token then
 end
 
 if current then
-  wait_in_line()
   local pttl = redis.call("PTTL", lock)
+  wait_in_line(pttl >= 0 and pttl or check)
   local h = redis.call("HMGET", state, "token", "host", "pid", "user", "since", "cmd")
   if h[1] ~= current then
     return {"busy", pttl, now}
@@ -58,24 +61,23 @@ if current then
   return {"busy", pttl, now, h[2], h[3], h[4], h[5], h[6]}
 end
 
--- Free. Waiters whose lease ran out (they died) lose their place; the first live one goes first.
-local dropped = false
-while true do
-  local head = redis.call("ZRANGE", queue, 0, 0)[1]
-  if not head or head == token then
-    break
-  end
-  local until_ms = tonumber(redis.call("HGET", state, "w:" .. head)) or 0
+-- Free. Reserved for another waiter whose claim window is open: wait for it.
+local reserved = redis.call("HMGET", state, "next", "next_until")
+local next_in_line, until_ms = reserved[1], tonumber(reserved[2]) or 0
+if next_in_line and next_in_line ~= token then
   if until_ms > now then
-    if dropped then
-      redis.call("PUBLISH", channel, head)
-    end
-    wait_in_line()
+    wait_in_line(until_ms - now)
     return {"queued", until_ms - now, now}
   end
-  redis.call("ZREM", queue, head)
-  redis.call("HDEL", state, "w:" .. head)
-  dropped = true
+  -- It did not claim the lock in time (it died, or missed its wake-up): it loses its turn.
+  redis.call("ZREM", queue, next_in_line)
+end
+-- Someone else is first in line: the lock is theirs (a holder that expired handed nothing).
+local head = redis.call("ZRANGE", queue, 0, 0)[1]
+if head and head ~= token then
+  hand_off(queue, state, channel, now)
+  wait_in_line(CLAIM_MS)
+  return {"queued", CLAIM_MS, now}
 end
 
 -- The fence rises with every grant, and also across a state that expired or was lost (FLUSHALL,
@@ -85,7 +87,7 @@ fence = math.max(fence + 1, now_us)
 redis.call("SET", lock, token, "PX", ttl)
 redis.call("HSET", state, "fence", fence, "token", token, "host", ARGV[6], "pid", ARGV[7],
   "user", ARGV[8], "cmd", ARGV[9], "since", now, "ttl", ttl)
-redis.call("HDEL", state, "released", "broken", "w:" .. token)
+redis.call("HDEL", state, "released", "broken", "next", "next_until")
 redis.call("ZREM", queue, token)
 keep_alive(state, ttl + KEEP_MS)
 return {"ok", fence, ttl}

@@ -67,22 +67,26 @@ local function fence_of(state)
   return tonumber(f)
 end
 
--- Names the first waiter whose lease is live on the wake channel, dropping dead ones from the
--- line; publishes "*" (anyone) when nobody waits in line, for waiters that do not queue.
-local function wake_next(queue, state, channel, now)
-  while true do
-    local head = redis.call("ZRANGE", queue, 0, 0)[1]
-    if not head then
-      redis.call("PUBLISH", channel, "*")
-      return
-    end
-    local until_ms = tonumber(redis.call("HGET", state, "w:" .. head)) or 0
-    if until_ms > now then
-      redis.call("PUBLISH", channel, head)
-      return
-    end
-    redis.call("ZREM", queue, head)
-    redis.call("HDEL", state, "w:" .. head)
+-- How long the first waiter in line has to claim a lock handed to it. A waiter that died (SIGKILL)
+-- keeps its turn this long, once, when its turn comes; then the next in line goes.
+local CLAIM_MS = 1000
+
+-- Hands a free lock to the first waiter in line: reserves it for that waiter for CLAIM_MS and
+-- wakes it on its own channel ("go"), and tells the waiter behind it when the reservation ends
+-- (the milliseconds left), so that someone is awake to move on should the first never claim
+-- it. A handoff thus wakes one waiter and warns another, however long the line. With nobody in
+-- line it wakes anyone on the shared channel ("*"): waiters that do not queue (Redlock).
+local function hand_off(queue, state, channel, now)
+  local line = redis.call("ZRANGE", queue, 0, 1)
+  if not line[1] then
+    redis.call("HDEL", state, "next", "next_until")
+    redis.call("PUBLISH", channel, "*")
+    return
+  end
+  redis.call("HSET", state, "next", line[1], "next_until", now + CLAIM_MS)
+  keep_alive(state, CLAIM_MS + KEEP_MS)
+  redis.call("PUBLISH", channel .. ":" .. line[1], "go")
+  if line[2] then
+    redis.call("PUBLISH", channel .. ":" .. line[2], tostring(CLAIM_MS))
   end
 end
-

@@ -9,7 +9,7 @@ use super::lease::drift;
 use super::locker::{Locker, eval_on, no_quorum, unexpected, wrong_type};
 use super::reply::{AcquireReply, Holder, KeyType, ReleaseReply, RenewReply};
 use super::scripts::{ACQUIRE, FENCE, LEAVE, RELEASE, RENEW};
-use super::{Released, Renewed, WAITER_LEASE};
+use super::{CHECK_WITHOUT_EXPIRY, Released, Renewed};
 use crate::backend::{Fault, Node, NodeError};
 use crate::exit::Failure;
 use crate::identity::Identity;
@@ -63,7 +63,7 @@ impl Locker {
         who: &Identity,
     ) -> Result<Attempt, Unanswered> {
         let ttl_ms = ttl.as_millis().max(1).to_string();
-        let lease = WAITER_LEASE.as_millis().to_string();
+        let check = CHECK_WITHOUT_EXPIRY.as_millis().to_string();
         let pid = who.pid.to_string();
         // A Redlock waiter does not queue: queues on independent masters could disagree on
         // who is first. It waits for the release's "anyone" wake-up instead.
@@ -72,7 +72,7 @@ impl Locker {
             token,
             &ttl_ms,
             if join { "1" } else { "0" },
-            &lease,
+            &check,
             &key.channel,
             &who.host,
             &pid,

@@ -1,5 +1,5 @@
 -- leave: a waiter gives up (timeout or signal). It leaves the queue, releases a grant that raced
--- with giving up, and if it was first in line for a free lock, wakes the next waiter.
+-- with giving up, and if a free lock was reserved for it, hands it to the next waiter.
 -- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
 -- ARGV[1] token  ARGV[2] wake channel
 -- Returns "released" (a raced grant was given back) or "left"
@@ -9,19 +9,18 @@ local now = now_ms()
 -- Checks (common.lua), all before the first write.
 expect_type(state, "hash", "state")
 expect_type(queue, "zset", "queue")
-expect_rights({{"ZREM", queue, token}, {"HDEL", state, "w:" .. token}, {"DEL", lock},
+expect_rights({{"ZREM", queue, token}, {"HDEL", state, "next"}, {"DEL", lock},
   {"HSET", state, "released", "1"}, {"PUBLISH", channel, "*"}})
-local was_first = redis.call("ZRANGE", queue, 0, 0)[1] == token
+local was_next = redis.call("HGET", state, "next") == token
 redis.call("ZREM", queue, token)
-redis.call("HDEL", state, "w:" .. token)
 local released = false
 if redis.call("TYPE", lock)["ok"] == "string" and redis.call("GET", lock) == token then
   redis.call("DEL", lock)
   redis.call("HSET", state, "released", now)
   released = true
 end
-if released or (was_first and redis.call("EXISTS", lock) == 0) then
-  wake_next(queue, state, channel, now)
+if released or (was_next and redis.call("TYPE", lock)["ok"] == "none") then
+  hand_off(queue, state, channel, now)
 end
 if released then
   return "released"

@@ -90,13 +90,20 @@ impl Locker {
         })
     }
 
-    /// Connections subscribed to the lock's wake channel: one per node that answers (in
-    /// parallel, each within --op-timeout).
-    pub fn subscribers(&self, key: &LockKey) -> Vec<redis::Connection> {
+    /// Connections subscribed to the waiter `token`'s wake channel: one per node that answers
+    /// (in parallel, each within --op-timeout). A waiter in line (one Redis) is woken on a
+    /// channel of its own, so that a handoff wakes exactly one process; a Redlock waiter, which
+    /// does not queue, on the lock's shared channel.
+    pub fn subscribers(&self, key: &LockKey, token: &str) -> Vec<redis::Connection> {
+        let channel = if self.is_quorum() {
+            key.channel.clone()
+        } else {
+            format!("{}:{token}", key.channel)
+        };
         self.on_all(|n| {
             let mut conn = n.subscriber(&key.redis_key, self.op_timeout).ok()?;
             let mut pubsub = conn.as_pubsub();
-            let subscribed = pubsub.subscribe(&key.channel).is_ok();
+            let subscribed = pubsub.subscribe(&channel).is_ok();
             // Dropping a PubSub sends UNSUBSCRIBE and waits for the answer; the connection is
             // closed instead when the wait is over, which unsubscribes for free.
             std::mem::forget(pubsub);

@@ -40,10 +40,11 @@ pub use reply::{Holder, KeyType};
 pub use scripts::{ACQUIRE, FENCE, INSPECT, LEAVE, RELEASE, RENEW};
 pub use wait::{Interrupt, WaitPolicy};
 
-/// How long a waiter keeps its place in line without renewing it, and how often it renews it.
-/// A waiter that dies holds up the line for at most `WAITER_LEASE`.
-pub const WAITER_LEASE: Duration = Duration::from_secs(5);
-pub const WAITER_REFRESH: Duration = Duration::from_secs(2);
+/// How often a waiter checks a lock that has no expiry (another client's `SET` without `PX`):
+/// it cannot hear such a lock go, only find it gone. A lock with a lease is checked when its
+/// lease would end, which a waiter cannot hear either: at most once per two thirds of the
+/// holder's lease, since the holder renews every third.
+pub const CHECK_WITHOUT_EXPIRY: Duration = Duration::from_secs(5);
 
 /// A lock held by this process.
 #[derive(Debug, Clone)]

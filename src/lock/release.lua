@@ -1,5 +1,5 @@
 -- release: delete the lock if the token owns it (compare-and-delete), or whoever owns it when
--- forced; then wake the first live waiter (or anyone: "*", when nobody waits in line).
+-- forced; then hand it to the first waiter in line (or wake anyone: "*", when nobody waits).
 -- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
 -- ARGV[1] token  ARGV[2] wake channel  ARGV[3] "1" to force
 -- Returns {"released"}                     the token owned it; it is gone
@@ -41,10 +41,10 @@ if force then
     -- Broken, not released: the owner's own release must still hear that it lost the lock.
     redis.call("HDEL", state, "released")
     redis.call("HSET", state, "broken", now)
-    wake_next(queue, state, channel, now)
+    hand_off(queue, state, channel, now)
     return {"broken", kind, pttl, value, h[2], h[3], h[4], h[5], h[6], now}
   end
-  wake_next(queue, state, channel, now)
+  hand_off(queue, state, channel, now)
   return {"broken", kind, pttl, value}
 end
 
@@ -52,7 +52,7 @@ local current = redis.call("GET", lock)
 if current == token then
   redis.call("DEL", lock)
   redis.call("HSET", state, "released", now)
-  wake_next(queue, state, channel, now)
+  hand_off(queue, state, channel, now)
   return {"released"}
 end
 if current then

@@ -1,12 +1,15 @@
 //! Waiting for a lock without polling.
 //!
-//! A waiter subscribes to the lock's wake channel *before* each attempt, so a release that
+//! A waiter subscribes to a wake channel of its own *before* each attempt, so a handoff that
 //! happens between a failed attempt and the wait is never missed. A failed attempt puts the
 //! waiter in line (a sorted set, oldest first) and returns the holder's PTTL. The waiter then
-//! sleeps until a release names it on the channel, the holder's TTL runs out, or it is time to
-//! renew its place in line, whichever is first. Each release wakes only the first live waiter,
-//! so many waiters cost Redis one attempt per handoff, not one each; a lost message costs
-//! latency (at most the PTTL or `WAITER_REFRESH`), never liveness.
+//! sleeps until a release hands it the lock ("go"), the holder's lease would end, or the waiter
+//! ahead of it has had its chance to claim a lock handed to it (a release tells the second in
+//! line when that chance ends), whichever is first. Waiting costs Redis nothing while the
+//! holder's lease is alive, apart from one check when the lease would end (at most once per two
+//! thirds of the lease, since the holder renews every third); there are no heartbeats. Each
+//! handoff wakes one waiter and warns one more, however long the line; a lost message costs
+//! latency (at most the holder's lease), never liveness.
 //!
 //! A wait rides out an outage: Redis unreachable, timing out, or answering that it cannot serve
 //! now (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels)
@@ -17,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::display::{busy_message, human_ms};
 use super::exclusive::{Attempt, Unanswered};
-use super::{Grant, LockKey, Locker, WAITER_REFRESH};
+use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker};
 use crate::exit::Failure;
 use crate::identity::Identity;
 
@@ -117,6 +120,10 @@ impl Patience {
 /// Polled between short sleeps: the number of a signal that should end the wait.
 pub type Interrupt<'a> = &'a dyn Fn() -> Option<i32>;
 
+/// How late after a claim window's end a waiter tries: enough for the window to be over by the
+/// server's clock.
+const CLAIM_SLACK: Duration = Duration::from_millis(5);
+
 /// How often a sleeping waiter looks at `Interrupt` (a local check, not a Redis command).
 const SLICE: Duration = Duration::from_millis(50);
 
@@ -190,7 +197,7 @@ impl Locker {
         let mut subscribed = false;
         loop {
             let mut conns = if subscribed {
-                self.subscribers(key)
+                self.subscribers(key, token)
             } else {
                 Vec::new()
             };
@@ -283,19 +290,19 @@ impl Locker {
                     if pttl >= 0 {
                         Duration::from_millis(pttl as u64 + 1)
                     } else {
-                        WAITER_REFRESH
+                        CHECK_WITHOUT_EXPIRY
                     },
                     busy_message(key, pttl, now_ms, &holder),
                 ),
                 Attempt::Queued { wait_ms } => (
-                    Duration::from_millis(wait_ms.max(0) as u64 + 1),
+                    Duration::from_millis(wait_ms.max(0) as u64) + CLAIM_SLACK,
                     format!(
                         "lock '{}' is being handed to processes that waited longer",
                         key.name
                     ),
                 ),
             };
-            let mut until = Instant::now() + sleep_for.min(WAITER_REFRESH);
+            let mut until = Instant::now() + sleep_for;
             if self.is_quorum() {
                 // Redlock waiters race each other on every node: spread them out so that they
                 // do not split the votes in lockstep.
@@ -350,10 +357,12 @@ fn jitter() -> Duration {
     Duration::from_micros(u64::from(u16::from_le_bytes([bytes[0], bytes[1]])) % 20_000)
 }
 
-/// Sleeps until `until`, a wake-up naming `token` (or `*`, anyone), or a signal.
+/// Sleeps until `until`, a wake-up ("go" on the waiter's own channel, "*" on the shared one), or
+/// a signal. A number of milliseconds on the waiter's channel says when the waiter ahead of it
+/// loses its chance to claim the lock: the sleep ends then, if not before.
 fn sleep(
     subs: &mut [redis::PubSub<'_>],
-    until: Instant,
+    mut until: Instant,
     token: &str,
     interrupt: Interrupt,
 ) -> Slept {
@@ -376,8 +385,15 @@ fn sleep(
             match p.get_message() {
                 Ok(msg) => {
                     let payload = msg.get_payload_bytes();
-                    if payload == token.as_bytes() || payload == b"*" {
+                    if payload == b"go" || payload == b"*" || payload == token.as_bytes() {
                         return Slept::Woken;
+                    }
+                    if let Some(ms) = std::str::from_utf8(payload)
+                        .ok()
+                        .and_then(|p| p.parse::<u64>().ok())
+                    {
+                        let then = Instant::now() + Duration::from_millis(ms) + CLAIM_SLACK;
+                        until = until.min(then);
                     }
                 }
                 Err(e) if e.is_timeout() => {}
