@@ -76,16 +76,17 @@ fn holders_never_overlap_and_fences_rise_through_freezes_flushes_and_kills() {
     );
 
     // Not vacuous: the loops got through, and the faults really happened.
-    let at_least = |per_10s: usize| (secs as usize * per_10s / 10).max(1);
+    // 50 in the default 30 s: a third to a half of what a loaded 2-core machine manages.
+    let at_least = |per_30s: usize| (secs as usize * per_30s / 30).max(1);
     assert!(
-        report.grants >= at_least(17),
+        report.grants >= at_least(50),
         "too few grants to mean anything:\n{report}\n{}",
         stderr()
     );
     assert!(
-        report.freezes.len() >= at_least(1)
-            && report.script_flushes >= at_least(1)
-            && report.client_kills >= at_least(1)
+        report.freezes.len() >= at_least(3)
+            && report.script_flushes >= at_least(3)
+            && report.client_kills >= at_least(3)
             && report.fault_errors.is_empty(),
         "the faults did not all go out:\n{report}"
     );

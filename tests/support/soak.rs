@@ -8,9 +8,9 @@
 //! passes its port and pid.
 //!
 //! Each command is `sh -c` that appends, with O_APPEND, one line per sign of life:
-//! `KIND FENCE NANOS TOKEN BEATS`, KIND being `start`, `hb` (every ~20 ms) or `end`, NANOS from
-//! `date +%s%N`, FENCE and TOKEN from the command's environment, BEATS how many `hb` it means to
-//! write. A line's stamp is taken before it is written, and a killed command writes nothing more,
+//! `KIND FENCE NANOS TOKEN LEFT`, KIND being `start`, `hb` (every ~20 ms) or `end`, NANOS from
+//! `date +%s%N`, FENCE and TOKEN from the command's environment, LEFT how many `hb` are still to
+//! come (so a `start` line says how long the command means to run). A line's stamp is taken before it is written, and a killed command writes nothing more,
 //! so any stamp of one holder at or after the next holder's `start` is a real overlap.
 #![allow(dead_code)]
 
@@ -32,16 +32,15 @@ use nix::unistd::Pid;
 /// The key every loop contends for.
 pub const KEY: &str = "soak";
 
-/// One command: a start line, BEATS heartbeats ~20 ms apart, an end line.
+/// One command: a start line, $2 heartbeats ~20 ms apart, an end line.
 const SCRIPT: &str = r#"log=$1 n=$2
 echo "start $RLOCK_FENCE $(date +%s%N) $RLOCK_TOKEN $n" >> "$log"
-i=0
-while [ "$i" -lt "$n" ]; do
+while [ "$n" -gt 0 ]; do
   sleep 0.02
+  n=$((n - 1))
   echo "hb $RLOCK_FENCE $(date +%s%N) $RLOCK_TOKEN $n" >> "$log"
-  i=$((i + 1))
 done
-echo "end $RLOCK_FENCE $(date +%s%N) $RLOCK_TOKEN $n" >> "$log""#;
+echo "end $RLOCK_FENCE $(date +%s%N) $RLOCK_TOKEN 0" >> "$log""#;
 
 /// An `rlock exec` that runs longer than this is taken as hung: killed and counted as exit -9.
 const EXEC_LIMIT: Duration = Duration::from_secs(120);
@@ -89,8 +88,8 @@ impl Config {
             until: Until::Wall(Duration::from_secs(secs)),
             ttl: Duration::from_secs(1),
             short_beats: 3,
-            long_beats: 60,
-            long_every: 6,
+            long_beats: 50,
+            long_every: 8,
             gap: (Duration::from_millis(800), Duration::from_millis(2200)),
             freeze: (Duration::from_millis(200), Duration::from_millis(1500)),
             max_faults: 10_000,
@@ -156,6 +155,8 @@ pub struct Report {
     pub inversions: Vec<String>,
     /// Log lines that do not parse, or a token whose lines disagree on its fence.
     pub malformed: Vec<String>,
+    /// For every exit other than 0 and 76: the code and the last line rlock wrote on stderr.
+    pub other_exits: Vec<String>,
 }
 
 impl Report {
@@ -213,6 +214,7 @@ impl fmt::Display for Report {
             ("inversion", &self.inversions),
             ("malformed", &self.malformed),
             ("fault error", &self.fault_errors),
+            ("exit", &self.other_exits),
         ] {
             for line in list.iter().take(10) {
                 write!(f, "\n  {what}: {line}")?;
@@ -243,6 +245,7 @@ pub fn run(target: &Target, cfg: &Config) -> Report {
     let stop = AtomicBool::new(false);
     let granted = AtomicUsize::new(0);
     let exits = Mutex::new(BTreeMap::new());
+    let other_exits = Mutex::new(Vec::new());
     let mut report = Report {
         seed: cfg.seed,
         ..Report::default()
@@ -252,7 +255,8 @@ pub fn run(target: &Target, cfg: &Config) -> Report {
         let faults = s.spawn(|| inject_faults(target, cfg, &log, &stop));
         let loops: Vec<_> = (0..cfg.workers)
             .map(|w| {
-                let (log, stop, granted, exits) = (&log, &stop, &granted, &exits);
+                let (log, stop, granted) = (&log, &stop, &granted);
+                let (exits, other_exits) = (&exits, &other_exits);
                 s.spawn(move || {
                     let stderr = target.dir.join(format!("loop-{w}.stderr"));
                     let mut n = 0u32;
@@ -265,6 +269,10 @@ pub fn run(target: &Target, cfg: &Config) -> Report {
                         };
                         let code = exec_once(target, cfg, log, beats, &stderr);
                         *exits.lock().unwrap().entry(code).or_insert(0) += 1;
+                        if code != 0 && code != 76 {
+                            let said = last_line(&stderr).unwrap_or_default();
+                            other_exits.lock().unwrap().push(format!("{code}: {said}"));
+                        }
                         if code == 0 || code == 76 {
                             let total = granted.fetch_add(1, Ordering::SeqCst) + 1;
                             if matches!(cfg.until, Until::Grants(g) if total >= g) {
@@ -303,6 +311,7 @@ pub fn run(target: &Target, cfg: &Config) -> Report {
     });
     report.wall = started.elapsed();
     report.exits = exits.into_inner().unwrap();
+    report.other_exits = other_exits.into_inner().unwrap();
     check_log(&log, cfg, &mut report);
     report
 }
@@ -448,14 +457,14 @@ fn pause(d: Duration, stop: &AtomicBool) -> bool {
     !stop.load(Ordering::SeqCst)
 }
 
-/// Waits (at most 5 s) until the log's last line is the start of a long command, stamped less
-/// than 200 ms ago.
+/// Waits (at most 5 s) until the log's last line comes from the first few beats of a long
+/// command and was stamped less than 150 ms ago.
 fn wait_for_long_start(log: &Path, cfg: &Config, stop: &AtomicBool) {
     let give_up = Instant::now() + Duration::from_secs(5);
     while Instant::now() < give_up && !stop.load(Ordering::SeqCst) {
         if let Some(line) = last_line(log).and_then(|l| Line::parse(&l)) {
             let age = now_ns() - line.nanos;
-            if line.kind == Kind::Start && line.beats == cfg.long_beats && age < 200_000_000 {
+            if line.left + 4 >= cfg.long_beats && age < 150_000_000 {
                 return;
             }
         }
@@ -463,8 +472,8 @@ fn wait_for_long_start(log: &Path, cfg: &Config, stop: &AtomicBool) {
     }
 }
 
-fn last_line(log: &Path) -> Option<String> {
-    let mut f = File::open(log).ok()?;
+fn last_line(file: &Path) -> Option<String> {
+    let mut f = File::open(file).ok()?;
     let len = f.metadata().ok()?.len();
     f.seek(SeekFrom::Start(len.saturating_sub(512))).ok()?;
     let mut tail = String::new();
@@ -537,7 +546,7 @@ struct Line {
     fence: u64,
     nanos: i128,
     token: String,
-    beats: u32,
+    left: u32,
 }
 
 impl Line {
@@ -554,7 +563,7 @@ impl Line {
             fence: f.next()?.parse().ok()?,
             nanos: f.next()?.parse().ok()?,
             token: f.next().filter(|t| !t.is_empty())?.to_string(),
-            beats: f.next()?.parse().ok()?,
+            left: f.next()?.parse().ok()?,
         };
         f.next().is_none().then_some(line)
     }
@@ -589,7 +598,7 @@ fn check_log(log: &Path, cfg: &Config, report: &mut Report) {
                 last: line.nanos,
                 lines: Vec::new(),
                 ended: false,
-                long: line.beats == cfg.long_beats,
+                long: false,
             });
             grants.len() - 1
         });
@@ -601,7 +610,10 @@ fn check_log(log: &Path, cfg: &Config, report: &mut Report) {
         }
         match line.kind {
             Kind::Start if g.start.is_some() => report.malformed.push(format!("{raw} (2nd start)")),
-            Kind::Start => g.start = Some(line.nanos),
+            Kind::Start => {
+                g.start = Some(line.nanos);
+                g.long = line.left == cfg.long_beats;
+            }
             Kind::End => g.ended = true,
             Kind::Beat => {}
         }
@@ -637,10 +649,10 @@ fn check_log(log: &Path, cfg: &Config, report: &mut Report) {
         }
         if b.fence <= a.fence {
             report.inversions.push(format!(
-                "fence {} (started {}) came after fence {} (started {next})",
+                "fence {} (started {next}) came after fence {} (started {})",
                 b.fence,
-                a.start.expect("started"),
-                a.fence
+                a.fence,
+                a.start.expect("started")
             ));
         }
     }
@@ -662,14 +674,14 @@ mod tests {
     #[test]
     fn a_clean_log_passes() {
         let r =
-            checked("start 1 10 a 1\nhb 1 20 a 1\nend 1 30 a 1\nstart 2 40 b 60\nhb 2 50 b 60\n");
+            checked("start 1 10 a 1\nhb 1 20 a 0\nend 1 30 a 0\nstart 2 40 b 50\nhb 2 50 b 49\n");
         assert_eq!((r.grants, r.long_grants, r.cut_short), (2, 1, 1));
         assert!(r.overlaps.is_empty() && r.inversions.is_empty() && r.malformed.is_empty());
     }
 
     #[test]
     fn a_late_heartbeat_and_a_lower_fence_are_caught() {
-        let r = checked("start 5 10 a 1\nstart 4 40 b 1\nhb 5 45 a 1\nend 4 50 b 1\n");
+        let r = checked("start 5 10 a 1\nstart 4 40 b 1\nhb 5 45 a 0\nend 4 50 b 0\n");
         assert_eq!(r.overlaps.len(), 1, "{r}");
         assert_eq!(r.inversions.len(), 1, "{r}");
     }
