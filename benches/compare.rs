@@ -10,10 +10,15 @@
 //! - `RLOCK_BENCH_IDLE_SECS` how long the idle waiter is watched (default 6)
 //! - `RLOCK_BENCH_PROCS`     processes in the contention figure (default 6)
 //! - `RLOCK_BENCH_ITERS`     iterations per process in the contention figure (default 15)
+//! - `RLOCK_BENCH_SOAK_GRANTS` contended grants of the soak run (default 10000, 0 skips it)
 //!
 //! The Redlock figure starts four more servers and puts each of the five behind a proxy of this
 //! program that adds `RLOCK_BENCH_LATENCY_MS` (default 5) each way, so the network counts as it
 //! does between hosts and parallel requests can be told from sequential ones.
+//!
+//! Last comes the soak (issue 11, the long mode of `tests/soak.rs`): four loops of `rlock exec`
+//! on one key through freezes, `SCRIPT FLUSH` and `CLIENT KILL` of a server of its own, checked
+//! for overlapping holders and fences out of order. It takes minutes; the table comes first.
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -27,6 +32,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+
+#[path = "../tests/support/soak.rs"]
+mod soak;
 
 const RLOCK: &str = env!("CARGO_BIN_EXE_rlock");
 
@@ -51,6 +59,7 @@ struct Config {
     procs: usize,
     iters: usize,
     latency: Duration,
+    soak_grants: usize,
 }
 
 impl Config {
@@ -72,6 +81,14 @@ impl Config {
             procs: num("RLOCK_BENCH_PROCS", 6, 64) as usize,
             iters: num("RLOCK_BENCH_ITERS", 15, 1000) as usize,
             latency: Duration::from_millis(num("RLOCK_BENCH_LATENCY_MS", 5, 1000)),
+            soak_grants: match std::env::var("RLOCK_BENCH_SOAK_GRANTS") {
+                Err(_) => 10_000,
+                Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+                    exit_with(&format!(
+                        "RLOCK_BENCH_SOAK_GRANTS={v}: expected a whole number (0 skips the soak)"
+                    ))
+                }),
+            },
         }
     }
 }
@@ -906,6 +923,53 @@ fn redlock_vs_one(servers: &[&Redis], delay: Duration, runs: usize) -> (f64, f64
 }
 
 // ---------------------------------------------------------------------------------------------
+// Soak: many contended grants through faults
+// ---------------------------------------------------------------------------------------------
+
+/// Runs the soak's long mode against a server of its own (it gets frozen), prints its figures,
+/// and fails the benchmark if two holders overlapped or a fence went backwards.
+fn soak(redis_server: &Path, grants: usize) {
+    let redis = Redis::start(redis_server);
+    let dir = tempfile::Builder::new()
+        .prefix("rlock-bench-soak-")
+        .tempdir()
+        .expect("temp dir");
+    let target = soak::Target {
+        rlock: RLOCK.into(),
+        port: redis.port,
+        redis_pid: redis.child.id() as i32,
+        dir: dir.path().to_path_buf(),
+    };
+    let cfg = soak::Config::long(grants);
+    println!();
+    println!(
+        "Soak: {} loops of `rlock exec --ttl {}ms -w 60s` on one key until {grants} grants, \
+         through freezes of the server ({}-{} ms), SCRIPT FLUSH and CLIENT KILL (RLOCK_BENCH_SOAK_GRANTS=0 skips) …",
+        cfg.workers,
+        cfg.ttl.as_millis(),
+        cfg.freeze.0.as_millis(),
+        cfg.freeze.1.as_millis()
+    );
+    let r = soak::run(&target, &cfg);
+    println!("{r}");
+    println!(
+        "Soak figures: {} grants in {:.1} s = {:.1} grants/s; {} exits 76 (lock lost, {} commands \
+         stopped mid-run); {} faults; {} overlaps; {} fence inversions.",
+        r.grants,
+        r.wall.as_secs_f64(),
+        r.rate(),
+        r.exit_count(76),
+        r.cut_short,
+        r.faults(),
+        r.overlaps.len(),
+        r.inversions.len()
+    );
+    if !r.overlaps.is_empty() || !r.inversions.is_empty() || !r.malformed.is_empty() {
+        fail("the soak found holders that overlapped or fences out of order (see above)");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 fn main() {
     let cfg = Config::from_env();
@@ -1190,4 +1254,10 @@ fn main() {
         cfg.latency.as_millis(),
         r5_lo / r1_lo
     );
+
+    // 7. Soak, last: it takes minutes, and the table above should not wait for it.
+    drop(more);
+    if cfg.soak_grants > 0 {
+        soak(&redis_server, cfg.soak_grants);
+    }
 }
