@@ -597,10 +597,11 @@ const REDIS_KEYS: Section = Section {
         P("A lock named KEY, with prefix P (`--prefix`, default `rlock:`), uses:"),
         Pre(
             "P+KEY            string: the owner token, the lease as its expiry
-{P+KEY}:state    hash: fence counter, holder (host, pid, user,
-                 command, since), TTL, waiters' leases
+{P+KEY}:state    hash: fence, holder (host, pid, user, command,
+                 since), TTL, the waiter a free lock is reserved for
 {P+KEY}:q        sorted set: waiting tokens, oldest first
-{P+KEY}:wake     pub/sub channel: a release wakes the next waiter",
+{P+KEY}:wake:T   pub/sub channel of waiter T: a release hands it the lock
+{P+KEY}:wake     pub/sub channel: wakes waiters that do not queue (Redlock)",
         ),
         P(
             "The lock itself is a plain `SET P+KEY token NX PX ttl`, so other clients that lock \
@@ -612,7 +613,9 @@ const REDIS_KEYS: Section = Section {
              and no waiter leaves nothing behind after its TTL + 60 s. The fence is at least the \
              server's clock in microseconds (and above the last fence), so it keeps rising after \
              the state expired or was lost, as long as the server's clock does not step back. \
-             Waiters sleep on the wake channel until a release or the holder's expiry; a lost \
+             Waiters sleep, each on a channel of its own and sending nothing, until a release \
+             hands them the lock or the holder's lease would end; a release reserves the lock \
+             for the first waiter for 1 s, after which the next in line may go. A lost \
              notification costs latency, never liveness.",
         ),
     ],
