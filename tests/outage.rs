@@ -132,3 +132,40 @@ fn no_wait_and_names_that_do_not_resolve_fail_at_once() {
     assert_eq!(out.code, 69, "{out}");
     assert!(started.elapsed() < Duration::from_secs(3), "-n was retried");
 }
+
+#[test]
+fn a_waiter_rides_out_a_sentinel_failover() {
+    let mut set = common::Sentinels::start("out");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sentinels = |cmd: &mut std::process::Command| {
+        cmd.arg("--sentinel").arg(set.name());
+        for url in set.urls() {
+            cmd.arg("--url").arg(url);
+        }
+    };
+    let mut hold = rlock();
+    sentinels(&mut hold);
+    let out = run(hold.args(["acquire", "-k", KEY, "--ttl", "3s"]));
+    assert_eq!(out.code, 0, "{out}");
+    let mut cmd = rlock();
+    sentinels(&mut cmd);
+    cmd.args(["--op-timeout", "300ms", "acquire", "-w", "60s", "-k", KEY]);
+    let mut w = Bg::spawn("waiter", dir.path(), &mut cmd);
+    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        matches!(
+            set.server(0).try_cmd(&["ZCARD", "{rlock:out}:q"]),
+            Ok(redis::Value::Int(1))
+        )
+    });
+    // The master dies while the waiter waits; the Sentinels promote the replica.
+    let new_master = set.server(1).port();
+    set.server_mut(0).kill9();
+    set.wait_master(new_master, Duration::from_secs(30));
+    let (out, _) = w.finish(Duration::from_secs(30));
+    assert_eq!(out.code, 0, "the waiter gave up during the failover: {out}");
+    assert_eq!(
+        set.server(1).get("rlock:out"),
+        Some(out.stdout.trim().to_string()),
+        "the waiter holds the lock on the new master"
+    );
+}
