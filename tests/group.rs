@@ -53,12 +53,34 @@ fn assert_silent_after(dir: &Path, exited: i64) {
     );
 }
 
+/// `rlock exec` of `script` under `sh -c`; the command's process group id goes to `$D/pgid`.
 fn exec_in(server: &RedisServer, dir: &Path, opts: &[&str], script: &str) -> Bg {
     let mut cmd = rlock_at(server);
-    cmd.args(["exec", "-k", KEY])
-        .args(opts)
-        .args(["--", "sh", "-c", script]);
+    cmd.args(["exec", "-k", KEY]).args(opts).args([
+        "--",
+        "sh",
+        "-c",
+        &format!(r#"echo $$ > "$D/pgid"; {script}"#),
+    ]);
     Bg::spawn_group("rlock", dir, &mut cmd)
+}
+
+/// Kills what is left of the command's group when a test ends, passed or failed: a build that
+/// leaves the group running (the defect these tests catch) must not leave it running for ever.
+struct Reaper<'a>(&'a Path);
+
+impl Drop for Reaper<'_> {
+    fn drop(&mut self) {
+        if let Some(pgid) = fs::read_to_string(self.0.join("pgid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
 
 #[test]
@@ -66,6 +88,7 @@ fn a_broken_lock_stops_the_group_after_its_leader_died_of_term() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let d = dir.path();
+    let _reaper = Reaper(d);
     // sh dies of SIGTERM at once; its background member ignores it.
     let script = format!("{STUBBORN} wait");
     // Renewed every second: the break is found within one.
@@ -92,6 +115,7 @@ fn a_lease_that_runs_out_stops_the_group_after_its_leader_died_of_term() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let d = dir.path();
+    let _reaper = Reaper(d);
     let script = format!("{STUBBORN} wait");
     let mut rl = exec_in(&server, d, &["--ttl", "2s", "--grace", "500ms"], &script);
     rl.wait_for("heartbeats", Duration::from_secs(10), || {
@@ -118,6 +142,7 @@ fn what_a_command_leaves_running_is_stopped_before_the_release() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let d = dir.path();
+    let _reaper = Reaper(d);
     // The command ends at once, with status 3; its member ignores TERM and runs on.
     let script = format!(r#"{STUBBORN} while [ ! -e "$D/hb" ]; do sleep 0.01; done; exit 3"#);
     let mut rl = exec_in(&server, d, &["--ttl", "10s", "--grace", "500ms"], &script);
@@ -133,6 +158,7 @@ fn a_leftover_that_obeys_term_costs_no_grace() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let d = dir.path();
+    let _reaper = Reaper(d);
     let started = std::time::Instant::now();
     let script = r#"sleep 30 & echo $! > "$D/pid"; exit 0"#;
     let mut rl = exec_in(&server, d, &["--ttl", "30s"], script);
