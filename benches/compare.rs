@@ -11,10 +11,18 @@
 //! - `RLOCK_BENCH_PROCS`     processes in the contention figure (default 6)
 //! - `RLOCK_BENCH_ITERS`     iterations per process in the contention figure (default 15)
 //! - `RLOCK_BENCH_SOAK_GRANTS` contended grants of the soak run (default 10000, 0 skips it)
+//! - `RLOCK_BENCH_LINE`      the longer line of the waiting table (default 300; the shorter is a
+//!   third of it)
 //!
 //! The Redlock figure starts four more servers and puts each of the five behind a proxy of this
 //! program that adds `RLOCK_BENCH_LATENCY_MS` (default 5) each way, so the network counts as it
 //! does between hosts and parallel requests can be told from sequential ones.
+//!
+//! A second table has the waiting figures of issue 12 (`compare/waiting.rs`): idle waiters,
+//! handoffs with a line, lines of 100 and 300 waiters drained through one key, with `etcdctl
+//! lock` beside flock when Debian's etcd-server and etcd-client are installed (the benchmark
+//! starts its own etcd on loopback ports; without them it says how to install them and leaves
+//! the column out), how the costs grow, and what 1,000 distinct keys leave behind.
 //!
 //! Last comes the soak (issue 11, the long mode of `tests/soak.rs`): four loops of `rlock exec`
 //! on one key through freezes, `SCRIPT FLUSH` and `CLIENT KILL` of a server of its own, checked
@@ -30,6 +38,9 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::fcntl::{Flock, FlockArg};
+
+#[path = "compare/waiting.rs"]
+mod waiting;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
@@ -60,6 +71,8 @@ struct Config {
     iters: usize,
     latency: Duration,
     soak_grants: usize,
+    /// The longer line of the waiting figures (the shorter is a third of it).
+    line: usize,
 }
 
 impl Config {
@@ -81,6 +94,7 @@ impl Config {
             procs: num("RLOCK_BENCH_PROCS", 6, 64) as usize,
             iters: num("RLOCK_BENCH_ITERS", 15, 1000) as usize,
             latency: Duration::from_millis(num("RLOCK_BENCH_LATENCY_MS", 5, 1000)),
+            line: num("RLOCK_BENCH_LINE", 300, 1000).max(3) as usize,
             soak_grants: match std::env::var("RLOCK_BENCH_SOAK_GRANTS") {
                 Err(_) => 10_000,
                 Ok(v) => v.trim().parse().unwrap_or_else(|_| {
@@ -692,7 +706,8 @@ fn watch(redis: &Redis, window: Duration) -> Watched {
     } else {
         0.0
     };
-    let requests = if n >= 2 && span > 0.0 {
+    // A steady rate needs a few requests; fewer are counted over the whole window.
+    let requests = if n >= 3 && span > 0.0 {
         (n - 1) as f64 / span
     } else {
         n as f64 / secs
@@ -726,6 +741,8 @@ fn idle_rlock(redis: &Redis, window: Duration) -> Watched {
     wait_for("the idle waiter to park", || {
         zcard(&mut conn, "{rlock:idle}:q") == 1
     });
+    // It tries once more after subscribing: let that land before watching.
+    waiting::settle(redis);
     let figures = watch(redis, window);
     if waiter.0.try_wait().expect("try_wait").is_some() {
         fail("the idle rlock waiter stopped waiting");
@@ -1072,7 +1089,7 @@ fn main() {
         rlock: idle_req,
         flock: Some(0.0),
         cli: Some(idle_poll),
-        target: "≤ 1 /s".into(),
+        target: "0 (≤ 1 /s)".into(),
         met: Some(idle_req <= 1.0),
         decimals: 2,
     });
@@ -1232,8 +1249,8 @@ fn main() {
     );
     println!(
         "Idle rows: rates from the first to the last request seen ({} requests, {} commands \
-         counted with script internals, in {:?}); rlock's waiter re-asks only to refresh its \
-         place in line.",
+         counted with script internals, in {:?}); a parked rlock waiter asks nothing while the \
+         holder's lease is alive.",
         idle.seen, idle.counted, idle.window
     );
     println!(
@@ -1255,9 +1272,162 @@ fn main() {
         r5_lo / r1_lo
     );
 
-    // 7. Soak, last: it takes minutes, and the table above should not wait for it.
+    // 7. Waiting (issue 12): idle waiters, long lines, rlock beside etcdctl lock and flock.
+    waiting_figures(&cfg, &redis, &flock, dir.path(), cost, (e_rlock, e_flock));
+
+    // 8. Soak, last: it takes minutes, and the tables above should not wait for it.
     drop(more);
     if cfg.soak_grants > 0 {
         soak(&redis_server, cfg.soak_grants);
     }
+}
+
+/// The waiting table: idle waiters, a line of 100 and of 300 waiters drained through one key by
+/// rlock, `etcdctl lock` (when etcd is installed) and flock, how the costs grow, and what 1,000
+/// distinct keys leave behind.
+fn waiting_figures(
+    cfg: &Config,
+    redis: &Redis,
+    flock: &Path,
+    dir: &Path,
+    cost: f64,
+    (e_rlock, e_flock): (f64, f64),
+) {
+    use waiting::Row as W;
+    let etcd_bins = ["etcd", "etcdctl"].map(|name| {
+        std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    let etcd = match etcd_bins {
+        [Some(server), Some(_)] => Some(waiting::Etcd::start(&server)),
+        _ => {
+            println!(
+                "\netcd not found: the etcdctl lock column is left out (install Debian's \
+                 etcd-server and etcd-client: `apt-get install -y etcd-server etcd-client`)"
+            );
+            None
+        }
+    };
+    let (small, large) = (cfg.line / 3, cfg.line);
+    let mut rows = Vec::new();
+    for n in [10, 100] {
+        let rate = waiting::idle_waiters(redis, n, cfg.idle);
+        rows.push(W {
+            figure: format!("{n} idle waiters behind a 60 s lease: Redis commands/s"),
+            unit: "/s",
+            rlock: rate,
+            flock: Some(0.0),
+            etcd: None,
+            target: "0".into(),
+            met: Some(rate == 0.0),
+        });
+    }
+    let drains = |n: usize| {
+        let r = waiting::drain_rlock(redis, dir, n, cost);
+        let f = waiting::drain_flock(flock, dir, n, cost);
+        let e = etcd.as_ref().map(|e| waiting::drain_etcd(e, dir, n, cost));
+        (r, f, e)
+    };
+    let one = drains(1);
+    let (r_s, f_s, e_s) = drains(small);
+    let (r_l, f_l, e_l) = drains(large);
+    for (what, (r, f, e)) in [
+        ("1 waiter", (&one.0, &one.1, &one.2)),
+        (&*format!("{small} waiters"), (&r_s, &f_s, &e_s)),
+    ] {
+        rows.push(W {
+            figure: format!("handoff, release → next command started, {what} queued"),
+            unit: "ms",
+            rlock: r.handoff,
+            flock: Some(f.handoff),
+            etcd: e.as_ref().map(|e| e.handoff),
+            target: "≤ flock".into(),
+            met: Some(r.handoff <= f.handoff),
+        });
+    }
+    for (n, (r, f, e)) in [(small, (&r_s, &f_s, &e_s)), (large, (&r_l, &f_l, &e_l))] {
+        rows.push(W {
+            figure: format!("{n} waiters through one key: release → last done"),
+            unit: "ms",
+            rlock: r.total,
+            flock: Some(f.total),
+            etcd: e.as_ref().map(|e| e.total),
+            target: "< etcdctl, ≤ 2× flock".into(),
+            met: Some(r.total <= 2.0 * f.total && e.as_ref().is_none_or(|e| r.total < e.total)),
+        });
+        rows.push(W {
+            figure: format!("{n} waiters: order inversions"),
+            unit: "",
+            rlock: r.inversions as f64,
+            flock: Some(f.inversions as f64),
+            etcd: e.as_ref().map(|e| e.inversions as f64),
+            target: "0".into(),
+            met: Some(r.inversions == 0),
+        });
+    }
+    let growth = |a: f64, b: f64| if a > 0.0 { b / a } else { f64::NAN };
+    rows.push(W {
+        figure: format!("growth {small} → {large} waiters: drain time"),
+        unit: "×",
+        rlock: growth(r_s.total, r_l.total),
+        flock: Some(growth(f_s.total, f_l.total)),
+        etcd: e_s
+            .as_ref()
+            .zip(e_l.as_ref())
+            .map(|(s, l)| growth(s.total, l.total)),
+        target: "≤ 3.3× (linear)".into(),
+        met: Some(growth(r_s.total, r_l.total) <= 3.3),
+    });
+    let cpu = growth(r_s.redis_cpu.unwrap_or(0.0), r_l.redis_cpu.unwrap_or(0.0));
+    rows.push(W {
+        figure: format!(
+            "growth {small} → {large} waiters: Redis CPU ({:.0} → {:.0} ms)",
+            r_s.redis_cpu.unwrap_or(0.0),
+            r_l.redis_cpu.unwrap_or(0.0)
+        ),
+        unit: "×",
+        rlock: cpu,
+        flock: None,
+        etcd: None,
+        target: "≤ 3.3× (linear)".into(),
+        met: Some(cpu <= 3.3),
+    });
+    rows.push(W {
+        figure: format!("a waiter's RSS with {small} / {large} in line (MiB)"),
+        unit: "MiB",
+        rlock: r_l.waiter_rss.unwrap_or(f64::NAN),
+        flock: None,
+        etcd: None,
+        target: format!(
+            "≈ {:.2} MiB (no growth)",
+            r_s.waiter_rss.unwrap_or(f64::NAN)
+        ),
+        met: None,
+    });
+    rows.push(W {
+        figure: "`lock -- true`, median wall time (peer row)".into(),
+        unit: "ms",
+        rlock: e_rlock,
+        flock: Some(e_flock),
+        etcd: etcd.as_ref().map(|e| waiting::exec_etcd(e, cfg.runs)),
+        target: "(for reference)".into(),
+        met: None,
+    });
+    let (forever, longest) = waiting::leftovers(redis, 1000);
+    rows.push(W {
+        figure: format!(
+            "1,000 distinct keys locked and released (--ttl 1s): keys with no expiry (longest life left {longest:.1} s)"
+        ),
+        unit: "",
+        rlock: forever as f64,
+        flock: None,
+        etcd: None,
+        target: "0, none past 61 s".into(),
+        met: Some(forever == 0 && longest <= 61.0),
+    });
+    println!();
+    waiting::print(&rows);
 }

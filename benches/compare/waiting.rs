@@ -1,0 +1,396 @@
+//! The waiting figures (issue 12): what idle waiters cost Redis, the handoff with a long line,
+//! a line of 100 and of 300 waiters drained through one key by rlock, `etcdctl lock` and flock
+//! side by side, how the costs grow from 100 to 300 waiters, and what 1,000 distinct keys leave
+//! behind. `etcdctl lock` runs against an etcd this benchmark starts on loopback ports.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::{Bg, Redis, fail, median, ms, now_ns, output, quiet, rlock, wait_for, watch, zcard};
+
+/// An etcd on 127.0.0.1 (client and peer ports free), killed on drop.
+pub struct Etcd {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
+
+impl Etcd {
+    pub fn start(bin: &Path) -> Etcd {
+        let dir = tempfile::Builder::new()
+            .prefix("rlock-bench-etcd-")
+            .tempdir()
+            .expect("temp dir");
+        let (port, peer) = (free_port(), free_port());
+        let client = format!("http://127.0.0.1:{port}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let log = File::create(dir.path().join("etcd.log")).expect("log file");
+        let child = Command::new(bin)
+            .args(["--name", "bench", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("bench={peer_url}")])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| fail(&format!("etcd: {e}")));
+        let etcd = Etcd {
+            child,
+            port,
+            _dir: dir,
+        };
+        wait_for("etcd to answer", || {
+            etcd.ctl()
+                .args(["endpoint", "health"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        etcd
+    }
+
+    pub fn ctl(&self) -> Command {
+        let mut cmd = Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints=127.0.0.1:{}", self.port));
+        cmd
+    }
+
+    /// How many keys are under `prefix` (a lock's holder and its waiters).
+    fn count(&self, prefix: &str) -> usize {
+        output(self.ctl().args(["get", "--prefix", "--keys-only", prefix]))
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One row of the waiting table; a tool's cell is None when it has no such figure.
+pub struct Row {
+    pub figure: String,
+    pub unit: &'static str,
+    pub rlock: f64,
+    pub flock: Option<f64>,
+    pub etcd: Option<f64>,
+    pub target: String,
+    pub met: Option<bool>,
+}
+
+pub fn print(rows: &[Row]) {
+    let cell =
+        |v: Option<f64>, unit: &str| v.map_or("–".to_string(), |v| format!("{v:.2} {unit}"));
+    let ratio = |a: f64, b: Option<f64>| match b {
+        Some(b) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "–".into(),
+    };
+    println!("| figure | rlock | flock | etcdctl lock | rlock/flock | rlock/etcd | target | met |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.figure,
+            cell(Some(r.rlock), r.unit),
+            cell(r.flock, r.unit),
+            cell(r.etcd, r.unit),
+            ratio(r.rlock, r.flock),
+            ratio(r.rlock, r.etcd),
+            r.target,
+            match r.met {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "",
+            }
+        );
+    }
+}
+
+/// Redis commands per second while `n` waiters idle behind a 60 s lease.
+pub fn idle_waiters(redis: &Redis, n: usize, window: Duration) -> f64 {
+    let key = format!("idle{n}");
+    let queue = format!("{{rlock:{key}}}:q");
+    let holder = output(&mut rlock(redis, &["acquire", "-k", &key, "--ttl", "60s"]));
+    let mut conn = redis.conn().expect("connect");
+    let waiters: Vec<Bg> = (0..n)
+        .map(|_| {
+            Bg::spawn(
+                rlock(redis, &["acquire", "-k", &key, "--ttl", "5s"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null()),
+            )
+        })
+        .collect();
+    wait_for("the idle waiters to park", || zcard(&mut conn, &queue) == n);
+    // Each tries once more after subscribing: let those land.
+    settle(redis);
+    let watched = watch(redis, window);
+    for w in &waiters {
+        let _ = kill(Pid::from_raw(w.pid()), Signal::SIGTERM);
+    }
+    drop(waiters);
+    quiet(&mut rlock(
+        redis,
+        &["release", "-k", &key, "--token", holder.trim()],
+    ));
+    watched.counted as f64 / window.as_secs_f64()
+}
+
+/// Waits until the server has run no command for 300 ms.
+pub fn settle(redis: &Redis) {
+    let mut info = redis.conn().expect("connect");
+    let mut last = super::total_commands(&mut info);
+    let mut quiet_since = Instant::now();
+    wait_for("the server to settle", || {
+        let now = super::total_commands(&mut info);
+        // Our own INFO counts one.
+        if now > last + 1 {
+            quiet_since = Instant::now();
+        }
+        last = now;
+        quiet_since.elapsed() > Duration::from_millis(300)
+    });
+}
+
+/// What draining a line of waiters through one key cost.
+pub struct Drain {
+    /// Release of the first holder → the first waiter's command started (ms, stamp cost
+    /// subtracted).
+    pub handoff: f64,
+    /// Release → the last waiter done (ms).
+    pub total: f64,
+    /// Waiters that ran before one that arrived earlier.
+    pub inversions: usize,
+    /// Redis CPU (user + sys, ms) spent over the drain, and a waiter's RSS (MiB); rlock only.
+    pub redis_cpu: Option<f64>,
+    pub waiter_rss: Option<f64>,
+}
+
+/// The critical section every tool runs: a stamp, then its arrival number to the log.
+fn section(dir: &Path, i: usize) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            r#"date +%s%N >> "{}/stamps"; echo {i} >> "{}/order""#,
+            dir.display(),
+            dir.display()
+        ),
+    ]
+}
+
+fn results(dir: &Path, released: i128, done: Instant, start: Instant, cost: f64) -> Drain {
+    let stamps = fs::read_to_string(dir.join("stamps")).unwrap_or_default();
+    let first = stamps
+        .lines()
+        .filter_map(|l| l.trim().parse::<i128>().ok())
+        .min()
+        .unwrap_or_else(|| fail("no waiter ran"));
+    let order: Vec<usize> = fs::read_to_string(dir.join("order"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let inversions = order.windows(2).filter(|w| w[1] < w[0]).count();
+    Drain {
+        handoff: (first - released) as f64 / 1e6 - cost,
+        total: ms(done - start),
+        inversions,
+        redis_cpu: None,
+        waiter_rss: None,
+    }
+}
+
+fn fresh(dir: &Path, name: &str) -> PathBuf {
+    let d = dir.join(name);
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).expect("mkdir");
+    d
+}
+
+fn redis_cpu_ms(redis: &Redis) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query(&mut redis.conn().expect("connect"))
+        .expect("INFO cpu");
+    ["used_cpu_sys:", "used_cpu_user:"]
+        .iter()
+        .filter_map(|f| info.lines().find_map(|l| l.strip_prefix(f)))
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum::<f64>()
+        * 1000.0
+}
+
+/// `n` rlock exec waiters queued in arrival order behind a holder, then the holder releases.
+pub fn drain_rlock(redis: &Redis, dir: &Path, n: usize, cost: f64) -> Drain {
+    let d = fresh(dir, &format!("rlock-{n}"));
+    let key = format!("chain{n}");
+    let queue = format!("{{rlock:{key}}}:q");
+    let mut conn = redis.conn().expect("connect");
+    let holder = output(&mut rlock(redis, &["acquire", "-k", &key, "--ttl", "600s"]));
+    let mut waiters = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut args: Vec<String> = ["exec", "-w", "600s", "-k", &key, "--"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(section(&d, i));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        waiters.push(Bg::spawn(
+            rlock(redis, &args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        ));
+        wait_for("a waiter to queue", || zcard(&mut conn, &queue) == i + 1);
+    }
+    settle(redis);
+    let rss = super::rss_kib(waiters[n - 1].pid()).map(|k| k / 1024.0);
+    let cpu = redis_cpu_ms(redis);
+    let start = Instant::now();
+    let released = now_ns();
+    quiet(&mut rlock(
+        redis,
+        &["release", "-k", &key, "--token", holder.trim()],
+    ));
+    for w in &mut waiters {
+        w.wait("an rlock waiter");
+    }
+    let done = Instant::now();
+    let mut out = results(&d, released, done, start, cost);
+    out.redis_cpu = Some(redis_cpu_ms(redis) - cpu);
+    out.waiter_rss = rss;
+    out
+}
+
+/// The same with flock(1): the benchmark holds the file lock itself, `n` flock processes wait
+/// in the kernel (seen in /proc/locks), then the benchmark lets go.
+pub fn drain_flock(flock: &Path, dir: &Path, n: usize, cost: f64) -> Drain {
+    let d = fresh(dir, &format!("flock-{n}"));
+    let path = d.join("lock");
+    let file = File::create(&path).expect("lock file");
+    let held = Flock::lock(file, FlockArg::LockExclusive).unwrap_or_else(|_| fail("flock"));
+    let blocked = || {
+        fs::read_to_string("/proc/locks")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("->"))
+            .count()
+    };
+    let base = blocked();
+    let mut waiters = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut cmd = Command::new(flock);
+        cmd.arg(&path).args(section(&d, i));
+        waiters.push(Bg::spawn(cmd.stdout(Stdio::null()).stderr(Stdio::null())));
+        wait_for("a flock waiter to block", || blocked() > base + i);
+    }
+    let start = Instant::now();
+    let released = now_ns();
+    drop(held);
+    for w in &mut waiters {
+        w.wait("a flock waiter");
+    }
+    results(&d, released, Instant::now(), start, cost)
+}
+
+/// The same with `etcdctl lock`: a holder `etcdctl lock` (no command) released by SIGTERM.
+pub fn drain_etcd(etcd: &Etcd, dir: &Path, n: usize, cost: f64) -> Drain {
+    let d = fresh(dir, &format!("etcd-{n}"));
+    let name = format!("chain{n}-{}", std::process::id());
+    let mut holder = Bg::spawn(
+        etcd.ctl()
+            .args(["lock", &name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_for("the etcd holder", || etcd.count(&name) == 1);
+    let mut waiters = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut cmd = etcd.ctl();
+        cmd.args(["lock", &name, "--"]).args(section(&d, i));
+        waiters.push(Bg::spawn(cmd.stdout(Stdio::null()).stderr(Stdio::null())));
+        wait_for("an etcdctl waiter to queue", || etcd.count(&name) == i + 2);
+    }
+    let start = Instant::now();
+    let released = now_ns();
+    let _ = kill(Pid::from_raw(holder.pid()), Signal::SIGTERM);
+    holder.wait("the etcd holder");
+    for w in &mut waiters {
+        w.wait("an etcdctl waiter");
+    }
+    results(&d, released, Instant::now(), start, cost)
+}
+
+/// `etcdctl lock K -- true`, median wall time (ms).
+pub fn exec_etcd(etcd: &Etcd, runs: usize) -> f64 {
+    median(
+        (0..runs)
+            .map(|_| {
+                ms(super::wall(|| {
+                    quiet(etcd.ctl().args(["lock", "wall", "true"]))
+                }))
+            })
+            .collect(),
+    )
+}
+
+/// Locks and releases `n` distinct keys, then reports the keys with no expiry and the longest
+/// life any key has left (s).
+pub fn leftovers(redis: &Redis, n: usize) -> (usize, f64) {
+    for i in 0..n {
+        quiet(&mut rlock(
+            redis,
+            &[
+                "exec",
+                "-k",
+                &format!("pr-{i}"),
+                "--ttl",
+                "1s",
+                "--",
+                "true",
+            ],
+        ));
+    }
+    let mut conn = redis.conn().expect("connect");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*pr-*")
+        .query(&mut conn)
+        .expect("KEYS");
+    let mut forever = 0;
+    let mut longest = 0i64;
+    for k in keys {
+        let pttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap_or(-2);
+        if pttl == -1 {
+            forever += 1;
+        }
+        longest = longest.max(pttl);
+    }
+    (forever, longest as f64 / 1000.0)
+}
