@@ -56,6 +56,37 @@ fn wait_promoted(cluster: &RedisCluster, slot: u16, dead: usize, by: usize) -> u
     cluster.owner_of_slot_by(by, slot)
 }
 
+/// A cluster with replicas, and a holder of KEY whose command runs for `secs` seconds.
+struct Setup {
+    cluster: RedisCluster,
+    dir: tempfile::TempDir,
+    slot: u16,
+    /// The master of the lock's slot, and its replica (indexes into the cluster's nodes).
+    master: usize,
+    replica: usize,
+    rl: Bg,
+}
+
+fn holding(secs: u32) -> Setup {
+    let cluster = RedisCluster::start_with_replicas();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let slot = cluster.slot(LOCK);
+    let master = cluster.owner(LOCK);
+    let replica = cluster.replica_of(master);
+    let mut rl = holder(&cluster, dir.path(), secs);
+    rl.wait_for("the holder's command", Duration::from_secs(10), || {
+        token(dir.path()).is_some()
+    });
+    Setup {
+        cluster,
+        dir,
+        slot,
+        master,
+        replica,
+        rl,
+    }
+}
+
 /// A waiter gets the lock after the failover.
 fn a_waiter_is_served(cluster: &RedisCluster) {
     let out = run(clustered(cluster).args(["exec", "-w", "30s", "-k", KEY, "--", "true"]));
@@ -64,16 +95,15 @@ fn a_waiter_is_served(cluster: &RedisCluster) {
 
 #[test]
 fn a_holder_keeps_a_replicated_lock_across_a_failover() {
-    let mut cluster = RedisCluster::start_with_replicas();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let Setup {
+        mut cluster,
+        dir,
+        slot,
+        master,
+        replica,
+        mut rl,
+    } = holding(8);
     let d = dir.path();
-    let slot = cluster.slot(LOCK);
-    let master = cluster.owner(LOCK);
-    let replica = cluster.replica_of(master);
-    let mut rl = holder(&cluster, d, 8);
-    rl.wait_for("the holder's command", Duration::from_secs(10), || {
-        token(d).is_some()
-    });
     let token = token(d).expect("token");
     wait_until(
         "the lock to reach the replica",
@@ -111,16 +141,15 @@ fn a_holder_keeps_a_replicated_lock_across_a_failover() {
 /// first renewal there: either way the holder must find the lock gone on the new master.
 #[test]
 fn a_lock_the_failover_lost_stops_the_holder_and_frees_the_key() {
-    let mut cluster = RedisCluster::start_with_replicas();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let Setup {
+        mut cluster,
+        dir,
+        slot,
+        master,
+        replica,
+        mut rl,
+    } = holding(20);
     let d = dir.path();
-    let slot = cluster.slot(LOCK);
-    let master = cluster.owner(LOCK);
-    let replica = cluster.replica_of(master);
-    let mut rl = holder(&cluster, d, 20);
-    rl.wait_for("the holder's command", Duration::from_secs(10), || {
-        token(d).is_some()
-    });
     cluster.node_mut(master).kill9();
     wait_promoted(&cluster, slot, master, replica);
     cluster.node(replica).cmd(&["DEL", LOCK]);
