@@ -380,7 +380,9 @@ const EXIT_STATUS: Section = Section {
         ),
         Item(
             "`69`",
-            "Redis unavailable: cannot connect, timed out, no quorum.",
+            "Redis unavailable: cannot connect, timed out, no quorum. A wait (no `-n`) rides \
+             out an outage, trying again at most 1 s apart and saying on stderr when it began \
+             and ended, and exits 69 only if the wait ends during it.",
         ),
         Item("`70`", "Internal error."),
         Item(
