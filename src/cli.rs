@@ -359,8 +359,10 @@ pub fn op_timeout(s: &str) -> Result<Duration, String> {
 
 fn non_empty(what: &'static str) -> impl Fn(&str) -> Result<String, String> + Clone {
     move |s: &str| {
-        if s.is_empty() {
-            Err(format!("the {what} must not be empty"))
+        if s.trim().is_empty() {
+            Err(format!(
+                "the {what} must not be empty or only blanks (got '{s}')"
+            ))
         } else if s.chars().any(char::is_control) {
             Err(format!(
                 "the {what} must not hold control characters (a newline, a tab)"

@@ -11,7 +11,11 @@ pub fn run(ctx: &Context, args: &ReleaseArgs) -> Result<u8> {
     if args.force {
         let locker = ctx.locker()?;
         match locker.force_release(&key)? {
-            Released::Broken(Some(who)) => println!("broke lock '{}' held by {who}", key.name),
+            // What was broken is news, not data: -q (only errors) keeps it quiet.
+            Released::Broken(Some(who)) if !ctx.global.quiet => {
+                println!("broke lock '{}' held by {who}", key.name)
+            }
+            Released::Broken(Some(_)) => {}
             _ => ctx.note(format_args!(
                 "lock '{}' was not held; nothing to break",
                 key.name

@@ -154,6 +154,12 @@ fn take_terminal(fd: i32, pgrp: Pid) {
 fn cannot_run(program: &OsString, e: &io::Error) -> Failure {
     let name = program.to_string_lossy();
     match e.kind() {
+        io::ErrorKind::NotFound if name.contains(char::is_whitespace) => Failure::CannotRun {
+            message: format!(
+                "cannot run '{name}': command not found; rlock runs commands without a shell: use sh -c '{name}'"
+            ),
+            code: Code::NotFound,
+        },
         io::ErrorKind::NotFound => Failure::CannotRun {
             message: format!("cannot run '{name}': command not found"),
             code: Code::NotFound,
