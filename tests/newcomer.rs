@@ -55,3 +55,48 @@ fn quiet_force_release_says_nothing() {
     let out = run(rlock_at(&server).args(["release", "-k", "q", "--force"]));
     assert!(out.stdout.contains("broke lock 'q' held by"), "{out}");
 }
+
+/// `exec -w 20m -- ./deplyo.sh` (a typo) must not wait 20 minutes to say so: the command is
+/// looked up before the wait, a line says it cannot run now, and the wait goes on (the command
+/// may appear meanwhile, built by the holder).
+#[test]
+fn a_command_that_cannot_run_is_told_before_the_wait() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = run(rlock_at(&server).args(["acquire", "-k", "typo", "--ttl", "60s"]));
+    assert_eq!(out.code, 0, "{out}");
+    let holder = out.stdout.trim().to_string();
+    let script = dir.path().join("deploy.sh");
+    let mut waiter = common::Background::spawn(
+        "waiter",
+        dir.path(),
+        rlock_at(&server)
+            .args(["exec", "-w", "20s", "-k", "typo", "--"])
+            .arg(&script),
+    );
+    let stderr = dir.path().join("waiter.stderr");
+    waiter.wait_for(
+        "the line about the command",
+        std::time::Duration::from_secs(5),
+        || std::fs::read_to_string(&stderr).is_ok_and(|e| e.contains("does not exist")),
+    );
+    assert!(
+        waiter.running(),
+        "the waiter stopped waiting: {}",
+        waiter.describe()
+    );
+    // The holder builds the command meanwhile, then releases: the waiter runs it.
+    std::fs::write(&script, "#!/bin/sh\necho built\n").expect("write script");
+    let mut perms = std::fs::metadata(&script).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).expect("chmod");
+    let out = run(rlock_at(&server).args(["release", "-k", "typo", "--token", &holder]));
+    assert_eq!(out.code, 0, "{out}");
+    let (out, _) = waiter.finish(std::time::Duration::from_secs(10));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.stdout.trim(), "built");
+    // -q: no line; -n: no wait, so no line either (the 127 after the grant says it).
+    let out = run(rlock_at(&server).args(["-q", "exec", "-w", "1s", "-k", "t2", "--", "./nope"]));
+    assert_eq!(out.code, 127, "{out}");
+    assert_eq!(out.stderr.lines().count(), 1, "{out}");
+}

@@ -29,6 +29,7 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
                 no_wait: args.wait.no_wait,
                 busy_code: args.wait.conflict_exit_code,
                 quiet: ctx.global.quiet,
+                when_waiting: None,
             };
             let signals = if policy.no_wait {
                 None

@@ -161,6 +161,14 @@ fn acquire(
         no_wait: args.wait.no_wait,
         busy_code: args.wait.conflict_exit_code,
         quiet: ctx.global.quiet,
+        // A typo must not cost the whole wait: when the lock is busy, say at once if the command
+        // cannot run now (it may still appear while rlock waits: built by the holder, say).
+        when_waiting: supervise::runnable(&args.command[0]).err().map(|why| {
+            format!(
+                "{why}; waiting for lock '{}' anyway (it may appear meanwhile)",
+                key.name
+            )
+        }),
     };
     locker.acquire(key, &new_token(), args.ttl, &who, policy, &|| {
         interrupt(signals)

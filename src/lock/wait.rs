@@ -25,7 +25,7 @@ use crate::exit::Failure;
 use crate::identity::Identity;
 
 /// How long to wait for a busy lock.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WaitPolicy {
     /// None: wait as long as it takes.
     pub wait: Option<Duration>,
@@ -34,6 +34,8 @@ pub struct WaitPolicy {
     pub busy_code: u8,
     /// No line on stderr when an outage begins and ends (`-q`).
     pub quiet: bool,
+    /// A line for stderr when the lock is found busy and the wait begins (unless `quiet`).
+    pub when_waiting: Option<String>,
 }
 
 /// The longest pause between two tries while Redis is out.
@@ -225,7 +227,14 @@ impl Locker {
                     }
                     return Err(failure);
                 }
-                Round::Subscribe => subscribed = true,
+                Round::Subscribe => {
+                    subscribed = true;
+                    if let Some(line) = &patience.policy.when_waiting
+                        && !patience.policy.quiet
+                    {
+                        eprintln!("rlock: {line}");
+                    }
+                }
                 Round::Resubscribe => {}
             }
         }

@@ -19,7 +19,7 @@ use nix::sys::time::TimeSpec;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-pub use spawn::{Guardian, spawn};
+pub use spawn::{Guardian, runnable, spawn};
 pub use terminal::Terminal;
 
 use crate::exit::Code;

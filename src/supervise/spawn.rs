@@ -151,6 +151,32 @@ fn take_terminal(fd: i32, pgrp: Pid) {
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
 }
 
+/// Whether `program` could be run now, as execvp would find it: a path with a slash must be an
+/// executable file; a bare name must be one in a directory of PATH. Err says why not.
+pub fn runnable(program: &OsString) -> Result<(), String> {
+    use nix::unistd::{AccessFlags, access};
+    let name = program.to_string_lossy();
+    let executable = |p: &std::path::Path| p.is_file() && access(p, AccessFlags::X_OK).is_ok();
+    if program.as_bytes().contains(&b'/') {
+        let path = std::path::Path::new(program);
+        return match path.exists() {
+            true if executable(path) => Ok(()),
+            true => Err(format!("'{name}' is not executable")),
+            false => Err(format!("'{name}' does not exist")),
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    if std::env::split_paths(&path).any(|dir| executable(&dir.join(program))) {
+        return Ok(());
+    }
+    let hint = if name.contains(char::is_whitespace) {
+        "; rlock runs commands without a shell: use sh -c '…'"
+    } else {
+        ""
+    };
+    Err(format!("command '{name}' not found on PATH{hint}"))
+}
+
 fn cannot_run(program: &OsString, e: &io::Error) -> Failure {
     let name = program.to_string_lossy();
     match e.kind() {
