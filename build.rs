@@ -8,11 +8,11 @@ use std::path::Path;
 /// Each script, as the files of `src/lock` it is made of: common.lua (the server clock, waking
 /// the next waiter) goes in front of the scripts that use it.
 const SCRIPTS: &[(&str, &[&str])] = &[
-    ("ACQUIRE", &["common.lua", "acquire.lua"]),
-    ("RELEASE", &["common.lua", "release.lua"]),
+    ("ACQUIRE", &["common.lua", "multi.lua", "acquire.lua"]),
+    ("RELEASE", &["common.lua", "multi.lua", "release.lua"]),
     ("RENEW", &["common.lua", "renew.lua"]),
-    ("LEAVE", &["common.lua", "leave.lua"]),
-    ("INSPECT", &["common.lua", "inspect.lua"]),
+    ("LEAVE", &["common.lua", "multi.lua", "leave.lua"]),
+    ("INSPECT", &["common.lua", "multi.lua", "inspect.lua"]),
     ("FENCE", &["common.lua", "fence.lua"]),
 ];
 

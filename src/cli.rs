@@ -209,6 +209,9 @@ pub struct AcquireArgs {
     pub wait: WaitArgs,
 
     #[command(flatten)]
+    pub sharing: SharingArgs,
+
+    #[command(flatten)]
     pub label: LabelArg,
 
     /// Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`.
@@ -218,6 +221,20 @@ pub struct AcquireArgs {
     /// Print one JSON object: key, token, fence, ttl_ms.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A lock for several holders at once.
+#[derive(Debug, Args, Clone)]
+pub struct SharingArgs {
+    /// Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of
+    /// the key must ask the same N. --limit 1 is an ordinary lock.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
+
+    /// A shared (read) lock, like `flock -s`: any number of shared holders, none while an
+    /// exclusive holder has the key; shared requests queue behind a waiting exclusive one.
+    #[arg(long, conflicts_with = "limit")]
+    pub shared: bool,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -284,6 +301,9 @@ pub struct ExecArgs {
 
     #[command(flatten)]
     pub wait: WaitArgs,
+
+    #[command(flatten)]
+    pub sharing: SharingArgs,
 
     /// How often to renew the lock [default: TTL/3].
     #[arg(long, value_name = "DUR", value_parser = ttl_duration, allow_hyphen_values = true)]

@@ -25,6 +25,9 @@ pub enum Fault {
     Denied,
     /// WRONGTYPE: the key holds a value that is not a lock.
     WrongType,
+    /// The lock is held as another kind (exclusive, shared, another --limit); the detail says
+    /// which, as "a semaphore with --limit 3".
+    Mismatch,
     /// The server refuses what the URL asks for (a database number out of range).
     Config,
     /// Anything else the server or the client library said.
@@ -138,6 +141,10 @@ impl NodeError {
             )),
             Fault::Denied => Failure::NotPermitted(format!(
                 "Redis's ACL refused what rlock needs for {key}: {self}; give the user the rights in the README's ACL list (\"ACL: the rights a lock user needs\")"
+            )),
+            Fault::Mismatch => Failure::NotALock(format!(
+                "{key} is held as {}; every holder of a lock must ask for the same kind; nothing was changed",
+                self.detail
             )),
             Fault::WrongType => Failure::NotALock(format!(
                 "{key} holds a value rlock cannot treat as a lock ({}); nothing was changed",

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::Result;
 
-use super::{Context, inherited, new_token};
+use super::{Context, inherited, new_token, sharing};
 use crate::cli::AcquireArgs;
 use crate::exit::Failure;
 use crate::identity::Identity;
@@ -15,6 +15,7 @@ use crate::signals::Signals;
 pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
     let key = ctx.key(&args.key.key)?;
     let locker = ctx.locker()?;
+    let sharing = sharing(&locker, &args.sharing)?;
     let inherited_grant = inherited(ctx, &locker, &key)?;
     let inherited_here = inherited_grant.is_some();
     let grant = match inherited_grant {
@@ -37,7 +38,15 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
                 Some(Signals::for_wait()?)
             };
             let interrupt = || signals.as_ref().and_then(Signals::try_next);
-            locker.acquire(&key, &new_token(), args.ttl, &who, policy, &interrupt)?
+            locker.acquire(
+                &key,
+                &new_token(),
+                args.ttl,
+                sharing,
+                &who,
+                policy,
+                &interrupt,
+            )?
         }
     };
     ctx.say(format_args!(

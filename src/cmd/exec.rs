@@ -170,7 +170,8 @@ fn acquire(
             )
         }),
     };
-    locker.acquire(key, &new_token(), args.ttl, &who, policy, &|| {
+    let sharing = super::sharing(locker, &args.sharing)?;
+    locker.acquire(key, &new_token(), args.ttl, sharing, &who, policy, &|| {
         interrupt(signals)
     })
 }

@@ -62,6 +62,45 @@ fn to_json(l: &LockInfo) -> Value {
             "held_for_ms": l.holder.since_ms.map(|s| (l.now_ms - s).max(0)),
         })
     });
+    // Every holder: the one of a lock, or each of a semaphore or shared lock.
+    let holders: Vec<Value> = if l.limit.is_some() {
+        l.holders
+            .iter()
+            .map(|h| {
+                json!({
+                    "token": h.token,
+                    "fence": h.fence,
+                    "host": h.holder.host,
+                    "pid": h.holder.pid.as_deref().and_then(|p| p.parse::<i64>().ok()),
+                    "user": h.holder.user,
+                    "command": h.holder.command,
+                    "since_ms": h.holder.since_ms,
+                    "held_for_ms": h.holder.since_ms.map(|s| (l.now_ms - s).max(0)),
+                    "ttl_ms": (h.ends_ms - l.now_ms).max(0),
+                    "lease_ms": h.ttl_ms,
+                    "renewed_ms": h.renewed_ms,
+                })
+            })
+            .collect()
+    } else {
+        holder
+            .clone()
+            .map(|mut h| {
+                h["token"] = json!(l.token);
+                h["fence"] = json!(l.fence);
+                h["ttl_ms"] = json!(l.pttl);
+                h["lease_ms"] = json!(l.ttl_ms);
+                h
+            })
+            .into_iter()
+            .collect()
+    };
+    let (kind, limit) = match l.limit {
+        _ if !l.held() => (Value::Null, Value::Null),
+        Some(0) => (json!("shared"), Value::Null),
+        Some(n) => (json!("semaphore"), json!(n)),
+        None => (json!("exclusive"), json!(1)),
+    };
     json!({
         "key": l.name,
         "redis_key": l.redis_key,
@@ -74,6 +113,9 @@ fn to_json(l: &LockInfo) -> Value {
         "holder": holder,
         "lease_ms": l.ttl_ms,
         "waiters": l.waiters,
+        "kind": kind,
+        "limit": limit,
+        "holders": holders,
     })
 }
 
@@ -90,6 +132,10 @@ fn write_table(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> 
     ]];
     for l in locks {
         let dash = || "-".to_string();
+        if l.limit.is_some() {
+            rows.extend(holder_rows(l));
+            continue;
+        }
         let expires = match l.pttl {
             _ if !l.held() => dash(),
             -1 => "never".into(),
@@ -157,6 +203,38 @@ fn write_table(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> 
         writeln!(out, "{}", line.trim_end())?;
     }
     Ok(())
+}
+
+/// A semaphore or shared lock: `held 2/3` or `shared ×3`, and one row per holder.
+fn holder_rows(l: &LockInfo) -> Vec<[String; 8]> {
+    let state = match l.limit {
+        Some(0) => format!("shared ×{}", l.holders.len()),
+        n => format!("held {}/{}", l.holders.len(), n.unwrap_or(0)),
+    };
+    l.holders
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let first = i == 0;
+            let who = h.holder.describe(l.now_ms);
+            [
+                if first { l.name.clone() } else { String::new() },
+                if first { state.clone() } else { String::new() },
+                human_ms(h.ends_ms - l.now_ms),
+                h.fence.map_or_else(|| "-".into(), |f| f.to_string()),
+                who.split(" for ").next().unwrap_or("").to_string(),
+                h.holder
+                    .since_ms
+                    .map_or_else(|| "-".into(), |s| human_ms(l.now_ms - s)),
+                if first {
+                    l.waiters.to_string()
+                } else {
+                    String::new()
+                },
+                h.holder.command.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect()
 }
 
 /// The longest a table cell may be, in characters; the JSON output keeps every value whole.

@@ -7,9 +7,9 @@ pub mod release;
 pub mod renew;
 
 use crate::backend::{Settings, TlsFiles, split_urls};
-use crate::cli::Global;
+use crate::cli::{Global, SharingArgs};
 use crate::exit::Failure;
-use crate::lock::{Grant, LockKey, Locker};
+use crate::lock::{Grant, LockKey, Locker, Sharing};
 
 /// The global options, resolved.
 pub struct Context {
@@ -148,6 +148,23 @@ fn parent_of(pid: u32) -> Option<u32> {
     // pid (comm) state ppid ...; comm may hold spaces and parentheses.
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The kind of lock `--limit`/`--shared` ask for. Redlock (several URLs) takes only exclusive
+/// locks: independent masters could each admit a different N holders (see the README).
+pub fn sharing(locker: &Locker, args: &SharingArgs) -> Result<Sharing, Failure> {
+    let sharing = Sharing::from_args(args.limit, args.shared);
+    if sharing != Sharing::Exclusive && locker.is_quorum() {
+        let what = if args.shared {
+            "--shared".to_string()
+        } else {
+            format!("--limit {}", args.limit.unwrap_or_default())
+        };
+        return Err(Failure::Usage(format!(
+            "{what} is not available with several --url (Redlock): rlock takes only exclusive locks over Redlock; use one Redis (or Sentinel, or Cluster) for semaphores and shared locks"
+        )));
+    }
+    Ok(sharing)
 }
 
 /// A fresh owner token.

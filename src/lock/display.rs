@@ -1,7 +1,7 @@
 //! How locks and holders read in messages and tables.
 
 use super::key::LockKey;
-use super::reply::Holder;
+use super::reply::{Crowd, Holder};
 
 impl Holder {
     /// `alice@build-7 pid 4411 for 2m13s` or `another client (not rlock)`.
@@ -39,17 +39,37 @@ pub fn human_ms(ms: i64) -> String {
 }
 
 /// What the user sees for a busy lock: who holds it and when it expires.
-pub(super) fn busy_message(key: &LockKey, pttl: i64, now_ms: i64, holder: &Holder) -> String {
+pub(super) fn busy_message(
+    key: &LockKey,
+    pttl: i64,
+    now_ms: i64,
+    holder: &Holder,
+    crowd: Option<Crowd>,
+) -> String {
     let expiry = match pttl {
         p if p >= 0 => format!("expires in {}", human_ms(p)),
         -1 => "never expires".into(),
         _ => "just released".into(),
     };
-    format!(
-        "lock '{}' is busy (held by {}, {expiry})",
-        key.name,
-        holder.describe(now_ms)
-    )
+    let who = holder.describe(now_ms);
+    let others = |n: i64| match n {
+        ..=1 => String::new(),
+        2 => " and 1 other".to_string(),
+        n => format!(" and {} others", n - 1),
+    };
+    match crowd {
+        Some(Crowd { holders, limit: 0 }) => format!(
+            "lock '{}' is busy (shared by {who}{}; the last lease {expiry})",
+            key.name,
+            others(holders)
+        ),
+        Some(Crowd { holders, limit }) => format!(
+            "lock '{}' is busy (held {holders}/{limit}, by {who}{}; the first lease {expiry})",
+            key.name,
+            others(holders)
+        ),
+        None => format!("lock '{}' is busy (held by {who}, {expiry})", key.name),
+    }
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use super::key::LockKey;
 use super::lease::drift;
 use super::locker::{Locker, eval_on, no_quorum, unexpected, wrong_type};
-use super::reply::{AcquireReply, Holder, KeyType, ReleaseReply, RenewReply};
+use super::reply::{AcquireReply, Crowd, Holder, KeyType, ReleaseReply, RenewReply};
 use super::scripts::{ACQUIRE, FENCE, LEAVE, RELEASE, RENEW};
-use super::{CHECK_WITHOUT_EXPIRY, Released, Renewed};
+use super::{CHECK_WITHOUT_EXPIRY, Released, Renewed, Sharing};
 use crate::backend::{Fault, Node, NodeError};
 use crate::exit::Failure;
 use crate::identity::Identity;
@@ -26,6 +26,7 @@ pub(super) enum Attempt {
         pttl: i64,
         now_ms: i64,
         holder: Holder,
+        crowd: Option<Crowd>,
     },
     Queued {
         wait_ms: i64,
@@ -59,9 +60,11 @@ impl Locker {
         key: &LockKey,
         token: &str,
         ttl: Duration,
+        sharing: Sharing,
         join_queue: bool,
         who: &Identity,
     ) -> Result<Attempt, Unanswered> {
+        let (mode, limit) = sharing.script_args();
         let ttl_ms = ttl.as_millis().max(1).to_string();
         let check = CHECK_WITHOUT_EXPIRY.as_millis().to_string();
         let pid = who.pid.to_string();
@@ -78,6 +81,8 @@ impl Locker {
             &pid,
             &who.user,
             &who.command,
+            mode,
+            &limit,
         ];
         let timeout = self.node_timeout(ttl);
         let sent = Instant::now();
@@ -179,6 +184,7 @@ impl Locker {
             pttl: 0,
             now_ms: 0,
             holder: Holder::default(),
+            crowd: None,
         }))
     }
 
@@ -249,6 +255,13 @@ impl Locker {
                 } else {
                     format!("another client (token {})", value.unwrap_or_default())
                 })),
+                Some(ReleaseReply::BrokenAll { now_ms, holders }) => Ok(Some(
+                    holders
+                        .iter()
+                        .map(|h| h.holder.describe(now_ms))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                )),
                 Some(ReleaseReply::WrongType(kind)) => Err(wrong_type(n, &kind)),
                 _ => Err(unexpected(n, "release", &reply)),
             }
@@ -344,10 +357,21 @@ fn attempt_on(
             pttl,
             now_ms,
             holder,
+            crowd,
         }) => Ok(Attempt::Busy {
             pttl,
             now_ms,
             holder,
+            crowd,
+        }),
+        Some(AcquireReply::Mismatch(kind)) => Err(NodeError {
+            kind: Fault::Mismatch,
+            node: node.name().into(),
+            detail: match kind.strip_prefix("limit ") {
+                Some(n) => format!("a semaphore with --limit {n}"),
+                None if kind == "shared" => "a shared lock (--shared)".into(),
+                None => "an exclusive lock (no --limit, or --limit 1)".into(),
+            },
         }),
         Some(AcquireReply::Queued { wait_ms }) => Ok(Attempt::Queued { wait_ms }),
         Some(AcquireReply::WrongType(kind)) => Err(wrong_type(node, &kind)),

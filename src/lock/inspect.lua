@@ -5,6 +5,8 @@
 --   type is "none", "string", "hash" (e.g. a Redisson lock) or any other Redis type; value is
 --   the string's value (the owner token); the holder fields are nil unless rlock wrote them for
 --   this very value.
+-- A semaphore or shared lock (multi.lua) answers {"zset", pttl_ms, now_ms, nil, fence, nil x6,
+--   waiters, mode, limit, token, lease end ms, record, token, ...}, one triple per holder.
 local lock, state = KEYS[1], KEYS[2]
 local now = now_ms()
 local kind = redis.call("TYPE", lock)["ok"]
@@ -16,6 +18,25 @@ if kind == "none" then
   return {kind, -2, now, false, false, false, false, false, false, false, false, waiters}
 end
 local pttl = redis.call("PTTL", lock)
+if kind == "zset" and redis.call("TYPE", state)["ok"] == "hash" and
+    redis.call("HEXISTS", state, "mode") == 1 then
+  local live = {}
+  for i, v in ipairs(holders_of(lock, state)) do
+    live[i] = v
+  end
+  local out = {kind, pttl, now, false, tonumber(redis.call("HGET", state, "fence")) or false,
+    false, false, false, false, false, false, waiters, redis.call("HGET", state, "mode"),
+    tonumber(redis.call("HGET", state, "limit")) or 0}
+  -- Only holders whose lease runs (reading changes nothing; the next write drops the others).
+  for i = 1, #live, 3 do
+    if live[i + 1] > now then
+      out[#out + 1] = live[i]
+      out[#out + 1] = live[i + 1]
+      out[#out + 1] = live[i + 2]
+    end
+  end
+  return out
+end
 if kind ~= "string" then
   return {kind, pttl, now, false, false, false, false, false, false, false, false, waiters}
 end

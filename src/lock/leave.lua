@@ -13,6 +13,21 @@ expect_rights({{"ZREM", queue, token}, {"HDEL", state, "next"}, {"DEL", lock},
   {"HSET", state, "released", "1"}, {"PUBLISH", channel, "*"}})
 local was_next = redis.call("HGET", state, "next") == token
 redis.call("ZREM", queue, token)
+redis.call("HDEL", state, "go:" .. token)
+if redis.call("TYPE", lock)["ok"] == "zset" and redis.call("HEXISTS", state, "mode") == 1 then
+  -- A semaphore or shared lock (multi.lua): give back a raced grant, and let in whoever may
+  -- come in now that this waiter is out of the way.
+  local held = redis.call("ZSCORE", lock, token)
+  if held then
+    redis.call("ZREM", lock, token)
+    redis.call("HDEL", state, "h:" .. token)
+  end
+  after_leaving(lock, state, queue, channel, now)
+  if held then
+    return "released"
+  end
+  return "left"
+end
 local released = false
 if redis.call("TYPE", lock)["ok"] == "string" and redis.call("GET", lock) == token then
   redis.call("DEL", lock)

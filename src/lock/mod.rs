@@ -36,7 +36,7 @@ pub use key::LockKey;
 pub use lease::{Lease, deadline, drift};
 pub use locker::Locker;
 pub use read::LockInfo;
-pub use reply::{Holder, KeyType};
+pub use reply::{Crowd, Holder, HolderLease, KeyType};
 pub use scripts::{ACQUIRE, FENCE, INSPECT, LEAVE, RELEASE, RENEW};
 pub use wait::{Interrupt, WaitPolicy};
 
@@ -45,6 +45,37 @@ pub use wait::{Interrupt, WaitPolicy};
 /// lease would end, which a waiter cannot hear either: at most once per two thirds of the
 /// holder's lease, since the holder renews every third.
 pub const CHECK_WITHOUT_EXPIRY: Duration = Duration::from_secs(5);
+
+/// The kind of lock asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// One holder at a time (also `--limit 1`).
+    Exclusive,
+    /// Up to N holders at once (`--limit N`, N > 1): a counting semaphore.
+    Limit(u32),
+    /// Any number of shared holders, and none while an exclusive holder has the key (`--shared`).
+    Shared,
+}
+
+impl Sharing {
+    /// From `--limit` and `--shared` (which clap keeps apart).
+    pub fn from_args(limit: Option<u32>, shared: bool) -> Self {
+        match (limit, shared) {
+            (_, true) => Sharing::Shared,
+            (Some(n), false) if n > 1 => Sharing::Limit(n),
+            _ => Sharing::Exclusive,
+        }
+    }
+
+    /// acquire.lua's ARGV[10] and ARGV[11].
+    fn script_args(self) -> (&'static str, String) {
+        match self {
+            Sharing::Exclusive => ("", "0".into()),
+            Sharing::Limit(n) => ("limit", n.to_string()),
+            Sharing::Shared => ("shared", "0".into()),
+        }
+    }
+}
 
 /// A lock held by this process.
 #[derive(Debug, Clone)]

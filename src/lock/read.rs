@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::Grant;
 use super::key::{LockKey, scan_pattern};
 use super::locker::{Locker, eval_on, no_quorum};
-use super::reply::{Holder, InspectReply, KeyType};
+use super::reply::{Holder, HolderLease, InspectReply, KeyType};
 use super::scripts::INSPECT;
 use crate::backend::NodeError;
 use crate::exit::Failure;
@@ -26,6 +26,10 @@ pub struct LockInfo {
     pub ttl_ms: Option<i64>,
     pub holder: Holder,
     pub waiters: i64,
+    /// A semaphore (`Some(N)`) or shared lock (`Some(0)`); None for a lock with one holder.
+    pub limit: Option<i64>,
+    /// Every holder of a semaphore or shared lock, the first lease to end first.
+    pub holders: Vec<HolderLease>,
 }
 
 impl LockInfo {
@@ -39,8 +43,14 @@ impl LockInfo {
             token: r.token,
             fence: r.fence,
             ttl_ms: r.ttl_ms,
-            holder: r.holder,
+            // A semaphore or shared lock stands for its first holder where one is shown.
+            holder: r
+                .holders
+                .first()
+                .map_or(r.holder, |first| first.holder.clone()),
             waiters: r.waiters,
+            limit: r.limit,
+            holders: r.holders,
         }
     }
 
@@ -140,8 +150,13 @@ impl Locker {
 
     /// The lock `token` holds on `key`, if it does: a nested rlock inside `rlock exec`.
     pub fn owned(&self, key: &LockKey, token: &str) -> Result<Option<Grant>, Failure> {
-        let info = self.inspect(key)?;
-        if info.kind != KeyType::String || info.token.as_deref() != Some(token) {
+        let mut info = self.inspect(key)?;
+        if let Some(mine) = info.holders.iter().find(|h| h.token == token) {
+            // One holder of a semaphore or shared lock: a nested rlock takes no second slot.
+            info.pttl = mine.ends_ms - info.now_ms;
+            info.ttl_ms = mine.ttl_ms;
+            info.fence = mine.fence;
+        } else if info.kind != KeyType::String || info.token.as_deref() != Some(token) {
             return Ok(None);
         }
         // The lease it was given, and a send time such that send + lease is when it ends.

@@ -9,6 +9,35 @@
 -- last and only when it changed, and may be refused without harm.
 local lock, state, token = KEYS[1], KEYS[2], ARGV[1]
 local kind = redis.call("TYPE", lock)["ok"]
+if kind == "zset" and redis.call("TYPE", state)["ok"] == "hash" and
+    redis.call("HEXISTS", state, "mode") == 1 then
+  -- One holder of a semaphore or shared lock (multi.lua): its own lease, the key's expiry
+  -- following the last lease. Written in the same order as below, PEXPIRE first.
+  local now = now_ms()
+  local ends = tonumber(redis.call("ZSCORE", lock, token))
+  if not ends or ends <= now then
+    if redis.call("ZCOUNT", lock, "(" .. now, "+inf") > 0 then
+      return {"other", redis.call("PTTL", lock)}
+    end
+    return {"free"}
+  end
+  local ok, h = pcall(cjson.decode, redis.call("HGET", state, "h:" .. token) or "")
+  if not ok or type(h) ~= "table" then
+    h = nil
+  end
+  local ttl = tonumber(ARGV[2]) or (h and tonumber(h.ttl)) or 30000
+  ends = math.max(ends, now + ttl)
+  if redis.call("PTTL", lock) < ends - now then
+    redis.call("PEXPIRE", lock, ends - now)
+  end
+  redis.call("ZADD", lock, "XX", ends, token)
+  if h then
+    h.ttl, h.renewed = ttl, now
+    redis.pcall("HSET", state, "h:" .. token, cjson.encode(h))
+  end
+  keep_alive(state, ttl + KEEP_MS)
+  return {"renewed", ends - now}
+end
 if kind ~= "none" and kind ~= "string" then
   return {"wrongtype", kind}
 end

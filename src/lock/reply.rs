@@ -12,6 +12,8 @@ pub enum KeyType {
     String,
     /// A hash: another client's lock, e.g. Redisson's.
     Hash,
+    /// A sorted set: the holders of an rlock semaphore or shared lock (when its state says so).
+    Holders,
     /// Anything else (a list, a set, ...): not a lock.
     Other(String),
 }
@@ -22,6 +24,7 @@ impl KeyType {
             "none" => KeyType::None,
             "string" => KeyType::String,
             "hash" => KeyType::Hash,
+            "zset" => KeyType::Holders,
             other => KeyType::Other(other.to_string()),
         }
     }
@@ -32,6 +35,7 @@ impl KeyType {
             KeyType::None => "none",
             KeyType::String => "string",
             KeyType::Hash => "hash",
+            KeyType::Holders => "zset",
             KeyType::Other(name) => name,
         }
     }
@@ -47,6 +51,62 @@ pub struct Holder {
     pub command: Option<String>,
 }
 
+/// The holders of a semaphore or shared lock that a busy reply reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crowd {
+    pub holders: i64,
+    /// The semaphore's N; 0 for a shared lock.
+    pub limit: i64,
+}
+
+/// One holder of a semaphore or shared lock (multi.lua's record).
+#[derive(Debug, Clone, Default)]
+pub struct HolderLease {
+    pub token: String,
+    /// When its lease ends (server ms).
+    pub ends_ms: i64,
+    pub fence: Option<i64>,
+    pub ttl_ms: Option<i64>,
+    /// When it was last renewed (or granted), server ms.
+    pub renewed_ms: Option<i64>,
+    pub holder: Holder,
+}
+
+impl HolderLease {
+    /// The triples {token, lease end, record JSON} from position `at` on.
+    fn list(r: &[Value], at: usize) -> Vec<HolderLease> {
+        let mut out = Vec::new();
+        let mut i = at;
+        while let Some(token) = text(r, i) {
+            let rec: serde_json::Value = text(r, i + 2)
+                .and_then(|j| serde_json::from_str(&j).ok())
+                .unwrap_or_default();
+            let field = |name: &str| match &rec[name] {
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            };
+            let number = |name: &str| field(name).and_then(|s| s.parse::<f64>().ok());
+            out.push(HolderLease {
+                token,
+                ends_ms: int(r, i + 1).unwrap_or(0),
+                fence: field("fence").and_then(|s| s.parse().ok()),
+                ttl_ms: number("ttl").map(|n| n as i64),
+                renewed_ms: number("renewed").map(|n| n as i64),
+                holder: Holder {
+                    host: field("host"),
+                    pid: field("pid"),
+                    user: field("user").filter(|u| !u.is_empty()),
+                    since_ms: number("since").map(|n| n as i64),
+                    command: field("cmd"),
+                },
+            });
+            i += 3;
+        }
+        out
+    }
+}
+
 /// acquire.lua's answer.
 #[derive(Debug)]
 pub enum AcquireReply {
@@ -58,10 +118,13 @@ pub enum AcquireReply {
         pttl: i64,
         now_ms: i64,
         holder: Holder,
+        crowd: Option<Crowd>,
     },
     Queued {
         wait_ms: i64,
     },
+    /// Held as another kind: "exclusive", "shared" or "limit N".
+    Mismatch(String),
     WrongType(String),
 }
 
@@ -76,7 +139,12 @@ impl AcquireReply {
                 pttl: int(r, 1).unwrap_or(-2),
                 now_ms: int(r, 2).unwrap_or(0),
                 holder: holder_at(r, 3),
+                crowd: int(r, 8).map(|holders| Crowd {
+                    holders,
+                    limit: int(r, 9).unwrap_or(0),
+                }),
             },
+            "mismatch" => AcquireReply::Mismatch(text(r, 1).unwrap_or_default()),
             "queued" => AcquireReply::Queued {
                 wait_ms: int(r, 1).unwrap_or(0),
             },
@@ -105,6 +173,11 @@ pub enum ReleaseReply {
         holder: Holder,
         now_ms: i64,
     },
+    /// Forced, a semaphore or shared lock: every holder.
+    BrokenAll {
+        now_ms: i64,
+        holders: Vec<HolderLease>,
+    },
     WrongType(String),
 }
 
@@ -121,6 +194,10 @@ impl ReleaseReply {
                 value: text(r, 3),
                 holder: holder_at(r, 4),
                 now_ms: int(r, 9).unwrap_or(0),
+            },
+            "brokenall" => ReleaseReply::BrokenAll {
+                now_ms: int(r, 1).unwrap_or(0),
+                holders: HolderLease::list(r, 2),
             },
             "wrongtype" => ReleaseReply::WrongType(type_of(r)),
             _ => return None,
@@ -168,12 +245,21 @@ pub struct InspectReply {
     pub ttl_ms: Option<i64>,
     /// How many rlock processes wait in line.
     pub waiters: i64,
+    /// A semaphore (`Some(N)`) or shared lock (`Some(0)`); None for one holder.
+    pub limit: Option<i64>,
+    /// The holders of a semaphore or shared lock.
+    pub holders: Vec<HolderLease>,
 }
 
 impl InspectReply {
     pub fn decode(r: &[Value]) -> Self {
+        let mut kind = KeyType::parse(&text(r, 0).unwrap_or_else(|| "none".into()));
+        if kind == KeyType::Holders && text(r, 12).is_none() {
+            // A sorted set rlock did not write.
+            kind = KeyType::Other("zset".into());
+        }
         InspectReply {
-            kind: KeyType::parse(&text(r, 0).unwrap_or_else(|| "none".into())),
+            kind,
             pttl: int(r, 1).unwrap_or(-2),
             now_ms: int(r, 2).unwrap_or(0),
             token: text(r, 3),
@@ -181,6 +267,14 @@ impl InspectReply {
             holder: holder_at(r, 5),
             ttl_ms: int(r, 10),
             waiters: int(r, 11).unwrap_or(0),
+            limit: text(r, 12).map(|mode| {
+                if mode == "shared" {
+                    0
+                } else {
+                    int(r, 13).unwrap_or(0)
+                }
+            }),
+            holders: HolderLease::list(r, 14),
         }
     }
 }

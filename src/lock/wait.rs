@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::display::{busy_message, human_ms};
 use super::exclusive::{Attempt, Unanswered};
-use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker};
+use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Sharing};
 use crate::exit::Failure;
 use crate::identity::Identity;
 
@@ -137,12 +137,14 @@ enum Slept {
 }
 
 impl Locker {
-    /// Takes the lock, waiting as `policy` says.
+    /// Takes the lock (or a slot of it, as `sharing` says), waiting as `policy` says.
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire(
         &self,
         key: &LockKey,
         token: &str,
         ttl: Duration,
+        sharing: Sharing,
         who: &Identity,
         policy: WaitPolicy,
         interrupt: Interrupt,
@@ -163,7 +165,7 @@ impl Locker {
             // A signal that came during the request is answered once it returns (signals are not
             // let interrupt rlock's system calls): a failure then reports the signal.
             let attempt = self
-                .attempt(key, token, ttl, false, who)
+                .attempt(key, token, ttl, sharing, false, who)
                 .map_err(|e| interrupt().map_or(e.failure, |sig| interrupted(key, sig)))?;
             return match attempt {
                 Attempt::Granted {
@@ -175,9 +177,10 @@ impl Locker {
                     pttl,
                     now_ms,
                     holder,
+                    crowd,
                 } => Err(busy(format!(
                     "{}; not waiting (-n)",
-                    busy_message(key, pttl, now_ms, &holder)
+                    busy_message(key, pttl, now_ms, &holder, crowd)
                 ))),
                 Attempt::Queued { .. } => Err(busy(format!(
                     "lock '{}' is being handed to a process waiting for it; not waiting (-n)",
@@ -207,8 +210,7 @@ impl Locker {
                 conns.iter_mut().map(|c| c.as_pubsub()).collect();
             let round = self.wait_round(
                 key,
-                token,
-                ttl,
+                (token, ttl, sharing),
                 who,
                 &mut subs,
                 subscribed,
@@ -245,8 +247,7 @@ impl Locker {
     fn wait_round(
         &self,
         key: &LockKey,
-        token: &str,
-        ttl: Duration,
+        (token, ttl, sharing): (&str, Duration, Sharing),
         who: &Identity,
         subs: &mut [redis::PubSub<'_>],
         subscribed: bool,
@@ -257,7 +258,7 @@ impl Locker {
             if let Some(signal) = interrupt() {
                 return Round::Done(Err(interrupted(key, signal)));
             }
-            let attempt = self.attempt(key, token, ttl, true, who);
+            let attempt = self.attempt(key, token, ttl, sharing, true, who);
             if let Some(signal) = interrupt() {
                 // (A grant that raced with the signal is given back by the caller's leave.)
                 return Round::Done(Err(interrupted(key, signal)));
@@ -295,13 +296,14 @@ impl Locker {
                     pttl,
                     now_ms,
                     holder,
+                    crowd,
                 } => (
                     if pttl >= 0 {
                         Duration::from_millis(pttl as u64 + 1)
                     } else {
                         CHECK_WITHOUT_EXPIRY
                     },
-                    busy_message(key, pttl, now_ms, &holder),
+                    busy_message(key, pttl, now_ms, &holder, crowd),
                 ),
                 Attempt::Queued { wait_ms } => (
                     Duration::from_millis(wait_ms.max(0) as u64) + CLAIM_SLACK,
