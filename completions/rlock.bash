@@ -109,7 +109,7 @@ _rlock() {
             return 0
             ;;
         rlock__subcmd__acquire)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --label --export --json --url --cluster --sentinel --password-file --tls-ca --tls-cert --tls-key --prefix --op-timeout --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --export --json --url --cluster --sentinel --password-file --tls-ca --tls-cert --tls-key --prefix --op-timeout --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -140,6 +140,10 @@ _rlock() {
                     return 0
                     ;;
                 -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -191,7 +195,7 @@ _rlock() {
             return 0
             ;;
         rlock__subcmd__exec)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --renew-every --lost-signal --grace --label --url --cluster --sentinel --password-file --tls-ca --tls-cert --tls-key --prefix --op-timeout --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --label --url --cluster --sentinel --password-file --tls-ca --tls-cert --tls-key --prefix --op-timeout --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -222,6 +226,10 @@ _rlock() {
                     return 0
                     ;;
                 -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

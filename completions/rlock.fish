@@ -47,6 +47,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s k -l key -d 'Nam
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l ttl -d 'How long the lock lives unless renewed or released' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l limit -d 'Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of the key must ask the same N. --limit 1 is an ordinary lock' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
@@ -57,6 +58,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-key -d 'Priv
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s n -l no-wait -d 'Try once and do not wait'
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l export -d 'Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l json -d 'Print one JSON object: key, token, fence, ttl_ms'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l cluster -d 'The URLs are Redis Cluster seed nodes'
@@ -111,6 +113,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec" -s k -l key -d 'Name o
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l ttl -d 'Lease time: how long the lock outlives a renewal that never comes' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l limit -d 'Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of the key must ask the same N. --limit 1 is an ordinary lock' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l renew-every -d 'How often to renew the lock [default: TTL/3]' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l lost-signal -d 'Signal the command\'s process group gets when the lock is lost (name or number)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l grace -d 'Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4]' -r
@@ -124,6 +127,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec" -l tls-key -d 'Private
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -s n -l no-wait -d 'Try once and do not wait'
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -s v -l verbose -d 'Say what rlock does, on stderr'
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'

@@ -1,6 +1,7 @@
 //! Issue 11: the soak test. Four loops run `rlock exec --ttl 1s` on one key for about 30 s while
 //! Redis is frozen, has its scripts flushed and its clients killed; the heartbeats the commands
-//! write must show no two holders at once and fences that only go up.
+//! write must show no two holders at once and fences that only go up. Issue 13 adds the
+//! semaphore mode: the same with `--limit 2`, and never three holders at once.
 //!
 //! `RLOCK_SOAK_SECS` changes the length (default 30); `cargo bench --bench compare` runs the long
 //! mode (10,000 grants).
@@ -15,6 +16,16 @@ use common::RedisServer;
 
 #[test]
 fn holders_never_overlap_and_fences_rise_through_freezes_flushes_and_kills() {
+    soak(None);
+}
+
+/// The semaphore mode: four loops of `exec --limit 2`, never three sections at once.
+#[test]
+fn a_semaphore_never_exceeds_its_limit_through_freezes_flushes_and_kills() {
+    soak(Some(2));
+}
+
+fn soak(limit: Option<u32>) {
     let secs = match std::env::var("RLOCK_SOAK_SECS") {
         Ok(v) => v
             .trim()
@@ -33,7 +44,10 @@ fn holders_never_overlap_and_fences_rise_through_freezes_flushes_and_kills() {
         redis_pid: server.pid(),
         dir: dir.path().to_path_buf(),
     };
-    let cfg = soak::Config::short(secs);
+    let cfg = soak::Config {
+        limit,
+        ..soak::Config::short(secs)
+    };
     let report = soak::run(&target, &cfg);
     eprintln!("{report}");
     // Everything rlock said, for a failure's sake.
@@ -52,7 +66,13 @@ fn holders_never_overlap_and_fences_rise_through_freezes_flushes_and_kills() {
             .join("\n")
     };
 
-    // The safety properties.
+    // The safety properties (for a semaphore: never more than N at once, no fence twice).
+    if let Some(n) = limit {
+        assert_eq!(
+            report.max_running, n as usize,
+            "the semaphore never had {n} holders at once:\n{report}"
+        );
+    }
     assert!(report.overlaps.is_empty(), "holders overlapped:\n{report}");
     assert!(
         report.inversions.is_empty(),

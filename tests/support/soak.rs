@@ -78,6 +78,8 @@ pub struct Config {
     pub max_faults: usize,
     /// Seed of the fault schedule's random numbers (printed in the report).
     pub seed: u64,
+    /// `--limit N` on every exec (a semaphore): at most N sections at once, instead of one.
+    pub limit: Option<u32>,
 }
 
 impl Config {
@@ -94,6 +96,7 @@ impl Config {
             freeze: (Duration::from_millis(200), Duration::from_millis(1500)),
             max_faults: 10_000,
             seed: seed_from_clock(),
+            limit: None,
         }
     }
 
@@ -155,6 +158,8 @@ pub struct Report {
     pub inversions: Vec<String>,
     /// Log lines that do not parse, or a token whose lines disagree on its fence.
     pub malformed: Vec<String>,
+    /// The most holders running at one instant (semaphore mode).
+    pub max_running: usize,
     /// For every exit other than 0 and 76: the code and the last line rlock wrote on stderr.
     pub other_exits: Vec<String>,
 }
@@ -202,6 +207,9 @@ impl fmt::Display for Report {
             self.clients_killed,
             self.fault_errors.len()
         )?;
+        if self.max_running > 0 {
+            writeln!(f, "  at most {} holders at once", self.max_running)?;
+        }
         write!(
             f,
             "  overlaps: {}, fence inversions: {}, malformed lines: {}",
@@ -335,6 +343,7 @@ fn exec_once(target: &Target, cfg: &Config, log: &Path, beats: u32, stderr: &Pat
         .arg(format!("redis://127.0.0.1:{}", target.port))
         .args(["exec", "-k", KEY, "--ttl"])
         .arg(format!("{}ms", cfg.ttl.as_millis()))
+        .args(cfg.limit.map(|n| format!("--limit={n}")))
         .args(["-w", "60s", "--", "sh", "-c", SCRIPT, "soak"])
         .arg(log)
         .arg(beats.to_string())
@@ -631,6 +640,12 @@ fn check_log(log: &Path, cfg: &Config, report: &mut Report) {
     }
     started.sort_by_key(|g| g.start);
     report.grants = started.len();
+    if let Some(limit) = cfg.limit {
+        report.long_grants = started.iter().filter(|g| g.long).count();
+        report.cut_short = started.iter().filter(|g| !g.ended).count();
+        check_semaphore(&started, limit as usize, report);
+        return;
+    }
     report.long_grants = started.iter().filter(|g| g.long).count();
     report.cut_short = started.iter().filter(|g| !g.ended).count();
     for pair in started.windows(2) {
@@ -658,6 +673,43 @@ fn check_log(log: &Path, cfg: &Config, report: &mut Report) {
     }
 }
 
+/// A semaphore's log: at no instant more than `limit` holders between their start and their last
+/// sign of life, and no fence given twice (the fence rises over all grants of the key, but
+/// holders that start together may write their start lines in any order).
+fn check_semaphore(started: &[&Grant], limit: usize, report: &mut Report) {
+    // Ends sort before starts at the same instant: a stamp at or after another's start counts.
+    let mut events: Vec<(i128, i8, u64)> = Vec::new();
+    for g in started {
+        events.push((g.start.expect("started"), 1, g.fence));
+        events.push((g.last, -1, g.fence));
+    }
+    events.sort_by_key(|&(at, step, _)| (at, -step));
+    let mut running: Vec<u64> = Vec::new();
+    for (at, step, fence) in events {
+        if step > 0 {
+            running.push(fence);
+            report.max_running = report.max_running.max(running.len());
+            if running.len() > limit {
+                report.overlaps.push(format!(
+                    "{} holders at {at} under --limit {limit}: fences {running:?}",
+                    running.len()
+                ));
+            }
+        } else {
+            running.retain(|f| *f != fence);
+        }
+    }
+    let mut fences: Vec<u64> = started.iter().map(|g| g.fence).collect();
+    fences.sort_unstable();
+    for pair in fences.windows(2) {
+        if pair[0] == pair[1] {
+            report
+                .inversions
+                .push(format!("fence {} given twice", pair[0]));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -677,6 +729,32 @@ mod tests {
             checked("start 1 10 a 1\nhb 1 20 a 0\nend 1 30 a 0\nstart 2 40 b 50\nhb 2 50 b 49\n");
         assert_eq!((r.grants, r.long_grants, r.cut_short), (2, 1, 1));
         assert!(r.overlaps.is_empty() && r.inversions.is_empty() && r.malformed.is_empty());
+    }
+
+    #[test]
+    fn three_holders_of_a_semaphore_of_two_are_caught() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let log = "start 1 10 a 1\nstart 2 11 b 1\nstart 3 12 c 1\nend 1 20 a 0\nend 2 21 b 0\nend 3 22 c 0\nstart 4 30 d 1\nend 4 40 d 0\n";
+        fs::write(&path, log).unwrap();
+        let cfg = Config {
+            limit: Some(2),
+            ..Config::short(1)
+        };
+        let mut r = Report::default();
+        check_log(&path, &cfg, &mut r);
+        assert_eq!(r.overlaps.len(), 1, "{r}");
+        assert_eq!(r.max_running, 3);
+        let mut r = Report::default();
+        fs::write(
+            &path,
+            log.replace("start 3 12 c 1\n", "")
+                .replace("end 3 22 c 0\n", ""),
+        )
+        .unwrap();
+        check_log(&path, &cfg, &mut r);
+        assert!(r.overlaps.is_empty() && r.inversions.is_empty(), "{r}");
+        assert_eq!(r.max_running, 2);
     }
 
     #[test]
