@@ -17,7 +17,7 @@ Examples:
   ...
   rlock release -k jobs
 
-Exit codes: 0 ok, 1 inspect: not held, 2 usage, 65 not a lock, 69 Redis unavailable,
+Exit codes: 0 ok, 1 inspect: not held, 2 usage, 65 not a lock (or another kind), 69 unavailable,
 70 internal, 75 busy, 76 lock lost during exec, 77 not owner / auth refused, 78 configuration,
 126/127 command not runnable / not found, 128+N command died of signal N. See rlock(1).";
 
@@ -163,7 +163,9 @@ SIGKILL at the deadline, and rlock exits 76. Otherwise rlock exits with the comm
 
 Examples:
   rlock exec -k nightly -n -- ./cron.sh
-  rlock exec -k deploy -w 15m --ttl 1m -- ./deploy.sh production")]
+  rlock exec -k deploy -w 15m --ttl 1m -- ./deploy.sh production
+  rlock exec -k builds --limit 3 -- ./build.sh     # at most three builds at once
+  rlock exec -k db --shared -- ./report.sh         # readers together, never beside a writer")]
     Exec(ExecArgs),
 }
 

@@ -1615,7 +1615,7 @@ fn tls_client_certificates_for_a_server_that_requires_them() {
 /// The commands rlock sends to one Redis, its own (EVALSHA, EVAL on NOSCRIPT, SCAN for the
 /// listing, SUBSCRIBE for waiting) and those its scripts call, which ACLs check too. The README
 /// documents the same list.
-const LOCK_COMMANDS: [&str; 21] = [
+const LOCK_COMMANDS: [&str; 26] = [
     "evalsha",
     "eval",
     "scan",
@@ -1637,6 +1637,11 @@ const LOCK_COMMANDS: [&str; 21] = [
     "zcard",
     "del",
     "publish",
+    "zscore",
+    "zcount",
+    "zrangebyscore",
+    "zremrangebyscore",
+    "hkeys",
 ];
 /// The keys (lock, `{lock}:state`, `{lock}:q`) and the wake channel under the default prefix.
 const LOCK_PATTERNS: [&str; 3] = ["~rlock:*", "~{rlock:*", "&{rlock:*"];
@@ -1841,6 +1846,35 @@ impl Session<'_> {
             &["release", "-k", "life", "--force"],
         )?;
         self.step("exec", 0, &["exec", "-k", "life", "--", "true"])?;
+        // A semaphore and a shared lock (issue 13).
+        let mut tokens = Vec::new();
+        for what in ["a semaphore's first slot", "its second slot"] {
+            let out = self.step(what, 0, &["acquire", "-k", "sem", "--limit", "2", "-n"])?;
+            tokens.push(out.stdout.trim().to_string());
+        }
+        self.step(
+            "a semaphore asked with another N",
+            65,
+            &["acquire", "-k", "sem", "--limit", "3", "-n"],
+        )?;
+        self.step(
+            "renew a slot",
+            0,
+            &["renew", "-k", "sem", "--token", &tokens[0]],
+        )?;
+        self.step("inspect a semaphore", 0, &["inspect", "-k", "sem"])?;
+        for token in &tokens {
+            self.step(
+                "release a slot",
+                0,
+                &["release", "-k", "sem", "--token", token],
+            )?;
+        }
+        self.step(
+            "exec --shared",
+            0,
+            &["exec", "-k", "sem", "--shared", "--", "true"],
+        )?;
         Ok(())
     }
 }
