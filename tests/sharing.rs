@@ -419,3 +419,21 @@ fn a_semaphore_works_on_a_cluster() {
     let out = run(clustered().args(["exec", "-k", "k", "--shared", "-n", "--", "true"]));
     assert_eq!(out.code, 0, "{out}");
 }
+
+#[test]
+fn expired_holders_decide_nothing() {
+    let server = RedisServer::start();
+    acquire_json(&server, &["--limit", "2", "--ttl", "300ms"]);
+    wait_until("the slot to expire", SOON, || !server.exists("rlock:k"));
+    // Nobody holds it: any kind may take it, and the first to come sets the kind.
+    acquire_json(&server, &["--ttl", "300ms"]);
+    wait_until("the lock to expire", SOON, || !server.exists("rlock:k"));
+    acquire_json(&server, &["--shared", "--ttl", "5s"]);
+    // Redis keeps the expired member until a script drops it; it must not count.
+    server.cmd(&["ZADD", "rlock:k", "1", "ghost"]);
+    let out = run(rlock_at(&server).args(["inspect", "-k", "k", "--json"]));
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(json["holders"].as_array().map(Vec::len), Some(1), "{json}");
+    acquire_json(&server, &["--shared"]);
+    assert_eq!(zcard(&server), 2, "the expired member was dropped");
+}

@@ -79,15 +79,11 @@ local function busy_multi(pttl)
 end
 
 if kind == "zset" then
-  if mode == "" and held_mode == "limit" then
+  -- Only holders whose lease runs decide the kind of the lock.
+  local other_kind = (mode == "" and held_mode == "limit") or (mode ~= "" and (mode ~= held_mode or
+      (mode == "limit" and tonumber(redis.call("HGET", state, "limit")) ~= limit)))
+  if other_kind and redis.call("ZCOUNT", lock, "(" .. now, "+inf") > 0 then
     return {"mismatch", held_as()}
-  end
-  if mode ~= "" and (mode ~= held_mode or
-      (mode == "limit" and tonumber(redis.call("HGET", state, "limit")) ~= limit)) then
-    -- Only holders whose lease runs decide the kind of the lock.
-    if redis.call("ZCOUNT", lock, "(" .. now, "+inf") > 0 then
-      return {"mismatch", held_as()}
-    end
   end
   if drop_expired_holders(lock, state, now) == 0 then
     redis.call("DEL", lock)
