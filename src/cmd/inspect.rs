@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::Context;
 use crate::cli::InspectArgs;
 use crate::exit::Code;
-use crate::lock::{KeyType, LockInfo, human_ms};
+use crate::lock::{Holder, KeyType, LockInfo, human_ms};
 
 pub fn run(ctx: &Context, args: &InspectArgs) -> Result<u8> {
     let locker = ctx.locker()?;
@@ -52,34 +52,19 @@ pub fn run(ctx: &Context, args: &InspectArgs) -> Result<u8> {
 }
 
 fn to_json(l: &LockInfo) -> Value {
-    let holder = l.ours().then(|| {
-        json!({
-            "host": l.holder.host,
-            "pid": l.holder.pid.as_deref().and_then(|p| p.parse::<i64>().ok()),
-            "user": l.holder.user,
-            "command": l.holder.command,
-            "since_ms": l.holder.since_ms,
-            "held_for_ms": l.holder.since_ms.map(|s| (l.now_ms - s).max(0)),
-        })
-    });
+    let holder = l.ours().then(|| holder_json(&l.holder, l.now_ms));
     // Every holder: the one of a lock, or each of a semaphore or shared lock.
     let holders: Vec<Value> = if l.limit.is_some() {
         l.holders
             .iter()
             .map(|h| {
-                json!({
-                    "token": h.token,
-                    "fence": h.fence,
-                    "host": h.holder.host,
-                    "pid": h.holder.pid.as_deref().and_then(|p| p.parse::<i64>().ok()),
-                    "user": h.holder.user,
-                    "command": h.holder.command,
-                    "since_ms": h.holder.since_ms,
-                    "held_for_ms": h.holder.since_ms.map(|s| (l.now_ms - s).max(0)),
-                    "ttl_ms": (h.ends_ms - l.now_ms).max(0),
-                    "lease_ms": h.ttl_ms,
-                    "renewed_ms": h.renewed_ms,
-                })
+                let mut one = holder_json(&h.holder, l.now_ms);
+                one["token"] = json!(h.token);
+                one["fence"] = json!(h.fence);
+                one["ttl_ms"] = json!((h.ends_ms - l.now_ms).max(0));
+                one["lease_ms"] = json!(h.ttl_ms);
+                one["renewed_ms"] = json!(h.renewed_ms);
+                one
             })
             .collect()
     } else {
@@ -116,6 +101,18 @@ fn to_json(l: &LockInfo) -> Value {
         "kind": kind,
         "limit": limit,
         "holders": holders,
+    })
+}
+
+/// What rlock wrote of a holder, and how long it has held the lock.
+fn holder_json(h: &Holder, now_ms: i64) -> Value {
+    json!({
+        "host": h.host,
+        "pid": h.pid.as_deref().and_then(|p| p.parse::<i64>().ok()),
+        "user": h.user,
+        "command": h.command,
+        "since_ms": h.since_ms,
+        "held_for_ms": h.since_ms.map(|s| (now_ms - s).max(0)),
     })
 }
 
