@@ -13,11 +13,14 @@
 //!
 //! The rooms: `key.rs` names the keys, `scripts.rs` holds the scripts, `reply.rs` decodes their
 //! answers by name, `locker.rs` is the deployment (fan-out to every node, the Redlock majority),
-//! `lease.rs` the lease arithmetic, `display.rs` the text. The operations of a kind of lock sit
-//! on the `Locker` in a file of their own: `exclusive.rs` (one holder), `read.rs` (inspect,
-//! list), `wait.rs` (waiting without polling). A new kind of lock (a semaphore, a shared lock)
-//! goes beside `exclusive.rs` as a sibling, with its own scripts and reply decoders, and reuses
-//! `Locker::on_all`, `Quorum`, the keys and the waiting.
+//! `lease.rs` the lease arithmetic, `display.rs` the text. The operations sit on the `Locker`:
+//! `exclusive.rs` (one try at taking, release, renewal), `read.rs` (inspect, list), `wait.rs`
+//! (waiting without polling).
+//!
+//! A semaphore (`--limit N`) or shared lock (`--shared`) is the same protocol with another value
+//! at the lock key: a sorted set of holders (`multi.lua`). The scripts branch on the key's type,
+//! so acquire, release, renew and the waiting line serve every kind, and a `Sharing` says which
+//! kind an acquire asks for.
 
 mod display;
 mod exclusive;
