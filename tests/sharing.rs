@@ -437,3 +437,35 @@ fn expired_holders_decide_nothing() {
     acquire_json(&server, &["--shared"]);
     assert_eq!(zcard(&server), 2, "the expired member was dropped");
 }
+
+/// Keys expire (contract, Guarantee 10): a semaphore with holders, a waiter that gave up and
+/// a released slot leaves nothing without an expiry, nor anything that outlives the last lease
+/// by more than the helper keys' 60 s.
+#[test]
+fn a_semaphore_leaves_nothing_that_never_expires() {
+    let server = RedisServer::start();
+    let a = acquire_json(&server, &["--limit", "2", "--ttl", "2s"]);
+    acquire_json(&server, &["--limit", "2", "--ttl", "2s"]);
+    let out = run(rlock_at(&server).args(["acquire", "-k", "k", "--limit", "2", "-w", "300ms"]));
+    assert_eq!(out.code, 75, "{out}");
+    let out = run(rlock_at(&server).args([
+        "release",
+        "-k",
+        "k",
+        "--token",
+        a["token"].as_str().unwrap(),
+    ]));
+    assert_eq!(out.code, 0, "{out}");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.conn())
+        .expect("KEYS");
+    assert!(!keys.is_empty());
+    for key in keys {
+        let pttl = server.pttl(&key);
+        assert!(
+            (0..=2_000 + 60_000).contains(&pttl),
+            "{key} has PTTL {pttl}: it must expire within the lease + 60 s"
+        );
+    }
+}
