@@ -586,23 +586,25 @@ fn scripts_run(conn: &mut redis::Connection) -> u64 {
 
 /// `total_commands_processed` from INFO stats.
 fn total_commands(conn: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query(conn)
-        .expect("INFO stats");
-    info.lines()
+    info(conn, "stats")
+        .lines()
         .find_map(|l| l.strip_prefix("total_commands_processed:"))
         .and_then(|n| n.trim().parse().ok())
         .expect("total_commands_processed in INFO stats")
 }
 
+/// One section of INFO.
+fn info(conn: &mut redis::Connection, section: &str) -> String {
+    redis::cmd("INFO")
+        .arg(section)
+        .query(conn)
+        .unwrap_or_else(|e| panic!("INFO {section}: {e}"))
+}
+
 /// How many scripts the server ran (EVALSHA and EVAL calls).
 fn script_calls(conn: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(conn)
-        .expect("INFO commandstats");
-    info.lines()
+    info(conn, "commandstats")
+        .lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
         .filter_map(|l| {
             l.split_once("calls=")?
