@@ -59,7 +59,7 @@ _rlock() {
 
     case "${cmd}" in
         rlock)
-            opts="-u -v -q -h -V --url --cluster --sentinel --password-file --tls-ca --tls-cert --tls-key --prefix --op-timeout --verbose --quiet --help --version acquire release renew inspect exec help"
+            opts="-u -v -q -h -V --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help --version acquire release renew inspect exec help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -78,6 +78,10 @@ _rlock() {
                     return 0
                     ;;
                 --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -101,6 +105,10 @@ _rlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -109,7 +117,7 @@ _rlock() {
             return 0
             ;;
         rlock__subcmd__acquire)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --export --json --url --cluster --sentinel --password-file --tls-ca --tls-cert --tls-key --prefix --op-timeout --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --export --json --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -167,6 +175,10 @@ _rlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --tls-ca)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -187,6 +199,10 @@ _rlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -195,7 +211,7 @@ _rlock() {
             return 0
             ;;
         rlock__subcmd__exec)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --label --url --cluster --sentinel --password-file --tls-ca --tls-cert --tls-key --prefix --op-timeout --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --label --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -265,6 +281,10 @@ _rlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --tls-ca)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -282,6 +302,10 @@ _rlock() {
                     return 0
                     ;;
                 --op-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -391,7 +415,7 @@ _rlock() {
             return 0
             ;;
         rlock__subcmd__inspect)
-            opts="-k -u -v -q -h --key --json --url --cluster --sentinel --password-file --tls-ca --tls-cert --tls-key --prefix --op-timeout --verbose --quiet --help"
+            opts="-k -u -v -q -h --key --json --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -421,6 +445,10 @@ _rlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --tls-ca)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -441,6 +469,10 @@ _rlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -449,7 +481,7 @@ _rlock() {
             return 0
             ;;
         rlock__subcmd__release)
-            opts="-k -u -v -q -h --key --token --force --url --cluster --sentinel --password-file --tls-ca --tls-cert --tls-key --prefix --op-timeout --verbose --quiet --help"
+            opts="-k -u -v -q -h --key --token --force --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -483,6 +515,10 @@ _rlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --tls-ca)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -503,6 +539,10 @@ _rlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -511,7 +551,7 @@ _rlock() {
             return 0
             ;;
         rlock__subcmd__renew)
-            opts="-k -u -v -q -h --key --token --ttl --url --cluster --sentinel --password-file --tls-ca --tls-cert --tls-key --prefix --op-timeout --verbose --quiet --help"
+            opts="-k -u -v -q -h --key --token --ttl --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -549,6 +589,10 @@ _rlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --tls-ca)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -566,6 +610,10 @@ _rlock() {
                     return 0
                     ;;
                 --op-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_rlock_global_optspecs
-    string join \n u/url= cluster sentinel= password-file= tls-ca= tls-cert= tls-key= prefix= op-timeout= v/verbose q/quiet h/help V/version
+    string join \n u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= replicas= v/verbose q/quiet h/help V/version
 end
 
 function __fish_rlock_needs_command
@@ -27,11 +27,13 @@ end
 complete -c rlock -n "__fish_rlock_needs_command" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_needs_command" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_needs_command" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_needs_command" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
 complete -c rlock -n "__fish_rlock_needs_command" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
 complete -c rlock -n "__fish_rlock_needs_command" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
 complete -c rlock -n "__fish_rlock_needs_command" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_needs_command" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
 complete -c rlock -n "__fish_rlock_needs_command" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_needs_command" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
 complete -c rlock -n "__fish_rlock_needs_command" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_needs_command" -s v -l verbose -d 'Say what rlock does, on stderr'
 complete -c rlock -n "__fish_rlock_needs_command" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
@@ -52,11 +54,13 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l label -d 'What `
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l export -d 'Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`'
@@ -70,11 +74,13 @@ complete -c rlock -n "__fish_rlock_using_subcommand release" -l token -d 'Owner 
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l force -d 'Break the lock whoever holds it, and say who did'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s v -l verbose -d 'Say what rlock does, on stderr'
@@ -86,11 +92,13 @@ complete -c rlock -n "__fish_rlock_using_subcommand renew" -l ttl -d 'New time t
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s v -l verbose -d 'Say what rlock does, on stderr'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
@@ -99,11 +107,13 @@ complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s k -l key -d 'Loc
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l json -d 'Print JSON: one object for a single -k, an array of objects otherwise'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s v -l verbose -d 'Say what rlock does, on stderr'
@@ -121,11 +131,13 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec" -l label -d 'What `ins
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
+complete -c rlock -n "__fish_rlock_using_subcommand exec" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
 complete -c rlock -n "__fish_rlock_using_subcommand exec" -l cluster -d 'The URLs are Redis Cluster seed nodes'

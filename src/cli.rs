@@ -73,6 +73,13 @@ pub struct Global {
     #[arg(long, value_name = "PATH", global = true)]
     pub password_file: Option<PathBuf>,
 
+    /// ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or
+    /// $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no
+    /// user, and so to the master the Sentinels name (the Sentinels themselves take only their
+    /// URL's own credentials).
+    #[arg(long, value_name = "USER", env = "RLOCK_USER", global = true)]
+    pub user: Option<String>,
+
     /// CA certificate (PEM) to verify rediss:// servers with, instead of the system roots.
     #[arg(long, value_name = "PEM", env = "RLOCK_TLS_CA", global = true)]
     pub tls_ca: Option<PathBuf>,
@@ -107,6 +114,19 @@ pub struct Global {
         global = true
     )]
     pub op_timeout: Duration,
+
+    /// After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N
+    /// replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a
+    /// renewal fewer acknowledged counts as failed, and the lease deadline rules.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "RLOCK_REPLICAS",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u32).range(0..=1000),
+        global = true
+    )]
+    pub replicas: u32,
 
     /// Say what rlock does, on stderr.
     #[arg(short, long, global = true, conflicts_with = "quiet")]

@@ -55,12 +55,11 @@ impl Cluster {
         if let Some(n) = nodes.get(url) {
             return Ok(n.clone());
         }
-        let client = self.settings.client(url).map_err(|f| NodeError {
+        let node = Arc::new(self.settings.single(url).map_err(|f| NodeError {
             kind: Fault::Other,
             node: redact(url),
             detail: f.to_string(),
-        })?;
-        let node = Arc::new(Single::new(client, redact(url)));
+        })?);
         nodes.insert(url.to_string(), node.clone());
         Ok(node)
     }

@@ -28,6 +28,8 @@ pub enum Fault {
     /// The lock is held as another kind (exclusive, shared, another --limit); the detail says
     /// which, as "a semaphore with --limit 3".
     Mismatch,
+    /// The write was done, but fewer replicas than --replicas acknowledged it in time.
+    Replicas,
     /// The server refuses what the URL asks for (a database number out of range).
     Config,
     /// Anything else the server or the client library said.
@@ -149,6 +151,9 @@ impl NodeError {
             Fault::WrongType => Failure::NotALock(format!(
                 "{key} holds a value rlock cannot treat as a lock ({}); nothing was changed",
                 self.detail
+            )),
+            Fault::Replicas => Failure::Unavailable(format!(
+                "{key}: {self}; check the replicas and their links (INFO replication), or lower --replicas"
             )),
             Fault::Other => {
                 Failure::Unavailable(format!("Redis answered an error for {key}: {self}"))

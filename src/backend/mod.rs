@@ -20,6 +20,9 @@ pub use settings::{Settings, TlsFiles, split_urls, with_addr};
 pub use single::Single;
 pub use slot::{hash_tag, key_slot};
 
+/// Which replies of a script are a write that must reach --replicas replicas.
+pub type ReplyTest = fn(&redis::Value) -> bool;
+
 /// One Lua script, known by its source and its SHA1 (both put together by build.rs).
 pub struct Script {
     pub name: &'static str,
@@ -28,6 +31,10 @@ pub struct Script {
     /// Always send the whole script (EVAL): for requests whose reply may never be read (a
     /// give-back after a timeout), where EVALSHA's NOSCRIPT could not be answered with EVAL.
     pub always_eval: bool,
+    /// With --replicas: what the write is called in messages ("grant"), and the replies after
+    /// which it must reach the replicas (WAIT) before it counts. None: the script's writes need
+    /// no replica.
+    pub replicated: Option<(&'static str, ReplyTest)>,
 }
 
 impl Script {
@@ -37,6 +44,16 @@ impl Script {
             source,
             sha,
             always_eval: false,
+            replicated: None,
+        }
+    }
+
+    /// A script whose `write` (a grant, a renewal) must reach --replicas replicas, after the
+    /// replies for which `when` holds.
+    pub const fn replicated(self, write: &'static str, when: ReplyTest) -> Self {
+        Script {
+            replicated: Some((write, when)),
+            ..self
         }
     }
 

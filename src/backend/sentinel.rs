@@ -106,7 +106,10 @@ impl Sentinel {
             .settings
             .client(&url)
             .map_err(|f| self.fail(Fault::Other, f.to_string()))?;
-        let node = Arc::new(Single::new(client, format!("{} at {addr}", self.name)));
+        let node = Arc::new(
+            Single::new(client, format!("{} at {addr}", self.name))
+                .replicated(self.settings.replicas),
+        );
         match node.role(timeout)? {
             redis::Role::Primary { .. } => {
                 *current = Some((addr, node.clone()));

@@ -25,6 +25,10 @@ pub struct Settings {
     pub cluster: bool,
     pub sentinel: Option<String>,
     pub password: Option<String>,
+    /// The ACL user of servers whose URL names none (--user).
+    pub user: Option<String>,
+    /// How many replicas must acknowledge a grant or a renewal (--replicas).
+    pub replicas: u32,
     pub tls: TlsFiles,
     pub op_timeout: Duration,
 }
@@ -90,6 +94,12 @@ impl Settings {
         {
             settings = settings.set_password(p);
         }
+        if fallback_password
+            && settings.username().is_none()
+            && let Some(user) = &self.user
+        {
+            settings = settings.set_username(user);
+        }
         Ok(info.set_redis_settings(settings))
     }
 
@@ -120,7 +130,7 @@ impl Settings {
         self.check_independent()?;
         self.urls
             .iter()
-            .map(|url| Ok(Box::new(Single::new(self.client(url)?, redact(url))) as Box<dyn Node>))
+            .map(|url| Ok(Box::new(self.single(url)?) as Box<dyn Node>))
             .collect()
     }
 
@@ -188,6 +198,12 @@ impl Settings {
     /// A client for one URL, with the fallback password and the TLS material applied.
     pub fn client(&self, url: &str) -> Result<redis::Client, Failure> {
         self.client_with(url, true)
+    }
+
+    /// A server that runs the lock scripts: a client for `url`, waiting for --replicas after
+    /// every grant and renewal.
+    pub fn single(&self, url: &str) -> Result<Single, Failure> {
+        Ok(Single::new(self.client(url)?, redact(url)).replicated(self.replicas))
     }
 
     /// A client for a Sentinel: only the URL's own credentials (the fallback password is the

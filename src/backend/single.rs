@@ -11,6 +11,8 @@ pub struct Single {
     client: redis::Client,
     name: String,
     conn: Mutex<Option<Connection>>,
+    /// Replicas that must acknowledge a script's write (--replicas), for the scripts that ask.
+    replicas: u32,
 }
 
 /// What a server of a Redis Cluster said to a script: the reply, or where to send it instead.
@@ -28,6 +30,16 @@ impl Single {
             client,
             name,
             conn: Mutex::new(None),
+            replicas: 0,
+        }
+    }
+
+    /// Waits for `n` replicas after every script whose reply is a write that must survive a
+    /// failover (a grant, a renewal): see `Script::replicated`.
+    pub fn replicated(self, n: u32) -> Self {
+        Single {
+            replicas: n,
+            ..self
         }
     }
 
@@ -110,8 +122,36 @@ impl Single {
         timeout: Duration,
         asking: bool,
     ) -> Result<Routed, NodeError> {
-        match self.call(timeout, |c| run_script(c, script, keys, args, asking))? {
-            Ok(v) => Ok(Routed::Done(v)),
+        let wait_for = match script.replicated {
+            Some(write) if self.replicas > 0 => Some(write),
+            _ => None,
+        };
+        // The WAIT goes on the connection that carried the write, in the same `call`: WAIT
+        // counts the replicas that have this connection's last write, and on a fresh
+        // connection (one that wrote nothing) it would count every replica at once.
+        let ran = self.call(timeout, |c| {
+            let value = run_script(c, script, keys, args, asking)?;
+            let acked = match wait_for {
+                Some((_, wanted)) if wanted(&value) => {
+                    Some(wait_replicas(c, self.replicas, timeout)?)
+                }
+                _ => None,
+            };
+            Ok((value, acked))
+        })?;
+        match ran {
+            Ok((_, Some(acked))) if acked < i64::from(self.replicas) => Err(NodeError {
+                kind: Fault::Replicas,
+                node: self.name.clone(),
+                detail: format!(
+                    "only {acked} of {} replicas acknowledged the {} within {} (--replicas {})",
+                    self.replicas,
+                    wait_for.map_or(script.name, |(write, _)| write),
+                    humantime::format_duration(timeout),
+                    self.replicas
+                ),
+            }),
+            Ok((v, _)) => Ok(Routed::Done(v)),
             Err(e) => match (e.kind(), e.redirect_node()) {
                 (redis::ErrorKind::Server(redis::ServerErrorKind::Moved), Some((addr, _))) => {
                     Ok(Routed::Moved(addr.to_string()))
@@ -128,6 +168,15 @@ impl Single {
     pub fn role(&self, timeout: Duration) -> Result<redis::Role, NodeError> {
         self.query(&redis::cmd("ROLE"), timeout)
     }
+}
+
+/// WAIT for `n` replicas, at most `timeout`: how many have this connection's writes. The
+/// socket waits a little longer than the server does, so that the server's answer (fewer than
+/// `n`) comes back rather than a timeout.
+fn wait_replicas(conn: &mut Connection, n: u32, timeout: Duration) -> RedisResult<i64> {
+    let _ = conn.set_read_timeout(Some(timeout + Duration::from_millis(500)));
+    let ms = timeout.as_millis().max(1) as u64;
+    redis::cmd("WAIT").arg(n).arg(ms).query(conn)
 }
 
 /// EVALSHA, and EVAL when the server has no copy of the script (SCRIPT FLUSH, a restart, a

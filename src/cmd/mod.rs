@@ -32,6 +32,8 @@ impl Context {
             cluster: global.cluster,
             sentinel: global.sentinel.clone(),
             password,
+            user: global.user.clone(),
+            replicas: global.replicas,
             tls: TlsFiles {
                 ca: global.tls_ca.clone(),
                 cert: global.tls_cert.clone(),
@@ -56,6 +58,13 @@ impl Context {
                 "Redlock over {} masters: a majority of {} must agree",
                 nodes.len(),
                 nodes.len() / 2 + 1
+            ));
+        }
+        if self.settings.replicas > 0 {
+            self.say(format_args!(
+                "a grant or renewal counts once {} replica(s) have it (WAIT, within {})",
+                self.settings.replicas,
+                humantime::format_duration(self.settings.op_timeout)
             ));
         }
         Ok(Locker::new(nodes, self.settings.op_timeout))

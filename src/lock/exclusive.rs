@@ -88,13 +88,22 @@ impl Locker {
         let sent = Instant::now();
         let results = self.on_all(|n| attempt_on(n, key, &args, timeout, sent));
         if !self.is_quorum() {
-            let result = results.into_iter().next().expect("one node");
-            if let Err(e) = &result
-                && matches!(e.kind, Fault::Timeout | Fault::Io)
+            let mut result = results.into_iter().next().expect("one node");
+            if let Err(e) = &mut result
+                && matches!(
+                    e.kind,
+                    Fault::Timeout | Fault::Io | Fault::Replicas | Fault::Denied
+                )
             {
                 // Sent, and no reply (a timeout, or the connection broke): the grant may have
-                // happened. Give it back so it does not sit out its whole TTL.
-                let _ = self.leave(key, token);
+                // happened. Or granted, and too few replicas have it (or the ACL refused the
+                // WAIT after it): a failover could lose it. Give it back so it does not sit out
+                // its whole TTL. (A script the ACL refused wrote nothing: the give-back finds
+                // nothing to give.)
+                let given_back = self.leave(key, token).is_ok();
+                if e.kind == Fault::Replicas && given_back {
+                    e.detail.push_str("; the grant was given back");
+                }
             }
             return result.map_err(|e| Unanswered::from_node(e, key));
         }

@@ -154,6 +154,27 @@ impl AcquireReply {
     }
 }
 
+/// True for acquire.lua's grant ("ok"): what --replicas must see reach the replicas.
+pub fn is_granted(reply: &Value) -> bool {
+    first_word(reply) == Some(b"ok")
+}
+
+/// True for renew.lua's "renewed".
+pub fn is_renewed(reply: &Value) -> bool {
+    first_word(reply) == Some(b"renewed")
+}
+
+fn first_word(reply: &Value) -> Option<&[u8]> {
+    match reply {
+        Value::Array(items) => match items.first()? {
+            Value::BulkString(b) => Some(b),
+            Value::SimpleString(s) => Some(s.as_bytes()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// release.lua's answer.
 #[derive(Debug)]
 pub enum ReleaseReply {

@@ -1,6 +1,7 @@
 //! The Lua scripts rlock sends: every Redis command of the lock protocol is in the `.lua` files
 //! beside this one. Each script carries a header with its KEYS, ARGV and replies.
 
+use super::reply::{is_granted, is_renewed};
 use crate::backend::Script;
 
 /// The sources and SHA1s of the scripts, from build.rs (which lists the files of each).
@@ -9,9 +10,11 @@ mod sources {
 }
 
 // Public so that tests can run and preload exactly what rlock sends.
-pub static ACQUIRE: Script = Script::new("acquire", sources::ACQUIRE);
+// With --replicas, a grant and a renewal count only once the replicas have them.
+pub static ACQUIRE: Script =
+    Script::new("acquire", sources::ACQUIRE).replicated("grant", is_granted);
 pub static RELEASE: Script = Script::new("release", sources::RELEASE);
-pub static RENEW: Script = Script::new("renew", sources::RENEW);
+pub static RENEW: Script = Script::new("renew", sources::RENEW).replicated("renewal", is_renewed);
 // Sent whole: it gives back grants whose reply never came, often to a server that has just
 // stalled and may never have cached it, and its own reply may never be read.
 pub static LEAVE: Script = Script::sent_whole("leave", sources::LEAVE);
