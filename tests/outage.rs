@@ -169,3 +169,40 @@ fn a_waiter_rides_out_a_sentinel_failover() {
         "the waiter holds the lock on the new master"
     );
 }
+
+#[test]
+fn a_semaphore_waiter_rides_out_a_restart_and_gets_a_slot() {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    for _ in 0..2 {
+        let out =
+            run(rlock_at(&server)
+                .args(["acquire", "-k", KEY, "--limit", "2", "--ttl", "60s", "-n"]));
+        assert_eq!(out.code, 0, "{out}");
+    }
+    let mut cmd = rlock_at(&server);
+    cmd.args(["--op-timeout", "300ms", "acquire", "-w", "30s", "-k", KEY])
+        .args(["--limit", "2", "--ttl", "5s"]);
+    let mut w = Bg::spawn("waiter", dir.path(), &mut cmd);
+    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        queued(&server)
+    });
+    server.kill9();
+    let down = Instant::now();
+    wait_until("the outage to last", Duration::from_secs(5), || {
+        down.elapsed() > Duration::from_millis(1500)
+    });
+    assert!(w.running(), "the waiter gave up: {}", w.describe());
+    server.restart();
+    let (out, _) = w.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 0, "{out}");
+    // A slot of a semaphore: its token is a member of the holders' sorted set.
+    let score = server.cmd(&["ZSCORE", "rlock:out", out.stdout.trim()]);
+    assert_ne!(
+        score,
+        redis::Value::Nil,
+        "not a holder after the outage: {out}"
+    );
+    assert!(out.stderr.contains("still waiting"), "{out}");
+    assert!(out.stderr.contains("answers again"), "{out}");
+}
