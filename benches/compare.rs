@@ -1301,6 +1301,60 @@ fn main() {
         decimals: 2,
     });
 
+    // 6b. --replicas 1 (issue 14): WAIT after the grant, with a replica on loopback, against
+    // the same exec without it and flock, run by run.
+    let replica = Redis::start(&redis_server);
+    let mut rconn = replica.conn().expect("connect to the replica");
+    redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(redis.port)
+        .query::<()>(&mut rconn)
+        .expect("REPLICAOF");
+    wait_for("the replica's link to come up", || {
+        redis::cmd("INFO")
+            .arg("replication")
+            .query::<String>(&mut rconn)
+            .is_ok_and(|i| i.contains("master_link_status:up"))
+    });
+    let lockfile = dir.path().join("replicas.lock");
+    let [w_rlock, w_plain, w_flock] = interleaved(
+        cfg.runs,
+        [
+            &mut || {
+                ms(wall(|| {
+                    quiet(&mut rlock(
+                        &redis,
+                        &["--replicas", "1", "exec", "-k", "repl", "--", "true"],
+                    ))
+                }))
+            },
+            &mut || {
+                ms(wall(|| {
+                    quiet(&mut rlock(&redis, &["exec", "-k", "repl", "--", "true"]))
+                }))
+            },
+            &mut || {
+                ms(wall(|| {
+                    quiet(Command::new(&flock).arg(&lockfile).arg("true"))
+                }))
+            },
+        ],
+    );
+    drop(replica);
+    rows.push(Row {
+        figure: format!(
+            "`--replicas 1 exec -- true`, 1 replica, median (without --replicas: {w_plain:.2} ms, {:.2}×)",
+            w_rlock / w_plain
+        ),
+        unit: "ms",
+        rlock: w_rlock,
+        flock: Some(w_flock),
+        cli: None,
+        target: "≤ 1.25× without --replicas".into(),
+        met: Some(w_rlock <= 1.25 * w_plain),
+        decimals: 2,
+    });
+
     println!();
     print_table(&rows);
     println!();
