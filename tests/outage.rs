@@ -32,17 +32,11 @@ fn queued(server: &RedisServer) -> bool {
     )
 }
 
-#[test]
-fn a_waiter_rides_out_a_restart() {
-    let mut server = RedisServer::start();
-    let dir = tempfile::tempdir().expect("temp dir");
-    hold(&server, "60s");
-    let mut w = waiter(&server, dir.path(), &[]);
-    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
-        queued(&server)
-    });
+/// Kills the server under a queued waiter, keeps it down for longer than a few tries (the
+/// waiter must not give up), restarts it empty (the holder's lock goes with the data) and
+/// returns what the waiter did.
+fn ride_out_a_restart(server: &mut RedisServer, w: &mut Bg) -> common::Output {
     server.kill9();
-    // Down for longer than a few tries.
     let down = Instant::now();
     wait_until("the outage to last", Duration::from_secs(5), || {
         down.elapsed() > Duration::from_millis(1500)
@@ -52,9 +46,20 @@ fn a_waiter_rides_out_a_restart() {
         "the waiter gave up during the outage: {}",
         w.describe()
     );
-    // Back, empty: the holder's lock went with the data.
     server.restart();
-    let (out, _) = w.finish(Duration::from_secs(10));
+    w.finish(Duration::from_secs(10)).0
+}
+
+#[test]
+fn a_waiter_rides_out_a_restart() {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    hold(&server, "60s");
+    let mut w = waiter(&server, dir.path(), &[]);
+    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        queued(&server)
+    });
+    let out = ride_out_a_restart(&mut server, &mut w);
     assert_eq!(out.code, 0, "{out}");
     assert_eq!(server.get("rlock:out"), Some(out.stdout.trim().to_string()));
     let lines: Vec<&str> = out.stderr.lines().collect();
@@ -187,14 +192,7 @@ fn a_semaphore_waiter_rides_out_a_restart_and_gets_a_slot() {
     w.wait_for("the waiter to queue", Duration::from_secs(10), || {
         queued(&server)
     });
-    server.kill9();
-    let down = Instant::now();
-    wait_until("the outage to last", Duration::from_secs(5), || {
-        down.elapsed() > Duration::from_millis(1500)
-    });
-    assert!(w.running(), "the waiter gave up: {}", w.describe());
-    server.restart();
-    let (out, _) = w.finish(Duration::from_secs(10));
+    let out = ride_out_a_restart(&mut server, &mut w);
     assert_eq!(out.code, 0, "{out}");
     // A slot of a semaphore: its token is a member of the holders' sorted set.
     let score = server.cmd(&["ZSCORE", "rlock:out", out.stdout.trim()]);
