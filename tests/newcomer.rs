@@ -1,7 +1,8 @@
 mod common;
 
-// What a newcomer trips over (issue 14, first items): a blank key, a whole command line given as
-// one word, and -q meaning "only errors" for release --force too.
+// What a newcomer trips over (issue 14): a blank key, a whole command line given as one word,
+// -q meaning "only errors" for release --force too, and -v saying why a run skipped with -E 0
+// did nothing.
 
 use common::{RedisServer, rlock_at, run};
 
@@ -99,4 +100,34 @@ fn a_command_that_cannot_run_is_told_before_the_wait() {
     let out = run(rlock_at(&server).args(["-q", "exec", "-w", "1s", "-k", "t2", "--", "./nope"]));
     assert_eq!(out.code, 127, "{out}");
     assert_eq!(out.stderr.lines().count(), 1, "{out}");
+}
+
+/// The cron recipe: `-E 0` turns a skipped run into a success that says nothing, and `-v` still
+/// says why it was skipped (on stderr, one line naming the lock and its holder).
+#[test]
+fn verbose_says_why_a_busy_lock_exited_0() {
+    let server = RedisServer::start();
+    let out = run(rlock_at(&server).args(["acquire", "-k", "cron", "--ttl", "60s"]));
+    assert_eq!(out.code, 0, "{out}");
+    for sub in [
+        &["exec", "-n", "-E", "0", "-k", "cron", "--", "echo", "ran"][..],
+        &["acquire", "-n", "-E", "0", "-k", "cron"],
+    ] {
+        let out = run(rlock_at(&server).arg("-v").args(sub));
+        assert_eq!(out.code, 0, "{sub:?}: {out}");
+        assert_eq!(out.stdout, "", "{sub:?}: nothing ran, no token: {out}");
+        let why: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("rlock: lock 'cron' is busy (held by "))
+            .collect();
+        assert_eq!(why.len(), 1, "{sub:?}: -v says why, once: {out}");
+        // Without -v: silent, as the recipe promises.
+        let out = run(rlock_at(&server).args(sub));
+        assert_eq!(
+            (out.code, out.stdout.as_str(), out.stderr.as_str()),
+            (0, "", ""),
+            "{sub:?}: {out}"
+        );
+    }
 }
