@@ -1,10 +1,10 @@
 mod common;
 
 // What a newcomer trips over (issue 14): a blank key, a whole command line given as one word,
-// -q meaning "only errors" for release --force too, and -v saying why a run skipped with -E 0
-// did nothing.
+// -q meaning "only errors" for release --force too, -v saying why a run skipped with -E 0 did
+// nothing, and a password not given or wrong.
 
-use common::{RedisServer, rlock_at, run};
+use common::{Output, RedisServer, rlock, rlock_at, run};
 
 #[test]
 fn a_key_of_blanks_is_a_usage_error() {
@@ -128,6 +128,73 @@ fn verbose_says_why_a_busy_lock_exited_0() {
             (out.code, out.stdout.as_str(), out.stderr.as_str()),
             (0, "", ""),
             "{sub:?}: {out}"
+        );
+    }
+}
+
+/// One line on stderr, starting with "rlock: ", stdout empty, the given exit code.
+fn assert_one_line(out: &Output, code: i32) {
+    assert_eq!(out.code, code, "{out}");
+    assert_eq!(out.stdout, "", "{out}");
+    assert_eq!(out.stderr.lines().count(), 1, "{out}");
+    assert!(out.stderr.starts_with("rlock: "), "{out}");
+}
+
+/// A server that needs a password, and none given: said in words, with where a password goes,
+/// never Redis's "NOAUTH" or "unauthenticated multibulk length"; refused auth is 77.
+#[test]
+fn no_password_says_where_one_goes() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    for args in [
+        // EVALSHA with more than 10 arguments: "unauthenticated multibulk length".
+        &["acquire", "-n", "-k", "x"][..],
+        &["exec", "-n", "-k", "x", "--", "true"],
+        // Fewer: "NOAUTH Authentication required".
+        &["inspect", "-k", "x"],
+        &["inspect"],
+        &["release", "-k", "x", "--token", "t"],
+        &["renew", "-k", "x", "--token", "t"],
+    ] {
+        let out = run(rlock_at(&server).args(args));
+        assert_one_line(&out, 77);
+        assert!(
+            out.stderr.contains("the server needs a password")
+                && out.stderr.contains("--password-file")
+                && out.stderr.contains("$RLOCK_PASSWORD")
+                && out.stderr.contains("redis://:PASS@host"),
+            "{args:?}: {out}"
+        );
+        for raw in [
+            "NOAUTH",
+            "multibulk",
+            "unauthenticated",
+            "Authentication required",
+        ] {
+            assert!(!out.stderr.contains(raw), "{args:?}: raw {raw:?}: {out}");
+        }
+    }
+}
+
+/// A wrong password, from each place one can come from: refused in words, 77, not shown.
+#[test]
+fn a_wrong_password_is_said_to_be_refused() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let wrong_url = format!("redis://:wr0ng@127.0.0.1:{}", server.port());
+    let mut in_url = rlock();
+    in_url
+        .args(["--url", &wrong_url])
+        .args(["acquire", "-n", "-k", "x"]);
+    let mut in_env = rlock_at(&server);
+    in_env
+        .env("RLOCK_PASSWORD", "wr0ng")
+        .args(["inspect", "-k", "x"]);
+    for mut cmd in [in_url, in_env] {
+        let out = run(&mut cmd);
+        assert_one_line(&out, 77);
+        assert!(out.stderr.contains("refused the password"), "{out}");
+        assert!(
+            !out.stderr.contains("wr0ng") && !out.stderr.contains("AuthenticationFailed"),
+            "{out}"
         );
     }
 }

@@ -19,8 +19,11 @@ pub enum Fault {
     Io,
     /// The server answers but cannot serve now (LOADING, READONLY, MASTERDOWN, ...).
     NotServing,
-    /// Wrong password or no password.
+    /// The server refused the credentials rlock gave (WRONGPASS): a wrong password, an unknown
+    /// or disabled user.
     Auth,
+    /// The server needs a password and rlock gave none (NOAUTH).
+    NoPassword,
     /// The ACL refused a command, a key or a channel (also inside a script).
     Denied,
     /// WRONGTYPE: the key holds a value that is not a lock.
@@ -61,13 +64,20 @@ impl NodeError {
             || lower.contains("no permissions to")
         {
             Fault::Denied
-        } else if err.kind() == redis::ErrorKind::AuthenticationFailed
-            || matches!(code, "NOAUTH" | "WRONGPASS")
-            || ["wrongpass", "noauth", "authenticationfailed", "authentication failed"]
+        } else if code == "NOAUTH"
+            || ["noauth", "authentication required"]
                 .iter()
                 .any(|w| lower.contains(w))
-            // Before AUTH, Redis refuses commands of more than 10 arguments this way.
+            // Before AUTH, Redis refuses commands of more than 10 arguments this way
+            // ("Protocol error: unauthenticated multibulk length").
             || lower.contains("unauthenticated")
+        {
+            Fault::NoPassword
+        } else if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || code == "WRONGPASS"
+            || ["wrongpass", "authenticationfailed", "authentication failed"]
+                .iter()
+                .any(|w| lower.contains(w))
         {
             Fault::Auth
         } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
@@ -88,11 +98,19 @@ impl NodeError {
         } else {
             Fault::Other
         };
-        let detail = if kind == Fault::Timeout {
+        // The server's and the library's words where they help; rlock's own where they would
+        // puzzle ("Resource temporarily unavailable", "unauthenticated multibulk length").
+        let detail = match kind {
             // The OS says "Resource temporarily unavailable" for a read that timed out.
-            "timed out: no reply within the timeout (--op-timeout)".to_string()
-        } else {
-            redact_text(&plain(&text))
+            Fault::Timeout => "timed out: no reply within the timeout (--op-timeout)".to_string(),
+            // A Sentinel's master takes its password from the file or the environment only.
+            Fault::NoPassword if !node.contains("://") => {
+                "the server needs a password: give it with --password-file or $RLOCK_PASSWORD/$REDISCLI_AUTH".to_string()
+            }
+            Fault::NoPassword => "the server needs a password: give it with --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or in the URL (redis://:PASS@host)".to_string(),
+            // The client library reports every refused AUTH alike, whatever the server said.
+            Fault::Auth => "the server refused the password (a wrong password, an unknown or disabled user, or a server that has no password set)".to_string(),
+            _ => redact_text(&plain(&text)),
         };
         NodeError {
             kind,
@@ -136,8 +154,11 @@ impl NodeError {
                 };
                 Failure::Unavailable(format!("Redis unavailable for {key}: {self}; {hint}"))
             }
+            Fault::NoPassword => {
+                Failure::NotPermitted(format!("Redis refused rlock for {key}: {self}"))
+            }
             Fault::Auth => Failure::NotPermitted(format!(
-                "Redis refused rlock for {key}: {self}; check the password (--password-file, $RLOCK_PASSWORD) and the user's ACL"
+                "Redis refused rlock for {key}: {self}; check --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or the URL's password, and the user's ACL"
             )),
             Fault::Denied => Failure::NotPermitted(format!(
                 "Redis's ACL refused what rlock needs for {key}: {self}; give the user the rights in the README's ACL list (\"ACL: the rights a lock user needs\")"
