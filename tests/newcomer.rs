@@ -2,9 +2,16 @@ mod common;
 
 // What a newcomer trips over (issue 14): a blank key, a whole command line given as one word,
 // -q meaning "only errors" for release --force too, -v saying why a run skipped with -E 0 did
-// nothing, and a password not given or wrong.
+// nothing, a port that is not Redis (or is Redis behind TLS), and a password not given or wrong.
 
-use common::{Output, RedisServer, rlock, rlock_at, run};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{Output, RedisServer, TestCerts, TlsServer, rlock, rlock_at, run};
 
 #[test]
 fn a_key_of_blanks_is_a_usage_error() {
@@ -132,12 +139,142 @@ fn verbose_says_why_a_busy_lock_exited_0() {
     }
 }
 
+/// A TCP server on 127.0.0.1 that answers every connection like an HTTP server refusing a bad
+/// request, then closes it. Stopped (and its thread joined) on drop.
+struct HttpLike {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl HttpLike {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local_addr").port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stopped.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(mut conn) = conn else { continue };
+                // Read what the client sent (whatever it is), as a server reads a request.
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut request = [0u8; 4096];
+                let _ = conn.read(&mut request);
+                let _ = conn.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            }
+        });
+        HttpLike {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for HttpLike {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so that it sees the flag.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// One line on stderr, starting with "rlock: ", stdout empty, the given exit code.
 fn assert_one_line(out: &Output, code: i32) {
     assert_eq!(out.code, code, "{out}");
     assert_eq!(out.stdout, "", "{out}");
     assert_eq!(out.stderr.lines().count(), 1, "{out}");
     assert!(out.stderr.starts_with("rlock: "), "{out}");
+}
+
+/// An HTTP server where Redis was expected: said in words, not in the parser's, at once (no
+/// wait rides it out: it will not turn into Redis), and unavailable (69).
+#[test]
+fn an_http_server_does_not_look_like_redis() {
+    let http = HttpLike::start();
+    let endpoint = format!("127.0.0.1:{}", http.port);
+    for args in [
+        &["acquire", "-n", "-k", "x"][..],
+        &["acquire", "-w", "30s", "-k", "x"],
+        &["inspect"],
+        &["release", "-k", "x", "--token", "t"],
+    ] {
+        let started = Instant::now();
+        let out = run(rlock().args(["--url", &http.url()]).args(args));
+        assert_one_line(&out, 69);
+        assert!(
+            out.stderr.contains("does not look like a Redis server")
+                && out.stderr.contains(&endpoint)
+                && out.stderr.contains("HTTP/1.1 400 Bad Request"),
+            "{args:?}: {out}"
+        );
+        assert!(
+            !out.stderr.contains("Parse error") && !out.stderr.contains("Unexpected"),
+            "{args:?}: raw parser words: {out}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{args:?}: took {:?}, as if waiting out an outage: {out}",
+            started.elapsed()
+        );
+    }
+}
+
+/// redis:// to a Redis's TLS port: the port is asked whether it speaks TLS, and the message
+/// says to use rediss://, with and without a password (AUTH is then the first thing sent).
+#[test]
+fn a_tls_port_spoken_to_in_plain_text_suggests_rediss() {
+    let certs = TestCerts::new();
+    let tls = TlsServer::start(&certs, "no");
+    let plain = format!("redis://127.0.0.1:{}", tls.tls_port);
+    let suggested = format!("rediss://127.0.0.1:{}", tls.tls_port);
+    for (args, password) in [
+        (&["acquire", "-n", "-k", "x"][..], None),
+        (&["acquire", "-w", "30s", "-k", "x"], None),
+        (&["inspect", "-k", "x"], Some("s3cret")),
+    ] {
+        let started = Instant::now();
+        let mut cmd = rlock();
+        cmd.args(["--url", &plain]).args(args);
+        if let Some(p) = password {
+            cmd.env("RLOCK_PASSWORD", p);
+        }
+        let out = run(&mut cmd);
+        assert_one_line(&out, 69);
+        assert!(
+            out.stderr.contains("does not look like a Redis server")
+                && out.stderr.contains(&suggested),
+            "{args:?}: {out}"
+        );
+        assert!(
+            !out.stderr.contains("reset by peer") && !out.stderr.contains("end of file"),
+            "{args:?}: raw words: {out}"
+        );
+        assert!(!out.stderr.contains("s3cret"), "password shown: {out}");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{args:?}: took {:?}, as if waiting out an outage: {out}",
+            started.elapsed()
+        );
+    }
+    // The suggestion works.
+    let out = run(rlock()
+        .args(["--url", &suggested, "--tls-ca"])
+        .arg(&certs.ca)
+        .args(["acquire", "-n", "-k", "x"]));
+    assert_eq!(out.code, 0, "{out}");
 }
 
 /// A server that needs a password, and none given: said in words, with where a password goes,

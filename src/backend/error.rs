@@ -24,6 +24,9 @@ pub enum Fault {
     Auth,
     /// The server needs a password and rlock gave none (NOAUTH).
     NoPassword,
+    /// What answers on the port does not speak Redis's protocol (an HTTP server, a TLS port
+    /// spoken to with redis://): not an outage, and not cured by waiting.
+    NotRedis,
     /// The ACL refused a command, a key or a channel (also inside a script).
     Denied,
     /// WRONGTYPE: the key holds a value that is not a lock.
@@ -47,7 +50,11 @@ pub struct NodeError {
 
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.node, self.detail)
+        match self.kind {
+            // "redis://host:6379 does not look like a Redis server: ..."
+            Fault::NotRedis => write!(f, "{} {}", self.node, self.detail),
+            _ => write!(f, "{}: {}", self.node, self.detail),
+        }
     }
 }
 
@@ -56,7 +63,12 @@ impl NodeError {
         let code = err.code().unwrap_or("");
         let text = err.to_string();
         let lower = text.to_ascii_lowercase();
-        let kind = if code == "NOPERM"
+        let kind = if err.kind() == redis::ErrorKind::Parse && text.contains("Parse error at") {
+            // The reply is not RESP at all (the parser's "Parse error at 1 Unexpected `72`"):
+            // something else listens there. (A reply of the wrong type is a Parse error too,
+            // but not "at" a position.)
+            Fault::NotRedis
+        } else if code == "NOPERM"
             || lower.contains("noperm")
             // Redis 7 inside a script: "The user executing the script can't run this command or
             // subcommand", with no error code of its own.
@@ -103,6 +115,7 @@ impl NodeError {
         let detail = match kind {
             // The OS says "Resource temporarily unavailable" for a read that timed out.
             Fault::Timeout => "timed out: no reply within the timeout (--op-timeout)".to_string(),
+            Fault::NotRedis => format!("{NOT_REDIS}: its reply is not in Redis's protocol; {CHECK_ADDRESS}"),
             // A Sentinel's master takes its password from the file or the environment only.
             Fault::NoPassword if !node.contains("://") => {
                 "the server needs a password: give it with --password-file or $RLOCK_PASSWORD/$REDISCLI_AUTH".to_string()
@@ -154,6 +167,7 @@ impl NodeError {
                 };
                 Failure::Unavailable(format!("Redis unavailable for {key}: {self}; {hint}"))
             }
+            Fault::NotRedis => Failure::Unavailable(format!("Redis unavailable for {key}: {self}")),
             Fault::NoPassword => {
                 Failure::NotPermitted(format!("Redis refused rlock for {key}: {self}"))
             }
@@ -180,6 +194,11 @@ impl NodeError {
         }
     }
 }
+
+/// How a message about a port that does not speak Redis begins.
+pub(crate) const NOT_REDIS: &str = "does not look like a Redis server";
+/// What to do about a port that does not speak Redis (and does not speak TLS either).
+pub(crate) const CHECK_ADDRESS: &str = "check the host and port in --url";
 
 /// The text of a Redis error without what the client library and Redis add around it: the
 /// library's `"CODE": ` or `Kind: ` in front, and the ` script: SHA, on @user_script:N.` that
