@@ -31,14 +31,16 @@ fn main() -> ExitCode {
             return ExitCode::from(rlock::exit::Code::Usage as u8);
         }
     };
+    let verbose = cli.global.verbose;
     // The one place rlock ends: with a code, or by the signal its command (or its wait) died of.
     match rlock::run(cli) {
         Ok(Exit::Code(code)) => ExitCode::from(code),
         Ok(Exit::Signal(sig)) => die_by(sig),
         Err(err) => {
             let code = rlock::exit::code_of(&err);
-            // A failure that exits 0 (a closed pipe, a busy lock with -E 0) says nothing.
-            if code != 0 {
+            // A failure that exits 0 (a busy lock with -E 0) says why only with -v; a closed
+            // pipe never does.
+            if code != 0 || (verbose && !rlock::exit::is_broken_pipe(&err)) {
                 // One line: what happened and, where it helps, what to do.
                 let msg = format!("{err:#}").replace('\n', " ");
                 eprintln!("rlock: {msg}");

@@ -19,8 +19,14 @@ pub enum Fault {
     Io,
     /// The server answers but cannot serve now (LOADING, READONLY, MASTERDOWN, ...).
     NotServing,
-    /// Wrong password or no password.
+    /// The server refused the credentials rlock gave (WRONGPASS): a wrong password, an unknown
+    /// or disabled user.
     Auth,
+    /// The server needs a password and rlock gave none (NOAUTH).
+    NoPassword,
+    /// What answers on the port does not speak Redis's protocol (an HTTP server, a TLS port
+    /// spoken to with redis://): not an outage, and not cured by waiting.
+    NotRedis,
     /// The ACL refused a command, a key or a channel (also inside a script).
     Denied,
     /// WRONGTYPE: the key holds a value that is not a lock.
@@ -46,7 +52,11 @@ pub struct NodeError {
 
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.node, self.detail)
+        match self.kind {
+            // "redis://host:6379 does not look like a Redis server: ..."
+            Fault::NotRedis => write!(f, "{} {}", self.node, self.detail),
+            _ => write!(f, "{}: {}", self.node, self.detail),
+        }
     }
 }
 
@@ -55,7 +65,12 @@ impl NodeError {
         let code = err.code().unwrap_or("");
         let text = err.to_string();
         let lower = text.to_ascii_lowercase();
-        let kind = if code == "NOPERM"
+        let kind = if err.kind() == redis::ErrorKind::Parse && text.contains("Parse error at") {
+            // The reply is not RESP at all (the parser's "Parse error at 1 Unexpected `72`"):
+            // something else listens there. (A reply of the wrong type is a Parse error too,
+            // but not "at" a position.)
+            Fault::NotRedis
+        } else if code == "NOPERM"
             || lower.contains("noperm")
             // Redis 7 inside a script: "The user executing the script can't run this command or
             // subcommand", with no error code of its own.
@@ -63,13 +78,20 @@ impl NodeError {
             || lower.contains("no permissions to")
         {
             Fault::Denied
-        } else if err.kind() == redis::ErrorKind::AuthenticationFailed
-            || matches!(code, "NOAUTH" | "WRONGPASS")
-            || ["wrongpass", "noauth", "authenticationfailed", "authentication failed"]
+        } else if code == "NOAUTH"
+            || ["noauth", "authentication required"]
                 .iter()
                 .any(|w| lower.contains(w))
-            // Before AUTH, Redis refuses commands of more than 10 arguments this way.
+            // Before AUTH, Redis refuses commands of more than 10 arguments this way
+            // ("Protocol error: unauthenticated multibulk length").
             || lower.contains("unauthenticated")
+        {
+            Fault::NoPassword
+        } else if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || code == "WRONGPASS"
+            || ["wrongpass", "authenticationfailed", "authentication failed"]
+                .iter()
+                .any(|w| lower.contains(w))
         {
             Fault::Auth
         } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
@@ -90,11 +112,20 @@ impl NodeError {
         } else {
             Fault::Other
         };
-        let detail = if kind == Fault::Timeout {
+        // The server's and the library's words where they help; rlock's own where they would
+        // puzzle ("Resource temporarily unavailable", "unauthenticated multibulk length").
+        let detail = match kind {
             // The OS says "Resource temporarily unavailable" for a read that timed out.
-            "timed out: no reply within the timeout (--op-timeout)".to_string()
-        } else {
-            redact_text(&plain(&text))
+            Fault::Timeout => "timed out: no reply within the timeout (--op-timeout)".to_string(),
+            Fault::NotRedis => format!("{NOT_REDIS}: its reply is not in Redis's protocol; {CHECK_ADDRESS}"),
+            // A Sentinel's master takes its password from the file or the environment only.
+            Fault::NoPassword if !node.contains("://") => {
+                "the server needs a password: give it with --password-file or $RLOCK_PASSWORD/$REDISCLI_AUTH".to_string()
+            }
+            Fault::NoPassword => "the server needs a password: give it with --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or in the URL (redis://:PASS@host)".to_string(),
+            // The client library reports every refused AUTH alike, whatever the server said.
+            Fault::Auth => "the server refused the password (a wrong password, an unknown or disabled user, or a server that has no password set)".to_string(),
+            _ => redact_text(&plain(&text)),
         };
         NodeError {
             kind,
@@ -138,8 +169,12 @@ impl NodeError {
                 };
                 Failure::Unavailable(format!("Redis unavailable for {key}: {self}; {hint}"))
             }
+            Fault::NotRedis => Failure::Unavailable(format!("Redis unavailable for {key}: {self}")),
+            Fault::NoPassword => {
+                Failure::NotPermitted(format!("Redis refused rlock for {key}: {self}"))
+            }
             Fault::Auth => Failure::NotPermitted(format!(
-                "Redis refused rlock for {key}: {self}; check the password (--password-file, $RLOCK_PASSWORD) and the user's ACL"
+                "Redis refused rlock for {key}: {self}; check --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or the URL's password, and the user's ACL"
             )),
             Fault::Denied => Failure::NotPermitted(format!(
                 "Redis's ACL refused what rlock needs for {key}: {self}; give the user the rights in the README's ACL list (\"ACL: the rights a lock user needs\")"
@@ -164,6 +199,11 @@ impl NodeError {
         }
     }
 }
+
+/// How a message about a port that does not speak Redis begins.
+pub(crate) const NOT_REDIS: &str = "does not look like a Redis server";
+/// What to do about a port that does not speak Redis (and does not speak TLS either).
+pub(crate) const CHECK_ADDRESS: &str = "check the host and port in --url";
 
 /// The text of a Redis error without what the client library and Redis add around it: the
 /// library's `"CODE": ` or `Kind: ` in front, and the ` script: SHA, on @user_script:N.` that

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod error;
+mod probe;
 mod sentinel;
 mod settings;
 mod single;

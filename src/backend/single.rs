@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use redis::{Connection, RedisResult, Value};
 
+use super::error::{CHECK_ADDRESS, NOT_REDIS};
+use super::probe::{self, Speaks};
 use super::{Fault, Node, NodeError, Script};
+use crate::redact::redact_text;
 
 pub struct Single {
     client: redis::Client,
@@ -47,12 +50,50 @@ impl Single {
         NodeError::from_redis(&self.name, e)
     }
 
+    /// `e` as a `NodeError`; when the port may not be a Redis server at all (a reply that is
+    /// not RESP, or a connection dropped at its `first` exchange, as a TLS port does to
+    /// plain text), the port is asked what it speaks, and the error says so.
+    fn diagnosed(&self, e: &redis::RedisError, first: bool, timeout: Duration) -> NodeError {
+        let err = self.err(e);
+        let dropped = first && err.kind == Fault::Io && e.is_connection_dropped();
+        if err.kind != Fault::NotRedis && !dropped {
+            return err;
+        }
+        // rediss:// and unix:// are not asked: the question is whether plain TCP meets TLS.
+        let redis::ConnectionAddr::Tcp(host, port) = self.client.get_connection_info().addr()
+        else {
+            return err;
+        };
+        let detail = match probe::speaks(host, *port, timeout) {
+            Speaks::Tls => {
+                let url = match self.name.strip_prefix("redis://") {
+                    Some(rest) => format!("rediss://{rest}"),
+                    None => "rediss:// URLs".to_string(),
+                };
+                format!(
+                    "{NOT_REDIS}: it answers in TLS; if it is a Redis with TLS, use {url} (and --tls-ca if its certificate is not from the system's roots)"
+                )
+            }
+            Speaks::Text(line) => {
+                format!("{NOT_REDIS}: it answered '{line}'; {CHECK_ADDRESS}")
+            }
+            // Dropped without a word, TLS or otherwise: perhaps a server going down.
+            Speaks::Unknown => return err,
+        };
+        NodeError {
+            kind: Fault::NotRedis,
+            detail: redact_text(&detail),
+            ..err
+        }
+    }
+
     fn open(&self, timeout: Duration) -> Result<Connection, NodeError> {
         let conn = self
             .client
             .get_connection_with_timeout(timeout)
             .map_err(|e| {
-                let mut err = self.err(&e);
+                // Connecting may send AUTH or SELECT: the first exchange.
+                let mut err = self.diagnosed(&e, true, timeout);
                 // Nothing was sent yet, so a timeout here is a failure to connect.
                 if matches!(err.kind, Fault::Timeout | Fault::Io) {
                     err.kind = Fault::Connect;
@@ -88,14 +129,16 @@ impl Single {
                 Ok(v) => return Ok(Ok(v)),
                 Err(e) => {
                     let err = self.err(&e);
-                    if !err.is_transport() {
+                    // A reply that is not RESP is no answer of the server's either: the
+                    // connection is useless, and so is the port.
+                    if !err.is_transport() && err.kind != Fault::NotRedis {
                         return Ok(Err(e));
                     }
                     *slot = None;
                     if !fresh && err.kind == Fault::Io {
                         continue;
                     }
-                    return Err(err);
+                    return Err(self.diagnosed(&e, fresh, timeout));
                 }
             }
         }

@@ -151,7 +151,7 @@ pub(super) fn unexpected(node: &dyn Node, what: &str, reply: &[Value]) -> NodeEr
 pub(super) fn no_quorum(what: &str, n: usize, errors: &[NodeError]) -> Failure {
     if let Some(refused) = errors
         .iter()
-        .find(|e| matches!(e.kind, Fault::Auth | Fault::Denied))
+        .find(|e| matches!(e.kind, Fault::Auth | Fault::NoPassword | Fault::Denied))
     {
         return refused.clone().into_failure_for(what);
     }
