@@ -296,7 +296,7 @@ fn user_logs_in_to_the_master_the_sentinels_name_and_not_to_the_sentinels() {
     // The default user takes any password; 'locker' only its own: a refusal shows the master
     // was asked as 'locker'. RLOCK_USER is read as --user.
     let out = run(sentinel_rlock(&sentinels)
-        .env("RLOCK_PASSWORD", "wrong")
+        .env("RLOCK_PASSWORD", "bad-pw-7x")
         .env("RLOCK_USER", "locker")
         .args(["acquire", "-k", "t", "-n"]));
     assert_eq!(out.code, 77, "{out}");
