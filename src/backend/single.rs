@@ -8,6 +8,11 @@ use redis::{Connection, RedisResult, Value};
 
 use super::{Fault, Node, NodeError, Script};
 
+/// INFO cluster, asked from a script (see cluster_info.lua); sent whole, as it is sent at most
+/// once per listing.
+static CLUSTER_INFO: Script =
+    Script::sent_whole("cluster_info", (include_str!("cluster_info.lua"), ""));
+
 pub struct Single {
     client: redis::Client,
     name: String,
@@ -204,15 +209,19 @@ impl Node for Single {
 impl Single {
     /// Fails when the server is a node of a Redis Cluster (`INFO cluster` says
     /// `cluster_enabled:1`); asked once per process, and only before a listing. A server that
-    /// will not answer INFO (an ACL without it) is taken for what it most likely is, a server
-    /// on its own.
+    /// will not answer INFO (an ACL without it: see cluster_info.lua) is taken for what it most
+    /// likely is, a server on its own.
     fn refuse_cluster_node(&self, timeout: Duration) -> Result<(), NodeError> {
         if self.standalone.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let info: String = self
-            .query(redis::cmd("INFO").arg("cluster"), timeout)
-            .unwrap_or_default();
+        let info = match self.eval_routed(&CLUSTER_INFO, &[], &[], timeout, false) {
+            Ok(Routed::Done(Value::BulkString(text))) => {
+                String::from_utf8_lossy(&text).into_owned()
+            }
+            Ok(Routed::Done(Value::VerbatimString { text, .. })) => text,
+            _ => String::new(),
+        };
         if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
             return Err(NodeError {
                 kind: Fault::ClusterNode,
