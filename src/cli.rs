@@ -168,10 +168,23 @@ Examples:
     #[command(after_help = "\
 With keys, exits 0 if every one is held and 1 if any is free.
 
+RENEWED says when each holder's lease was last renewed (or taken). A holder on this host whose
+process is gone is marked stale (\"stale\": true in JSON), with the command that breaks its lock;
+holders on other hosts never are.
+
+--watch shows the locks again every DUR (2s by default) until Ctrl-C or SIGTERM, and rlock then
+dies of that signal. On a terminal the table is redrawn in place. Otherwise, and with --json (one
+compact line each time), the locks are printed again only when they changed: a lock taken,
+released or handed over, a holder joining or leaving, a new fence, another number of waiters,
+a holder found stale. The clocks alone (expires in, held for, renewed) are no change. A look that
+fails after the first is reported on stderr, and the watch goes on. --watch with -q exits 2.
+
 Examples:
   rlock inspect                        # every lock under the prefix
   rlock inspect -q -k jobs && echo locked
-  rlock inspect -k jobs --json")]
+  rlock inspect -k jobs --json
+  rlock inspect --watch                # redraw every 2s until Ctrl-C
+  rlock inspect --watch 500ms --json | jq -c '.[] | {key, fence}'")]
     Inspect(InspectArgs),
 
     /// Run a command under the lock, renewing it while the command runs.
@@ -310,6 +323,17 @@ pub struct InspectArgs {
     /// Print JSON: one object for a single -k, an array of objects otherwise.
     #[arg(long)]
     pub json: bool,
+
+    /// Show the locks again every DUR until interrupted; elsewhere than on a terminal, and with
+    /// --json, only when they changed [default: 2s; at least 100ms].
+    #[arg(
+        long,
+        value_name = "DUR",
+        num_args = 0..=1,
+        default_missing_value = "2s",
+        value_parser = watch_interval
+    )]
+    pub watch: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -399,6 +423,19 @@ pub fn op_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// How often `inspect --watch` looks: at least 100ms (as watch(1)), so that a typo such as
+/// `--watch 1ms` does not keep Redis busy.
+pub fn watch_interval(s: &str) -> Result<Duration, String> {
+    let d = positive_duration(s)?;
+    if d < Duration::from_millis(100) {
+        return Err(format!("'{s}' is too short for --watch: at least 100ms"));
+    }
+    if d > Duration::from_secs(365 * 86_400) {
+        return Err(format!("'{s}' is too long: at most 365d"));
+    }
+    Ok(d)
+}
+
 fn non_empty(what: &'static str) -> impl Fn(&str) -> Result<String, String> + Clone {
     move |s: &str| {
         if s.trim().is_empty() {
@@ -450,6 +487,13 @@ mod tests {
         assert!(positive_duration("0s").is_err());
         assert!(ttl_duration("300000000y").unwrap_err().contains("too long"));
         assert!(ttl_duration("-5s").unwrap_err().contains("negative"));
+        assert_eq!(watch_interval("2s").unwrap(), Duration::from_secs(2));
+        assert!(
+            watch_interval("10ms")
+                .unwrap_err()
+                .contains("at least 100ms")
+        );
+        assert!(watch_interval("2").unwrap_err().contains("no unit"));
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Acquire(args) => cmd::acquire::run(&ctx, args).map(Exit::Code),
         Command::Release(args) => cmd::release::run(&ctx, args).map(Exit::Code),
         Command::Renew(args) => cmd::renew::run(&ctx, args).map(Exit::Code),
-        Command::Inspect(args) => cmd::inspect::run(&ctx, args).map(Exit::Code),
+        Command::Inspect(args) => cmd::inspect::run(&ctx, args),
         Command::Exec(args) => cmd::exec::run(&ctx, args),
     }
 }

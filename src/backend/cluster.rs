@@ -247,7 +247,7 @@ impl Node for Cluster {
         self.refresh(timeout)?;
         let mut keys = Vec::new();
         for url in self.masters_known() {
-            keys.extend(self.node(&url)?.scan(pattern, timeout)?);
+            keys.extend(self.node(&url)?.scan_keys(pattern, timeout)?);
         }
         Ok(keys)
     }

@@ -38,6 +38,9 @@ pub enum Fault {
     Replicas,
     /// The server refuses what the URL asks for (a database number out of range).
     Config,
+    /// A node of a Redis Cluster was used as a server on its own, where that would mislead (a
+    /// listing of one node's keys).
+    ClusterNode,
     /// Anything else the server or the client library said.
     Other,
 }
@@ -193,6 +196,9 @@ impl NodeError {
             Fault::Other => {
                 Failure::Unavailable(format!("Redis answered an error for {key}: {self}"))
             }
+            Fault::ClusterNode => Failure::Config(format!(
+                "cannot list {key} from {self}; add --cluster (or set RLOCK_CLUSTER=1) to list the locks of every master"
+            )),
             Fault::Config => Failure::Config(format!(
                 "Redis refused the connection settings for {key}: {self}; check the database number in --url"
             )),

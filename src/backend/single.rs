@@ -1,6 +1,7 @@
 //! One Redis server, reached over one reused connection.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::{Connection, RedisResult, Value};
@@ -10,12 +11,19 @@ use super::probe::{self, Speaks};
 use super::{Fault, Node, NodeError, Script};
 use crate::redact::redact_text;
 
+/// INFO cluster, asked from a script (see cluster_info.lua); sent whole, as it is sent at most
+/// once per listing.
+static CLUSTER_INFO: Script =
+    Script::sent_whole("cluster_info", (include_str!("cluster_info.lua"), ""));
+
 pub struct Single {
     client: redis::Client,
     name: String,
     conn: Mutex<Option<Connection>>,
     /// Replicas that must acknowledge a script's write (--replicas), for the scripts that ask.
     replicas: u32,
+    /// Known not to be a node of a Redis Cluster (see `refuse_cluster_node`).
+    standalone: AtomicBool,
 }
 
 /// What a server of a Redis Cluster said to a script: the reply, or where to send it instead.
@@ -34,6 +42,7 @@ impl Single {
             name,
             conn: Mutex::new(None),
             replicas: 0,
+            standalone: AtomicBool::new(false),
         }
     }
 
@@ -273,7 +282,57 @@ impl Node for Single {
         }
     }
 
+    /// A node of a Redis Cluster holds only its own slots' keys: listing it alone would show part
+    /// of the locks as if they were all, so it is refused (use --cluster).
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError> {
+        self.refuse_cluster_node(timeout)?;
+        self.scan_keys(pattern, timeout)
+    }
+
+    fn subscriber(&self, _key: &str, timeout: Duration) -> Result<Connection, NodeError> {
+        self.open(timeout)
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Single {
+    /// Fails when the server is a node of a Redis Cluster (`INFO cluster` says
+    /// `cluster_enabled:1`); asked once per process, and only before a listing. A server that
+    /// will not answer INFO (an ACL without it: see cluster_info.lua) is taken for what it most
+    /// likely is, a server on its own.
+    fn refuse_cluster_node(&self, timeout: Duration) -> Result<(), NodeError> {
+        if self.standalone.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let info = match self.eval_routed(&CLUSTER_INFO, &[], &[], timeout, false) {
+            Ok(Routed::Done(Value::BulkString(text))) => {
+                String::from_utf8_lossy(&text).into_owned()
+            }
+            Ok(Routed::Done(Value::VerbatimString { text, .. })) => text,
+            _ => String::new(),
+        };
+        if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
+            return Err(NodeError {
+                kind: Fault::ClusterNode,
+                node: self.name.clone(),
+                detail:
+                    "the server is a node of a Redis Cluster and holds only its own slots' keys"
+                        .into(),
+            });
+        }
+        self.standalone.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Every key matching `pattern` on this server alone (SCAN, never KEYS).
+    pub(crate) fn scan_keys(
+        &self,
+        pattern: &str,
+        timeout: Duration,
+    ) -> Result<Vec<String>, NodeError> {
         let mut keys = Vec::new();
         let mut cursor: u64 = 0;
         loop {
@@ -297,13 +356,5 @@ impl Node for Single {
         keys.sort();
         keys.dedup();
         Ok(keys)
-    }
-
-    fn subscriber(&self, _key: &str, timeout: Duration) -> Result<Connection, NodeError> {
-        self.open(timeout)
-    }
-
-    fn name(&self) -> &str {
-        &self.name
     }
 }

@@ -1,5 +1,8 @@
 //! `rlock inspect`: who holds which lock.
 
+mod table;
+mod watch;
+
 use std::io::Write;
 
 use anyhow::Result;
@@ -7,48 +10,79 @@ use serde_json::{Value, json};
 
 use super::Context;
 use crate::cli::InspectArgs;
-use crate::exit::Code;
-use crate::lock::{Holder, KeyType, LockInfo, human_ms};
+use crate::exit::{Code, Exit};
+use crate::identity::process_gone;
+use crate::lock::{Holder, LockInfo, Locker};
 
-pub fn run(ctx: &Context, args: &InspectArgs) -> Result<u8> {
+pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
+    if let Some(every) = args.watch {
+        return watch::run(ctx, args, every);
+    }
     let locker = ctx.locker()?;
-    let (locks, code) = if args.keys.is_empty() {
-        (locker.list(&ctx.global.prefix)?, Code::Ok)
-    } else {
-        let mut locks = Vec::new();
-        for name in &args.keys {
-            locks.push(locker.inspect(&ctx.key(name)?)?);
-        }
-        let code = if locks.iter().all(LockInfo::held) {
-            Code::Ok
-        } else {
-            Code::NotHeld
-        };
-        (locks, code)
-    };
+    let (locks, code) = read(ctx, &locker, args)?;
     if ctx.global.quiet {
-        return Ok(code as u8);
+        return Ok(Exit::Code(code as u8));
     }
     let mut out = std::io::stdout().lock();
     if args.json {
-        let items: Vec<Value> = locks.iter().map(to_json).collect();
-        // One named key: one object; otherwise an array (like kubectl get).
-        let doc = if args.keys.len() == 1 {
-            items.into_iter().next().unwrap_or(Value::Null)
-        } else {
-            Value::Array(items)
-        };
-        writeln!(out, "{doc}")?;
+        writeln!(out, "{}", json_doc(args, &locks))?;
     } else if locks.is_empty() {
-        ctx.note(format_args!(
-            "no locks held under prefix '{}'",
-            ctx.global.prefix
-        ));
+        ctx.note(format_args!("{}", nothing_held(ctx)));
     } else {
-        write_table(&mut out, &locks)?;
+        table::write(&mut out, &locks)?;
     }
     out.flush()?;
-    Ok(code as u8)
+    Ok(Exit::Code(code as u8))
+}
+
+/// The locks to show (the named ones, or every one under the prefix), and the exit code they
+/// make: 1 when a named key is free.
+fn read(ctx: &Context, locker: &Locker, args: &InspectArgs) -> Result<(Vec<LockInfo>, Code)> {
+    if args.keys.is_empty() {
+        return Ok((locker.list(&ctx.global.prefix)?, Code::Ok));
+    }
+    let mut locks = Vec::new();
+    for name in &args.keys {
+        locks.push(locker.inspect(&ctx.key(name)?)?);
+    }
+    let code = if locks.iter().all(LockInfo::held) {
+        Code::Ok
+    } else {
+        Code::NotHeld
+    };
+    Ok((locks, code))
+}
+
+fn nothing_held(ctx: &Context) -> String {
+    format!("no locks held under prefix '{}'", ctx.global.prefix)
+}
+
+/// A holder recorded on this host whose process is gone: its lock is held for nothing until
+/// its lease ends.
+fn stale(h: &Holder) -> bool {
+    match (&h.host, &h.pid) {
+        (Some(host), Some(pid)) => process_gone(host, pid),
+        _ => false,
+    }
+}
+
+/// Every holder of `l` is stale: nothing alive holds it (as far as this host can tell).
+fn all_stale(l: &LockInfo) -> bool {
+    if l.limit.is_some() {
+        !l.holders.is_empty() && l.holders.iter().all(|h| stale(&h.holder))
+    } else {
+        l.held() && l.ours() && stale(&l.holder)
+    }
+}
+
+/// One object for exactly one `-k`; otherwise an array (like kubectl get).
+fn json_doc(args: &InspectArgs, locks: &[LockInfo]) -> Value {
+    let items: Vec<Value> = locks.iter().map(to_json).collect();
+    if args.keys.len() == 1 {
+        items.into_iter().next().unwrap_or(Value::Null)
+    } else {
+        Value::Array(items)
+    }
 }
 
 fn to_json(l: &LockInfo) -> Value {
@@ -75,6 +109,7 @@ fn to_json(l: &LockInfo) -> Value {
                 h["fence"] = json!(l.fence);
                 h["ttl_ms"] = json!(l.pttl);
                 h["lease_ms"] = json!(l.ttl_ms);
+                h["renewed_ms"] = json!(l.renewed_ms);
                 h
             })
             .into_iter()
@@ -97,6 +132,8 @@ fn to_json(l: &LockInfo) -> Value {
         "token": l.token,
         "holder": holder,
         "lease_ms": l.ttl_ms,
+        "renewed_ms": l.renewed_ms,
+        "stale": all_stale(l),
         "waiters": l.waiters,
         "kind": kind,
         "limit": limit,
@@ -104,7 +141,8 @@ fn to_json(l: &LockInfo) -> Value {
     })
 }
 
-/// What rlock wrote of a holder, and how long it has held the lock.
+/// What rlock wrote of a holder, how long it has held the lock, and whether its process is
+/// gone from this host.
 fn holder_json(h: &Holder, now_ms: i64) -> Value {
     json!({
         "host": h.host,
@@ -113,164 +151,28 @@ fn holder_json(h: &Holder, now_ms: i64) -> Value {
         "command": h.command,
         "since_ms": h.since_ms,
         "held_for_ms": h.since_ms.map(|s| (now_ms - s).max(0)),
+        "stale": stale(h),
     })
 }
 
-fn write_table(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> {
-    let mut rows = vec![[
-        "KEY".to_string(),
-        "STATE".into(),
-        "EXPIRES IN".into(),
-        "FENCE".into(),
-        "HOLDER".into(),
-        "HELD FOR".into(),
-        "WAITING".into(),
-        "COMMAND".into(),
-    ]];
-    for l in locks {
-        let dash = || "-".to_string();
-        if l.limit.is_some() {
-            rows.extend(holder_rows(l));
-            continue;
-        }
-        let expires = match l.pttl {
-            _ if !l.held() => dash(),
-            -1 => "never".into(),
-            p => human_ms(p),
-        };
-        let holder = if !l.held() {
-            dash()
-        } else if l.ours() {
-            l.holder
-                .describe(l.now_ms)
-                .split(" for ")
-                .next()
-                .unwrap_or("")
-                .to_string()
-        } else if l.kind == KeyType::String {
-            "another client".into()
-        } else if l.kind == KeyType::Hash {
-            "another client (hash, e.g. Redisson)".into()
-        } else {
-            format!("not a lock ({})", l.kind.as_str())
-        };
-        rows.push([
-            l.name.clone(),
-            if l.held() {
-                "held".into()
+/// What makes two readings of the locks different for `--watch`: who holds what (kind, token,
+/// fence, holder, whether it is stale) and how many wait. The clocks (time left, held for,
+/// renewed) change at every look and are left out.
+fn change_key(locks: &[LockInfo]) -> String {
+    let who = |h: &Holder| (h.host.clone(), h.pid.clone(), stale(h));
+    let state: Vec<Value> = locks
+        .iter()
+        .map(|l| {
+            let holders: Vec<Value> = if l.limit.is_some() {
+                l.holders
+                    .iter()
+                    .map(|h| json!([h.token, h.fence, who(&h.holder)]))
+                    .collect()
             } else {
-                "free".into()
-            },
-            expires,
-            l.fence.map_or_else(dash, |f| f.to_string()),
-            holder,
-            l.holder
-                .since_ms
-                .filter(|_| l.ours())
-                .map_or_else(dash, |s| human_ms(l.now_ms - s)),
-            l.waiters.to_string(),
-            l.holder
-                .command
-                .clone()
-                .filter(|_| l.ours())
-                .unwrap_or_else(dash),
-        ]);
-    }
-    // Whatever a key or a holder field holds (another client wrote it, or a user name had a
-    // newline), a lock is one row of printable cells of bounded width.
-    let rows: Vec<Vec<String>> = rows
-        .iter()
-        .map(|row| row.iter().map(|c| cell(c)).collect())
-        .collect();
-    let mut widths = [0usize; 8];
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    for row in &rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            line.push_str(cell);
-            if i + 1 < row.len() {
-                let pad = widths[i] - cell.chars().count() + 2;
-                line.extend(std::iter::repeat_n(' ', pad));
-            }
-        }
-        writeln!(out, "{}", line.trim_end())?;
-    }
-    Ok(())
-}
-
-/// A semaphore or shared lock: `held 2/3` or `shared ×3`, and one row per holder.
-fn holder_rows(l: &LockInfo) -> Vec<[String; 8]> {
-    let state = match l.limit {
-        Some(0) => format!("shared ×{}", l.holders.len()),
-        n => format!("held {}/{}", l.holders.len(), n.unwrap_or(0)),
-    };
-    l.holders
-        .iter()
-        .enumerate()
-        .map(|(i, h)| {
-            let first = i == 0;
-            let who = h.holder.describe(l.now_ms);
-            [
-                if first { l.name.clone() } else { String::new() },
-                if first { state.clone() } else { String::new() },
-                human_ms(h.ends_ms - l.now_ms),
-                h.fence.map_or_else(|| "-".into(), |f| f.to_string()),
-                who.split(" for ").next().unwrap_or("").to_string(),
-                h.holder
-                    .since_ms
-                    .map_or_else(|| "-".into(), |s| human_ms(l.now_ms - s)),
-                if first {
-                    l.waiters.to_string()
-                } else {
-                    String::new()
-                },
-                h.holder.command.clone().unwrap_or_else(|| "-".into()),
-            ]
+                vec![json!([l.token, l.fence, who(&l.holder)])]
+            };
+            json!([l.name, l.kind.as_str(), l.limit, l.waiters, holders])
         })
-        .collect()
-}
-
-/// The longest a table cell may be, in characters; the JSON output keeps every value whole.
-const CELL_MAX: usize = 120;
-
-/// `text` fit for one cell of a one-line row: control characters escaped (`\n`, `\x1b`), and
-/// cut to `CELL_MAX` characters with a `…` where it was cut.
-fn cell(text: &str) -> String {
-    let mut out = String::new();
-    for (n, c) in text.chars().enumerate() {
-        if n == CELL_MAX {
-            out.push('…');
-            break;
-        }
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
-            // Line separators and bidirectional overrides, which would reorder the row.
-            '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {
-                out.push_str(&format!("\\u{{{:04x}}}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{CELL_MAX, cell};
-
-    #[test]
-    fn cells_are_one_line_and_bounded() {
-        assert_eq!(cell("a\nb\tc\u{1b}[31m"), "a\\nb\\tc\\x1b[31m");
-        let long = "x".repeat(70_000);
-        assert_eq!(cell(&long).chars().count(), CELL_MAX + 1);
-        assert!(cell(&long).ends_with('…'));
-        assert_eq!(cell("plain"), "plain");
-    }
+        .collect();
+    Value::Array(state).to_string()
 }

@@ -229,7 +229,7 @@ end
 fence = math.max(fence + 1, now_us)
 redis.call("SET", lock, token, "PX", ttl)
 redis.call("HSET", state, "fence", fence, "token", token, "host", ARGV[6], "pid", ARGV[7],
-  "user", ARGV[8], "cmd", ARGV[9], "since", now, "ttl", ttl)
+  "user", ARGV[8], "cmd", ARGV[9], "since", now, "ttl", ttl, "renewed", now)
 redis.call("HDEL", state, "released", "broken", "next", "next_until")
 redis.call("ZREM", queue, token)
 keep_alive(state, ttl + KEEP_MS)

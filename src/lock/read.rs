@@ -25,6 +25,9 @@ pub struct LockInfo {
     pub fence: Option<i64>,
     pub ttl_ms: Option<i64>,
     pub holder: Holder,
+    /// When the holder of a lock last renewed it (or took it), server ms; for a semaphore or
+    /// shared lock each of `holders` has its own.
+    pub renewed_ms: Option<i64>,
     pub waiters: i64,
     /// A semaphore (`Some(N)`) or shared lock (`Some(0)`); None for a lock with one holder.
     pub limit: Option<i64>,
@@ -43,6 +46,11 @@ impl LockInfo {
             token: r.token,
             fence: r.fence,
             ttl_ms: r.ttl_ms,
+            // Never before the grant (a record an older rlock left may lack it, or be older).
+            renewed_ms: r
+                .renewed_ms
+                .max(r.holder.since_ms)
+                .filter(|_| r.limit.is_none()),
             // A semaphore or shared lock stands for its first holder where one is shown.
             holder: r
                 .holders
@@ -104,6 +112,7 @@ impl Locker {
         free.pttl = -2;
         free.token = None;
         free.holder = Holder::default();
+        free.renewed_ms = None;
         Ok(free)
     }
 

@@ -5,8 +5,8 @@
 -- Returns {"renewed", ttl_ms (what it now has)} | {"free"} | {"other", pttl} | {"wrongtype", type}
 --
 -- A renewal must get through whatever happened to the helper keys and however full the server
--- is: it needs only the lock itself. The state (a record of the TTL, for inspect) is written
--- last and only when it changed, and may be refused without harm.
+-- is: it needs only the lock itself. The state (a record of the TTL and of when the lease was
+-- last renewed, for inspect) is written last, and may be refused without harm.
 local lock, state, token = KEYS[1], KEYS[2], ARGV[1]
 local kind = redis.call("TYPE", lock)["ok"]
 if kind == "zset" and redis.call("TYPE", state)["ok"] == "hash" and
@@ -67,8 +67,12 @@ end
 if recorded then
   -- The state lives as long as the lease, and then a while (common.lua's KEEP_MS).
   keep_alive(state, ttl + KEEP_MS)
+  -- When it was renewed, for inspect: the grant wrote the field, so this overwrites a number of
+  -- the same size and needs no new memory; and it is best-effort (pcall), as is the TTL.
   if ARGV[2] ~= "" and redis.call("HGET", state, "ttl") ~= tostring(ttl) then
-    redis.pcall("HSET", state, "ttl", ttl)
+    redis.pcall("HSET", state, "renewed", now_ms(), "ttl", ttl)
+  else
+    redis.pcall("HSET", state, "renewed", now_ms())
   end
 end
 return {"renewed", left}

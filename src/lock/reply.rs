@@ -266,6 +266,8 @@ pub struct InspectReply {
     pub ttl_ms: Option<i64>,
     /// How many rlock processes wait in line.
     pub waiters: i64,
+    /// When the lease was last renewed (or granted), server ms; rlock's own locks only.
+    pub renewed_ms: Option<i64>,
     /// A semaphore (`Some(N)`) or shared lock (`Some(0)`); None for one holder.
     pub limit: Option<i64>,
     /// The holders of a semaphore or shared lock.
@@ -275,7 +277,7 @@ pub struct InspectReply {
 impl InspectReply {
     pub fn decode(r: &[Value]) -> Self {
         let mut kind = KeyType::parse(&text(r, 0).unwrap_or_else(|| "none".into()));
-        if kind == KeyType::Holders && text(r, 12).is_none() {
+        if kind == KeyType::Holders && text(r, 13).is_none() {
             // A sorted set rlock did not write.
             kind = KeyType::Other("zset".into());
         }
@@ -288,14 +290,15 @@ impl InspectReply {
             holder: holder_at(r, 5),
             ttl_ms: int(r, 10),
             waiters: int(r, 11).unwrap_or(0),
-            limit: text(r, 12).map(|mode| {
+            renewed_ms: int(r, 12),
+            limit: text(r, 13).map(|mode| {
                 if mode == "shared" {
                     0
                 } else {
-                    int(r, 13).unwrap_or(0)
+                    int(r, 14).unwrap_or(0)
                 }
             }),
-            holders: HolderLease::list(r, 14),
+            holders: HolderLease::list(r, 15),
         }
     }
 }

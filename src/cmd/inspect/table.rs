@@ -1,0 +1,232 @@
+//! `inspect`'s table: one row per lock (one per holder of a semaphore or shared lock), and a
+//! line under it for each holder whose process is gone.
+
+use std::io::Write;
+
+use super::stale;
+use crate::cmd::acquire::shell_quote;
+use crate::lock::{Holder, HolderLease, KeyType, LockInfo, human_ms};
+
+const COLUMNS: usize = 9;
+
+/// Writes the table of `locks`, then how to break the lock of each stale holder.
+pub(super) fn write(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> {
+    let mut rows = vec![
+        [
+            "KEY",
+            "STATE",
+            "EXPIRES IN",
+            "FENCE",
+            "HOLDER",
+            "HELD FOR",
+            "RENEWED",
+            "WAITING",
+            "COMMAND",
+        ]
+        .map(String::from),
+    ];
+    let mut notes = Vec::new();
+    for l in locks {
+        if l.limit.is_some() {
+            rows.extend(holder_rows(l));
+            notes.extend(l.holders.iter().filter_map(|h| stale_note(l, Some(h))));
+            continue;
+        }
+        rows.push(lock_row(l));
+        notes.extend(stale_note(l, None));
+    }
+    // Whatever a key or a holder field holds (another client wrote it, or a user name had a
+    // newline), a lock is one row of printable cells of bounded width.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|c| cell(c)).collect())
+        .collect();
+    let mut widths = [0usize; COLUMNS];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in &rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if i + 1 < row.len() {
+                let pad = widths[i] - cell.chars().count() + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    if !notes.is_empty() {
+        writeln!(out)?;
+        for note in notes {
+            // Escaped as a cell is, but whole up to a long key: it is a command to copy.
+            writeln!(out, "{}", escaped(&note, NOTE_MAX))?;
+        }
+    }
+    Ok(())
+}
+
+/// A lock with one holder (or none, or another client's).
+fn lock_row(l: &LockInfo) -> [String; COLUMNS] {
+    let dash = || "-".to_string();
+    let expires = match l.pttl {
+        _ if !l.held() => dash(),
+        -1 => "never".into(),
+        p => human_ms(p),
+    };
+    let holder = if !l.held() {
+        dash()
+    } else if l.ours() {
+        who(&l.holder, l.now_ms)
+    } else if l.kind == KeyType::String {
+        "another client".into()
+    } else if l.kind == KeyType::Hash {
+        "another client (hash, e.g. Redisson)".into()
+    } else {
+        format!("not a lock ({})", l.kind.as_str())
+    };
+    let ours = l.held() && l.ours();
+    [
+        l.name.clone(),
+        if l.held() {
+            "held".into()
+        } else {
+            "free".into()
+        },
+        expires,
+        l.fence.map_or_else(dash, |f| f.to_string()),
+        holder,
+        l.holder
+            .since_ms
+            .filter(|_| ours)
+            .map_or_else(dash, |s| human_ms(l.now_ms - s)),
+        renewed(l.renewed_ms.filter(|_| ours), l.now_ms),
+        l.waiters.to_string(),
+        l.holder
+            .command
+            .clone()
+            .filter(|_| ours)
+            .unwrap_or_else(dash),
+    ]
+}
+
+/// A semaphore or shared lock: `held 2/3` or `shared ×3`, and one row per holder.
+fn holder_rows(l: &LockInfo) -> Vec<[String; COLUMNS]> {
+    let state = match l.limit {
+        Some(0) => format!("shared ×{}", l.holders.len()),
+        n => format!("held {}/{}", l.holders.len(), n.unwrap_or(0)),
+    };
+    l.holders
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let first = i == 0;
+            [
+                if first { l.name.clone() } else { String::new() },
+                if first { state.clone() } else { String::new() },
+                human_ms(h.ends_ms - l.now_ms),
+                h.fence.map_or_else(|| "-".into(), |f| f.to_string()),
+                who(&h.holder, l.now_ms),
+                h.holder
+                    .since_ms
+                    .map_or_else(|| "-".into(), |s| human_ms(l.now_ms - s)),
+                renewed(h.renewed_ms, l.now_ms),
+                if first {
+                    l.waiters.to_string()
+                } else {
+                    String::new()
+                },
+                h.holder.command.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect()
+}
+
+/// `alice@build-7 pid 4411`, and `(stale)` when that process is gone from this host.
+fn who(h: &Holder, now_ms: i64) -> String {
+    let described = h.describe(now_ms);
+    let who = described.split(" for ").next().unwrap_or("");
+    if stale(h) {
+        format!("{who} (stale)")
+    } else {
+        who.to_string()
+    }
+}
+
+/// How long ago the lease was last renewed (or granted): `4.2s ago`.
+fn renewed(at_ms: Option<i64>, now_ms: i64) -> String {
+    at_ms.map_or_else(|| "-".into(), |at| format!("{} ago", human_ms(now_ms - at)))
+}
+
+/// For a stale holder (of `l`, or the holder `one` of a semaphore or shared lock), what it is
+/// and the command that frees what it holds: `release --force` for a lock; for one holder among
+/// several, a release with its token, which leaves the others alone.
+fn stale_note(l: &LockInfo, one: Option<&HolderLease>) -> Option<String> {
+    let holder = one.map_or(&l.holder, |h| &h.holder);
+    if !stale(holder) || (one.is_none() && !(l.held() && l.ours())) {
+        return None;
+    }
+    let pid = holder.pid.as_deref().unwrap_or("?");
+    let key = shell_quote(&l.name);
+    Some(match one {
+        None => format!(
+            "stale: pid {pid} is gone on this host; break it with: rlock release -k {key} --force"
+        ),
+        Some(h) => format!(
+            "stale: pid {pid} is gone on this host; free its place in '{}' with: rlock release -k {key} --token {}",
+            l.name,
+            shell_quote(&h.token)
+        ),
+    })
+}
+
+/// The longest a table cell may be, in characters; the JSON output keeps every value whole.
+const CELL_MAX: usize = 120;
+
+/// The longest a line under the table may be.
+const NOTE_MAX: usize = 1000;
+
+/// `text` fit for one cell of a one-line row: control characters escaped (`\n`, `\x1b`), and
+/// cut to `CELL_MAX` characters with a `…` where it was cut.
+fn cell(text: &str) -> String {
+    escaped(text, CELL_MAX)
+}
+
+/// `text` on one line of at most `max` characters (and a `…` where it was cut).
+fn escaped(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (n, c) in text.chars().enumerate() {
+        if n == max {
+            out.push('…');
+            break;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            // Line separators and bidirectional overrides, which would reorder the row.
+            '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {
+                out.push_str(&format!("\\u{{{:04x}}}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CELL_MAX, cell};
+
+    #[test]
+    fn cells_are_one_line_and_bounded() {
+        assert_eq!(cell("a\nb\tc\u{1b}[31m"), "a\\nb\\tc\\x1b[31m");
+        let long = "x".repeat(70_000);
+        assert_eq!(cell(&long).chars().count(), CELL_MAX + 1);
+        assert!(cell(&long).ends_with('…'));
+        assert_eq!(cell("plain"), "plain");
+    }
+}
