@@ -1383,3 +1383,60 @@ fn help_shows_env_names_without_values() {
         "{help}"
     );
 }
+
+/// Every option that takes a value says what completes it: a value hint, or possible values.
+/// Without one, clap_complete offers file names (ValueHint::Unknown); `ValueHint::Other` offers
+/// nothing, and paths get `AnyPath` from their PathBuf type.
+#[test]
+fn every_value_option_says_what_completes_it() {
+    let cmd = command();
+    let mut missing = Vec::new();
+    for c in std::iter::once(&cmd).chain(cmd.get_subcommands()) {
+        for arg in c.get_opts() {
+            let listed = arg.get_value_parser().possible_values().is_some();
+            if arg.get_value_hint() == clap::ValueHint::Unknown && !listed {
+                missing.push(format!("{} --{}", c.get_name(), arg.get_id()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "give these options a `value_hint` in src/cli.rs (ValueHint::Other when no file name \
+         fits), or completions offer file names for them: {missing:?}"
+    );
+}
+
+/// The signal names --lost-signal completes are hints only: numbers, `SIG` prefixes and lower
+/// case still parse, and anything else is refused as before.
+#[test]
+fn lost_signal_parses_more_than_it_completes() {
+    use clap::Parser;
+    for sig in ["TERM", "15", "sigusr1", "kill", "SIGWINCH"] {
+        let args = [
+            "rlock",
+            "exec",
+            "-k",
+            "x",
+            "--lost-signal",
+            sig,
+            "--",
+            "true",
+        ];
+        if let Err(e) = Cli::try_parse_from(args) {
+            panic!("--lost-signal {sig} refused: {e}");
+        }
+    }
+    let args = [
+        "rlock",
+        "exec",
+        "-k",
+        "x",
+        "--lost-signal",
+        "bogus",
+        "--",
+        "true",
+    ];
+    let err = Cli::try_parse_from(args).unwrap_err().to_string();
+    assert!(err.contains("'bogus' is not a signal"), "{err}");
+    assert!(!err.contains("possible values"), "{err}");
+}
