@@ -778,14 +778,16 @@ _rlock() {
         if [[ -z $sub ]]; then
             case $word in
                 -u|--url|--sentinel|--password-file|--tls-ca|--tls-cert|--tls-key|--prefix|--op-timeout) (( eq )) || skip=1 ;;
+                -[!-]?*) _rlock__cluster "$word" u || skip=1 ;;
                 -*) ;;
                 exec) sub=$word ;;
                 *) break ;;
             esac
         else
             case $word in
-                --) start=$i; break ;;
+                --) (( w < COMP_CWORD )) && start=$i; break ;;
                 --conflict-exit-code|--grace|--key|--label|--limit|--lost-signal|--op-timeout|--password-file|--prefix|--renew-every|--sentinel|--tls-ca|--tls-cert|--tls-key|--ttl|--url|--wait|-E|-k|-u|-w) (( eq )) || skip=1 ;;
+                -[!-]?*) _rlock__cluster "$word" Ekuw || skip=1 ;;
                 -*) ;;
                 *) start=$w; break ;;
             esac
@@ -809,6 +811,19 @@ _rlock() {
         fi
     fi
     return 0
+}
+
+# Whether the cluster of short flags $1 (-nk) leaves its last flag wanting the next word as its
+# value: fails if so. A flag in $2 that takes a value takes the rest of the cluster (-kname).
+_rlock__cluster() {
+    local rest=${1#-}
+    while [[ -n $rest ]]; do
+        if [[ $2 == *"${rest:0:1}"* ]]; then
+            (( ${#rest} > 1 ))
+            return
+        fi
+        rest=${rest:1}
+    done
 }
 
 if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERSINFO[0]}" -gt 4 ]]; then

@@ -109,13 +109,13 @@ complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l cluster -d 'The 
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s v -l verbose -d 'Say what rlock does, on stderr'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s h -l help -d 'Print help'
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l ttl -d 'Lease time: how long the lock outlives a renewal that never comes' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l limit -d 'Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of the key must ask the same N. --limit 1 is an ordinary lock' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l renew-every -d 'How often to renew the lock [default: TTL/3]' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l lost-signal -d 'Signal the command\'s process group gets when the lock is lost (name or number)' -r -f -a "TERM\t''
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l ttl -d 'Lease time: how long the lock outlives a renewal that never comes' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l limit -d 'Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of the key must ask the same N. --limit 1 is an ordinary lock' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l renew-every -d 'How often to renew the lock [default: TTL/3]' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l lost-signal -d 'Signal the command\'s process group gets when the lock is lost (name or number)' -r -f -a "TERM\t''
 INT\t''
 HUP\t''
 QUIT\t''
@@ -123,22 +123,22 @@ KILL\t''
 USR1\t''
 USR2\t''
 ALRM\t''"
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l grace -d 'Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4]' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -s n -l no-wait -d 'Try once and do not wait'
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -l cluster -d 'The URLs are Redis Cluster seed nodes'
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -s v -l verbose -d 'Say what rlock does, on stderr'
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line" -s h -l help -d 'Print help'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l grace -d 'Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4]' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s n -l no-wait -d 'Try once and do not wait'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l cluster -d 'The URLs are Redis Cluster seed nodes'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s h -l help -d 'Print help'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "acquire" -d 'Take the lock and return; it lives for --ttl unless renewed or released'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "release" -d 'Give the lock back, if the token still owns it (or break it with --force)'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "renew" -d 'Extend the lock, if the token still owns it'
@@ -151,12 +151,13 @@ complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_su
 complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew inspect exec; and contains -- (commandline -opc)[-1] -u --url --sentinel --prefix --op-timeout" -f
 
 # `rlock exec` runs a command line of its own: from its first word that is not an option (or
-# an option's value), or after `--`, complete it as that command's. (Added to clap_complete's
-# script by tests/generated.rs.)
+# an option's value), or after `--`, complete it as that command's, as `complete -C` of the
+# command's words would. (Added to clap_complete's script by tests/generated.rs.)
 function __fish_rlock_exec_optspecs
     string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= label= u/url= cluster sentinel= password-file= tls-ca= tls-cert= tls-key= prefix= op-timeout= v/verbose q/quiet h/help
 end
 
+# Prints the command's words before the one being completed; fails outside the command.
 function __fish_rlock_exec_command_line
     set -l cmd (commandline -opc)
     set -e cmd[1]
@@ -168,10 +169,19 @@ function __fish_rlock_exec_command_line
     set -l rest $argv
     argparse -s (__fish_rlock_exec_optspecs) -- $rest 2>/dev/null
     or return 1
+    string escape -- $argv
     # The command has started, or comes right after `--`, or is the word being completed.
     set -q argv[1]
     or contains -- -- $rest
     or not string match -q -- '-*' (commandline -ct)
 end
 
-complete -c rlock -n __fish_rlock_exec_command_line -f -a "(__fish_complete_subcommand --fcs-skip=2 -k --key --ttl -w --wait -E --conflict-exit-code --limit --renew-every --lost-signal --grace --label -u --url --sentinel --password-file --tls-ca --tls-cert --tls-key --prefix --op-timeout)"
+function __fish_rlock_exec_complete
+    set -l words (__fish_rlock_exec_command_line)
+    set -l current (commandline -ct)
+    set -q current[1]
+    or set current ''
+    complete -C (string join ' ' -- $words $current)
+end
+
+complete -c rlock -n "__fish_rlock_exec_command_line >/dev/null" -f -a "(__fish_rlock_exec_complete)"

@@ -132,6 +132,16 @@ fn replace_once(script: &str, from: &str, to: &str) -> String {
     script.replacen(from, to, 1)
 }
 
+/// The one-letter flags among `flags`, as one word: `kwEu`.
+fn shorts(flags: &[String]) -> String {
+    let letters: String = flags
+        .iter()
+        .filter_map(|f| f.strip_prefix('-').filter(|l| l.len() == 1))
+        .collect();
+    assert!(!letters.is_empty(), "no short value flags in {flags:?}");
+    letters
+}
+
 /// Renames clap's `_rlock` to `_rlock__options` and puts a `_rlock` in front of it that, in a
 /// command line of `exec`, completes a command and then that command's own arguments.
 fn bash_command_lines(script: String) -> String {
@@ -169,14 +179,16 @@ _rlock() {{
         if [[ -z $sub ]]; then
             case $word in
                 {global}) (( eq )) || skip=1 ;;
+                -[!-]?*) _rlock__cluster "$word" {global_shorts} || skip=1 ;;
                 -*) ;;
                 {names}) sub=$word ;;
                 *) break ;;
             esac
         else
             case $word in
-                --) start=$i; break ;;
+                --) (( w < COMP_CWORD )) && start=$i; break ;;
                 {sub_flags}) (( eq )) || skip=1 ;;
+                -[!-]?*) _rlock__cluster "$word" {sub_shorts} || skip=1 ;;
                 -*) ;;
                 *) start=$w; break ;;
             esac
@@ -201,11 +213,26 @@ _rlock() {{
     fi
     return 0
 }}
+
+# Whether the cluster of short flags $1 (-nk) leaves its last flag wanting the next word as its
+# value: fails if so. A flag in $2 that takes a value takes the rest of the cluster (-kname).
+_rlock__cluster() {{
+    local rest=${{1#-}}
+    while [[ -n $rest ]]; do
+        if [[ $2 == *"${{rest:0:1}}"* ]]; then
+            (( ${{#rest}} > 1 ))
+            return
+        fi
+        rest=${{rest:1}}
+    done
+}}
 "#,
         first = names[0],
         global = global_flags.join("|"),
         names = names.join("|"),
         sub_flags = sub_flags.join("|"),
+        global_shorts = shorts(&global_flags),
+        sub_shorts = shorts(&sub_flags),
     );
     let register = "\nif [[ \"${BASH_VERSINFO[0]}\" -eq 4 &&";
     replace_once(&script, register, &format!("{wrapper}{register}"))
@@ -243,7 +270,7 @@ complete -c rlock -n "not __fish_seen_subcommand_from {subs}; and contains -- (c
 /// line through fish's `__fish_complete_subcommand`, and keeps rlock's options out of it.
 fn fish_command_lines(mut script: String) -> String {
     let cmd = command();
-    for (name, flags) in command_line_subcommands() {
+    for (name, _) in command_line_subcommands() {
         let sub = cmd.find_subcommand(&name).unwrap();
         let f = name.replace('-', "_");
         let using = format!("-n \"__fish_rlock_using_subcommand {name}\"");
@@ -254,18 +281,19 @@ fn fish_command_lines(mut script: String) -> String {
         script = script.replace(
             &using,
             &format!(
-                "-n \"__fish_rlock_using_subcommand {name}; and not __fish_rlock_{f}_command_line\""
+                "-n \"__fish_rlock_using_subcommand {name}; and not __fish_rlock_{f}_command_line >/dev/null\""
             ),
         );
         script.push_str(&format!(
             r#"
 # `rlock {name}` runs a command line of its own: from its first word that is not an option (or
-# an option's value), or after `--`, complete it as that command's. (Added to clap_complete's
-# script by tests/generated.rs.)
+# an option's value), or after `--`, complete it as that command's, as `complete -C` of the
+# command's words would. (Added to clap_complete's script by tests/generated.rs.)
 function __fish_rlock_{f}_optspecs
     string join \n {optspecs}
 end
 
+# Prints the command's words before the one being completed; fails outside the command.
 function __fish_rlock_{f}_command_line
     set -l cmd (commandline -opc)
     set -e cmd[1]
@@ -277,16 +305,24 @@ function __fish_rlock_{f}_command_line
     set -l rest $argv
     argparse -s (__fish_rlock_{f}_optspecs) -- $rest 2>/dev/null
     or return 1
+    string escape -- $argv
     # The command has started, or comes right after `--`, or is the word being completed.
     set -q argv[1]
     or contains -- -- $rest
     or not string match -q -- '-*' (commandline -ct)
 end
 
-complete -c rlock -n __fish_rlock_{f}_command_line -f -a "(__fish_complete_subcommand --fcs-skip=2 {flags})"
+function __fish_rlock_{f}_complete
+    set -l words (__fish_rlock_{f}_command_line)
+    set -l current (commandline -ct)
+    set -q current[1]
+    or set current ''
+    complete -C (string join ' ' -- $words $current)
+end
+
+complete -c rlock -n "__fish_rlock_{f}_command_line >/dev/null" -f -a "(__fish_rlock_{f}_complete)"
 "#,
             optspecs = fish_optspecs(sub).join(" "),
-            flags = flags.join(" "),
         ));
     }
     script
@@ -1216,12 +1252,19 @@ fn check_candidates(shell: &str, found: &HashMap<String, Vec<String>>, delegates
             show(line)
         );
     }
-    let line = "rlock exec -k x -";
+    let line = "rlock exec -nk x ech";
     assert!(
-        has(line, "--ttl"),
-        "{}: the options before the command",
+        has(line, "echo"),
+        "{}: -nk takes the next word as its value",
         show(line)
     );
+    for line in ["rlock exec -k x -", "rlock exec -k x --"] {
+        assert!(
+            has(line, "--ttl"),
+            "{}: the options before the command",
+            show(line)
+        );
+    }
     let line = "rlock exec --lost-signal ";
     for sig in ["TERM", "INT", "HUP", "KILL", "USR1"] {
         assert!(has(line, sig), "{}: no {sig}", show(line));
@@ -1240,6 +1283,8 @@ fn check_candidates(shell: &str, found: &HashMap<String, Vec<String>>, delegates
 fn completion_lines() -> Vec<&'static str> {
     let mut lines = vec![
         "rlock exec -k x -- ech",
+        "rlock exec -nk x ech",
+        "rlock exec -k x --",
         "rlock exec -k x ech",
         "rlock exec -k x -- ",
         "rlock exec -k x -- echo ",
