@@ -24,16 +24,16 @@ function __fish_rlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c rlock -n "__fish_rlock_needs_command" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
-complete -c rlock -n "__fish_rlock_needs_command" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
+complete -c rlock -n "__fish_rlock_needs_command" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
+complete -c rlock -n "__fish_rlock_needs_command" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
 complete -c rlock -n "__fish_rlock_needs_command" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
-complete -c rlock -n "__fish_rlock_needs_command" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
+complete -c rlock -n "__fish_rlock_needs_command" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r -f
 complete -c rlock -n "__fish_rlock_needs_command" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
 complete -c rlock -n "__fish_rlock_needs_command" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
 complete -c rlock -n "__fish_rlock_needs_command" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
-complete -c rlock -n "__fish_rlock_needs_command" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
-complete -c rlock -n "__fish_rlock_needs_command" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
-complete -c rlock -n "__fish_rlock_needs_command" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
+complete -c rlock -n "__fish_rlock_needs_command" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
+complete -c rlock -n "__fish_rlock_needs_command" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_needs_command" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_needs_command" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_needs_command" -s v -l verbose -d 'Say what rlock does, on stderr'
 complete -c rlock -n "__fish_rlock_needs_command" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
@@ -45,22 +45,22 @@ complete -c rlock -n "__fish_rlock_needs_command" -f -a "renew" -d 'Extend the l
 complete -c rlock -n "__fish_rlock_needs_command" -f -a "inspect" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
 complete -c rlock -n "__fish_rlock_needs_command" -f -a "exec" -d 'Run a command under the lock, renewing it while the command runs'
 complete -c rlock -n "__fish_rlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l ttl -d 'How long the lock lives unless renewed or released' -r
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l limit -d 'Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of the key must ask the same N. --limit 1 is an ordinary lock' -r
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l ttl -d 'How long the lock lives unless renewed or released' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l limit -d 'Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of the key must ask the same N. --limit 1 is an ordinary lock' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l export -d 'Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`'
@@ -69,85 +69,132 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l cluster -d 'The 
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s v -l verbose -d 'Say what rlock does, on stderr'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s h -l help -d 'Print help'
-complete -c rlock -n "__fish_rlock_using_subcommand release" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand release" -l token -d 'Owner token printed by `acquire`' -r
-complete -c rlock -n "__fish_rlock_using_subcommand release" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
-complete -c rlock -n "__fish_rlock_using_subcommand release" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
+complete -c rlock -n "__fish_rlock_using_subcommand release" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l token -d 'Owner token printed by `acquire`' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand release" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand release" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand release" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand release" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
-complete -c rlock -n "__fish_rlock_using_subcommand release" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l force -d 'Break the lock whoever holds it, and say who did'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s v -l verbose -d 'Say what rlock does, on stderr'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s h -l help -d 'Print help'
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -l token -d 'Owner token printed by `acquire`' -r
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -l ttl -d 'New time to live; a renewal never shortens the lease [default: the TTL the lock was last given]' -r
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l token -d 'Owner token printed by `acquire`' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l ttl -d 'New time to live; a renewal never shortens the lease [default: the TTL the lock was last given]' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s v -l verbose -d 'Say what rlock does, on stderr'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s h -l help -d 'Print help'
-complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s k -l key -d 'Locks to show (repeatable); without any, list every lock under the prefix' -r
-complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l watch -d 'Show the locks again every DUR until interrupted; elsewhere than on a terminal, and with --json, only when they changed [default: 2s; at least 100ms]' -r
-complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
-complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s k -l key -d 'Locks to show (repeatable); without any, list every lock under the prefix' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l watch -d 'Show the locks again every DUR until interrupted; elsewhere than on a terminal, and with --json, only when they changed [default: 2s; at least 100ms]' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
-complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l json -d 'Print JSON: one object for a single -k, an array of objects otherwise'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s v -l verbose -d 'Say what rlock does, on stderr'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s h -l help -d 'Print help'
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l ttl -d 'Lease time: how long the lock outlives a renewal that never comes' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l limit -d 'Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of the key must ask the same N. --limit 1 is an ordinary lock' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l renew-every -d 'How often to renew the lock [default: TTL/3]' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l lost-signal -d 'Signal the command\'s process group gets when the lock is lost (name or number)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l grace -d 'Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4]' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -s n -l no-wait -d 'Try once and do not wait'
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -l cluster -d 'The URLs are Redis Cluster seed nodes'
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -s v -l verbose -d 'Say what rlock does, on stderr'
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
-complete -c rlock -n "__fish_rlock_using_subcommand exec" -s h -l help -d 'Print help'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l ttl -d 'Lease time: how long the lock outlives a renewal that never comes' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l limit -d 'Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of the key must ask the same N. --limit 1 is an ordinary lock' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l renew-every -d 'How often to renew the lock [default: TTL/3]' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l lost-signal -d 'Signal the command\'s process group gets when the lock is lost (name or number)' -r -f -a "TERM\t''
+INT\t''
+HUP\t''
+QUIT\t''
+KILL\t''
+USR1\t''
+USR2\t''
+ALRM\t''"
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l grace -d 'Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4]' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l user -d 'ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no user, and so to the master the Sentinels name (the Sentinels themselves take only their URL\'s own credentials)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l tls-ca -d 'CA certificate (PEM) to verify rediss:// servers with, instead of the system roots' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l tls-cert -d 'Client certificate (PEM) for rediss:// servers that ask for one' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s n -l no-wait -d 'Try once and do not wait'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l cluster -d 'The URLs are Redis Cluster seed nodes'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s h -l help -d 'Print help'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "acquire" -d 'Take the lock and return; it lives for --ttl unless renewed or released'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "release" -d 'Give the lock back, if the token still owns it (or break it with --force)'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "renew" -d 'Extend the lock, if the token still owns it'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "inspect" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "exec" -d 'Run a command under the lock, renewing it while the command runs'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+
+# No file names for the value of a global option that is not a path, before the subcommand too.
+# (Added to clap_complete's script by tests/generated.rs.)
+complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew inspect exec; and contains -- (commandline -opc)[-1] -u --url --sentinel --user --prefix --op-timeout --replicas" -f
+
+# `rlock exec` runs a command line of its own: from its first word that is not an option (or
+# an option's value), or after `--`, complete it as that command's, as `complete -C` of the
+# command's words would. (Added to clap_complete's script by tests/generated.rs.)
+function __fish_rlock_exec_optspecs
+    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= label= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= replicas= v/verbose q/quiet h/help
+end
+
+# Prints the command's words before the one being completed; fails outside the command.
+function __fish_rlock_exec_command_line
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_rlock_global_optspecs) -- $cmd 2>/dev/null
+    or return 1
+    test "$argv[1]" = exec
+    or return 1
+    set -e argv[1]
+    set -l rest $argv
+    argparse -s (__fish_rlock_exec_optspecs) -- $rest 2>/dev/null
+    or return 1
+    string escape -- $argv
+    # The command has started, or comes right after `--`, or is the word being completed.
+    set -q argv[1]
+    or contains -- -- $rest
+    or not string match -q -- '-*' (commandline -ct)
+end
+
+function __fish_rlock_exec_complete
+    set -l words (__fish_rlock_exec_command_line)
+    set -l current (commandline -ct)
+    set -q current[1]
+    or set current ''
+    complete -C (string join ' ' -- $words $current)
+end
+
+complete -c rlock -n "__fish_rlock_exec_command_line >/dev/null" -f -a "(__fish_rlock_exec_complete)"

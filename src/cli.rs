@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueHint};
 use nix::sys::signal::Signal;
 
 const AFTER_HELP: &str = "\
@@ -49,6 +49,7 @@ pub struct Global {
         value_name = "URL",
         env = "RLOCK_URL",
         hide_env_values = true,
+        value_hint = ValueHint::Other,
         default_value = "redis://127.0.0.1:6379",
         global = true
     )]
@@ -58,6 +59,7 @@ pub struct Global {
     #[arg(
         long,
         env = "RLOCK_CLUSTER",
+        hide_env_values = true,
         global = true,
         action = clap::ArgAction::SetTrue,
         value_parser = clap::builder::BoolishValueParser::new()
@@ -65,7 +67,14 @@ pub struct Global {
     pub cluster: bool,
 
     /// The URLs are Sentinels; lock on the master they call NAME.
-    #[arg(long, value_name = "NAME", env = "RLOCK_SENTINEL", global = true)]
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "RLOCK_SENTINEL",
+        hide_env_values = true,
+        value_hint = ValueHint::Other,
+        global = true
+    )]
     pub sentinel: Option<String>,
 
     /// Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then
@@ -77,19 +86,44 @@ pub struct Global {
     /// $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no
     /// user, and so to the master the Sentinels name (the Sentinels themselves take only their
     /// URL's own credentials).
-    #[arg(long, value_name = "USER", env = "RLOCK_USER", global = true)]
+    #[arg(
+        long,
+        value_name = "USER",
+        env = "RLOCK_USER",
+        hide_env_values = true,
+        value_hint = ValueHint::Other,
+        global = true
+    )]
     pub user: Option<String>,
 
     /// CA certificate (PEM) to verify rediss:// servers with, instead of the system roots.
-    #[arg(long, value_name = "PEM", env = "RLOCK_TLS_CA", global = true)]
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "RLOCK_TLS_CA",
+        hide_env_values = true,
+        global = true
+    )]
     pub tls_ca: Option<PathBuf>,
 
     /// Client certificate (PEM) for rediss:// servers that ask for one.
-    #[arg(long, value_name = "PEM", env = "RLOCK_TLS_CERT", global = true)]
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "RLOCK_TLS_CERT",
+        hide_env_values = true,
+        global = true
+    )]
     pub tls_cert: Option<PathBuf>,
 
     /// Private key (PEM) of --tls-cert.
-    #[arg(long, value_name = "PEM", env = "RLOCK_TLS_KEY", global = true)]
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "RLOCK_TLS_KEY",
+        hide_env_values = true,
+        global = true
+    )]
     pub tls_key: Option<PathBuf>,
 
     /// Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix '' to share a
@@ -98,6 +132,8 @@ pub struct Global {
         long,
         value_name = "P",
         env = "RLOCK_PREFIX",
+        hide_env_values = true,
+        value_hint = ValueHint::Other,
         default_value = "rlock:",
         global = true
     )]
@@ -108,6 +144,8 @@ pub struct Global {
         long,
         value_name = "DUR",
         env = "RLOCK_OP_TIMEOUT",
+        hide_env_values = true,
+        value_hint = ValueHint::Other,
         default_value = "2s",
         value_parser = op_timeout,
         allow_hyphen_values = true,
@@ -122,6 +160,8 @@ pub struct Global {
         long,
         value_name = "N",
         env = "RLOCK_REPLICAS",
+        hide_env_values = true,
+        value_hint = ValueHint::Other,
         default_value_t = 0,
         value_parser = clap::value_parser!(u32).range(0..=1000),
         global = true
@@ -205,7 +245,7 @@ Examples:
 #[derive(Debug, Args, Clone)]
 pub struct KeyArg {
     /// Name of the lock (the Redis key is PREFIX+KEY).
-    #[arg(short, long, value_name = "KEY", value_parser = non_empty("key"))]
+    #[arg(short, long, value_name = "KEY", value_parser = non_empty("key"), value_hint = ValueHint::Other)]
     pub key: String,
 }
 
@@ -213,7 +253,7 @@ pub struct KeyArg {
 #[derive(Debug, Args, Clone)]
 pub struct WaitArgs {
     /// Give up after waiting this long [default: wait as long as it takes].
-    #[arg(short, long, value_name = "DUR", value_parser = duration, allow_hyphen_values = true)]
+    #[arg(short, long, value_name = "DUR", value_parser = duration, allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub wait: Option<Duration>,
 
     /// Try once and do not wait.
@@ -225,6 +265,7 @@ pub struct WaitArgs {
         short = 'E',
         long,
         value_name = "CODE",
+        value_hint = ValueHint::Other,
         default_value_t = 75,
         value_parser = clap::value_parser!(u8)
     )]
@@ -237,7 +278,7 @@ pub struct AcquireArgs {
     pub key: KeyArg,
 
     /// How long the lock lives unless renewed or released.
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = ttl_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = ttl_duration, allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub ttl: Duration,
 
     #[command(flatten)]
@@ -263,7 +304,7 @@ pub struct AcquireArgs {
 pub struct SharingArgs {
     /// Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of
     /// the key must ask the same N. --limit 1 is an ordinary lock.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), value_hint = ValueHint::Other)]
     pub limit: Option<u32>,
 
     /// A shared (read) lock, like `flock -s`: any number of shared holders, none while an
@@ -276,14 +317,14 @@ pub struct SharingArgs {
 pub struct LabelArg {
     /// What `inspect` shows as the holder's description instead of its command line (a CI job's
     /// URL, say).
-    #[arg(long, value_name = "TEXT", env = "RLOCK_LABEL")]
+    #[arg(long, value_name = "TEXT", env = "RLOCK_LABEL", hide_env_values = true, value_hint = ValueHint::Other)]
     pub label: Option<String>,
 }
 
 #[derive(Debug, Args, Clone)]
 pub struct TokenArg {
     /// Owner token printed by `acquire`.
-    #[arg(long, value_name = "T", env = "RLOCK_TOKEN", hide_env_values = true)]
+    #[arg(long, value_name = "T", env = "RLOCK_TOKEN", hide_env_values = true, value_hint = ValueHint::Other)]
     pub token: Option<String>,
 }
 
@@ -310,14 +351,14 @@ pub struct RenewArgs {
 
     /// New time to live; a renewal never shortens the lease [default: the TTL the lock was last
     /// given].
-    #[arg(long, value_name = "DUR", value_parser = ttl_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", value_parser = ttl_duration, allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub ttl: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
     /// Locks to show (repeatable); without any, list every lock under the prefix.
-    #[arg(short, long = "key", value_name = "KEY", value_parser = non_empty("key"))]
+    #[arg(short, long = "key", value_name = "KEY", value_parser = non_empty("key"), value_hint = ValueHint::Other)]
     pub keys: Vec<String>,
 
     /// Print JSON: one object for a single -k, an array of objects otherwise.
@@ -331,6 +372,7 @@ pub struct InspectArgs {
         value_name = "DUR",
         num_args = 0..=1,
         default_missing_value = "2s",
+        value_hint = ValueHint::Other,
         value_parser = watch_interval
     )]
     pub watch: Option<Duration>,
@@ -342,7 +384,7 @@ pub struct ExecArgs {
     pub key: KeyArg,
 
     /// Lease time: how long the lock outlives a renewal that never comes.
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = ttl_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = ttl_duration, allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub ttl: Duration,
 
     #[command(flatten)]
@@ -352,15 +394,15 @@ pub struct ExecArgs {
     pub sharing: SharingArgs,
 
     /// How often to renew the lock [default: TTL/3].
-    #[arg(long, value_name = "DUR", value_parser = ttl_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", value_parser = ttl_duration, allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub renew_every: Option<Duration>,
 
     /// Signal the command's process group gets when the lock is lost (name or number).
-    #[arg(long, value_name = "SIG", default_value = "TERM", value_parser = signal)]
+    #[arg(long, value_name = "SIG", default_value = "TERM", value_parser = SignalParser, hide_possible_values = true)]
     pub lost_signal: Signal,
 
     /// Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4].
-    #[arg(long, value_name = "DUR", value_parser = duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", value_parser = duration, allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub grace: Option<Duration>,
 
     #[command(flatten)]
@@ -369,6 +411,7 @@ pub struct ExecArgs {
     /// The command and its arguments, run directly (no shell).
     #[arg(
         value_name = "CMD",
+        value_hint = ValueHint::CommandWithArguments,
         required = true,
         num_args = 1..,
         trailing_var_arg = true
@@ -449,6 +492,35 @@ fn non_empty(what: &'static str) -> impl Fn(&str) -> Result<String, String> + Cl
         } else {
             Ok(s.to_string())
         }
+    }
+}
+
+/// `signal` with the usual signal names as possible values, so that the generated completions
+/// offer them; parsing stays `signal`'s (numbers, `SIG` prefixes and lower case pass too), and
+/// `hide_possible_values` keeps the list out of `--help`. A `PossibleValuesParser` would refuse
+/// `15` and `sigterm`.
+#[derive(Clone)]
+struct SignalParser;
+
+impl clap::builder::TypedValueParser for SignalParser {
+    type Value = Signal;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Signal, clap::Error> {
+        signal.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        const NAMES: [&str; 8] = ["TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "ALRM"];
+        Some(Box::new(
+            NAMES.into_iter().map(clap::builder::PossibleValue::new),
+        ))
     }
 }
 

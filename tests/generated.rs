@@ -4,9 +4,10 @@
 //!
 //! Regenerate with `RLOCK_REGENERATE=1 cargo test --test generated`.
 //!
-//! The shell tests need bash, zsh and fish (`apt-get install -y bash zsh fish`); a missing shell
-//! fails the test with that hint, it never skips.
+//! The shell tests need bash, bash-completion, zsh and fish (`apt-get install -y bash
+//! bash-completion zsh fish`); a missing shell fails the test with that hint, it never skips.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -47,6 +48,14 @@ fn expected() -> Vec<(PathBuf, Vec<u8>)> {
     ] {
         let mut buf = Vec::new();
         clap_complete::generate(shell, &mut Cli::command(), "rlock", &mut buf);
+        let buf = match shell {
+            Shell::Bash => bash_command_lines(String::from_utf8(buf).unwrap()).into_bytes(),
+            Shell::Fish => {
+                let script = fish_global_values(String::from_utf8(buf).unwrap());
+                fish_command_lines(script).into_bytes()
+            }
+            _ => buf,
+        };
         files.push((Path::new("completions").join(name), buf));
     }
     let cmd = command();
@@ -56,6 +65,267 @@ fn expected() -> Vec<(PathBuf, Vec<u8>)> {
         files.push((Path::new("man").join(name), sub_page(&cmd, sub)));
     }
     files
+}
+
+// ---------------------------------------------------------------------------------------------
+// Completing the command line of `rlock exec`
+// ---------------------------------------------------------------------------------------------
+//
+// clap_complete's zsh script hands a `ValueHint::CommandWithArguments` positional to zsh's own
+// command-line completion, but its bash script offers rlock's options there and its fish script
+// ignores positionals. The two functions below add what is missing, from the same clap
+// definition, so the files stay generated.
+
+/// The subcommands whose trailing positional is a command line (`exec`), each with the flags of
+/// its options that take a value (its own and the global ones).
+fn command_line_subcommands() -> Vec<(String, Vec<String>)> {
+    command()
+        .get_subcommands()
+        .filter(|sub| {
+            sub.get_positionals()
+                .any(|p| p.get_value_hint() == clap::ValueHint::CommandWithArguments)
+        })
+        .map(|sub| (sub.get_name().to_string(), value_flags(sub)))
+        .collect()
+}
+
+/// `-k`, `--key`, ...: the flags of `cmd`'s options that take a value.
+fn value_flags(cmd: &clap::Command) -> Vec<String> {
+    cmd.get_opts().flat_map(value_flags_of).collect()
+}
+
+/// `-k`, `--key`: the flags of one option.
+fn value_flags_of(arg: &clap::Arg) -> Vec<String> {
+    let shorts = arg.get_short_and_visible_aliases().into_iter().flatten();
+    let longs = arg.get_long_and_visible_aliases().into_iter().flatten();
+    shorts
+        .map(|s| format!("-{s}"))
+        .chain(longs.map(|l| format!("--{l}")))
+        .collect()
+}
+
+/// argparse option specs (`k/key=`, `ttl=`, `n/no-wait`) for every option of `cmd`.
+fn fish_optspecs(cmd: &clap::Command) -> Vec<String> {
+    cmd.get_arguments()
+        .filter(|a| !a.is_positional())
+        .map(|a| {
+            let takes = a.get_num_args().is_some_and(|n| n.takes_values());
+            let name = match (a.get_short(), a.get_long()) {
+                (Some(s), Some(l)) => format!("{s}/{l}"),
+                (Some(s), None) => s.to_string(),
+                (None, Some(l)) => l.to_string(),
+                (None, None) => unreachable!("an option without a flag"),
+            };
+            if takes { format!("{name}=") } else { name }
+        })
+        .collect()
+}
+
+/// Replaces the one occurrence of `from` in `script`: clap_complete changed its output if that
+/// fails, and the post-processing must be looked at again.
+fn replace_once(script: &str, from: &str, to: &str) -> String {
+    assert_eq!(
+        script.matches(from).count(),
+        1,
+        "clap_complete's output changed: {from:?} is not there exactly once"
+    );
+    script.replacen(from, to, 1)
+}
+
+/// The one-letter flags among `flags`, as one word: `kwEu`.
+fn shorts(flags: &[String]) -> String {
+    let letters: String = flags
+        .iter()
+        .filter_map(|f| f.strip_prefix('-').filter(|l| l.len() == 1))
+        .collect();
+    assert!(!letters.is_empty(), "no short value flags in {flags:?}");
+    letters
+}
+
+/// Renames clap's `_rlock` to `_rlock__options` and puts a `_rlock` in front of it that, in a
+/// command line of `exec`, completes a command and then that command's own arguments.
+fn bash_command_lines(script: String) -> String {
+    let subs = command_line_subcommands();
+    if subs.is_empty() {
+        return script;
+    }
+    let script = replace_once(&script, "_rlock() {\n", "_rlock__options() {\n");
+    let names: Vec<&str> = subs.iter().map(|(name, _)| name.as_str()).collect();
+    let mut sub_flags: Vec<String> = subs.iter().flat_map(|(_, f)| f.clone()).collect();
+    sub_flags.sort();
+    sub_flags.dedup();
+    let global_flags = value_flags(&command());
+    let wrapper = format!(
+        r#"
+# `rlock {first}` runs a command line of its own: from its first word that is neither an option
+# nor an option's value, or after `--`, complete a command name, then that command's arguments,
+# through bash-completion's _comp_command_offset or _command_offset when it is loaded (as sudo's
+# completion does), else file names. (Added to clap_complete's script by tests/generated.rs.)
+_rlock() {{
+    local i=1 w word eq skip=0 sub="" start=0
+    # Up to the word being completed, which may be the command's first.
+    while (( i <= COMP_CWORD )); do
+        w=$i word=${{COMP_WORDS[i]}} eq=0
+        (( i++ ))
+        # bash splits `--opt=value` and `host:port` into words at = and : (COMP_WORDBREAKS)
+        while (( i <= COMP_CWORD )) && [[ ${{COMP_WORDS[i]}} == [=:] ]]; do
+            [[ ${{COMP_WORDS[i]}} == = ]] && eq=1
+            (( i += 2 ))
+        done
+        if (( skip )); then
+            skip=0
+            continue
+        fi
+        if [[ -z $sub ]]; then
+            case $word in
+                {global}) (( eq )) || skip=1 ;;
+                -[!-]?*) _rlock__cluster "$word" {global_shorts} || skip=1 ;;
+                -*) ;;
+                {names}) sub=$word ;;
+                *) break ;;
+            esac
+        else
+            case $word in
+                --) (( w < COMP_CWORD )) && start=$i; break ;;
+                {sub_flags}) (( eq )) || skip=1 ;;
+                -[!-]?*) _rlock__cluster "$word" {sub_shorts} || skip=1 ;;
+                -*) ;;
+                *) start=$w; break ;;
+            esac
+        fi
+    done
+    if (( start == 0 )); then
+        _rlock__options "$@"
+        return
+    fi
+    if declare -F _comp_command_offset >/dev/null; then
+        _comp_command_offset "$start"
+    elif declare -F _command_offset >/dev/null; then
+        _command_offset "$start"
+    else
+        local IFS=$'\n'
+        if (( COMP_CWORD == start )); then
+            COMPREPLY=($(compgen -c -- "$2" | sort -u))
+        else
+            COMPREPLY=($(compgen -f -- "$2"))
+            compopt -o filenames 2>/dev/null
+        fi
+    fi
+    return 0
+}}
+
+# Whether the cluster of short flags $1 (-nk) leaves its last flag wanting the next word as its
+# value: fails if so. A flag in $2 that takes a value takes the rest of the cluster (-kname).
+_rlock__cluster() {{
+    local rest=${{1#-}}
+    while [[ -n $rest ]]; do
+        if [[ $2 == *"${{rest:0:1}}"* ]]; then
+            (( ${{#rest}} > 1 ))
+            return
+        fi
+        rest=${{rest:1}}
+    done
+}}
+"#,
+        first = names[0],
+        global = global_flags.join("|"),
+        names = names.join("|"),
+        sub_flags = sub_flags.join("|"),
+        global_shorts = shorts(&global_flags),
+        sub_shorts = shorts(&sub_flags),
+    );
+    let register = "\nif [[ \"${BASH_VERSINFO[0]}\" -eq 4 &&";
+    replace_once(&script, register, &format!("{wrapper}{register}"))
+}
+
+/// clap_complete's fish script completes the global options before the subcommand only while
+/// the words so far parse, which they do not right after an option that wants a value: fish then
+/// falls back to file names. Turn those off after the global options whose values are not paths.
+fn fish_global_values(mut script: String) -> String {
+    let cmd = command();
+    let flags: Vec<String> = cmd
+        .get_opts()
+        .filter(|a| {
+            !matches!(
+                a.get_value_hint(),
+                clap::ValueHint::AnyPath | clap::ValueHint::FilePath | clap::ValueHint::DirPath
+            )
+        })
+        .flat_map(value_flags_of)
+        .collect();
+    let subs: Vec<&str> = cmd.get_subcommands().map(|s| s.get_name()).collect();
+    script.push_str(&format!(
+        r#"
+# No file names for the value of a global option that is not a path, before the subcommand too.
+# (Added to clap_complete's script by tests/generated.rs.)
+complete -c rlock -n "not __fish_seen_subcommand_from {subs}; and contains -- (commandline -opc)[-1] {flags}" -f
+"#,
+        subs = subs.join(" "),
+        flags = flags.join(" ")
+    ));
+    script
+}
+
+/// Adds, for `exec`, a condition that is true in its command line, completions of that command
+/// line through fish's `__fish_complete_subcommand`, and keeps rlock's options out of it.
+fn fish_command_lines(mut script: String) -> String {
+    let cmd = command();
+    for (name, _) in command_line_subcommands() {
+        let sub = cmd.find_subcommand(&name).unwrap();
+        let f = name.replace('-', "_");
+        let using = format!("-n \"__fish_rlock_using_subcommand {name}\"");
+        assert!(
+            script.contains(&using),
+            "clap_complete's output changed: no {using:?} conditions"
+        );
+        script = script.replace(
+            &using,
+            &format!(
+                "-n \"__fish_rlock_using_subcommand {name}; and not __fish_rlock_{f}_command_line >/dev/null\""
+            ),
+        );
+        script.push_str(&format!(
+            r#"
+# `rlock {name}` runs a command line of its own: from its first word that is not an option (or
+# an option's value), or after `--`, complete it as that command's, as `complete -C` of the
+# command's words would. (Added to clap_complete's script by tests/generated.rs.)
+function __fish_rlock_{f}_optspecs
+    string join \n {optspecs}
+end
+
+# Prints the command's words before the one being completed; fails outside the command.
+function __fish_rlock_{f}_command_line
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_rlock_global_optspecs) -- $cmd 2>/dev/null
+    or return 1
+    test "$argv[1]" = {name}
+    or return 1
+    set -e argv[1]
+    set -l rest $argv
+    argparse -s (__fish_rlock_{f}_optspecs) -- $rest 2>/dev/null
+    or return 1
+    string escape -- $argv
+    # The command has started, or comes right after `--`, or is the word being completed.
+    set -q argv[1]
+    or contains -- -- $rest
+    or not string match -q -- '-*' (commandline -ct)
+end
+
+function __fish_rlock_{f}_complete
+    set -l words (__fish_rlock_{f}_command_line)
+    set -l current (commandline -ct)
+    set -q current[1]
+    or set current ''
+    complete -C (string join ' ' -- $words $current)
+end
+
+complete -c rlock -n "__fish_rlock_{f}_command_line >/dev/null" -f -a "(__fish_rlock_{f}_complete)"
+"#,
+            optspecs = fish_optspecs(sub).join(" "),
+        ));
+    }
+    script
 }
 
 /// `rlock.1`: the global options and the subcommands from clap, then what a user of a lock must
@@ -880,4 +1150,338 @@ fn fish_completion_loads_and_completes() {
         out.lines().any(|l| l.split('\t').next() == Some("--key")),
         "`rlock acquire --<TAB>` in fish does not offer --key: {out}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the completions offer, in each shell
+// ---------------------------------------------------------------------------------------------
+
+/// The name of the file in the working directory of the completion checks: offered where file
+/// names are, and nowhere else.
+const FILE: &str = "rlock-test-file";
+
+/// Options whose values are not file names.
+const NOT_FILES: &[&str] = &[
+    "rlock exec -k ",
+    "rlock exec --ttl ",
+    "rlock exec -w ",
+    "rlock exec --renew-every ",
+    "rlock exec --grace ",
+    "rlock exec --label ",
+    "rlock exec --limit ",
+    "rlock exec -E ",
+    "rlock acquire --key ",
+    "rlock release --token ",
+    "rlock inspect -k ",
+    "rlock --prefix ",
+    "rlock --op-timeout ",
+    "rlock --url ",
+    "rlock --sentinel ",
+];
+
+/// Completes each line (the word under the cursor is its last, empty after a trailing blank) with
+/// `script`, which defines `complete_line LINE` to print the candidates one per line, in a scratch
+/// directory holding FILE; returns the candidates of each line.
+fn candidates(
+    shell: &str,
+    args: &[&str],
+    script: &str,
+    lines: &[&str],
+) -> HashMap<String, Vec<String>> {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join(FILE), "").unwrap();
+    let mut full = format!("{script}\ncd '{}' || exit 1\n", dir.path().display());
+    for line in lines {
+        assert!(!line.contains('\''), "{line}");
+        full.push_str(&format!("echo '=== {line}'\ncomplete_line '{line}'\n"));
+    }
+    let out = run_shell(shell, args, &full);
+    let mut found: HashMap<String, Vec<String>> = HashMap::new();
+    let mut current = None;
+    for l in out.lines() {
+        if let Some(line) = l.strip_prefix("=== ") {
+            current = Some(line.to_string());
+            found.entry(line.to_string()).or_default();
+        } else if let Some(line) = &current {
+            // fish: candidate, tab, description.
+            let word = l.split('\t').next().unwrap().trim();
+            if !word.is_empty() {
+                found.get_mut(line).unwrap().push(word.to_string());
+            }
+        }
+    }
+    for line in lines {
+        assert!(
+            found.contains_key(*line),
+            "{shell} printed nothing for {line:?}:\n{out}"
+        );
+    }
+    found
+}
+
+/// The checks every shell must pass; `delegates` when the shell hands a command's arguments to
+/// that command's own completion.
+fn check_candidates(shell: &str, found: &HashMap<String, Vec<String>>, delegates: bool) {
+    let has = |line: &str, word: &str| found[line].iter().any(|w| w == word);
+    let show = |line: &str| format!("{shell}: `{line}<TAB>` offers {:?}", found[line]);
+    for line in [
+        "rlock exec -k x -- ech",
+        "rlock exec -k x ech",
+        "rlock exec -k x -- ",
+    ] {
+        assert!(has(line, "echo"), "{}: no command names", show(line));
+        for flag in ["-k", "--key", "--ttl", "--url"] {
+            assert!(
+                !has(line, flag),
+                "{}: rlock's own {flag} in a command line",
+                show(line)
+            );
+        }
+    }
+    let line = "rlock exec -k x -- echo ";
+    assert!(
+        has(line, FILE),
+        "{}: the command's arguments should be files",
+        show(line)
+    );
+    if delegates {
+        let line = "rlock exec -k x -- rlock ac";
+        assert!(
+            has(line, "acquire"),
+            "{}: not the command's own completion",
+            show(line)
+        );
+    }
+    let line = "rlock exec -nk x ech";
+    assert!(
+        has(line, "echo"),
+        "{}: -nk takes the next word as its value",
+        show(line)
+    );
+    for line in ["rlock exec -k x -", "rlock exec -k x --"] {
+        assert!(
+            has(line, "--ttl"),
+            "{}: the options before the command",
+            show(line)
+        );
+    }
+    let line = "rlock exec --lost-signal ";
+    for sig in ["TERM", "INT", "HUP", "KILL", "USR1"] {
+        assert!(has(line, sig), "{}: no {sig}", show(line));
+    }
+    let line = "rlock --password-file ";
+    assert!(
+        has(line, FILE),
+        "{}: a path option must offer files",
+        show(line)
+    );
+    for line in NOT_FILES {
+        assert!(!has(line, FILE), "{}: not a file name", show(line));
+    }
+}
+
+fn completion_lines() -> Vec<&'static str> {
+    let mut lines = vec![
+        "rlock exec -k x -- ech",
+        "rlock exec -nk x ech",
+        "rlock exec -k x --",
+        "rlock exec -k x ech",
+        "rlock exec -k x -- ",
+        "rlock exec -k x -- echo ",
+        "rlock exec -k x -- rlock ac",
+        "rlock exec -k x -",
+        "rlock exec --lost-signal ",
+        "rlock --password-file ",
+    ];
+    lines.extend(NOT_FILES);
+    lines
+}
+
+/// Calls `_rlock` as bash's programmable completion would, with `compopt` (which only works
+/// inside a real completion) stubbed out.
+const BASH_COMPLETE_LINE: &str = r#"compopt() { :; }
+complete_line() {
+    local line=$1
+    read -ra COMP_WORDS <<< "$line"
+    [[ $line == *' ' ]] && COMP_WORDS+=('')
+    COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 )); COMP_LINE=$line; COMP_POINT=${#line}
+    COMPREPLY=()
+    _rlock rlock "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+    printf '%s\n' "${COMPREPLY[@]}"
+}"#;
+
+#[test]
+fn bash_completes_values_and_command_lines() {
+    let lines = completion_lines();
+    // Alone, as with --norc: commands with compgen -c, then file names.
+    let script = format!("source completions/rlock.bash\n{BASH_COMPLETE_LINE}");
+    let alone = candidates("bash", &["--norc", "--noprofile"], &script, &lines);
+    check_candidates("bash", &alone, false);
+
+    // With bash-completion loaded, as in a usual interactive shell: the command's own completion.
+    let loader = "/usr/share/bash-completion/bash_completion";
+    assert!(
+        Path::new(loader).exists(),
+        "{loader} missing: install it with `apt-get install -y bash-completion`"
+    );
+    let script = format!("source {loader}\nsource completions/rlock.bash\n{BASH_COMPLETE_LINE}");
+    let loaded = candidates("bash", &["--norc", "--noprofile"], &script, &lines);
+    check_candidates("bash with bash-completion", &loaded, true);
+}
+
+#[test]
+fn fish_completes_values_and_command_lines() {
+    let script = format!(
+        "source {}/completions/rlock.fish\nfunction complete_line; complete -C $argv[1]; end",
+        root().display()
+    );
+    let found = candidates("fish", &["--no-config"], &script, &completion_lines());
+    check_candidates("fish", &found, true);
+}
+
+/// Runs the real completion widget in an interactive zsh on a pseudo-terminal (zsh/zpty), with
+/// compinit loading completions/_rlock; a `compadd` wrapper writes down every match the
+/// completion functions add before adding it.
+const ZSH_COMPLETE_LINE: &str = r#"zmodload zsh/zpty || exit 1
+complete_line() {
+    local tmp=$(mktemp -d) i out
+    cat > $tmp/.zshrc <<RC
+fpath=(${(q)ROOT}/completions \$fpath)
+autoload -Uz compinit && compinit -u -D
+unsetopt autolist
+compadd() {
+    if (( \${@[(I)-[OAD]*]} )); then builtin compadd "\$@"; return; fi
+    local -a got
+    builtin compadd -O got "\$@"
+    (( \$#got )) && print -rl -- \$got >> ${(q)tmp}/matches
+    builtin compadd "\$@"
+}
+test-complete() { zle complete-word; : >| ${(q)tmp}/done }
+zle -N test-complete
+bindkey '^I' test-complete
+cd ${(q)PWD}
+: >| ${(q)tmp}/ready
+RC
+    zpty z env ZDOTDIR=$tmp TERM=dumb zsh -i
+    for i in {1..200}; do [[ -e $tmp/ready ]] && break; sleep 0.05; done
+    [[ -e $tmp/ready ]] || { print -u2 "zsh did not start"; exit 1; }
+    zpty -w -n z "$1"$'\t'
+    for i in {1..200}; do [[ -e $tmp/done ]] && break; sleep 0.05; done
+    if [[ ! -e $tmp/done ]]; then
+        zpty -r -t z out
+        print -u2 -r -- "completion of '$1' did not finish: $out"
+        exit 1
+    fi
+    zpty -d z
+    [[ -e $tmp/matches ]] && cat $tmp/matches
+    rm -rf $tmp
+}"#;
+
+#[test]
+fn zsh_completes_values_and_command_lines() {
+    let script = format!("ROOT={}\n{ZSH_COMPLETE_LINE}", root().display());
+    let found = candidates("zsh", &["-f"], &script, &completion_lines());
+    check_candidates("zsh", &found, true);
+}
+
+#[test]
+fn help_shows_env_names_without_values() {
+    let rlock = env!("CARGO_BIN_EXE_rlock");
+    let mut names = vec![None];
+    names.extend(
+        command()
+            .get_subcommands()
+            .map(|s| Some(s.get_name().to_string())),
+    );
+    for sub in names {
+        let mut cmd = Command::new(rlock);
+        cmd.args(sub.iter()).arg("--help");
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("RLOCK_") {
+                cmd.env_remove(k);
+            }
+        }
+        let out = cmd.output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        let what = format!("rlock {} --help", sub.as_deref().unwrap_or_default());
+        assert!(out.status.success(), "{what} failed");
+        assert!(
+            help.contains("[env: RLOCK_"),
+            "{what} names no variable:\n{help}"
+        );
+        assert!(
+            !help.contains("=]"),
+            "{what} shows an unset variable as `=`:\n{help}"
+        );
+    }
+    // Set, its value stays out of the help too (RLOCK_TOKEN is a secret).
+    let out = Command::new(rlock)
+        .args(["release", "--help"])
+        .env("RLOCK_TOKEN", "secret-token")
+        .env("RLOCK_PREFIX", "some-prefix")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("[env: RLOCK_PREFIX]"), "{help}");
+    assert!(
+        !help.contains("secret-token") && !help.contains("some-prefix"),
+        "{help}"
+    );
+}
+
+/// Every option that takes a value says what completes it: a value hint, or possible values.
+/// Without one, clap_complete offers file names (ValueHint::Unknown); `ValueHint::Other` offers
+/// nothing, and paths get `AnyPath` from their PathBuf type.
+#[test]
+fn every_value_option_says_what_completes_it() {
+    let cmd = command();
+    let mut missing = Vec::new();
+    for c in std::iter::once(&cmd).chain(cmd.get_subcommands()) {
+        for arg in c.get_opts() {
+            let listed = arg.get_value_parser().possible_values().is_some();
+            if arg.get_value_hint() == clap::ValueHint::Unknown && !listed {
+                missing.push(format!("{} --{}", c.get_name(), arg.get_id()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "give these options a `value_hint` in src/cli.rs (ValueHint::Other when no file name \
+         fits), or completions offer file names for them: {missing:?}"
+    );
+}
+
+/// The signal names --lost-signal completes are hints only: numbers, `SIG` prefixes and lower
+/// case still parse, and anything else is refused as before.
+#[test]
+fn lost_signal_parses_more_than_it_completes() {
+    use clap::Parser;
+    for sig in ["TERM", "15", "sigusr1", "kill", "SIGWINCH"] {
+        let args = [
+            "rlock",
+            "exec",
+            "-k",
+            "x",
+            "--lost-signal",
+            sig,
+            "--",
+            "true",
+        ];
+        if let Err(e) = Cli::try_parse_from(args) {
+            panic!("--lost-signal {sig} refused: {e}");
+        }
+    }
+    let args = [
+        "rlock",
+        "exec",
+        "-k",
+        "x",
+        "--lost-signal",
+        "bogus",
+        "--",
+        "true",
+    ];
+    let err = Cli::try_parse_from(args).unwrap_err().to_string();
+    assert!(err.contains("'bogus' is not a signal"), "{err}");
+    assert!(!err.contains("possible values"), "{err}");
 }
