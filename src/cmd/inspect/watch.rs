@@ -71,8 +71,8 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs, every: Duration) -> Result<
                 failing = Some(msg);
             }
         }
-        if let Some(sig) = pause(&signals, started + every) {
-            return Ok(Exit::Signal(sig));
+        if let Some(end) = pause(&signals, started + every) {
+            return Ok(end);
         }
     }
 }
@@ -131,35 +131,39 @@ fn draw(header: &str, body: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-/// The terminal's rows and columns (TIOCGWINSZ on stdout).
+/// The terminal's rows and columns, as stdout's terminal says.
 fn terminal_size() -> Option<(usize, usize)> {
-    let mut size = nix::libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one winsize into `size`, which lives on this stack frame for
-    // the whole call; a failure (stdout no terminal) leaves it untouched and returns -1.
-    let ok =
-        unsafe { nix::libc::ioctl(nix::libc::STDOUT_FILENO, nix::libc::TIOCGWINSZ, &mut size) };
-    (ok == 0 && size.ws_row > 0 && size.ws_col > 0)
-        .then(|| (usize::from(size.ws_row), usize::from(size.ws_col)))
+    let (terminal_size::Width(cols), terminal_size::Height(rows)) =
+        terminal_size::terminal_size_of(std::io::stdout())?;
+    (rows > 0 && cols > 0).then(|| (usize::from(rows), usize::from(cols)))
 }
 
-/// Sleeps until `until`, or until a signal comes: then returns it. The signalfd is polled, so
-/// Ctrl-C ends the watch at once, not at the next look.
-fn pause(signals: &Signals, until: Instant) -> Option<Signal> {
+/// Sleeps until `until`, or until the watch should end: a signal came (rlock dies of it), or
+/// stdout's reader went. The signalfd is polled, so Ctrl-C ends the watch at once, not at the
+/// next look. So is stdout: when the reader of a pipe goes (`rlock inspect --watch | head -3`),
+/// the watch ends then, not at the next change it would have written, and exits 0, as a write
+/// into the closed pipe would (`crate::exit::is_broken_pipe`).
+fn pause(signals: &Signals, until: Instant) -> Option<Exit> {
+    let stdout = std::io::stdout();
     loop {
         if let Some(n) = signals.try_next() {
-            return Signal::try_from(n).ok();
+            return Signal::try_from(n).ok().map(Exit::Signal);
         }
         let now = Instant::now();
         if now >= until {
             return None;
         }
-        let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+        // No events asked of stdout: poll still reports POLLERR (a pipe with no reader left)
+        // and POLLHUP (a socket shut down), and nothing for a file or a terminal at work.
+        let mut fds = [
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stdout.as_fd(), PollFlags::empty()),
+        ];
         let left = TimeSpec::from_duration(until - now);
         let _ = nix::poll::ppoll(&mut fds, Some(left), None);
+        let gone = PollFlags::POLLERR | PollFlags::POLLHUP;
+        if fds[1].revents().is_some_and(|r| r.intersects(gone)) {
+            return Some(Exit::Code(0));
+        }
     }
 }
