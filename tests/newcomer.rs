@@ -277,6 +277,71 @@ fn a_tls_port_spoken_to_in_plain_text_suggests_rediss() {
     assert_eq!(out.code, 0, "{out}");
 }
 
+/// rediss:// to a plain Redis port: the TLS handshake gets no answer (Redis waits for the end of
+/// a line), so the port is asked a plain PING, and the message says to use redis://, at once
+/// even with -w. A real TLS port that is frozen, or whose certificate is not trusted, is not
+/// mistaken for a plain one.
+#[test]
+fn a_plain_port_spoken_to_in_tls_suggests_redis() {
+    let server = RedisServer::start();
+    let guarded = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    for (url, suggested, args) in [
+        (
+            format!("rediss://127.0.0.1:{}", server.port()),
+            format!("redis://127.0.0.1:{}", server.port()),
+            &["acquire", "-n", "-k", "x"][..],
+        ),
+        (
+            format!("rediss://127.0.0.1:{}", server.port()),
+            format!("redis://127.0.0.1:{}", server.port()),
+            &["acquire", "-w", "30s", "-k", "x"][..],
+        ),
+        (
+            format!("rediss://:s3cret@127.0.0.1:{}", guarded.port()),
+            format!("redis://:***@127.0.0.1:{}", guarded.port()),
+            &["inspect", "-k", "x"][..],
+        ),
+    ] {
+        let started = Instant::now();
+        let out = run(rlock()
+            .args(["--url", &url, "--op-timeout", "500ms"])
+            .args(args));
+        assert_one_line(&out, 69);
+        assert!(
+            out.stderr.contains("does not speak TLS") && out.stderr.contains(&suggested),
+            "{args:?}: {out}"
+        );
+        assert!(!out.stderr.contains("s3cret"), "password shown: {out}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{args:?}: took {:?}, as if waiting out an outage: {out}",
+            started.elapsed()
+        );
+    }
+    // The suggestion works.
+    let out = run(rlock_at(&server).args(["acquire", "-n", "-k", "x"]));
+    assert_eq!(out.code, 0, "{out}");
+
+    // A TLS port whose certificate is not trusted says so.
+    let certs = TestCerts::new();
+    let tls = TlsServer::start(&certs, "no");
+    let real = format!("rediss://127.0.0.1:{}", tls.tls_port);
+    let out = run(rlock().args(["--url", &real, "acquire", "-n", "-k", "x"]));
+    assert_ne!(out.code, 0, "{out}");
+    assert!(!out.stderr.contains("does not speak TLS"), "{out}");
+    assert!(out.stderr.to_lowercase().contains("certificate"), "{out}");
+    // A frozen one times out, as any frozen server.
+    tls.server.freeze();
+    let out = run(rlock()
+        .args(["--url", &real, "--op-timeout", "500ms", "--tls-ca"])
+        .arg(&certs.ca)
+        .args(["acquire", "-n", "-k", "x"]));
+    tls.server.thaw();
+    assert_one_line(&out, 69);
+    assert!(!out.stderr.contains("does not speak TLS"), "{out}");
+    assert!(out.stderr.contains("timed out"), "{out}");
+}
+
 /// A server that needs a password, and none given: said in words, with where a password goes,
 /// never Redis's "NOAUTH" or "unauthenticated multibulk length"; refused auth is 77.
 #[test]

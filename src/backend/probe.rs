@@ -7,6 +7,11 @@
 //! `--tls-port`, spoken to with `redis://`) answers with a TLS record; anything else either
 //! answers in its own words (an HTTP server's status line, an SSH banner), which are quoted, or
 //! says nothing. Nothing is sent after the hello, and no certificate is looked at.
+//!
+//! The other way round, a `rediss://` URL naming a plain Redis port, the TLS handshake just
+//! times out (Redis waits for the end of a line that never comes) or reads garbage. Then the
+//! question is a plain `PING`: a Redis without TLS answers it (`+PONG`, or `-NOAUTH`), a TLS
+//! port does not.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -32,30 +37,33 @@ const PATIENCE: Duration = Duration::from_secs(1);
 /// Sends a TLS ClientHello to `host:port` and reads the first bytes of the answer. Every step
 /// (connect, write, read) is bounded by `timeout`, and by one second.
 pub fn speaks(host: &str, port: u16, timeout: Duration) -> Speaks {
+    match client_hello(host).and_then(|hello| ask(host, port, &hello, timeout)) {
+        Some(reply) => classify(&reply),
+        None => Speaks::Unknown,
+    }
+}
+
+/// Whether `host:port` answers a plain-text `PING` in Redis's protocol, as a Redis without TLS
+/// does, within `timeout` (and one second) per step.
+pub fn answers_plain_redis(host: &str, port: u16, timeout: Duration) -> bool {
+    ask(host, port, b"PING\r\n", timeout).is_some_and(|reply| {
+        // "+PONG", or a refusal such as "-NOAUTH Authentication required.", ending its line.
+        matches!(reply.first(), Some(b'+' | b'-')) && reply.ends_with(b"\r\n")
+    })
+}
+
+/// Sends `question` on a new connection to `host:port` and returns the first bytes of the
+/// answer (none when there is no connection, no answer, or the connection closes at once).
+fn ask(host: &str, port: u16, question: &[u8], timeout: Duration) -> Option<Vec<u8>> {
     let timeout = timeout.min(PATIENCE);
-    let Some(hello) = client_hello(host) else {
-        return Speaks::Unknown;
-    };
-    let Some(addr) = (host, port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-    else {
-        return Speaks::Unknown;
-    };
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, timeout) else {
-        return Speaks::Unknown;
-    };
-    let _ = stream.set_read_timeout(Some(timeout));
-    let _ = stream.set_write_timeout(Some(timeout));
-    if stream.write_all(&hello).is_err() {
-        return Speaks::Unknown;
-    }
+    let addr = (host, port).to_socket_addrs().ok()?.next()?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    stream.set_write_timeout(Some(timeout)).ok()?;
+    stream.write_all(question).ok()?;
     let mut reply = [0u8; 256];
-    match stream.read(&mut reply) {
-        Ok(n) => classify(&reply[..n]),
-        Err(_) => Speaks::Unknown,
-    }
+    let n = stream.read(&mut reply).ok()?;
+    Some(reply[..n].to_vec())
 }
 
 /// The bytes of a TLS ClientHello for `host`, as rustls writes it.

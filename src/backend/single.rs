@@ -24,6 +24,10 @@ pub struct Single {
     replicas: u32,
     /// Known not to be a node of a Redis Cluster (see `refuse_cluster_node`).
     standalone: AtomicBool,
+    /// For a rediss:// URL: known to speak TLS (a reply came; with TLS, connecting alone proves
+    /// nothing, as the handshake waits for the first request), or asked once whether it is a
+    /// plain Redis after all (see `diagnosed`).
+    tls_settled: AtomicBool,
 }
 
 /// What a server of a Redis Cluster said to a script: the reply, or where to send it instead.
@@ -43,6 +47,7 @@ impl Single {
             conn: Mutex::new(None),
             replicas: 0,
             standalone: AtomicBool::new(false),
+            tls_settled: AtomicBool::new(false),
         }
     }
 
@@ -61,19 +66,29 @@ impl Single {
 
     /// `e` as a `NodeError`; when the port may not be a Redis server at all (a reply that is
     /// not RESP, or a connection dropped at its `first` exchange, as a TLS port does to
-    /// plain text), the port is asked what it speaks, and the error says so.
+    /// plain text), the port is asked what it speaks, and the error says so. The other way
+    /// round, a rediss:// URL whose first handshake fails is asked once whether it is a plain
+    /// Redis.
     fn diagnosed(&self, e: &redis::RedisError, first: bool, timeout: Duration) -> NodeError {
         let err = self.err(e);
-        let dropped = first && err.kind == Fault::Io && e.is_connection_dropped();
-        if err.kind != Fault::NotRedis && !dropped {
-            return err;
+        match self.client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port) => {
+                let dropped = first && err.kind == Fault::Io && e.is_connection_dropped();
+                if err.kind != Fault::NotRedis && !dropped {
+                    return err;
+                }
+                self.not_plain(err, host, *port, timeout)
+            }
+            redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                self.not_tls(err, first, host, *port, timeout)
+            }
+            _ => err,
         }
-        // rediss:// and unix:// are not asked: the question is whether plain TCP meets TLS.
-        let redis::ConnectionAddr::Tcp(host, port) = self.client.get_connection_info().addr()
-        else {
-            return err;
-        };
-        let detail = match probe::speaks(host, *port, timeout) {
+    }
+
+    /// `err`, from a redis:// URL's port that does not answer in RESP, as what it speaks.
+    fn not_plain(&self, err: NodeError, host: &str, port: u16, timeout: Duration) -> NodeError {
+        let detail = match probe::speaks(host, port, timeout) {
             Speaks::Tls => {
                 let url = match self.name.strip_prefix("redis://") {
                     Some(rest) => format!("rediss://{rest}"),
@@ -92,6 +107,42 @@ impl Single {
         NodeError {
             kind: Fault::NotRedis,
             detail: redact_text(&detail),
+            ..err
+        }
+    }
+
+    /// `err`, from the first handshake of a rediss:// URL, as "a plain Redis" when its port
+    /// answers a plain PING. Asked once, and never of a server this rlock reached over TLS, so
+    /// that a frozen server costs the question (at most a second) once, not at every attempt.
+    fn not_tls(
+        &self,
+        err: NodeError,
+        first: bool,
+        host: &str,
+        port: u16,
+        timeout: Duration,
+    ) -> NodeError {
+        // A refused connection (nothing listens) or the server's own refusal says it all.
+        let handshake = matches!(
+            err.kind,
+            Fault::Timeout | Fault::Io | Fault::NotRedis | Fault::Other
+        );
+        if !first || !handshake || self.tls_settled.swap(true, Ordering::Relaxed) {
+            return err;
+        }
+        if !probe::answers_plain_redis(host, port, timeout) {
+            return err;
+        }
+        let url = match self.name.strip_prefix("rediss://") {
+            Some(rest) => format!("redis://{rest}"),
+            None => "a redis:// URL".to_string(),
+        };
+        NodeError {
+            kind: Fault::NotRedis,
+            // The URL is the node's name, redacted already.
+            detail: format!(
+                "does not speak TLS: it answers as a plain Redis; use {url} (or the port the server gives to --tls-port)"
+            ),
             ..err
         }
     }
@@ -135,12 +186,16 @@ impl Single {
             let _ = conn.set_read_timeout(Some(timeout));
             let _ = conn.set_write_timeout(Some(timeout));
             match f(conn) {
-                Ok(v) => return Ok(Ok(v)),
+                Ok(v) => {
+                    self.tls_settled.store(true, Ordering::Relaxed);
+                    return Ok(Ok(v));
+                }
                 Err(e) => {
                     let err = self.err(&e);
                     // A reply that is not RESP is no answer of the server's either: the
                     // connection is useless, and so is the port.
                     if !err.is_transport() && err.kind != Fault::NotRedis {
+                        self.tls_settled.store(true, Ordering::Relaxed);
                         return Ok(Err(e));
                     }
                     *slot = None;
