@@ -1456,8 +1456,8 @@ fn every_value_option_says_what_completes_it() {
 #[test]
 fn lost_signal_parses_more_than_it_completes() {
     use clap::Parser;
-    for sig in ["TERM", "15", "sigusr1", "kill", "SIGWINCH"] {
-        let args = [
+    let parse = |sig: &str| {
+        Cli::try_parse_from([
             "rlock",
             "exec",
             "-k",
@@ -1466,22 +1466,14 @@ fn lost_signal_parses_more_than_it_completes() {
             sig,
             "--",
             "true",
-        ];
-        if let Err(e) = Cli::try_parse_from(args) {
+        ])
+    };
+    for sig in ["TERM", "15", "sigusr1", "kill", "SIGWINCH"] {
+        if let Err(e) = parse(sig) {
             panic!("--lost-signal {sig} refused: {e}");
         }
     }
-    let args = [
-        "rlock",
-        "exec",
-        "-k",
-        "x",
-        "--lost-signal",
-        "bogus",
-        "--",
-        "true",
-    ];
-    let err = Cli::try_parse_from(args).unwrap_err().to_string();
+    let err = parse("bogus").unwrap_err().to_string();
     assert!(err.contains("'bogus' is not a signal"), "{err}");
     assert!(!err.contains("possible values"), "{err}");
 }
