@@ -326,6 +326,47 @@ fn replicas_is_checked_as_a_number() {
     assert!(out.stderr.contains("replicas"), "{out}");
 }
 
+/// A server that refuses the WAIT itself (here renamed away, as some managed services and
+/// proxies do): the grant it made is given back, acquire and exec exit 69, the command never
+/// runs, and nothing waits out the TTL.
+#[test]
+fn a_server_that_refuses_wait_gets_the_grant_back() {
+    let master = RedisServer::start_with(&["--rename-command", "WAIT", ""]);
+    let dir = tempdir();
+    let marker = dir.path().join("ran");
+    for sub in [
+        vec!["acquire", "-k", "r", "-n", "--ttl", "60s"],
+        vec![
+            "exec",
+            "-k",
+            "r",
+            "-w",
+            "5s",
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ],
+    ] {
+        let out = run(rlock_at(&master).args(["--replicas", "1"]).args(&sub));
+        assert_given_back(
+            &out,
+            &master,
+            "refused to WAIT for replicas after the grant",
+        );
+        assert!(
+            out.stderr.contains("unknown command"),
+            "says what the server said: {out}"
+        );
+    }
+    assert!(
+        !marker.exists(),
+        "exec ran its command without the replicas"
+    );
+    // Without --replicas the same server serves as ever.
+    let out = run(rlock_at(&master).args(["acquire", "-k", "r", "-n"]));
+    assert_eq!(out.code, 0, "{out}");
+}
+
 #[test]
 fn an_acl_without_wait_exits_77_and_gives_the_grant_back() {
     let master = RedisServer::start();

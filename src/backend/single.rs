@@ -240,14 +240,39 @@ impl Single {
             let value = run_script(c, script, keys, args, asking)?;
             let acked = match wait_for {
                 Some((_, wanted)) if wanted(&value) => {
-                    Some(wait_replicas(c, self.replicas, timeout)?)
+                    match wait_replicas(c, self.replicas, timeout) {
+                        Ok(n) => Some(Ok(n)),
+                        // The server refused the WAIT (renamed away, BUSY, the ACL): the write
+                        // stands, and the caller must hear that it was made, to give it back.
+                        // (A timeout or a broken connection goes up as such, and drops the
+                        // connection; the caller gives back after those too.)
+                        Err(e) if e.code().is_some() => Some(Err(e)),
+                        Err(e) => return Err(e),
+                    }
                 }
                 _ => None,
             };
             Ok((value, acked))
         })?;
         match ran {
-            Ok((_, Some(acked))) if acked < i64::from(self.replicas) => Err(NodeError {
+            Ok((_, Some(Err(e)))) => {
+                let err = self.err(&e);
+                let write = wait_for.map_or(script.name, |(write, _)| write);
+                Err(NodeError {
+                    // A refusal by the ACL stays one (77, and the list of rights).
+                    kind: if err.kind == Fault::Denied {
+                        Fault::Denied
+                    } else {
+                        Fault::Replicas
+                    },
+                    detail: format!(
+                        "the server refused to WAIT for replicas after the {write} (--replicas {}): {}",
+                        self.replicas, err.detail
+                    ),
+                    ..err
+                })
+            }
+            Ok((_, Some(Ok(acked)))) if acked < i64::from(self.replicas) => Err(NodeError {
                 kind: Fault::Replicas,
                 node: self.name.clone(),
                 detail: format!(
