@@ -37,6 +37,12 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The Redis rlock uses when no URL is given.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// What rlock puts before a lock's name to make its Redis key.
+pub const DEFAULT_PREFIX: &str = "rlock:";
+
 /// Options every subcommand accepts, before or after the subcommand's name.
 #[derive(Debug, Args, Clone)]
 #[command(next_help_heading = "Global options")]
@@ -50,7 +56,7 @@ pub struct Global {
         env = "RLOCK_URL",
         hide_env_values = true,
         value_hint = ValueHint::Other,
-        default_value = "redis://127.0.0.1:6379",
+        default_value = DEFAULT_URL,
         global = true
     )]
     pub urls: Vec<String>,
@@ -134,7 +140,7 @@ pub struct Global {
         env = "RLOCK_PREFIX",
         hide_env_values = true,
         value_hint = ValueHint::Other,
-        default_value = "rlock:",
+        default_value = DEFAULT_PREFIX,
         global = true
     )]
     pub prefix: String,

@@ -107,8 +107,10 @@ fn a_holder_whose_process_is_gone_is_stale_and_a_live_one_is_not() {
         "{out}"
     );
     assert!(!row("alive").contains("stale"), "{out}");
+    let token = left["token"].as_str().expect("token");
     let hint = format!(
-        "stale: pid {gone} is gone on this host; break it with: rlock release -k left --force"
+        "stale: pid {gone} is gone on this host; break it with: rlock -u {} release -k left --force (or --token {token} instead of --force, to break only this holder's lease)",
+        server.url()
     );
     assert_eq!(
         out.stdout
@@ -127,12 +129,59 @@ fn a_holder_whose_process_is_gone_is_stale_and_a_live_one_is_not() {
     let out = run(rlock_at(&server).args(["inspect", "-k", "left"]));
     assert!(!out.stdout.contains("stale"), "{out}");
 
-    // The hint's command breaks the stale lock.
-    let out = run(rlock_at(&server).args(["release", "-k", "left", "--force"]));
+    // The hint's command, pasted into a shell, breaks the stale lock.
+    let out = run(&mut paste(&server, &hint));
     assert_eq!(out.code, 0, "{out}");
     assert!(
         !server.exists("rlock:left"),
         "the stale lock is still there"
+    );
+}
+
+/// Runs the command a hint of inspect's gives (what follows "with: " up to " (or"), as a user
+/// pasting it into a shell would: `rlock` on PATH, no RLOCK_* setting, not even the server's
+/// URL, so that the hint must name everything it needs.
+fn paste(server: &RedisServer, hint: &str) -> Command {
+    let line = hint.split("with: ").nth(1).expect("a command in the hint");
+    let line = line.split(" (or").next().unwrap();
+    let mut cmd = shell(server, line);
+    let bin = Path::new(env!("CARGO_BIN_EXE_rlock")).parent().unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
+    cmd.env("PATH", format!("{}:{path}", bin.display()))
+        .env_remove("URL");
+    cmd
+}
+
+#[test]
+fn the_stale_hint_names_the_server_and_prefix_it_was_read_from() {
+    // A stale lock under another prefix, and a live lock of the same name under the default
+    // prefix on the same server: the hint breaks the stale one only.
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let gone = acquire_from_a_shell_that_exits(&server, "jobs", "--ttl 1h --prefix 'team A:'");
+    let live = live_holder(&server, dir.path(), "live", "jobs", &[]);
+    let out = run(rlock_at(&server).args(["--prefix", "team A:", "inspect", "-k", "jobs"]));
+    assert_eq!(out.code, 0, "{out}");
+    let hint = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("stale:"))
+        .unwrap_or_else(|| panic!("no hint: {out}"));
+    assert!(
+        hint.contains(&format!("pid {gone} ")) && hint.contains("--prefix 'team A:'"),
+        "{out}"
+    );
+    let out = run(&mut paste(&server, hint));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        !server.exists("team A:jobs"),
+        "the stale lock is still there"
+    );
+    let json = inspect_json(&server, "jobs");
+    assert_eq!(
+        json["holder"]["pid"],
+        live.pid() as i64,
+        "the live lock was broken: {json}"
     );
 }
 
@@ -154,12 +203,13 @@ fn a_stale_holder_of_a_semaphore_is_told_to_give_back_its_own_place() {
 
     let out = run(rlock_at(&server).args(["inspect", "-k", "slots"]));
     let hint = format!(
-        "stale: pid {gone} is gone on this host; free its place in 'slots' with: rlock release -k slots --token {token}"
+        "stale: pid {gone} is gone on this host; free its place in 'slots' with: rlock -u {} release -k slots --token {token}",
+        server.url()
     );
     assert!(out.stdout.lines().any(|l| l == hint), "{out}");
 
     // Following it frees that place alone.
-    let out = run(rlock_at(&server).args(["release", "-k", "slots", "--token", token]));
+    let out = run(&mut paste(&server, &hint));
     assert_eq!(out.code, 0, "{out}");
     let json = inspect_json(&server, "slots");
     assert_eq!(json["holders"].as_array().map(Vec::len), Some(1), "{json}");

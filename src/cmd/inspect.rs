@@ -29,7 +29,7 @@ pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     } else if locks.is_empty() {
         ctx.note(format_args!("{}", nothing_held(ctx)));
     } else {
-        table::write(&mut out, &locks)?;
+        table::write(&mut out, &locks, &ctx.rlock_line())?;
     }
     out.flush()?;
     Ok(Exit::Code(code as u8))

@@ -44,6 +44,53 @@ impl Context {
         Ok(Context { global, settings })
     }
 
+    /// `rlock` and the global options that reach the locks this run reaches (servers, prefix,
+    /// credentials' files, TLS files), for a command line rlock suggests: pasted, it acts on
+    /// the same lock, not on one of the same name elsewhere. URLs are redacted (a password
+    /// must be given again), and options left at their defaults are left out.
+    pub fn rlock_line(&self) -> String {
+        use crate::cmd::acquire::shell_quote;
+        let g = &self.global;
+        let mut line = String::from("rlock");
+        let mut add = |flag: &str, value: Option<&str>| {
+            line.push(' ');
+            line.push_str(flag);
+            if let Some(v) = value {
+                line.push(' ');
+                line.push_str(&shell_quote(v));
+            }
+        };
+        if self.settings.urls != [crate::cli::DEFAULT_URL] {
+            for url in &self.settings.urls {
+                add("-u", Some(&crate::redact::redact(url)));
+            }
+        }
+        if g.cluster {
+            add("--cluster", None);
+        }
+        if let Some(name) = &g.sentinel {
+            add("--sentinel", Some(name));
+        }
+        if let Some(user) = &g.user {
+            add("--user", Some(user));
+        }
+        let files = [
+            ("--password-file", &g.password_file),
+            ("--tls-ca", &g.tls_ca),
+            ("--tls-cert", &g.tls_cert),
+            ("--tls-key", &g.tls_key),
+        ];
+        for (flag, path) in files {
+            if let Some(path) = path {
+                add(flag, Some(&path.to_string_lossy()));
+            }
+        }
+        if g.prefix != crate::cli::DEFAULT_PREFIX {
+            add("--prefix", Some(&g.prefix));
+        }
+        line
+    }
+
     pub fn key(&self, name: &str) -> Result<LockKey, Failure> {
         LockKey::new(&self.global.prefix, name)
     }

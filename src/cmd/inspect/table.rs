@@ -9,8 +9,9 @@ use crate::lock::{Holder, HolderLease, KeyType, LockInfo, human_ms};
 
 const COLUMNS: usize = 9;
 
-/// Writes the table of `locks`, then how to break the lock of each stale holder.
-pub(super) fn write(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> {
+/// Writes the table of `locks`, then how to break the lock of each stale holder, with `rlock`
+/// the command line that reaches them (`Context::rlock_line`).
+pub(super) fn write(out: &mut impl Write, locks: &[LockInfo], rlock: &str) -> std::io::Result<()> {
     let mut rows = vec![
         [
             "KEY",
@@ -29,11 +30,15 @@ pub(super) fn write(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result
     for l in locks {
         if l.limit.is_some() {
             rows.extend(holder_rows(l));
-            notes.extend(l.holders.iter().filter_map(|h| stale_note(l, Some(h))));
+            notes.extend(
+                l.holders
+                    .iter()
+                    .filter_map(|h| stale_note(l, Some(h), rlock)),
+            );
             continue;
         }
         rows.push(lock_row(l));
-        notes.extend(stale_note(l, None));
+        notes.extend(stale_note(l, None, rlock));
     }
     // Whatever a key or a holder field holds (another client wrote it, or a user name had a
     // newline), a lock is one row of printable cells of bounded width.
@@ -161,21 +166,26 @@ fn renewed(at_ms: Option<i64>, now_ms: i64) -> String {
 }
 
 /// For a stale holder (of `l`, or the holder `one` of a semaphore or shared lock), what it is
-/// and the command that frees what it holds: `release --force` for a lock; for one holder among
-/// several, a release with its token, which leaves the others alone.
-fn stale_note(l: &LockInfo, one: Option<&HolderLease>) -> Option<String> {
+/// and the command that frees what it holds: `release --force` for a lock, or, to break only
+/// that holder's lease should the lock change hands meanwhile, a release with its token; for one
+/// holder among several, a release with its token, which leaves the others alone.
+fn stale_note(l: &LockInfo, one: Option<&HolderLease>, rlock: &str) -> Option<String> {
     let holder = one.map_or(&l.holder, |h| &h.holder);
     if !stale(holder) || (one.is_none() && !(l.held() && l.ours())) {
         return None;
     }
     let pid = holder.pid.as_deref().unwrap_or("?");
     let key = shell_quote(&l.name);
-    Some(match one {
-        None => format!(
-            "stale: pid {pid} is gone on this host; break it with: rlock release -k {key} --force"
+    Some(match (one, &l.token) {
+        (None, Some(token)) => format!(
+            "stale: pid {pid} is gone on this host; break it with: {rlock} release -k {key} --force (or --token {} instead of --force, to break only this holder's lease)",
+            shell_quote(token)
         ),
-        Some(h) => format!(
-            "stale: pid {pid} is gone on this host; free its place in '{}' with: rlock release -k {key} --token {}",
+        (None, None) => format!(
+            "stale: pid {pid} is gone on this host; break it with: {rlock} release -k {key} --force"
+        ),
+        (Some(h), _) => format!(
+            "stale: pid {pid} is gone on this host; free its place in '{}' with: {rlock} release -k {key} --token {}",
             l.name,
             shell_quote(&h.token)
         ),

@@ -44,7 +44,7 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs, every: Duration) -> Result<
                     if locks.is_empty() {
                         writeln!(body, "{}", nothing_held(ctx))?;
                     } else {
-                        table::write(&mut body, &locks)?;
+                        table::write(&mut body, &locks, &ctx.rlock_line())?;
                     }
                     draw(&header(every), &String::from_utf8_lossy(&body))?;
                 } else {
@@ -95,7 +95,7 @@ fn print(
         if locks.is_empty() {
             writeln!(out, "{}", nothing_held(ctx))?;
         } else {
-            table::write(&mut out, locks)?;
+            table::write(&mut out, locks, &ctx.rlock_line())?;
         }
     }
     out.flush()?;
