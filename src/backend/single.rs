@@ -380,9 +380,9 @@ impl Node for Single {
 
 impl Single {
     /// Fails when the server is a node of a Redis Cluster (`INFO cluster` says
-    /// `cluster_enabled:1`); asked once per process, and only before a listing. A server that
-    /// will not answer INFO (an ACL without it: see cluster_info.lua) is taken for what it most
-    /// likely is, a server on its own.
+    /// `cluster_enabled:1`); asked before a listing, until a server answers that it is on its
+    /// own. A server that will not answer INFO (an ACL without it: see cluster_info.lua) is
+    /// taken for what it most likely is, a server on its own.
     fn refuse_cluster_node(&self, timeout: Duration) -> Result<(), NodeError> {
         if self.standalone.load(Ordering::Relaxed) {
             return Ok(());
@@ -392,7 +392,13 @@ impl Single {
                 String::from_utf8_lossy(&text).into_owned()
             }
             Ok(Routed::Done(Value::VerbatimString { text, .. })) => text,
-            _ => String::new(),
+            // A server before Redis 7 whose ACL refuses INFO, even from a script.
+            Err(e) if e.kind == Fault::Denied => String::new(),
+            // No answer (down, frozen, loading, a wrong password): nothing is known, so nothing
+            // is remembered; the listing fails as its SCAN would.
+            Err(e) => return Err(e),
+            // nil: the ACL user may not run INFO.
+            Ok(_) => String::new(),
         };
         if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
             return Err(NodeError {
