@@ -10,6 +10,10 @@ pub struct Identity {
     pub pid: u32,
     pub user: String,
     pub command: String,
+    /// The pid namespace `pid` is counted in (`pid:[4026531836]`), so that `inspect` in
+    /// another one (a container sharing the host's name) does not judge the holder's pid by
+    /// its own processes. Empty when /proc cannot tell.
+    pub pidns: String,
 }
 
 impl Identity {
@@ -33,6 +37,7 @@ impl Identity {
             pid,
             user,
             command,
+            pidns: pid_namespace(),
         }
     }
 }
@@ -45,20 +50,35 @@ fn host_name() -> String {
         .unwrap_or_else(|| "unknown-host".into())
 }
 
-/// True when a holder recorded as `pid` on `host` is this machine's, and no such process exists
-/// any more (`kill(pid, 0)` fails with ESRCH; EPERM means it exists, as another user's). A
-/// holder on another host, or with no usable pid, is never called gone: nobody here can know.
+/// This process's pid namespace, as /proc names it (`pid:[4026531836]`); empty when unknown.
+/// (A holder's pid is its own or its parent's, which shares the namespace.)
+fn pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// True when a holder recorded as `pid` on `host` (in pid namespace `pidns`, when the record
+/// says) is this machine's, and no such process exists any more (`kill(pid, 0)` fails with
+/// ESRCH; EPERM means it exists, as another user's). A holder on another host, in another pid
+/// namespace (a container that shares the host's name), or with no usable pid, is never called
+/// gone: nobody here can know.
 ///
-/// Two limits: a pid the system gave to a new process since looks alive (the lock is then not
-/// called stale); and a holder in a container that shares this host's name but not its process
-/// namespace is judged by this namespace's processes (and may be called stale wrongly).
-pub fn process_gone(host: &str, pid: &str) -> bool {
+/// One limit: a pid the system gave to a new process since looks alive (the lock is then not
+/// called stale). A record written before rlock recorded namespaces is judged by this one's.
+pub fn process_gone(host: &str, pid: &str, pidns: Option<&str>) -> bool {
     static HOST: OnceLock<String> = OnceLock::new();
+    static PIDNS: OnceLock<String> = OnceLock::new();
     let Ok(pid) = pid.parse::<i32>() else {
         return false;
     };
     // 0 and negative numbers name process groups to kill(2), not one process.
     if pid <= 0 || host != HOST.get_or_init(host_name) {
+        return false;
+    }
+    if let Some(ns) = pidns.filter(|ns| !ns.is_empty())
+        && ns != PIDNS.get_or_init(pid_namespace)
+    {
         return false;
     }
     matches!(

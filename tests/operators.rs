@@ -185,6 +185,48 @@ fn the_stale_hint_names_the_server_and_prefix_it_was_read_from() {
     );
 }
 
+/// A pid that no process has: a child's, once it was reaped.
+fn a_dead_pid() -> String {
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let pid = child.id();
+    child.wait().expect("wait for true");
+    pid.to_string()
+}
+
+/// A holder in another pid namespace (a container sharing the host's name) records it, and
+/// `inspect` outside that namespace does not judge its pid by the processes it can see.
+#[test]
+fn a_holder_in_another_pid_namespace_is_never_called_stale() {
+    let server = RedisServer::start();
+    // `unshare --pid --fork`, as a container's runtime would (root is needed, as in CI).
+    let out = run(&mut shell(
+        &server,
+        r#"unshare --pid --fork sh -c 'eval "$("$RL" --url "$URL" acquire --export -k boxed --ttl 1h)"; true'"#,
+    ));
+    assert_eq!(
+        out.code, 0,
+        "unshare --pid failed: this test needs util-linux's unshare and root: {out}"
+    );
+    let state = "{rlock:boxed}:state";
+    let theirs = server.hgetall(state).remove("pidns").unwrap_or_default();
+    let ours = std::fs::read_link("/proc/self/ns/pid").expect("our pid namespace");
+    let ours = ours.to_string_lossy();
+    assert!(theirs.starts_with("pid:["), "recorded {theirs:?}");
+    assert_ne!(theirs, ours, "the holder's namespace was not recorded");
+
+    // Its pid (1 in its namespace) taken for one that no process has here: still not stale.
+    server.cmd(&["HSET", state, "pid", &a_dead_pid()]);
+    let json = inspect_json(&server, "boxed");
+    assert_eq!(json["stale"], false, "{json}");
+    let out = run(rlock_at(&server).args(["inspect", "-k", "boxed"]));
+    assert!(!out.stdout.contains("stale"), "{out}");
+
+    // The same record in this namespace: stale.
+    server.cmd(&["HSET", state, "pidns", &ours]);
+    let json = inspect_json(&server, "boxed");
+    assert_eq!(json["stale"], true, "{json}");
+}
+
 #[test]
 fn a_stale_holder_of_a_semaphore_is_told_to_give_back_its_own_place() {
     let server = RedisServer::start();

@@ -61,7 +61,7 @@ fn nothing_held(ctx: &Context) -> String {
 /// its lease ends.
 fn stale(h: &Holder) -> bool {
     match (&h.host, &h.pid) {
-        (Some(host), Some(pid)) => process_gone(host, pid),
+        (Some(host), Some(pid)) => process_gone(host, pid, h.pidns.as_deref()),
         _ => false,
     }
 }

@@ -9,6 +9,7 @@
 -- ARGV[6..9] holder host, pid, user, command
 -- ARGV[10] "" for an exclusive lock, "limit" for a semaphore, "shared" for a shared lock
 -- ARGV[11] the semaphore's N
+-- ARGV[12] the holder's pid namespace (for inspect's stale check; may be empty)
 -- Returns {"ok", fence, ttl_ms}
 --         {"busy", pttl_ms, now_ms, host, pid, user, since_ms, command, holders, limit}
 --              (holder fields nil when another client holds it; with several holders, the one
@@ -135,7 +136,7 @@ if mode ~= "" then
       -- (cjson writes numbers with 14 digits: the fence goes as a string.)
       redis.call("HSET", state, "fence", fence, "mode", mode, "limit", limit, "h:" .. token,
         cjson.encode({fence = string.format("%.0f", fence), host = ARGV[6], pid = ARGV[7], user = ARGV[8],
-          cmd = ARGV[9], since = now, ttl = ttl, renewed = now}))
+          cmd = ARGV[9], since = now, ttl = ttl, renewed = now, pidns = ARGV[12] or ""}))
       redis.call("HDEL", state, "go:" .. token)
       if redis.call("HGET", state, "next") == token then
         redis.call("HDEL", state, "next", "next_until")
@@ -229,7 +230,7 @@ end
 fence = math.max(fence + 1, now_us)
 redis.call("SET", lock, token, "PX", ttl)
 redis.call("HSET", state, "fence", fence, "token", token, "host", ARGV[6], "pid", ARGV[7],
-  "user", ARGV[8], "cmd", ARGV[9], "since", now, "ttl", ttl, "renewed", now)
+  "user", ARGV[8], "cmd", ARGV[9], "since", now, "ttl", ttl, "renewed", now, "pidns", ARGV[12] or "")
 redis.call("HDEL", state, "released", "broken", "next", "next_until")
 redis.call("ZREM", queue, token)
 keep_alive(state, ttl + KEEP_MS)

@@ -83,6 +83,7 @@ impl Locker {
             &who.command,
             mode,
             &limit,
+            &who.pidns,
         ];
         let timeout = self.node_timeout(ttl);
         let sent = Instant::now();

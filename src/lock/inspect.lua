@@ -1,8 +1,10 @@
 -- inspect: read a lock and what rlock knows of its holder, changing nothing.
 -- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
 -- Returns {type, pttl_ms, now_ms, value, fence, host, pid, user, since_ms, command, ttl_ms,
---          waiters, renewed_ms}  (waiters: how many rlock processes wait in line; renewed_ms:
---          when the lease was last renewed, or granted, by the server's clock)
+--          waiters, renewed_ms, nil, nil, pidns}  (waiters: how many rlock processes wait in
+--          line; renewed_ms: when the lease was last renewed, or granted, by the server's clock;
+--          pidns: the holder's pid namespace, where the two nils of a semaphore's mode and
+--          limit would be)
 --   type is "none", "string", "hash" (e.g. a Redisson lock) or any other Redis type; value is
 --   the string's value (the owner token); the holder fields are nil unless rlock wrote them for
 --   this very value.
@@ -45,9 +47,10 @@ local value = redis.call("GET", lock)
 local h = {false, false, false, false, false, false, false, false, false}
 if redis.call("TYPE", state)["ok"] == "hash" then
   h = redis.call("HMGET", state, "token", "fence", "host", "pid", "user", "since", "cmd", "ttl",
-    "renewed")
+    "renewed", "pidns")
 end
 if h[1] ~= value then
   return {kind, pttl, now, value, false, false, false, false, false, false, false, waiters, false}
 end
-return {kind, pttl, now, value, h[2], h[3], h[4], h[5], h[6], h[7], h[8], waiters, h[9]}
+return {kind, pttl, now, value, h[2], h[3], h[4], h[5], h[6], h[7], h[8], waiters, h[9], false,
+  false, h[10]}

@@ -49,6 +49,8 @@ pub struct Holder {
     pub user: Option<String>,
     pub since_ms: Option<i64>,
     pub command: Option<String>,
+    /// The pid namespace `pid` is counted in, where rlock recorded it.
+    pub pidns: Option<String>,
 }
 
 /// The holders of a semaphore or shared lock that a busy reply reports.
@@ -99,6 +101,7 @@ impl HolderLease {
                     user: field("user").filter(|u| !u.is_empty()),
                     since_ms: number("since").map(|n| n as i64),
                     command: field("cmd"),
+                    pidns: field("pidns"),
                 },
             });
             i += 3;
@@ -281,24 +284,35 @@ impl InspectReply {
             // A sorted set rlock did not write.
             kind = KeyType::Other("zset".into());
         }
+        let limit = text(r, 13).map(|mode| {
+            if mode == "shared" {
+                0
+            } else {
+                int(r, 14).unwrap_or(0)
+            }
+        });
+        let mut holder = holder_at(r, 5);
+        // After a semaphore's mode and limit come its holders; after a lock's two nils, the
+        // holder's pid namespace.
+        let holders = match limit {
+            Some(_) => HolderLease::list(r, 15),
+            None => {
+                holder.pidns = text(r, 15);
+                Vec::new()
+            }
+        };
         InspectReply {
             kind,
             pttl: int(r, 1).unwrap_or(-2),
             now_ms: int(r, 2).unwrap_or(0),
             token: text(r, 3),
             fence: int(r, 4),
-            holder: holder_at(r, 5),
+            holder,
             ttl_ms: int(r, 10),
             waiters: int(r, 11).unwrap_or(0),
             renewed_ms: int(r, 12),
-            limit: text(r, 13).map(|mode| {
-                if mode == "shared" {
-                    0
-                } else {
-                    int(r, 14).unwrap_or(0)
-                }
-            }),
-            holders: HolderLease::list(r, 15),
+            limit,
+            holders,
         }
     }
 }
@@ -316,6 +330,7 @@ fn holder_at(r: &[Value], at: usize) -> Holder {
         user: text(r, at + 2),
         since_ms: int(r, at + 3),
         command: text(r, at + 4),
+        pidns: None,
     }
 }
 
