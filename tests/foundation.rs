@@ -1691,7 +1691,35 @@ fn renew_with_a_shorter_ttl_does_not_shorten_the_lease() {
         (50_001..=60_000).contains(&pttl),
         "renew --ttl 1s cut a 60 s lease short: PTTL {pttl}"
     );
-    assert_eq!(server.get(&lock_key("jobs")), Some(token));
+    assert_eq!(server.get(&lock_key("jobs")), Some(token.clone()));
+
+    // Nor the TTL the lock was last given: a renew without --ttl after it still renews for
+    // 60 s, for a lock and for a semaphore's holder alike.
+    let sem = acquire(&server, "slots", &["--ttl", "60s", "--limit", "2"]);
+    for (key, token) in [("jobs", &token), ("slots", &sem)] {
+        let out =
+            run(rlock_at(&server).args(["renew", "-k", key, "--token", token, "--ttl", "1s"]));
+        assert_ok(&out);
+        let out = run(rlock_at(&server).args(["inspect", "--json", "-k", key]));
+        let json: Value = serde_json::from_str(&out.stdout).expect("JSON");
+        assert_eq!(json["holders"][0]["lease_ms"], 60_000, "{key}: {json}");
+        // Let a few seconds of the lease go by the server's clock, then renew with no --ttl.
+        let lock = lock_key(key);
+        let ends_before = server.pttl(&lock);
+        wait_until(
+            "the lease to run down a little",
+            Duration::from_secs(10),
+            || server.pttl(&lock) < ends_before - 1500,
+        );
+        assert_ok(&run(
+            rlock_at(&server).args(["renew", "-k", key, "--token", token])
+        ));
+        let pttl = server.pttl(&lock);
+        assert!(
+            pttl > 59_000,
+            "{key}: a plain renew did not renew for 60 s: PTTL {pttl}"
+        );
+    }
 }
 
 #[test]

@@ -26,13 +26,18 @@ if kind == "zset" and redis.call("TYPE", state)["ok"] == "hash" and
     h = nil
   end
   local ttl = tonumber(ARGV[2]) or (h and tonumber(h.ttl)) or 30000
+  -- A shorter TTL leaves the lease, and the TTL it was last given, as they are.
+  local extended = now + ttl > ends
   ends = math.max(ends, now + ttl)
   if redis.call("PTTL", lock) < ends - now then
     redis.call("PEXPIRE", lock, ends - now)
   end
   redis.call("ZADD", lock, "XX", ends, token)
   if h then
-    h.ttl, h.renewed = ttl, now
+    if extended then
+      h.ttl = ttl
+    end
+    h.renewed = now
     redis.pcall("HSET", state, "h:" .. token, cjson.encode(h))
   end
   keep_alive(state, ttl + KEEP_MS)
@@ -60,7 +65,8 @@ end
 -- noeviction) Redis refuses a script's first write when it may need memory (HSET does, PEXPIRE
 -- does not), and lets any write through once the script has written.
 local left = redis.call("PTTL", lock)
-if left >= 0 and left < ttl then
+local extended = left >= 0 and left < ttl
+if extended then
   redis.call("PEXPIRE", lock, ttl)
   left = ttl
 end
@@ -69,7 +75,8 @@ if recorded then
   keep_alive(state, ttl + KEEP_MS)
   -- When it was renewed, for inspect: the grant wrote the field, so this overwrites a number of
   -- the same size and needs no new memory; and it is best-effort (pcall), as is the TTL.
-  if ARGV[2] ~= "" and redis.call("HGET", state, "ttl") ~= tostring(ttl) then
+  -- The TTL the lock was last given changes only with the lease: a shorter --ttl leaves both.
+  if extended and ARGV[2] ~= "" and redis.call("HGET", state, "ttl") ~= tostring(ttl) then
     redis.pcall("HSET", state, "renewed", now_ms(), "ttl", ttl)
   else
     redis.pcall("HSET", state, "renewed", now_ms())
