@@ -273,7 +273,9 @@ pub struct WaitArgs {
         value_name = "CODE",
         value_hint = ValueHint::Other,
         default_value_t = 75,
-        value_parser = clap::value_parser!(u8)
+        value_parser = clap::value_parser!(u8),
+        // `-E -1` is a value out of range, not a stray flag.
+        allow_negative_numbers = true
     )]
     pub conflict_exit_code: u8,
 }

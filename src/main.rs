@@ -15,19 +15,18 @@ fn main() -> ExitCode {
     let cli = match parsed {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        // `rlock` alone.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            eprintln!(
+                "rlock: a subcommand is needed: acquire, release, renew, inspect or exec (see 'rlock --help')"
+            );
+            return ExitCode::from(rlock::exit::Code::Usage as u8);
+        }
         Err(e) => {
-            // One line, as for every other failure: clap's first line, without its "error: ".
-            // Clap's message runs to its first blank line (a list of missing arguments, or a
-            // value with a newline in it, continues on further lines): fold it into one.
-            let text = e.render().to_string();
-            let line = text
-                .lines()
-                .take_while(|l| !l.trim().is_empty())
-                .map(str::trim)
-                .collect::<Vec<_>>()
-                .join(" ");
-            let line = line.strip_prefix("error: ").unwrap_or(&line);
-            eprintln!("rlock: {line} (see 'rlock --help')");
+            eprintln!(
+                "rlock: {}",
+                usage_error(&e.render().to_string(), &rlock::cli::Cli::command())
+            );
             return ExitCode::from(rlock::exit::Code::Usage as u8);
         }
     };
@@ -50,6 +49,43 @@ fn main() -> ExitCode {
                 None => ExitCode::from(code),
             }
         }
+    }
+}
+
+/// Clap's error as one line, as for every other failure: its message without "error: ", its
+/// tip ("a similar argument exists: '--ttl'"), and the help page of the subcommand its usage
+/// line names, or else the first of `command`'s subcommands on the command line. The message
+/// runs to its first blank line (a list of missing arguments, or a value with a newline in it,
+/// continues on further lines): it is folded into one.
+fn usage_error(text: &str, command: &clap::Command) -> String {
+    let mut line = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    if let Some(rest) = line.strip_prefix("error: ") {
+        line = rest.to_string();
+    }
+    for tip in text.lines().filter_map(|l| l.trim().strip_prefix("tip: ")) {
+        line.push_str("; ");
+        line.push_str(tip);
+    }
+    let sub = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Usage: rlock "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .filter(|w| w.chars().all(|c| c.is_ascii_lowercase()))
+        .map(str::to_string)
+        .or_else(|| {
+            std::env::args()
+                .skip(1)
+                .take_while(|a| a != "--")
+                .find(|a| command.find_subcommand(a).is_some())
+        });
+    match sub {
+        Some(sub) => format!("{line} (see 'rlock {sub} --help')"),
+        None => format!("{line} (see 'rlock --help')"),
     }
 }
 

@@ -191,6 +191,59 @@ impl Drop for HttpLike {
     }
 }
 
+/// A typo gets clap's suggestion, and a usage error names the help page of its subcommand,
+/// where the option it is about is described; all on one line, exit 2.
+#[test]
+fn usage_errors_suggest_and_point_at_the_right_help() {
+    for (args, says) in [
+        (
+            &["aquire", "-k", "x"][..],
+            &[
+                "a similar subcommand exists: 'acquire'",
+                "(see 'rlock --help')",
+            ][..],
+        ),
+        (
+            &["acquire", "--tll", "30s", "-k", "x"],
+            &[
+                "a similar argument exists: '--ttl'",
+                "(see 'rlock acquire --help')",
+            ],
+        ),
+        (
+            &["acquire", "--ttl", "30", "-k", "x"],
+            &["'30' has no unit", "(see 'rlock acquire --help')"],
+        ),
+        (
+            &["acquire", "-E", "-1", "-k", "x"],
+            &["-1 is not in 0..=255", "(see 'rlock acquire --help')"],
+        ),
+        (
+            &["exec", "-k", "x", "--lost-signal", "FOO", "--", "true"],
+            &["'FOO' is not a signal", "(see 'rlock exec --help')"],
+        ),
+        (
+            &["inspect", "--bogus"],
+            &[
+                "unexpected argument '--bogus'",
+                "(see 'rlock inspect --help')",
+            ],
+        ),
+        (
+            &[],
+            &["a subcommand is needed: acquire, release, renew, inspect or exec"],
+        ),
+    ] {
+        let out = run(rlock().args(args));
+        assert_eq!(out.code, 2, "{args:?}: {out}");
+        assert_eq!(out.stdout, "", "{args:?}: {out}");
+        assert_eq!(out.stderr.lines().count(), 1, "{args:?}: {out}");
+        for s in says {
+            assert!(out.stderr.contains(s), "{args:?}: wants {s:?}: {out}");
+        }
+    }
+}
+
 /// One line on stderr, starting with "rlock: ", stdout empty, the given exit code.
 fn assert_one_line(out: &Output, code: i32) {
     assert_eq!(out.code, code, "{out}");
