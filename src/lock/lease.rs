@@ -32,9 +32,18 @@ impl Lease {
         grace: Option<Duration>,
         op_timeout: Duration,
     ) -> Result<Self, String> {
+        let defaults = renew_every.is_none() && grace.is_none();
         let renew_every = renew_every.unwrap_or(ttl / 3);
         let grace = grace.unwrap_or(ttl / 4);
         let usable = ttl.saturating_sub(drift(ttl));
+        // Neither given: the TTL alone is at fault, and the message says so rather than blame
+        // options left at their defaults.
+        if defaults && (grace >= usable || renew_every >= usable - grace) {
+            return Err(format!(
+                "--ttl {} is too short for exec: less the drift allowance (1% and 2ms) it leaves no room to renew before the lease ends; give a longer --ttl (seconds, in practice)",
+                humantime::format_duration(ttl)
+            ));
+        }
         if grace >= usable {
             return Err(format!(
                 "--grace {} leaves no lease: it must be shorter than --ttl {} minus 1% and 2ms",
@@ -109,5 +118,11 @@ mod tests {
             )
             .is_err()
         );
+        // Too short a TTL, with the defaults: the TTL is named, not --grace.
+        let e = Lease::new(Duration::from_millis(1), None, None, op).unwrap_err();
+        assert!(e.starts_with("--ttl 1ms is too short for exec"), "{e}");
+        let e = Lease::new(Duration::from_millis(4), None, None, op).unwrap_err();
+        assert!(e.starts_with("--ttl 4ms is too short"), "{e}");
+        assert!(Lease::new(Duration::from_millis(5), None, None, op).is_ok());
     }
 }
