@@ -443,8 +443,15 @@ pub fn duration(s: &str) -> Result<Duration, String> {
     if s.starts_with('-') {
         return Err(format!("'{s}' is negative: durations must be positive"));
     }
-    humantime::parse_duration(s)
-        .map_err(|e| format!("'{s}' is not a duration ({e}); try e.g. 30s, 250ms, 5m, '1h 30m'"))
+    humantime::parse_duration(s).map_err(|e| {
+        let why = match e {
+            humantime::DurationError::UnknownUnit { unit, .. } => {
+                format!("unknown unit '{unit}': use ms, s, m, h or d")
+            }
+            e => e.to_string(),
+        };
+        format!("'{s}' is not a duration ({why}); try e.g. 30s, 250ms, 5m, '1h 30m'")
+    })
 }
 
 /// A duration of at least one millisecond.
