@@ -215,6 +215,10 @@ fn usage_errors_suggest_and_point_at_the_right_help() {
             &["'30' has no unit", "(see 'rlock acquire --help')"],
         ),
         (
+            &["acquire", "--ttl", "30x", "-k", "x"],
+            &["unknown unit 'x': use ms, s, m, h or d", "try e.g. 30s"],
+        ),
+        (
             &["acquire", "-E", "-1", "-k", "x"],
             &["-1 is not in 0..=255", "(see 'rlock acquire --help')"],
         ),
