@@ -1336,6 +1336,19 @@ fn malformed_urls_and_unreadable_password_files_are_configuration_errors() {
             assert!(!out.stderr.contains(SECRET), "password shown:\n{out}");
         }
     }
+    // What is wrong is said in words, not in the client library's ("InvalidClientConfig").
+    for (url, why) in [
+        ("redis://127.0.0.1:99999".to_string(), "invalid port number"),
+        (
+            format!("{}/abc", server.url()),
+            "the database after the host must be a number",
+        ),
+        ("rediss://[::1".to_string(), "invalid IPv6 address"),
+    ] {
+        let out = run(rlock().args(["--url", &url, "inspect"]));
+        assert_fails(&out, 78, &["malformed URL", why]);
+        assert!(!out.stderr.contains("InvalidClientConfig"), "{out}");
+    }
     let missing = "/nonexistent/rlock-password";
     let out = run(rlock_at(&server).args(["--password-file", missing, "acquire", "-k", "jobs"]));
     assert_fails(&out, 78, &[missing]);

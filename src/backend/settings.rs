@@ -84,7 +84,7 @@ impl Settings {
         let info = url.into_connection_info().map_err(|e| {
             Failure::Config(format!(
                 "malformed URL '{shown}': {}",
-                redact_text(&e.to_string())
+                why_malformed(url, &e)
             ))
         })?;
         let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
@@ -264,6 +264,29 @@ pub fn split_urls(list: &str) -> Vec<String> {
     urls.push(list[start..].trim().to_string());
     urls.retain(|u| !u.is_empty());
     urls
+}
+
+/// What is wrong with a URL the redis crate would not take, in words: the `url` crate's
+/// reason ("invalid port number"), the database number, or else the redis crate's own words
+/// without its error kind ("- InvalidClientConfig"). Never a piece of the URL itself, which
+/// may hold a password.
+fn why_malformed(url: &str, e: &redis::RedisError) -> String {
+    if url.starts_with("redis://") || url.starts_with("rediss://") {
+        match url::Url::parse(url) {
+            Err(e) => return e.to_string(),
+            Ok(u) if u.host_str().is_none_or(str::is_empty) => return "no host".into(),
+            Ok(u) => {
+                let db = u.path().trim_start_matches('/');
+                if !db.is_empty() && db.parse::<i64>().is_err() {
+                    return "the database after the host must be a number, as in redis://host:6379/0"
+                        .into();
+                }
+            }
+        }
+    }
+    let text = e.to_string();
+    let text = text.split(" - ").next().unwrap_or(&text);
+    redact_text(text)
 }
 
 #[cfg(test)]
