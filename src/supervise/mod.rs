@@ -327,8 +327,10 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
                 .last_error
                 .take()
                 .unwrap_or_else(|| "no renewal succeeded".into());
+            // The lease has not run out yet: the command is stopped --grace before it can.
             self.lost = Some(format!(
-                "could not renew it before the lease ran out ({why})"
+                "could not renew it, and its lease runs out within {} ({why})",
+                humantime::format_duration(self.enforce.grace)
             ));
             self.term(true);
         }
