@@ -354,6 +354,27 @@ fn shared_locks_in_inspect_and_usage_errors() {
     // An exclusive request waits for the readers.
     let out = run(rlock_at(&server).args(["acquire", "-k", "k", "-n"]));
     assert_eq!(out.code, 75, "{out}");
+    assert!(!out.stderr.contains("exclusive request"), "{out}");
+    // A reader that comes after a waiting writer queues behind it, and is told why: the
+    // readers holding the lock would let it in.
+    let dir = tempdir();
+    let mut writer = Background::spawn(
+        "writer",
+        dir.path(),
+        rlock_at(&server).args(["acquire", "-k", "k", "-w", "30s"]),
+    );
+    wait_until("the writer to queue", SOON, || {
+        let out = run(rlock_at(&server).args(["inspect", "--json", "-k", "k"]));
+        out.stdout.contains("\"waiters\":1")
+    });
+    let out = run(rlock_at(&server).args(["acquire", "-k", "k", "--shared", "-n"]));
+    assert_eq!(out.code, 75, "{out}");
+    assert!(
+        out.stderr.contains("shared by") && out.stderr.contains("an exclusive request waits first"),
+        "{out}"
+    );
+    writer.kill(Signal::SIGTERM);
+    writer.finish(SOON);
     let out = run(rlock_at(&server).args(["acquire", "-k", "k", "--shared", "--limit", "2"]));
     assert_eq!(out.code, 2, "{out}");
     let out = run(rlock_at(&server).args(["acquire", "-k", "k", "--limit", "0"]));

@@ -11,9 +11,10 @@
 -- ARGV[11] the semaphore's N
 -- ARGV[12] the holder's pid namespace (for inspect's stale check; may be empty)
 -- Returns {"ok", fence, ttl_ms}
---         {"busy", pttl_ms, now_ms, host, pid, user, since_ms, command, holders, limit}
+--         {"busy", pttl_ms, now_ms, host, pid, user, since_ms, command, holders, limit, ahead}
 --              (holder fields nil when another client holds it; with several holders, the one
---              whose lease ends first, how many there are and the limit, 0 for shared)
+--              whose lease ends first, how many there are and the limit, 0 for shared; ahead
+--              is 1 when a shared request waits because an exclusive one is ahead of it)
 --         {"queued", wait_ms, now_ms}  the lock is free but an earlier waiter goes first
 --         {"mismatch", kind}           held as another kind of lock ("exclusive", "shared",
 --                                      "limit N"); nothing was changed
@@ -68,15 +69,16 @@ local function wait_in_line(horizon)
   end
 end
 
--- The holder whose lease ends first, for a busy reply.
-local function busy_multi(pttl)
+-- The holder whose lease ends first, for a busy reply; `ahead` when an exclusive waiter is
+-- what keeps a shared request out.
+local function busy_multi(pttl, ahead)
   local first = redis.call("ZRANGE", lock, 0, 0)[1]
   local ok, h = pcall(cjson.decode, redis.call("HGET", state, "h:" .. (first or "")) or "")
   if not ok or type(h) ~= "table" then
     h = {}
   end
   return {"busy", pttl, now, h.host, h.pid, h.user, h.since, h.cmd, redis.call("ZCARD", lock),
-    tonumber(redis.call("HGET", state, "limit")) or 0}
+    tonumber(redis.call("HGET", state, "limit")) or 0, ahead and 1 or 0}
 end
 
 if kind == "zset" then
@@ -154,7 +156,7 @@ if mode ~= "" then
     if held > 0 and (mode == "shared" or held >= limit) then
       local pttl = mode == "shared" and redis.call("PTTL", lock) or first_end(lock, now)
       wait_in_line(pttl)
-      return busy_multi(pttl)
+      return busy_multi(pttl, mode == "shared" and blocked ~= nil)
     end
     local r = redis.call("HMGET", state, "next", "next_until")
     local wait = CLAIM_MS

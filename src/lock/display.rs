@@ -58,12 +58,23 @@ pub(super) fn busy_message(
         n => format!(" and {} others", n - 1),
     };
     match crowd {
-        Some(Crowd { holders, limit: 0 }) => format!(
+        Some(Crowd {
+            holders,
+            limit: 0,
+            exclusive_ahead: true,
+        }) => format!(
+            "lock '{}' is busy (shared by {who}{}, and an exclusive request waits first: shared requests queue behind it; the last lease {expiry})",
+            key.name,
+            others(holders)
+        ),
+        Some(Crowd {
+            holders, limit: 0, ..
+        }) => format!(
             "lock '{}' is busy (shared by {who}{}; the last lease {expiry})",
             key.name,
             others(holders)
         ),
-        Some(Crowd { holders, limit }) => format!(
+        Some(Crowd { holders, limit, .. }) => format!(
             "lock '{}' is busy (held {holders}/{limit}, by {who}{}; the first lease {expiry})",
             key.name,
             others(holders)

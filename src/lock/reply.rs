@@ -59,6 +59,9 @@ pub struct Crowd {
     pub holders: i64,
     /// The semaphore's N; 0 for a shared lock.
     pub limit: i64,
+    /// A shared request is kept out by an exclusive request ahead of it in line, not by the
+    /// holders (who would let it in).
+    pub exclusive_ahead: bool,
 }
 
 /// One holder of a semaphore or shared lock (multi.lua's record).
@@ -145,6 +148,7 @@ impl AcquireReply {
                 crowd: int(r, 8).map(|holders| Crowd {
                     holders,
                     limit: int(r, 9).unwrap_or(0),
+                    exclusive_ahead: int(r, 10) == Some(1),
                 }),
             },
             "mismatch" => AcquireReply::Mismatch(text(r, 1).unwrap_or_default()),
