@@ -501,8 +501,11 @@ fn non_empty(what: &'static str) -> impl Fn(&str) -> Result<String, String> + Cl
                 "the {what} must not be empty or only blanks (got '{s}')"
             ))
         } else if s.chars().any(char::is_control) {
+            // Clap quotes the value as it is, and a newline in it splits the message: shown
+            // escaped here, where it can be seen.
             Err(format!(
-                "the {what} must not hold control characters (a newline, a tab)"
+                "the {what} must not hold control characters (a newline, a tab): got '{}'",
+                s.escape_debug()
             ))
         } else {
             Ok(s.to_string())

@@ -1894,7 +1894,7 @@ fn out_of_range_and_negative_durations_and_control_characters_are_usage_errors()
 fn a_key_with_a_newline_is_refused_with_a_message_that_says_why() {
     let server = RedisServer::start();
     let out = run(rlock_at(&server).args(["acquire", "-k", "a\nb"]));
-    assert_fails(&out, 2, &["--key", "control characters"]);
+    assert_fails(&out, 2, &["--key", "control characters", r"got 'a\nb'"]);
 }
 
 #[test]
