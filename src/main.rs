@@ -78,11 +78,15 @@ fn usage_error(text: &str, command: &clap::Command) -> String {
         .filter(|w| w.chars().all(|c| c.is_ascii_lowercase()))
         .map(str::to_string)
         .or_else(|| {
-            std::env::args()
+            // args_os: an argument that is not UTF-8 must not panic here.
+            std::env::args_os()
                 .skip(1)
                 .take_while(|a| a != "--")
+                .filter_map(|a| a.into_string().ok())
                 .find(|a| command.find_subcommand(a).is_some())
         });
+    // Clap quotes the argument it could not place, which may be a URL with a password.
+    let line = rlock::redact::redact_text(&line);
     match sub {
         Some(sub) => format!("{line} (see 'rlock {sub} --help')"),
         None => format!("{line} (see 'rlock --help')"),

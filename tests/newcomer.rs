@@ -248,6 +248,21 @@ fn usage_errors_suggest_and_point_at_the_right_help() {
     }
 }
 
+/// A usage error about an argument that is not UTF-8 is still one line and exit 2 (not a
+/// panic), and one about a stray URL does not show its password.
+#[test]
+fn usage_errors_survive_odd_arguments_and_hide_passwords() {
+    use std::os::unix::ffi::OsStrExt;
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    for args in [vec![odd], vec![std::ffi::OsStr::new("--bogus"), odd]] {
+        let out = run(rlock().args(&args));
+        assert_one_line(&out, 2);
+    }
+    let out = run(rlock().args(["acquire", "-k", "x", "redis://:hunter2@db"]));
+    assert_one_line(&out, 2);
+    assert!(!out.stderr.contains("hunter2"), "{out}");
+}
+
 /// One line on stderr, starting with "rlock: ", stdout empty, the given exit code.
 fn assert_one_line(out: &Output, code: i32) {
     assert_eq!(out.code, code, "{out}");
