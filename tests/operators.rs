@@ -183,6 +183,30 @@ fn the_stale_hint_names_the_server_and_prefix_it_was_read_from() {
         live.pid() as i64,
         "the live lock was broken: {json}"
     );
+
+    // Options from the environment are left to the environment: a URL with a password in
+    // RLOCK_URL is not printed as '***' for the paste to fail on.
+    acquire_from_a_shell_that_exits(&server, "nightly", "--ttl 1h --prefix 'team A:'");
+    let env = [
+        ("RLOCK_URL", server.url()),
+        ("RLOCK_PREFIX", "team A:".to_string()),
+    ];
+    let out = run(rlock().envs(env.clone()).args(["inspect", "-k", "nightly"]));
+    let hint = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("stale:"))
+        .unwrap_or_else(|| panic!("no hint: {out}"));
+    assert!(
+        hint.contains("with: rlock release -k nightly --force"),
+        "{out}"
+    );
+    let out = run(paste(&server, hint).envs(env));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        !server.exists("team A:nightly"),
+        "the stale lock is still there"
+    );
 }
 
 /// A pid that no process has: a child's, once it was reaped.

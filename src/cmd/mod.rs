@@ -46,11 +46,13 @@ impl Context {
 
     /// `rlock` and the global options that reach the locks this run reaches (servers, prefix,
     /// credentials' files, TLS files), for a command line rlock suggests: pasted, it acts on
-    /// the same lock, not on one of the same name elsewhere. URLs are redacted (a password
-    /// must be given again), and options left at their defaults are left out.
+    /// the same lock, not on one of the same name elsewhere. Options left at their defaults,
+    /// and those that came from the environment (which will give them again), are left out; so
+    /// a URL with a password is named only when it was given on the command line, redacted.
     pub fn rlock_line(&self) -> String {
         use crate::cmd::acquire::shell_quote;
         let g = &self.global;
+        let from_env = |var: &str, value: &str| std::env::var(var).is_ok_and(|v| v == value);
         let mut line = String::from("rlock");
         let mut add = |flag: &str, value: Option<&str>| {
             line.push(' ');
@@ -60,32 +62,40 @@ impl Context {
                 line.push_str(&shell_quote(v));
             }
         };
-        if self.settings.urls != [crate::cli::DEFAULT_URL] {
+        let env_urls = std::env::var("RLOCK_URL").ok().map(|v| split_urls(&v));
+        if self.settings.urls != [crate::cli::DEFAULT_URL]
+            && env_urls.as_ref() != Some(&self.settings.urls)
+        {
             for url in &self.settings.urls {
                 add("-u", Some(&crate::redact::redact(url)));
             }
         }
-        if g.cluster {
+        if g.cluster && std::env::var_os("RLOCK_CLUSTER").is_none() {
             add("--cluster", None);
         }
-        if let Some(name) = &g.sentinel {
-            add("--sentinel", Some(name));
-        }
-        if let Some(user) = &g.user {
-            add("--user", Some(user));
-        }
-        let files = [
-            ("--password-file", &g.password_file),
-            ("--tls-ca", &g.tls_ca),
-            ("--tls-cert", &g.tls_cert),
-            ("--tls-key", &g.tls_key),
+        let named = [
+            ("--sentinel", "RLOCK_SENTINEL", g.sentinel.as_deref()),
+            ("--user", "RLOCK_USER", g.user.as_deref()),
         ];
-        for (flag, path) in files {
-            if let Some(path) = path {
-                add(flag, Some(&path.to_string_lossy()));
+        for (flag, var, value) in named {
+            if let Some(v) = value.filter(|v| !from_env(var, v)) {
+                add(flag, Some(v));
             }
         }
-        if g.prefix != crate::cli::DEFAULT_PREFIX {
+        let files = [
+            ("--password-file", "", &g.password_file),
+            ("--tls-ca", "RLOCK_TLS_CA", &g.tls_ca),
+            ("--tls-cert", "RLOCK_TLS_CERT", &g.tls_cert),
+            ("--tls-key", "RLOCK_TLS_KEY", &g.tls_key),
+        ];
+        for (flag, var, path) in files {
+            if let Some(path) = path.as_ref().map(|p| p.to_string_lossy())
+                && !from_env(var, &path)
+            {
+                add(flag, Some(&path));
+            }
+        }
+        if g.prefix != crate::cli::DEFAULT_PREFIX && !from_env("RLOCK_PREFIX", &g.prefix) {
             add("--prefix", Some(&g.prefix));
         }
         line
