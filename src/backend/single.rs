@@ -25,8 +25,8 @@ pub struct Single {
     /// Known not to be a node of a Redis Cluster (see `refuse_cluster_node`).
     standalone: AtomicBool,
     /// For a rediss:// URL: known to speak TLS (a reply came; with TLS, connecting alone proves
-    /// nothing, as the handshake waits for the first request), or asked once whether it is a
-    /// plain Redis after all (see `diagnosed`).
+    /// nothing, as the handshake waits for the first request), so never asked whether it is a
+    /// plain Redis after all (see `not_tls`).
     tls_settled: AtomicBool,
 }
 
@@ -112,8 +112,10 @@ impl Single {
     }
 
     /// `err`, from the first handshake of a rediss:// URL, as "a plain Redis" when its port
-    /// answers a plain PING. Asked once, and never of a server this rlock reached over TLS, so
-    /// that a frozen server costs the question (at most a second) once, not at every attempt.
+    /// answers a plain PING. Asked once per process (of whichever server fails first: the
+    /// masters Sentinels name during a failover are new `Single`s each), and never of a server
+    /// this rlock reached over TLS, so that a frozen server costs the question (at most a
+    /// second) once, not at every attempt.
     fn not_tls(
         &self,
         err: NodeError,
@@ -127,7 +129,12 @@ impl Single {
             err.kind,
             Fault::Timeout | Fault::Io | Fault::NotRedis | Fault::Other
         );
-        if !first || !handshake || self.tls_settled.swap(true, Ordering::Relaxed) {
+        static ASKED: AtomicBool = AtomicBool::new(false);
+        if !first
+            || !handshake
+            || self.tls_settled.load(Ordering::Relaxed)
+            || ASKED.swap(true, Ordering::Relaxed)
+        {
             return err;
         }
         if !probe::answers_plain_redis(host, port, timeout) {

@@ -77,7 +77,9 @@ local function busy_multi(pttl, ahead)
   if not ok or type(h) ~= "table" then
     h = {}
   end
-  return {"busy", pttl, now, h.host, h.pid, h.user, h.since, h.cmd, redis.call("ZCARD", lock),
+  -- (false, not nil, for a field a damaged record lacks: a nil would end the reply there.)
+  return {"busy", pttl, now, h.host or false, h.pid or false, h.user or false, h.since or false,
+    h.cmd or false, redis.call("ZCARD", lock),
     tonumber(redis.call("HGET", state, "limit")) or 0, ahead and 1 or 0}
 end
 
