@@ -55,6 +55,12 @@ fn assert_given_back(out: &common::Output, master: &RedisServer, why: &str) {
     assert!(!master.exists("rlock:r"), "the grant was left behind");
 }
 
+/// `exec -k r -w 5s -- touch MARKER`: the marker says whether the command ran.
+fn exec_touching(marker: &std::path::Path) -> Vec<&str> {
+    let marker = marker.to_str().expect("a UTF-8 temp path");
+    vec!["exec", "-k", "r", "-w", "5s", "--", "touch", marker]
+}
+
 fn now_ms() -> i128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -154,16 +160,7 @@ fn no_replica_at_all_is_69_for_acquire_and_exec_and_the_command_never_runs() {
     // A wait (-w) does not wait for replicas: their absence is no outage to ride out.
     for sub in [
         vec!["acquire", "-k", "r", "-w", "5s"],
-        vec![
-            "exec",
-            "-k",
-            "r",
-            "-w",
-            "5s",
-            "--",
-            "touch",
-            marker.to_str().unwrap(),
-        ],
+        exec_touching(&marker),
     ] {
         let out = run(rlock_at(&master)
             .args(["--replicas", "1", "--op-timeout", "200ms"])
@@ -336,16 +333,7 @@ fn a_server_that_refuses_wait_gets_the_grant_back() {
     let marker = dir.path().join("ran");
     for sub in [
         vec!["acquire", "-k", "r", "-n", "--ttl", "60s"],
-        vec![
-            "exec",
-            "-k",
-            "r",
-            "-w",
-            "5s",
-            "--",
-            "touch",
-            marker.to_str().unwrap(),
-        ],
+        exec_touching(&marker),
     ] {
         let out = run(rlock_at(&master).args(["--replicas", "1"]).args(&sub));
         assert_given_back(
