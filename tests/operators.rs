@@ -152,6 +152,14 @@ fn paste(server: &RedisServer, hint: &str) -> Command {
     cmd
 }
 
+/// The line under inspect's table that says how to break a stale holder's lock.
+fn stale_hint(out: &common::Output) -> &str {
+    out.stdout
+        .lines()
+        .find(|l| l.starts_with("stale:"))
+        .unwrap_or_else(|| panic!("no hint: {out}"))
+}
+
 #[test]
 fn the_stale_hint_names_the_server_and_prefix_it_was_read_from() {
     // A stale lock under another prefix, and a live lock of the same name under the default
@@ -162,11 +170,7 @@ fn the_stale_hint_names_the_server_and_prefix_it_was_read_from() {
     let live = live_holder(&server, dir.path(), "live", "jobs", &[]);
     let out = run(rlock_at(&server).args(["--prefix", "team A:", "inspect", "-k", "jobs"]));
     assert_eq!(out.code, 0, "{out}");
-    let hint = out
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("stale:"))
-        .unwrap_or_else(|| panic!("no hint: {out}"));
+    let hint = stale_hint(&out);
     assert!(
         hint.contains(&format!("pid {gone} ")) && hint.contains("--prefix 'team A:'"),
         "{out}"
@@ -192,11 +196,7 @@ fn the_stale_hint_names_the_server_and_prefix_it_was_read_from() {
         ("RLOCK_PREFIX", "team A:".to_string()),
     ];
     let out = run(rlock().envs(env.clone()).args(["inspect", "-k", "nightly"]));
-    let hint = out
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("stale:"))
-        .unwrap_or_else(|| panic!("no hint: {out}"));
+    let hint = stale_hint(&out);
     assert!(
         hint.contains("with: rlock release -k nightly --force"),
         "{out}"
