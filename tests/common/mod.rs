@@ -13,6 +13,7 @@ mod binary;
 mod cli;
 mod cluster;
 mod limits;
+mod proxy;
 mod sentinel;
 mod server;
 mod spawn;
@@ -28,6 +29,7 @@ pub use self::{
     cli::redis_cli_bin,
     cluster::RedisCluster,
     limits::{CONN_TIMEOUT, READY_TIMEOUT, RUN_TIMEOUT},
+    proxy::{Dir, Mode, Proxy},
     sentinel::Sentinels,
     server::RedisServer,
     spawn::redis_version,

@@ -1,0 +1,370 @@
+mod common;
+
+// Faults between processes (contract, "Guarantee 12. A partition cannot make two holders"):
+// links cut, slowed and blackholed by the fault proxy on loopback while both ends live. Safety is
+// judged by the commands' own heartbeats: a holder's command stamps the time every ~20 ms, the
+// next holder's command stamps its start, and no stamp of the first may come at or after it.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Background as Bg, Dir, Mode, Proxy, RedisServer, rlock, wait_until};
+
+/// A command that stamps the time (ns) into `$D/<name>.beats` every ~20 ms for `secs` seconds,
+/// then writes `$D/<name>.done`.
+fn beating(name: &str, secs: u32) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            r#"end=$(( $(date +%s) + {secs} )); while [ "$(date +%s)" -lt "$end" ]; do date +%s%N >> "$D/{name}.beats"; sleep 0.02; done; touch "$D/{name}.done""#
+        ),
+    ]
+}
+
+/// A command that stamps its start into `$D/<name>.start` and ends.
+fn starting(name: &str) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!(r#"date +%s%N > "$D/{name}.start""#),
+    ]
+}
+
+fn stamps(dir: &Path, file: &str) -> Vec<i128> {
+    std::fs::read_to_string(dir.join(file))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// A's last heartbeat came before B's command started.
+fn assert_no_overlap(dir: &Path, a: &str, b: &str) {
+    let beats = stamps(dir, &format!("{a}.beats"));
+    let start = stamps(dir, &format!("{b}.start"));
+    let (Some(last), Some(start)) = (beats.last(), start.first()) else {
+        panic!(
+            "no heartbeat of {a} ({} stamps) or no start of {b}",
+            beats.len()
+        );
+    };
+    assert!(
+        last < start,
+        "{a}'s command beat {:.1} ms after {b}'s command started",
+        (last - start) as f64 / 1e6
+    );
+}
+
+/// A plain RESP exchange through a socket: the reply's first line, or the read's error.
+fn ping(stream: &mut TcpStream) -> std::io::Result<String> {
+    stream.write_all(b"*1\r\n$4\r\nPING\r\n")?;
+    let mut buf = [0u8; 64];
+    let n = stream.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).trim_end().to_string())
+}
+
+fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the proxy");
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("read timeout");
+    s
+}
+
+mod proxy {
+    use super::*;
+
+    #[test]
+    fn passes_bytes_both_ways() {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port());
+        let mut c = connect(proxy.port());
+        assert_eq!(ping(&mut c).expect("PING through the proxy"), "+PONG");
+        assert_eq!(proxy.open_connections(), 1);
+    }
+
+    #[test]
+    fn delays_each_direction_by_its_setting() {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port());
+        let mut c = connect(proxy.port());
+        ping(&mut c).expect("PING");
+        proxy.set_dir(
+            Dir::ToServer,
+            Mode::Delay {
+                base: Duration::from_millis(150),
+                jitter: Duration::from_millis(50),
+            },
+        );
+        let t = Instant::now();
+        assert_eq!(ping(&mut c).expect("a delayed PING"), "+PONG");
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(150) && took < Duration::from_millis(450),
+            "a request delayed 150–200 ms took {took:?}"
+        );
+        proxy.set(Mode::Pass);
+        let t = Instant::now();
+        ping(&mut c).expect("PING");
+        assert!(
+            t.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_blackhole_reads_and_answers_nothing_then_heals_with_a_new_connection() {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port());
+        let mut c = connect(proxy.port());
+        ping(&mut c).expect("PING");
+        proxy.set(Mode::Blackhole);
+        // The write succeeds (the proxy reads it), and no reply ever comes.
+        let err = ping(&mut c).expect_err("a reply through a blackhole");
+        assert!(
+            matches!(
+                err.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "{err}"
+        );
+        // A new connection is accepted and blackholed too.
+        let mut c2 = connect(proxy.port());
+        assert!(ping(&mut c2).is_err());
+        proxy.heal();
+        // The connections that lost bytes are closed on healing; a new one passes.
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            c.read(&mut buf).unwrap_or(0),
+            0,
+            "the old connection is closed"
+        );
+        let mut c3 = connect(proxy.port());
+        assert_eq!(ping(&mut c3).expect("PING after healing"), "+PONG");
+    }
+
+    #[test]
+    fn reset_closes_every_connection_and_every_new_one() {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port());
+        let mut c = connect(proxy.port());
+        ping(&mut c).expect("PING");
+        proxy.set(Mode::Reset);
+        let mut buf = [0u8; 8];
+        assert_eq!(c.read(&mut buf).unwrap_or(0), 0, "closed by the reset");
+        let mut c2 = connect(proxy.port());
+        assert!(
+            ping(&mut c2).map_or(true, |r| r.is_empty()),
+            "a new connection during a reset must not get a reply"
+        );
+        proxy.set(Mode::Pass);
+        let mut c3 = connect(proxy.port());
+        assert_eq!(ping(&mut c3).expect("PING after the reset"), "+PONG");
+    }
+
+    #[test]
+    fn a_rule_for_one_process_leaves_the_others_alone() {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port());
+        // Two redis-cli processes: one is cut off, the other is not.
+        let cli = |name: &str| {
+            let dir = tempfile::tempdir().expect("dir");
+            let mut cmd = std::process::Command::new(common::redis_cli_bin());
+            cmd.args(["-p", &proxy.port().to_string(), "--raw"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped());
+            let child = cmd
+                .spawn()
+                .unwrap_or_else(|e| panic!("redis-cli {name}: {e}"));
+            (child, dir)
+        };
+        let (mut cut, _d1) = cli("cut");
+        let (mut kept, _d2) = cli("kept");
+        wait_until("both clients to connect", Duration::from_secs(5), || {
+            proxy.open_connections() == 2
+        });
+        proxy.set_for(&[cut.id() as i32], Mode::Blackhole);
+        for (child, key) in [(&mut cut, "from_cut"), (&mut kept, "from_kept")] {
+            let stdin = child.stdin.as_mut().expect("stdin");
+            writeln!(stdin, "SET {key} 1").expect("write to redis-cli");
+            stdin.flush().expect("flush");
+        }
+        wait_until("the kept client's write", Duration::from_secs(5), || {
+            server.exists("from_kept")
+        });
+        // An absence is seen only over time: give the cut client's write every chance.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !server.exists("from_cut"),
+            "the blackholed client's write arrived"
+        );
+        let _ = cut.kill();
+        let _ = kept.kill();
+        let _ = cut.wait();
+        let _ = kept.wait();
+    }
+}
+
+/// A holder cut off from Redis by a blackhole on its own link (scenario 4): with `--ttl 3s
+/// --renew-every 500ms --grace 300ms --op-timeout 250ms` it rides out a cut of half its TTL
+/// (renewals fail, and one succeeds before deadline − grace), and is stopped (76) before its
+/// lease can lapse when the cut lasts 0.9× or 1.5× its TTL. A waiter talking to Redis directly
+/// is served only after the holder's last heartbeat, in every case.
+mod holder_cut_off {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(3);
+
+    fn cut_for(fraction: f64) -> (common::Output, tempfile::TempDir) {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        let mut a = rlock();
+        a.args(["-u", &proxy.url(), "--op-timeout", "250ms"])
+            .args(["exec", "-k", "cut", "--ttl", "3s", "--renew-every", "500ms"])
+            .args(["--grace", "300ms", "--"])
+            .args(beating("a", 6));
+        let mut a = Bg::spawn_group("a", d, &mut a);
+        a.wait_for("A's first heartbeat", Duration::from_secs(10), || {
+            !stamps(d, "a.beats").is_empty()
+        });
+        // A waiter that reaches Redis directly, queued before the cut.
+        let mut b = rlock();
+        b.args(["-u", &server.url(), "exec", "-k", "cut", "-w", "30s", "--"])
+            .args(starting("b"));
+        let mut b = Bg::spawn_group("b", d, &mut b);
+        b.wait_for("B to queue", Duration::from_secs(10), || {
+            matches!(
+                server.try_cmd(&["ZCARD", "{rlock:cut}:q"]),
+                Ok(redis::Value::Int(1))
+            )
+        });
+        proxy.set(Mode::Blackhole);
+        let cut = Instant::now();
+        let length = TTL.mul_f64(fraction);
+        wait_until("the cut to last", length + Duration::from_secs(5), || {
+            cut.elapsed() >= length
+        });
+        proxy.heal();
+        let (a_out, _) = a.finish(Duration::from_secs(20));
+        let (b_out, _) = b.finish(Duration::from_secs(20));
+        assert_eq!(b_out.code, 0, "the waiter: {b_out}");
+        assert_no_overlap(d, "a", "b");
+        (a_out, dir)
+    }
+
+    #[test]
+    fn half_the_ttl_is_ridden_out() {
+        let (a, dir) = cut_for(0.5);
+        assert_eq!(a.code, 0, "a cut of half the TTL must be ridden out: {a}");
+        assert!(
+            dir.path().join("a.done").exists(),
+            "A's command ran to its end"
+        );
+    }
+
+    #[test]
+    fn nine_tenths_of_the_ttl_stops_the_holder_in_time() {
+        let (a, dir) = cut_for(0.9);
+        assert_eq!(a.code, 76, "{a}");
+        assert!(
+            !dir.path().join("a.done").exists(),
+            "A's command was stopped"
+        );
+    }
+
+    #[test]
+    fn one_and_a_half_ttls_stop_the_holder_in_time() {
+        let (a, dir) = cut_for(1.5);
+        assert_eq!(a.code, 76, "{a}");
+        assert!(
+            !dir.path().join("a.done").exists(),
+            "A's command was stopped"
+        );
+    }
+}
+
+/// Redlock over five masters, each behind its own proxy (scenario 6): a holder cut off from two
+/// keeps its majority and runs on; cut off from a third, it is stopped before its validity ends,
+/// and a waiter reaching all five directly is served after its last heartbeat.
+mod redlock {
+    use super::*;
+
+    struct Five {
+        servers: Vec<RedisServer>,
+        proxies: Vec<Proxy>,
+    }
+
+    fn five() -> Five {
+        let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+        let proxies = servers.iter().map(|s| Proxy::start(s.port())).collect();
+        Five { servers, proxies }
+    }
+
+    fn holder(five: &Five, d: &Path) -> Bg {
+        let mut a = rlock();
+        for p in &five.proxies {
+            a.args(["-u", &p.url()]);
+        }
+        a.args(["--op-timeout", "250ms", "exec", "-k", "rl", "--ttl", "3s"])
+            .args(["--renew-every", "500ms", "--grace", "300ms", "--"])
+            .args(beating("a", 5));
+        let mut a = Bg::spawn_group("a", d, &mut a);
+        a.wait_for("A's first heartbeat", Duration::from_secs(10), || {
+            !stamps(d, "a.beats").is_empty()
+        });
+        a
+    }
+
+    fn waiter(five: &Five, d: &Path) -> Bg {
+        let mut b = rlock();
+        for s in &five.servers {
+            b.args(["-u", &s.url()]);
+        }
+        b.args(["exec", "-k", "rl", "-w", "30s", "--"])
+            .args(starting("b"));
+        Bg::spawn_group("b", d, &mut b)
+    }
+
+    #[test]
+    fn a_holder_cut_off_from_two_of_five_keeps_its_majority() {
+        let five = five();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        let mut a = holder(&five, d);
+        five.proxies[0].set(Mode::Blackhole);
+        five.proxies[3].set(Mode::Blackhole);
+        let mut b = waiter(&five, d);
+        let (a_out, _) = a.finish(Duration::from_secs(20));
+        assert_eq!(a_out.code, 0, "A keeps three of five: {a_out}");
+        assert!(d.join("a.done").exists(), "A's command ran to its end");
+        for p in &five.proxies {
+            p.heal();
+        }
+        let (b_out, _) = b.finish(Duration::from_secs(20));
+        assert_eq!(b_out.code, 0, "{b_out}");
+        assert_no_overlap(d, "a", "b");
+    }
+
+    #[test]
+    fn a_holder_cut_off_from_three_of_five_is_stopped_in_time() {
+        let five = five();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        let mut a = holder(&five, d);
+        for i in [0, 2, 4] {
+            five.proxies[i].set(Mode::Blackhole);
+        }
+        let mut b = waiter(&five, d);
+        let (a_out, _) = a.finish(Duration::from_secs(20));
+        assert_eq!(a_out.code, 76, "A lost its majority: {a_out}");
+        assert!(!d.join("a.done").exists(), "A's command was stopped");
+        let (b_out, _) = b.finish(Duration::from_secs(20));
+        assert_eq!(b_out.code, 0, "{b_out}");
+        assert_no_overlap(d, "a", "b");
+    }
+}
