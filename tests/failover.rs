@@ -165,3 +165,62 @@ fn a_lock_the_failover_lost_stops_the_holder_and_frees_the_key() {
     );
     a_waiter_is_served(&cluster);
 }
+
+/// The holder follows the failover of whichever master dies, the first one named with `-u`
+/// included (scenario 3 of the partition work): every node is named, the dying master first and
+/// the others in port order, and the lock's slot is served by that first node. Before the fix
+/// the holder kept renewing at the dead address and exited 76.
+#[test]
+fn a_holder_follows_the_failover_of_the_first_node_named() {
+    let mut cluster = RedisCluster::start_with_replicas();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    // The lowest port that serves slots: every node is named in port order, so it is the
+    // first master named.
+    let mut by_port: Vec<usize> = (0..cluster.nodes().len()).collect();
+    by_port.sort_by_key(|&i| cluster.node(i).port());
+    let masters: Vec<usize> = (0..16384u16)
+        .step_by(512)
+        .map(|s| cluster.owner_of_slot(s))
+        .collect();
+    let master = *by_port
+        .iter()
+        .find(|i| masters.contains(i))
+        .expect("a master");
+    let key = (0..10_000)
+        .map(|i| format!("first-{i}"))
+        .find(|k| cluster.owner(&format!("rlock:{k}")) == master)
+        .expect("a key served by the first node");
+    let lock = format!("rlock:{key}");
+    let slot = cluster.slot(&lock);
+    let replica = cluster.replica_of(master);
+    let mut cmd = rlock();
+    cmd.arg("--cluster");
+    for &i in &by_port {
+        cmd.args(["-u", &cluster.node(i).url()]);
+    }
+    cmd.args(["exec", "-k", &key, "--ttl", "10s", "--", "sh", "-c"])
+        .arg(r#"echo "$RLOCK_TOKEN" > "$D/token"; sleep 12; echo done > "$D/ran""#);
+    let mut rl = Bg::spawn_group("holder", d, &mut cmd);
+    rl.wait_for("the holder's command", Duration::from_secs(10), || {
+        token(d).is_some()
+    });
+    let token = token(d).expect("token");
+    wait_until(
+        "the lock to reach the replica",
+        Duration::from_secs(5),
+        || replica_get(cluster.node(replica), &lock).as_deref() == Some(token.as_str()),
+    );
+    let granted = Instant::now();
+    wait_until("a second after the grant", Duration::from_secs(2), || {
+        granted.elapsed() >= Duration::from_secs(1)
+    });
+    cluster.node_mut(master).kill9();
+    wait_promoted(&cluster, slot, master, replica);
+    let (out, _) = rl.finish(Duration::from_secs(30));
+    assert_eq!(
+        out.code, 0,
+        "the holder must follow the failover of the first node named: {out}"
+    );
+    assert!(d.join("ran").exists(), "the command did not run to its end");
+}

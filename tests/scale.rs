@@ -1477,7 +1477,7 @@ fn tls_certificates_are_verified_by_default() {
     let tls = TlsServer::start(&certs, "no");
     let refused = |cmd: &mut Command, why: &str| {
         let out = run(cmd.args(["acquire", "-n", "-k", KEY]));
-        assert_eq!(out.code, 69, "{why}: {out}");
+        assert_eq!(out.code, 78, "{why}: {out}");
         assert_eq!(out.stderr.lines().count(), 1, "{why}: one line: {out}");
         assert!(
             out.stderr.to_lowercase().contains("certificate"),
@@ -1510,7 +1510,7 @@ fn tls_certificates_are_verified_by_default() {
         .arg(&elsewhere.ca)
         .args(["acquire", "-n", "-k", KEY]));
     assert_eq!(
-        out.code, 69,
+        out.code, 78,
         "a certificate for db.example.com at 127.0.0.1: {out}"
     );
     assert!(out.stderr.to_lowercase().contains("certificate"), "{out}");
@@ -1593,7 +1593,7 @@ fn tls_client_certificates_for_a_server_that_requires_them() {
 
     // Without a client certificate the server refuses the handshake.
     let out = run(over_tls(&tls, &certs).args(["acquire", "-n", "-k", KEY]));
-    assert_eq!(out.code, 69, "{out}");
+    assert_eq!(out.code, 78, "{out}");
     assert_eq!(out.stderr.lines().count(), 1, "{out}");
     assert_eq!(tls.server.get(LOCK), None);
     // Nor with one the server's CA did not sign.
@@ -1604,7 +1604,7 @@ fn tls_client_certificates_for_a_server_that_requires_them() {
         .arg("--tls-key")
         .arg(&stranger.client_key)
         .args(["acquire", "-n", "-k", KEY]));
-    assert_eq!(out.code, 69, "{out}");
+    assert_eq!(out.code, 78, "{out}");
     assert_eq!(tls.server.get(LOCK), None);
 }
 

@@ -38,6 +38,9 @@ pub enum Fault {
     Replicas,
     /// The server refuses what the URL asks for (a database number out of range).
     Config,
+    /// The TLS handshake failed for a reason no wait cures: a certificate that is not trusted
+    /// or not for the host, a client certificate the server wants or refuses.
+    Tls,
     /// A node of a Redis Cluster was used as a server on its own, where that would mislead (a
     /// listing of one node's keys).
     ClusterNode,
@@ -97,6 +100,8 @@ impl NodeError {
                 .any(|w| lower.contains(w))
         {
             Fault::Auth
+        } else if is_tls_refusal(&lower) {
+            Fault::Tls
         } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
             Fault::WrongType
         } else if lower.contains("db index is out of range") {
@@ -162,15 +167,22 @@ impl NodeError {
     pub fn into_failure_for(self, key: &str) -> Failure {
         match self.kind {
             Fault::Connect | Fault::Timeout | Fault::Io | Fault::NotServing => {
+                Failure::Unavailable(format!(
+                    "Redis unavailable for {key}: {self}; check that the server is up and --url is right"
+                ))
+            }
+            Fault::Tls => {
                 let lower = self.detail.to_ascii_lowercase();
                 let hint = if lower.contains("certificaterequired") {
                     "the server asks for a client certificate: give --tls-cert and --tls-key"
-                } else if lower.contains("certificate") {
+                } else if lower.contains("invalid peer certificate") {
                     "the server's TLS certificate was not trusted: check --tls-ca (and the host name in the URL)"
                 } else {
-                    "check that the server is up and --url is right"
+                    "the server refused the TLS handshake: check --tls-cert, --tls-key and --tls-ca"
                 };
-                Failure::Unavailable(format!("Redis unavailable for {key}: {self}; {hint}"))
+                Failure::Config(format!(
+                    "cannot reach Redis securely for {key}: {self}; {hint}"
+                ))
             }
             Fault::NotRedis => Failure::Unavailable(format!("Redis unavailable for {key}: {self}")),
             Fault::NoPassword => {
@@ -204,6 +216,14 @@ impl NodeError {
             )),
         }
     }
+}
+
+/// A TLS handshake that failed on trust or identity (rustls's "invalid peer certificate: …"), or
+/// that the server ended with a fatal alert (it wants a client certificate, or refuses ours).
+fn is_tls_refusal(lower: &str) -> bool {
+    lower.contains("invalid peer certificate")
+        || lower.contains("received fatal alert")
+        || lower.contains("certificaterequired")
 }
 
 /// How a message about a port that does not speak Redis begins.

@@ -149,10 +149,12 @@ pub(super) fn unexpected(node: &dyn Node, what: &str, reply: &[Value]) -> NodeEr
 
 /// A Redlock request that too few masters answered; `what` names what it was about.
 pub(super) fn no_quorum(what: &str, n: usize, errors: &[NodeError]) -> Failure {
-    if let Some(refused) = errors
-        .iter()
-        .find(|e| matches!(e.kind, Fault::Auth | Fault::NoPassword | Fault::Denied))
-    {
+    if let Some(refused) = errors.iter().find(|e| {
+        matches!(
+            e.kind,
+            Fault::Auth | Fault::NoPassword | Fault::Denied | Fault::Tls
+        )
+    }) {
         return refused.clone().into_failure_for(what);
     }
     let detail = errors
