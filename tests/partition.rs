@@ -368,3 +368,126 @@ mod redlock {
         assert_no_overlap(d, "a", "b");
     }
 }
+
+/// How far A's heartbeats ran past B's start: positive is an overlap (ms), negative a gap.
+fn overlap_ms(dir: &Path, a: &str, b: &str) -> f64 {
+    let beats = stamps(dir, &format!("{a}.beats"));
+    let start = stamps(dir, &format!("{b}.start"));
+    match (beats.last(), start.first()) {
+        (Some(last), Some(start)) => (last - start) as f64 / 1e6,
+        _ => panic!(
+            "no heartbeat of {a} ({} stamps) or no start of {b}",
+            beats.len()
+        ),
+    }
+}
+
+/// Sentinel split brain (scenario 1): master M and replica R behind proxies, three Sentinels.
+/// Holder A runs on M through the Sentinels; M is then cut off from R and from the Sentinels
+/// (not from A), the Sentinels promote R, and B asks for the lock through them.
+mod sentinel_split_brain {
+    use super::*;
+    use common::Sentinels;
+
+    struct Outcome {
+        a: common::Output,
+        b: common::Output,
+        overlap_ms: f64,
+        _dir: tempfile::TempDir,
+    }
+
+    fn split(replicas: bool, min_replicas_to_write: bool) -> Outcome {
+        let s = Sentinels::start_behind_proxies("split");
+        if min_replicas_to_write {
+            s.server(0)
+                .cmd(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+            s.server(0)
+                .cmd(&["CONFIG", "SET", "min-replicas-max-lag", "1"]);
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        let through_sentinels = || {
+            let mut cmd = rlock();
+            cmd.args(["--sentinel", "split"]);
+            for url in s.urls() {
+                cmd.args(["-u", &url]);
+            }
+            cmd
+        };
+        let mut a = through_sentinels();
+        if replicas {
+            a.args(["--replicas", "1"]);
+        }
+        a.args(["--op-timeout", "250ms", "exec", "-k", "sb", "--ttl", "3s"])
+            .args(["--renew-every", "500ms", "--grace", "300ms", "--"])
+            .args(beating("a", 12));
+        let mut a = Bg::spawn_group("a", d, &mut a);
+        a.wait_for("A's first heartbeat", Duration::from_secs(10), || {
+            !stamps(d, "a.beats").is_empty()
+        });
+        wait_until("the lock to reach R", Duration::from_secs(5), || {
+            s.server(1).get("rlock:sb").is_some()
+        });
+        let mut cut_off = s.sentinel_pids();
+        cut_off.push(s.server(1).pid());
+        s.proxy(0).set_for(&cut_off, Mode::Blackhole);
+        let r_port = s.proxy(1).port();
+        wait_until(
+            "the Sentinels to promote R",
+            Duration::from_secs(20),
+            || {
+                (0..3)
+                    .filter(|&i| s.master_port_by(i) == Some(r_port))
+                    .count()
+                    >= 2
+            },
+        );
+        let mut b = through_sentinels();
+        b.args(["exec", "-k", "sb", "-w", "30s", "--"])
+            .args(starting("b"));
+        let mut b = Bg::spawn_group("b", d, &mut b);
+        let (b, _) = b.finish(Duration::from_secs(40));
+        let (a, _) = a.finish(Duration::from_secs(40));
+        s.proxy(0).heal();
+        let overlap_ms = overlap_ms(d, "a", "b");
+        eprintln!(
+            "split brain, --replicas {}, min-replicas-to-write {}: A exit {}, B exit {}, overlap {overlap_ms:.0} ms",
+            u8::from(replicas),
+            u8::from(min_replicas_to_write),
+            a.code,
+            b.code
+        );
+        Outcome {
+            a,
+            b,
+            overlap_ms,
+            _dir: dir,
+        }
+    }
+
+    #[test]
+    fn with_replicas_the_cut_off_holder_never_overlaps_the_next() {
+        let o = split(true, false);
+        assert_eq!(o.b.code, 0, "B: {}", o.b);
+        assert!(
+            o.overlap_ms < 0.0,
+            "A beat {:.0} ms after B started; A: {}",
+            o.overlap_ms,
+            o.a
+        );
+    }
+
+    #[test]
+    fn without_replicas_measured() {
+        let o = split(false, false);
+        assert_eq!(o.b.code, 0, "B: {}", o.b);
+        eprintln!("A: {}", o.a);
+    }
+
+    #[test]
+    fn min_replicas_to_write_measured() {
+        let o = split(false, true);
+        assert_eq!(o.b.code, 0, "B: {}", o.b);
+        eprintln!("A: {}", o.a);
+    }
+}

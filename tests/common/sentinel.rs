@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::cli::info_on;
 use super::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
+use super::proxy::Proxy;
 use super::server::{RedisServer, read_logs};
 use super::spawn::{connect, free_port, kill_and_reap, spawn_redis, wait_ready};
 use super::wait::wait_until;
@@ -78,6 +79,8 @@ pub struct Sentinels {
     /// `[first master, first replica]`; after a failover their roles may have changed.
     servers: Vec<RedisServer>,
     sentinels: Vec<SentinelProcess>,
+    /// With `start_behind_proxies`: the proxy in front of each server, in the same order.
+    proxies: Vec<Proxy>,
 }
 
 impl Sentinels {
@@ -94,9 +97,55 @@ impl Sentinels {
             name: name.to_string(),
             servers: vec![master, replica],
             sentinels,
+            proxies: Vec::new(),
         };
         s.wait_settled(s.servers[0].port(), Duration::from_secs(20));
         s
+    }
+
+    /// As `start`, with every link to a server going through a fault proxy of its own: the
+    /// replica replicates from the master's proxy, each server announces its proxy's port
+    /// (`replica-announce-port`), and the Sentinels monitor the master's proxy, so they name
+    /// proxies to clients too. A test cuts a server off from some processes with
+    /// `proxy(i).set_for(pids, …)`.
+    pub fn start_behind_proxies(name: &str) -> Self {
+        let servers = [RedisServer::start(), RedisServer::start()];
+        let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
+        for (server, proxy) in servers.iter().zip(&proxies) {
+            server.cmd(&["CONFIG", "SET", "replica-announce-ip", "127.0.0.1"]);
+            server.cmd(&[
+                "CONFIG",
+                "SET",
+                "replica-announce-port",
+                &proxy.port().to_string(),
+            ]);
+        }
+        servers[1].cmd(&["REPLICAOF", "127.0.0.1", &proxies[0].port().to_string()]);
+        let sentinels = (0..3)
+            .map(|_| SentinelProcess::start(name, proxies[0].port()))
+            .collect();
+        let [master, replica] = servers;
+        let s = Sentinels {
+            name: name.to_string(),
+            servers: vec![master, replica],
+            sentinels,
+            proxies,
+        };
+        s.wait_settled(s.proxies[0].port(), Duration::from_secs(20));
+        s
+    }
+
+    /// The proxy in front of server `i` (after `start_behind_proxies`).
+    pub fn proxy(&self, i: usize) -> &Proxy {
+        &self.proxies[i]
+    }
+
+    /// The pids of the three Sentinels.
+    pub fn sentinel_pids(&self) -> Vec<i32> {
+        self.sentinels
+            .iter()
+            .filter_map(|s| s.child.as_ref().map(|c| c.id() as i32))
+            .collect()
     }
 
     /// The name the Sentinels know the master by.
@@ -161,11 +210,14 @@ impl Sentinels {
     /// Waits until every Sentinel names `master_port`, sees one replica and two other
     /// Sentinels, and the other server replicates from the master with its link up.
     pub fn wait_settled(&self, master_port: u16, timeout: Duration) {
-        let replica = self
-            .servers
-            .iter()
-            .find(|s| s.port() != master_port)
-            .expect("a replica");
+        let replica = match self.proxies.iter().position(|p| p.port() == master_port) {
+            Some(i) => &self.servers[1 - i],
+            None => self
+                .servers
+                .iter()
+                .find(|s| s.port() != master_port)
+                .expect("a replica"),
+        };
         wait_until(
             &format!("the Sentinels of '{}' to settle", self.name),
             timeout,
