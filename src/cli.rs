@@ -218,8 +218,9 @@ Examples:
 With keys, exits 0 if every one is held and 1 if any is free.
 
 RENEWED says when each holder's lease was last renewed (or taken). A holder on this host whose
-process is gone is marked stale (\"stale\": true in JSON), with the command that breaks its lock;
-holders on other hosts never are.
+process is gone is marked stale (\"stale\": true in JSON), and a line on stderr gives the command
+that breaks its lock; holders on other hosts never are. Stdout carries only the table (a header,
+then one row per lock) or the JSON, so `rlock inspect | tail -n +2` counts locks.
 
 --watch shows the locks again every DUR (2s by default) until Ctrl-C or SIGTERM, and rlock then
 dies of that signal. On a terminal the table is redrawn in place. Otherwise, and with --json (one

@@ -95,6 +95,12 @@ fn a_holder_whose_process_is_gone_is_stale_and_a_live_one_is_not() {
 
     let out = run(rlock_at(&server).arg("inspect"));
     assert_eq!(out.code, 0, "{out}");
+    // Stdout is the table alone: a header and a row per lock (`inspect | tail -n +2` counts
+    // locks); the hint is on stderr.
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[0].starts_with("KEY "), "{out}");
+    assert!(!out.stdout.contains("stale:"), "{out}");
     let row = |key: &str| {
         out.stdout
             .lines()
@@ -109,14 +115,11 @@ fn a_holder_whose_process_is_gone_is_stale_and_a_live_one_is_not() {
     assert!(!row("alive").contains("stale"), "{out}");
     let token = left["token"].as_str().expect("token");
     let hint = format!(
-        "stale: pid {gone} is gone on this host; break it with: rlock -u {} release -k left --force (or --token {token} instead of --force, to break only this holder's lease)",
+        "rlock: stale: pid {gone} is gone on this host; break it with: rlock -u {} release -k left --force (or --token {token} instead of --force, to break only this holder's lease)",
         server.url()
     );
     assert_eq!(
-        out.stdout
-            .lines()
-            .filter(|l| l.starts_with("stale:"))
-            .collect::<Vec<_>>(),
+        out.stderr.lines().collect::<Vec<_>>(),
         [hint.as_str()],
         "{out}"
     );
@@ -128,6 +131,7 @@ fn a_holder_whose_process_is_gone_is_stale_and_a_live_one_is_not() {
     assert_eq!(left["stale"], false, "{left}");
     let out = run(rlock_at(&server).args(["inspect", "-k", "left"]));
     assert!(!out.stdout.contains("stale"), "{out}");
+    assert_eq!(out.stderr, "", "{out}");
 
     // The hint's command, pasted into a shell, breaks the stale lock.
     let out = run(&mut paste(&server, &hint));
@@ -152,11 +156,11 @@ fn paste(server: &RedisServer, hint: &str) -> Command {
     cmd
 }
 
-/// The line under inspect's table that says how to break a stale holder's lock.
+/// The line on inspect's stderr that says how to break a stale holder's lock.
 fn stale_hint(out: &common::Output) -> &str {
-    out.stdout
+    out.stderr
         .lines()
-        .find(|l| l.starts_with("stale:"))
+        .find(|l| l.starts_with("rlock: stale:"))
         .unwrap_or_else(|| panic!("no hint: {out}"))
 }
 
@@ -244,6 +248,7 @@ fn a_holder_in_another_pid_namespace_is_never_called_stale() {
     assert_eq!(json["stale"], false, "{json}");
     let out = run(rlock_at(&server).args(["inspect", "-k", "boxed"]));
     assert!(!out.stdout.contains("stale"), "{out}");
+    assert_eq!(out.stderr, "", "{out}");
 
     // The same record in this namespace: stale.
     server.cmd(&["HSET", state, "pidns", &ours]);
@@ -268,11 +273,19 @@ fn a_stale_holder_of_a_semaphore_is_told_to_give_back_its_own_place() {
     let token = stale[0]["token"].as_str().expect("token");
 
     let out = run(rlock_at(&server).args(["inspect", "-k", "slots"]));
+    assert_eq!(out.code, 0, "{out}");
     let hint = format!(
-        "stale: pid {gone} is gone on this host; free its place in 'slots' with: rlock -u {} release -k slots --token {token}",
+        "rlock: stale: pid {gone} is gone on this host; free its place in 'slots' with: rlock -u {} release -k slots --token {token}",
         server.url()
     );
-    assert!(out.stdout.lines().any(|l| l == hint), "{out}");
+    assert_eq!(
+        out.stderr.lines().collect::<Vec<_>>(),
+        [hint.as_str()],
+        "{out}"
+    );
+    // A header and a row per holder, nothing else.
+    assert_eq!(out.stdout.lines().count(), 3, "{out}");
+    assert!(!out.stdout.contains("stale:"), "{out}");
 
     // Following it frees that place alone.
     let out = run(&mut paste(&server, &hint));
@@ -280,6 +293,84 @@ fn a_stale_holder_of_a_semaphore_is_told_to_give_back_its_own_place() {
     let json = inspect_json(&server, "slots");
     assert_eq!(json["holders"].as_array().map(Vec::len), Some(1), "{json}");
     assert_eq!(json["holders"][0]["pid"], live.pid() as i64, "{json}");
+}
+
+/// Contract, "Output": inspect's stdout carries only the table (or the JSON); the stale
+/// holder's "break it with" line goes to stderr, so `rlock inspect | tail -n +2` counts locks.
+#[test]
+fn inspect_stdout_carries_only_the_table_and_hints_go_to_stderr() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let gone = acquire_from_a_shell_that_exits(&server, "left", "--ttl 1h");
+    let hint_start = format!("rlock: stale: pid {gone} is gone on this host; break it with: ");
+
+    for args in [&["inspect"][..], &["inspect", "-k", "left"]] {
+        let out = run(rlock_at(&server).args(args));
+        assert_eq!(out.code, 0, "{out}");
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "a header and one row: {out}");
+        assert!(lines[0].starts_with("KEY "), "{out}");
+        assert!(lines[1].starts_with("left "), "{out}");
+        assert!(lines[1].contains(&format!("pid {gone} (stale)")), "{out}");
+        assert!(!lines.iter().any(|l| l.starts_with("stale")), "{out}");
+        let err: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(err.len(), 1, "{out}");
+        assert!(err[0].starts_with(&hint_start), "{out}");
+    }
+
+    // --json: the document, nothing else, on stdout; the JSON says stale itself.
+    for args in [
+        &["inspect", "--json"][..],
+        &["inspect", "--json", "-k", "left"],
+    ] {
+        let out = run(rlock_at(&server).args(args));
+        assert_eq!(out.code, 0, "{out}");
+        let json: Value =
+            serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let one = if json.is_array() { &json[0] } else { &json };
+        assert_eq!(one["stale"], true, "{out}");
+        assert_eq!(out.stdout.lines().count(), 1, "{out}");
+    }
+
+    // -q: nothing on either (as before: -q only answers with the exit code).
+    let out = run(rlock_at(&server).args(["-q", "inspect", "-k", "left"]));
+    assert_eq!((out.code, &*out.stdout, &*out.stderr), (0, "", ""), "{out}");
+
+    // --watch into a file: the table alone on stdout, the hint on stderr.
+    let mut cmd = rlock_at(&server);
+    cmd.args(["inspect", "--watch", "1m"]);
+    let mut watch = Background::spawn("watch", dir.path(), &mut cmd);
+    let errors = dir.path().join("watch.stderr");
+    watch.wait_for("the hint", SOON, || {
+        lines_of(&errors).iter().any(|l| l.starts_with(&hint_start))
+    });
+    // Stdout was flushed before the hint was written.
+    let lines = lines_of(&dir.path().join("watch.stdout"));
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(
+        lines[0].starts_with("KEY ") && lines[1].starts_with("left "),
+        "{lines:#?}"
+    );
+    assert_eq!(lines_of(&errors).len(), 1, "{:#?}", lines_of(&errors));
+    watch.kill(Signal::SIGTERM);
+    watch.finish(SOON);
+
+    // Nothing held, watched into a file: a table of no rows (its header) on stdout, and what
+    // that means on stderr.
+    let mut cmd = rlock_at(&server);
+    cmd.args(["--prefix", "empty:", "inspect", "--watch", "1m"]);
+    let mut watch = Background::spawn("empty", dir.path(), &mut cmd);
+    let errors = dir.path().join("empty.stderr");
+    watch.wait_for("the note", SOON, || !lines_of(&errors).is_empty());
+    assert_eq!(
+        lines_of(&errors),
+        ["rlock: no locks held under prefix 'empty:'"]
+    );
+    let lines = lines_of(&dir.path().join("empty.stdout"));
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].starts_with("KEY "), "{lines:#?}");
+    watch.kill(Signal::SIGTERM);
+    watch.finish(SOON);
 }
 
 /// The `renewed_ms` of the one holder of `key`, by inspect.

@@ -29,9 +29,16 @@ pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     } else if locks.is_empty() {
         ctx.note(format_args!("{}", nothing_held(ctx)));
     } else {
-        table::write(&mut out, &locks, &ctx.rlock_line())?;
+        table::write(&mut out, &locks)?;
     }
     out.flush()?;
+    // Hints are not data: stdout carries the table alone, so `rlock inspect | tail -n +2`
+    // counts locks, and a script reading it never parses a hint as a row.
+    if !args.json {
+        for note in table::notes(&locks, &ctx.rlock_line()) {
+            ctx.note(format_args!("{note}"));
+        }
+    }
     Ok(Exit::Code(code as u8))
 }
 

@@ -1,5 +1,5 @@
-//! `inspect`'s table: one row per lock (one per holder of a semaphore or shared lock), and a
-//! line under it for each holder whose process is gone.
+//! `inspect`'s table: one row per lock (one per holder of a semaphore or shared lock); and, apart
+//! from it, a note for each holder whose process is gone, saying how to break its lock.
 
 use std::io::Write;
 
@@ -9,9 +9,9 @@ use crate::lock::{Holder, HolderLease, KeyType, LockInfo, human_ms};
 
 const COLUMNS: usize = 9;
 
-/// Writes the table of `locks`, then how to break the lock of each stale holder, with `rlock`
-/// the command line that reaches them (`Context::rlock_line`).
-pub(super) fn write(out: &mut impl Write, locks: &[LockInfo], rlock: &str) -> std::io::Result<()> {
+/// Writes the table of `locks`: a header and the rows, nothing else (the stale holders' notes
+/// are `notes`), so that `rlock inspect | tail -n +2` counts locks.
+pub(super) fn write(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> {
     let mut rows = vec![
         [
             "KEY",
@@ -26,19 +26,12 @@ pub(super) fn write(out: &mut impl Write, locks: &[LockInfo], rlock: &str) -> st
         ]
         .map(String::from),
     ];
-    let mut notes = Vec::new();
     for l in locks {
         if l.limit.is_some() {
             rows.extend(holder_rows(l));
-            notes.extend(
-                l.holders
-                    .iter()
-                    .filter_map(|h| stale_note(l, Some(h), rlock)),
-            );
-            continue;
+        } else {
+            rows.push(lock_row(l));
         }
-        rows.push(lock_row(l));
-        notes.extend(stale_note(l, None, rlock));
     }
     // Whatever a key or a holder field holds (another client wrote it, or a user name had a
     // newline), a lock is one row of printable cells of bounded width.
@@ -63,14 +56,26 @@ pub(super) fn write(out: &mut impl Write, locks: &[LockInfo], rlock: &str) -> st
         }
         writeln!(out, "{}", line.trim_end())?;
     }
-    if !notes.is_empty() {
-        writeln!(out)?;
-        for note in notes {
-            // Escaped as a cell is, but whole up to a long key: it is a command to copy.
-            writeln!(out, "{}", escaped(&note, NOTE_MAX))?;
+    Ok(())
+}
+
+/// How to break the lock of each stale holder among `locks`, one line each, with `rlock` the
+/// command line that reaches them (`Context::rlock_line`). Escaped as a cell is, but whole up
+/// to a long key: each is a command to copy.
+pub(super) fn notes(locks: &[LockInfo], rlock: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    for l in locks {
+        if l.limit.is_some() {
+            notes.extend(
+                l.holders
+                    .iter()
+                    .filter_map(|h| stale_note(l, Some(h), rlock)),
+            );
+        } else {
+            notes.extend(stale_note(l, None, rlock));
         }
     }
-    Ok(())
+    notes.iter().map(|n| escaped(n, NOTE_MAX)).collect()
 }
 
 /// A lock with one holder (or none, or another client's).
@@ -195,7 +200,7 @@ fn stale_note(l: &LockInfo, one: Option<&HolderLease>, rlock: &str) -> Option<St
 /// The longest a table cell may be, in characters; the JSON output keeps every value whole.
 const CELL_MAX: usize = 120;
 
-/// The longest a line under the table may be.
+/// The longest a stale holder's note may be.
 const NOTE_MAX: usize = 1000;
 
 /// `text` fit for one cell of a one-line row: control characters escaped (`\n`, `\x1b`), and

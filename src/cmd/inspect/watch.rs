@@ -44,7 +44,16 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs, every: Duration) -> Result<
                     if locks.is_empty() {
                         writeln!(body, "{}", nothing_held(ctx))?;
                     } else {
-                        table::write(&mut body, &locks, &ctx.rlock_line())?;
+                        // The screen is the watch's own, notes and all: a note written to
+                        // stderr on the same terminal would be overwritten at the next frame.
+                        table::write(&mut body, &locks)?;
+                        let notes = table::notes(&locks, &ctx.rlock_line());
+                        if !notes.is_empty() {
+                            writeln!(body)?;
+                            for note in notes {
+                                writeln!(body, "{note}")?;
+                            }
+                        }
                     }
                     draw(&header(every), &String::from_utf8_lossy(&body))?;
                 } else {
@@ -78,7 +87,8 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs, every: Duration) -> Result<
 }
 
 /// Prints the locks once more, where stdout is not a terminal: a compact JSON line, or the
-/// table after a blank line.
+/// table after a blank line. Stdout carries only the tables (with nothing held, a table of no
+/// rows: its header); what that means and the stale holders' notes go to stderr.
 fn print(
     ctx: &Context,
     args: &InspectArgs,
@@ -92,13 +102,17 @@ fn print(
         if again {
             writeln!(out)?;
         }
-        if locks.is_empty() {
-            writeln!(out, "{}", nothing_held(ctx))?;
-        } else {
-            table::write(&mut out, locks, &ctx.rlock_line())?;
-        }
+        table::write(&mut out, locks)?;
     }
     out.flush()?;
+    if !args.json {
+        if locks.is_empty() {
+            ctx.note(format_args!("{}", nothing_held(ctx)));
+        }
+        for note in table::notes(locks, &ctx.rlock_line()) {
+            ctx.note(format_args!("{note}"));
+        }
+    }
     Ok(())
 }
 
