@@ -382,9 +382,10 @@ fn overlap_ms(dir: &Path, a: &str, b: &str) -> f64 {
     }
 }
 
-/// Sentinel split brain (scenario 1): master M and replica R behind proxies, three Sentinels.
-/// Holder A runs on M through the Sentinels; M is then cut off from R and from the Sentinels
-/// (not from A), the Sentinels promote R, and B asks for the lock through them.
+/// Sentinel split brain (scenario 1): master M and replica R, three Sentinels, every link through
+/// a proxy. Holder A runs on M through the Sentinels; then the network splits into {M, Sentinel
+/// 0, A} and {R, Sentinels 1 and 2, B}: the majority promotes R, Sentinel 0 goes on naming M, and
+/// B asks the majority's Sentinels for the lock.
 mod sentinel_split_brain {
     use super::*;
     use common::Sentinels;
@@ -406,15 +407,15 @@ mod sentinel_split_brain {
         }
         let dir = tempfile::tempdir().expect("temp dir");
         let d = dir.path();
-        let through_sentinels = || {
+        let through = |urls: &[String]| {
             let mut cmd = rlock();
             cmd.args(["--sentinel", "split"]);
-            for url in s.urls() {
-                cmd.args(["-u", &url]);
+            for url in urls {
+                cmd.args(["-u", url]);
             }
             cmd
         };
-        let mut a = through_sentinels();
+        let mut a = through(&s.urls());
         if replicas {
             a.args(["--replicas", "1"]);
         }
@@ -428,30 +429,26 @@ mod sentinel_split_brain {
         wait_until("the lock to reach R", Duration::from_secs(5), || {
             s.server(1).get("rlock:sb").is_some()
         });
-        let mut cut_off = s.sentinel_pids();
-        cut_off.push(s.server(1).pid());
-        s.proxy(0).set_for(&cut_off, Mode::Blackhole);
+        s.partition(0, &[a.pid()]);
         let r_port = s.proxy(1).port();
-        wait_until(
-            "the Sentinels to promote R",
-            Duration::from_secs(20),
-            || {
-                (0..3)
-                    .filter(|&i| s.master_port_by(i) == Some(r_port))
-                    .count()
-                    >= 2
-            },
+        wait_until("the majority to promote R", Duration::from_secs(30), || {
+            (1..3).all(|i| s.master_port_by(i) == Some(r_port))
+        });
+        assert_eq!(
+            s.master_port_by(0),
+            Some(s.proxy(0).port()),
+            "the Sentinel on M's side still names M"
         );
-        let mut b = through_sentinels();
+        let mut b = through(&s.urls()[1..]);
         b.args(["exec", "-k", "sb", "-w", "30s", "--"])
             .args(starting("b"));
         let mut b = Bg::spawn_group("b", d, &mut b);
         let (b, _) = b.finish(Duration::from_secs(40));
         let (a, _) = a.finish(Duration::from_secs(40));
-        s.proxy(0).heal();
+        s.heal();
         let overlap_ms = overlap_ms(d, "a", "b");
         eprintln!(
-            "split brain, --replicas {}, min-replicas-to-write {}: A exit {}, B exit {}, overlap {overlap_ms:.0} ms",
+            "split brain, --replicas {}, min-replicas-to-write {}: A exit {}, B exit {}, A's last heartbeat {overlap_ms:.0} ms after B's start",
             u8::from(replicas),
             u8::from(min_replicas_to_write),
             a.code,
@@ -477,17 +474,147 @@ mod sentinel_split_brain {
         );
     }
 
+    /// What the README's Safety section states: without `--replicas`, the old master renews a
+    /// lock the new master no longer has for as long as the partition lasts, so both commands
+    /// run (here for about eight seconds: A's whole command after B got in).
     #[test]
-    fn without_replicas_measured() {
+    fn without_replicas_the_old_master_keeps_renewing_for_the_whole_partition() {
         let o = split(false, false);
         assert_eq!(o.b.code, 0, "B: {}", o.b);
-        eprintln!("A: {}", o.a);
+        assert_eq!(
+            o.a.code, 0,
+            "A renewed on the old master throughout: {}",
+            o.a
+        );
+        assert!(
+            o.overlap_ms > 2000.0,
+            "A and B must both have run, the documented split brain (A's last beat {:.0} ms after B's start)",
+            o.overlap_ms
+        );
+    }
+
+    /// `min-replicas-to-write 1` (`min-replicas-max-lag 1`) on the server: the old master
+    /// refuses renewals once its replica has been silent for the lag, so A is stopped by its
+    /// deadline (76). Renewals it took in the first second or two of the partition were not
+    /// replicated, so the window narrows to about the lag plus a second; it does not close.
+    #[test]
+    fn min_replicas_to_write_narrows_the_window_to_about_the_lag() {
+        let o = split(false, true);
+        assert_eq!(o.b.code, 0, "B: {}", o.b);
+        assert_eq!(o.a.code, 76, "{}", o.a);
+        assert!(o.a.stderr.contains("Not enough good replicas"), "{}", o.a);
+        assert!(
+            o.overlap_ms < 3500.0,
+            "the window must be bounded by the lag (1 s), Redis's one-second count and one renewal: A's last beat {:.0} ms after B's start",
+            o.overlap_ms
+        );
+    }
+}
+
+/// Cluster split brain (scenario 2): three masters with a replica each, every link (client and
+/// bus) through a proxy, `cluster-node-timeout 1000`. Holder A runs on the master M of its key's
+/// slot; then {M, A} is cut off from the other five nodes, the majority promotes M's replica,
+/// and B asks the majority for the lock. Redis Cluster's own guard helps: a master cut off from
+/// the majority for the node timeout refuses writes (CLUSTERDOWN).
+mod cluster_split_brain {
+    use super::*;
+    use common::RedisCluster;
+
+    fn split(replicas: bool) -> (common::Output, common::Output, f64) {
+        let cluster = RedisCluster::start_behind_proxies();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        let master = cluster.owner("rlock:cs");
+        let replica = cluster.replica_of(master);
+        let through = |urls: Vec<String>| {
+            let mut cmd = rlock();
+            cmd.arg("--cluster");
+            for url in urls {
+                cmd.args(["-u", &url]);
+            }
+            cmd
+        };
+        let mut a = through(cluster.urls());
+        if replicas {
+            a.args(["--replicas", "1"]);
+        }
+        a.args(["--op-timeout", "250ms", "exec", "-k", "cs", "--ttl", "3s"])
+            .args(["--renew-every", "500ms", "--grace", "300ms", "--"])
+            .args(beating("a", 12));
+        let mut a = Bg::spawn_group("a", d, &mut a);
+        a.wait_for("A's first heartbeat", Duration::from_secs(10), || {
+            !stamps(d, "a.beats").is_empty()
+        });
+        wait_until(
+            "the lock to reach the replica",
+            Duration::from_secs(5),
+            || {
+                let mut conn = cluster.node(replica).conn();
+                redis::cmd("READONLY").query::<()>(&mut conn).is_ok()
+                    && redis::cmd("GET")
+                        .arg("rlock:cs")
+                        .query::<Option<String>>(&mut conn)
+                        .ok()
+                        .flatten()
+                        .is_some()
+            },
+        );
+        cluster.partition(master, &[a.pid()]);
+        let slot = cluster.slot("rlock:cs");
+        wait_until(
+            "the majority to promote the replica",
+            Duration::from_secs(30),
+            || cluster.owner_of_slot_by(replica, slot) == replica,
+        );
+        let majority: Vec<String> = cluster
+            .urls()
+            .into_iter()
+            .enumerate()
+            .filter(|&(i, _)| i != master)
+            .map(|(_, u)| u)
+            .collect();
+        let mut b = through(majority);
+        b.args(["exec", "-k", "cs", "-w", "30s", "--"])
+            .args(starting("b"));
+        let mut b = Bg::spawn_group("b", d, &mut b);
+        let (b, _) = b.finish(Duration::from_secs(40));
+        let (a, _) = a.finish(Duration::from_secs(40));
+        cluster.heal();
+        let overlap = overlap_ms(d, "a", "b");
+        eprintln!(
+            "cluster split brain, --replicas {}: A exit {}, B exit {}, A's last heartbeat {overlap:.0} ms after B's start",
+            u8::from(replicas),
+            a.code,
+            b.code
+        );
+        (a, b, overlap)
     }
 
     #[test]
-    fn min_replicas_to_write_measured() {
-        let o = split(false, true);
-        assert_eq!(o.b.code, 0, "B: {}", o.b);
-        eprintln!("A: {}", o.a);
+    fn with_replicas_the_cut_off_holder_never_overlaps_the_next() {
+        let (a, b, overlap) = split(true);
+        assert_eq!(b.code, 0, "B: {b}");
+        assert_eq!(a.code, 76, "A: {a}");
+        assert!(
+            overlap < 0.0,
+            "A beat {overlap:.0} ms after B started; A: {a}"
+        );
+    }
+
+    /// Without `--replicas`, what the README states: the cut-off master takes A's renewals
+    /// until it has missed the majority for the node timeout, then answers CLUSTERDOWN and A is
+    /// stopped by its deadline (76); the renewals of that first second never reached the replica,
+    /// so B can get in on the new master before A stops: a window of about the node timeout plus
+    /// a second.
+    #[test]
+    fn without_replicas_the_cut_off_master_stops_at_the_node_timeout_with_a_window() {
+        let (a, b, overlap) = split(false);
+        assert_eq!(b.code, 0, "B: {b}");
+        assert_eq!(a.code, 76, "A: {a}");
+        assert!(a.stderr.contains("cluster is down"), "A: {a}");
+        assert!(
+            overlap < 3500.0,
+            "the window must be bounded by the node timeout (1 s) and one renewal: A's last beat {overlap:.0} ms after B's start"
+        );
     }
 }

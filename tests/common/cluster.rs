@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::binary::run;
 use super::cli::redis_cli_bin;
+use super::proxy::{Mode, Proxy};
 use super::server::RedisServer;
 use super::spawn::free_port;
 use super::wait::wait_until;
@@ -13,19 +14,32 @@ use super::wait::wait_until;
 /// `redis-cli --cluster create`; every node is a [`RedisServer`], killed on drop.
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    /// With `start_behind_proxies`: per node, the proxy of its client port and of its bus port.
+    proxies: Vec<(Proxy, Proxy)>,
 }
 
 impl RedisCluster {
     /// Starts the three nodes, creates the cluster and returns once every node says
     /// `cluster_state:ok` and knows the owner of all 16384 slots.
     pub fn start() -> Self {
-        Self::start_nodes(0, "2000")
+        Self::start_nodes(0, "2000", false)
     }
 
     /// Three masters with one replica each (six nodes), failing over one second after a master
     /// stops answering (`cluster-node-timeout 1000`).
     pub fn start_with_replicas() -> Self {
-        let cluster = Self::start_nodes(1, "1000");
+        Self::settled(Self::start_nodes(1, "1000", false))
+    }
+
+    /// As `start_with_replicas`, with every link through a fault proxy: each node announces
+    /// its client proxy's port and its bus proxy's port (`cluster-announce-port`,
+    /// `cluster-announce-bus-port`), so clients, replicas and the other nodes all reach it
+    /// through them. `partition` cuts a node off.
+    pub fn start_behind_proxies() -> Self {
+        Self::settled(Self::start_nodes(1, "1000", true))
+    }
+
+    fn settled(cluster: Self) -> Self {
         wait_until(
             "every replica to be in sync with its master",
             Duration::from_secs(20),
@@ -44,13 +58,14 @@ impl RedisCluster {
         cluster
     }
 
-    fn start_nodes(replicas: usize, node_timeout: &str) -> Self {
+    fn start_nodes(replicas: usize, node_timeout: &str, behind_proxies: bool) -> Self {
+        let mut proxies = Vec::new();
         let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
                 // The bus port is named, so a client port above 55535 (no room for +10000)
                 // cannot stop a node from starting.
-                let bus = free_port().to_string();
-                RedisServer::start_with(&[
+                let bus = free_port();
+                let node = RedisServer::start_with(&[
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
@@ -58,15 +73,27 @@ impl RedisCluster {
                     "--cluster-node-timeout",
                     node_timeout,
                     "--cluster-port",
-                    &bus,
-                ])
+                    &bus.to_string(),
+                ]);
+                if behind_proxies {
+                    let (client, bus) = (Proxy::start(node.port()), Proxy::start(bus));
+                    for (name, value) in [
+                        ("cluster-announce-ip", "127.0.0.1".to_string()),
+                        ("cluster-announce-port", client.port().to_string()),
+                        ("cluster-announce-bus-port", bus.port().to_string()),
+                    ] {
+                        node.cmd(&["CONFIG", "SET", name, &value]);
+                    }
+                    proxies.push((client, bus));
+                }
+                node
             })
             .collect();
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, proxies };
         let mut create = Command::new(redis_cli_bin());
         create.args(["--cluster", "create"]);
-        for n in &cluster.nodes {
-            create.arg(format!("127.0.0.1:{}", n.port()));
+        for i in 0..cluster.nodes.len() {
+            create.arg(format!("127.0.0.1:{}", cluster.client_port(i)));
         }
         let replicas = replicas.to_string();
         create.args(["--cluster-replicas", &replicas, "--cluster-yes"]);
@@ -77,7 +104,9 @@ impl RedisCluster {
             "redis-cli --cluster create failed: {out}\n{}",
             cluster.logs()
         );
-        let ports: Vec<u16> = cluster.nodes.iter().map(RedisServer::port).collect();
+        let ports: Vec<u16> = (0..cluster.nodes.len())
+            .map(|i| cluster.client_port(i))
+            .collect();
         wait_until(
             "every cluster node to say cluster_state:ok and agree on the slots",
             Duration::from_secs(20),
@@ -96,6 +125,43 @@ impl RedisCluster {
         cluster
     }
 
+    /// The port clients reach node `i` on: its proxy's, behind proxies.
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.proxies
+            .get(i)
+            .map_or(self.nodes[i].port(), |(client, _)| client.port())
+    }
+
+    /// The proxies of node `i`: its client port's and its bus port's.
+    pub fn proxies_of(&self, i: usize) -> &(Proxy, Proxy) {
+        &self.proxies[i]
+    }
+
+    /// Cuts node `i` (and the processes `with_i`) off from every other node, both ways, on
+    /// client and bus links alike, as a partition between hosts would; links within each side
+    /// pass.
+    pub fn partition(&self, i: usize, with_i: &[i32]) {
+        let mut side = with_i.to_vec();
+        side.push(self.nodes[i].pid());
+        let others: Vec<i32> = (0..self.nodes.len())
+            .filter(|&j| j != i)
+            .map(|j| self.nodes[j].pid())
+            .collect();
+        for (j, (client, bus)) in self.proxies.iter().enumerate() {
+            let cut = if j == i { &others } else { &side };
+            client.set_for(cut, Mode::Blackhole);
+            bus.set_for(cut, Mode::Blackhole);
+        }
+    }
+
+    /// Heals every link `partition` cut.
+    pub fn heal(&self) {
+        for (client, bus) in &self.proxies {
+            client.heal();
+            bus.heal();
+        }
+    }
+
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
     }
@@ -110,7 +176,7 @@ impl RedisCluster {
 
     /// The index of the replica of master `i` (by ROLE).
     pub fn replica_of(&self, i: usize) -> usize {
-        let port = self.nodes[i].port();
+        let port = self.client_port(i);
         self.nodes
             .iter()
             .position(|n| {
@@ -121,9 +187,12 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("master {i} (port {port}) has no replica"))
     }
 
-    /// `redis://127.0.0.1:PORT` of every node, the seed list for `rlock --cluster`.
+    /// `redis://127.0.0.1:PORT` of every node (of its proxy, behind proxies), the seed list for
+    /// `rlock --cluster`.
     pub fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(RedisServer::url).collect()
+        (0..self.nodes.len())
+            .map(|i| format!("redis://127.0.0.1:{}", self.client_port(i)))
+            .collect()
     }
 
     /// `CLUSTER KEYSLOT key`.
@@ -144,9 +213,8 @@ impl RedisCluster {
     pub fn owner_of_slot_by(&self, by: usize, slot: u16) -> usize {
         let owners = slot_owners_on(&self.nodes[by]).expect("CLUSTER SLOTS");
         let port = owners[slot as usize];
-        self.nodes
-            .iter()
-            .position(|n| n.port() == port)
+        (0..self.nodes.len())
+            .position(|i| self.client_port(i) == port)
             .unwrap_or_else(|| panic!("slot {slot} is served by unknown port {port}"))
     }
 

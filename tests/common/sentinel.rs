@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::cli::info_on;
 use super::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
-use super::proxy::Proxy;
+use super::proxy::{Mode, Proxy};
 use super::server::{RedisServer, read_logs};
 use super::spawn::{connect, free_port, kill_and_reap, spawn_redis, wait_ready};
 use super::wait::wait_until;
@@ -18,10 +18,16 @@ struct SentinelProcess {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    /// With `behind_proxy`: the proxy in front of it, whose port it announces to the others.
+    proxy: Option<Proxy>,
 }
 
 impl SentinelProcess {
     fn start(name: &str, master_port: u16) -> Self {
+        Self::start_with(name, master_port, false)
+    }
+
+    fn start_with(name: &str, master_port: u16, behind_proxy: bool) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("rlock-sentinel-")
             .tempdir()
@@ -29,8 +35,9 @@ impl SentinelProcess {
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
+            let proxy = behind_proxy.then(|| Proxy::start(port));
             let conf = dir.path().join("sentinel.conf");
-            let text = format!(
+            let mut text = format!(
                 "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n\
                  sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
                  sentinel down-after-milliseconds {name} 1000\n\
@@ -38,6 +45,12 @@ impl SentinelProcess {
                 dir = dir.path().display(),
                 log = dir.path().join("redis.log").display(),
             );
+            if let Some(p) = &proxy {
+                text.push_str(&format!(
+                    "sentinel announce-ip 127.0.0.1\nsentinel announce-port {}\n",
+                    p.port()
+                ));
+            }
             fs::write(&conf, text).expect("write sentinel.conf");
             let args = [conf.display().to_string(), "--sentinel".to_string()];
             let mut child = spawn_redis(&args, dir.path());
@@ -47,6 +60,7 @@ impl SentinelProcess {
                         child: Some(child),
                         port,
                         dir,
+                        proxy,
                     };
                 }
                 Err(e) => {
@@ -122,7 +136,7 @@ impl Sentinels {
         }
         servers[1].cmd(&["REPLICAOF", "127.0.0.1", &proxies[0].port().to_string()]);
         let sentinels = (0..3)
-            .map(|_| SentinelProcess::start(name, proxies[0].port()))
+            .map(|_| SentinelProcess::start_with(name, proxies[0].port(), true))
             .collect();
         let [master, replica] = servers;
         let s = Sentinels {
@@ -153,12 +167,61 @@ impl Sentinels {
         &self.name
     }
 
-    /// `redis://127.0.0.1:PORT` of every Sentinel.
+    /// `redis://127.0.0.1:PORT` of every Sentinel (of its proxy, behind proxies).
     pub fn urls(&self) -> Vec<String> {
         self.sentinels
             .iter()
-            .map(|s| format!("redis://127.0.0.1:{}", s.port))
+            .map(|s| match &s.proxy {
+                Some(p) => p.url(),
+                None => format!("redis://127.0.0.1:{}", s.port),
+            })
             .collect()
+    }
+
+    /// The proxy in front of Sentinel `i` (after `start_behind_proxies`).
+    pub fn sentinel_proxy(&self, i: usize) -> &Proxy {
+        self.sentinels[i]
+            .proxy
+            .as_ref()
+            .expect("the Sentinels were started behind proxies")
+    }
+
+    /// Splits the set in two, as a network partition between hosts would: on one side server
+    /// `i`, Sentinel `i` and the processes `with_i`; on the other the other server, the other
+    /// two Sentinels and everyone else. Every link that crosses the cut is blackholed, both
+    /// ways; links within a side pass. Sentinels talk to each other through their proxies too.
+    pub fn partition(&self, i: usize, with_i: &[i32]) {
+        let pid = |c: &Option<Child>| c.as_ref().map(|c| c.id() as i32);
+        let mut side: Vec<i32> = with_i.to_vec();
+        side.push(self.servers[i].pid());
+        side.extend(pid(&self.sentinels[i].child));
+        let mut other: Vec<i32> = vec![self.servers[1 - i].pid()];
+        for (j, s) in self.sentinels.iter().enumerate() {
+            if j != i {
+                other.extend(pid(&s.child));
+            }
+        }
+        // Links into side i's server and Sentinel from the other side, and the other way.
+        self.proxies[i].set_for(&other, Mode::Blackhole);
+        self.sentinel_proxy(i).set_for(&other, Mode::Blackhole);
+        self.proxies[1 - i].set_for(&side, Mode::Blackhole);
+        for (j, _) in self.sentinels.iter().enumerate() {
+            if j != i {
+                self.sentinel_proxy(j).set_for(&side, Mode::Blackhole);
+            }
+        }
+    }
+
+    /// Heals every link `partition` cut.
+    pub fn heal(&self) {
+        for p in &self.proxies {
+            p.heal();
+        }
+        for s in &self.sentinels {
+            if let Some(p) = &s.proxy {
+                p.heal();
+            }
+        }
     }
 
     /// The server started as the master (index 0) or as the replica (index 1).
