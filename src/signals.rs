@@ -76,6 +76,28 @@ impl Signals {
     }
 }
 
+/// The signals that end a wait for a lock (`acquire`): any of FORWARDED.
+impl crate::lock::Interrupt for Signals {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.as_fd())
+    }
+
+    fn take(&self) -> Option<i32> {
+        self.try_next()
+    }
+}
+
+/// No signal watched: a wait that is not interrupted (`-n`).
+impl crate::lock::Interrupt for Option<Signals> {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.as_ref().map(AsFd::as_fd)
+    }
+
+    fn take(&self) -> Option<i32> {
+        self.as_ref().and_then(Signals::try_next)
+    }
+}
+
 impl AsFd for Signals {
     /// Readable when a signal is pending (for poll).
     fn as_fd(&self) -> BorrowedFd<'_> {

@@ -1950,4 +1950,22 @@ fn a_unix_socket_url_works() {
     assert!(!server.exists(&lock_key("jobs")));
     let out = run(rlock().args(["--url", &url, "exec", "-k", "jobs", "--", "true"]));
     assert_eq!(out.code, 0, "{out}");
+    // A waiter subscribes over the socket too, and is woken by the release (not by the TTL).
+    let out = run(rlock().args(["--url", &url, "acquire", "-k", "jobs", "--ttl", "60s"]));
+    let token = out.stdout.trim().to_string();
+    let mut waiter = common::Background::spawn(
+        "waiter",
+        dir.path(),
+        rlock().args(["--url", &url, "exec", "-k", "jobs", "--", "true"]),
+    );
+    waiter.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        matches!(
+            server.try_cmd(&["ZCARD", "{rlock:jobs}:q"]),
+            Ok(redis::Value::Int(1))
+        )
+    });
+    let out = run(rlock().args(["--url", &url, "release", "-k", "jobs", "--token", &token]));
+    assert_eq!(out.code, 0, "{out}");
+    let (out, _) = waiter.finish(Duration::from_secs(5));
+    assert_eq!(out.code, 0, "the waiter over the socket: {out}");
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::single::Routed;
-use super::{Fault, Node, NodeError, Script, Settings, Single, key_slot, with_addr};
+use super::{Fault, Node, NodeError, Script, Settings, Single, Subscriber, key_slot, with_addr};
 use crate::exit::Failure;
 use crate::redact::{redact, redact_all};
 
@@ -253,9 +253,14 @@ impl Node for Cluster {
     }
 
     /// PUBLISH reaches every node of a cluster; the master of the lock's slot will do.
-    fn subscriber(&self, key: &str, timeout: Duration) -> Result<redis::Connection, NodeError> {
+    fn subscriber(
+        &self,
+        key: &str,
+        channel: &str,
+        timeout: Duration,
+    ) -> Result<Subscriber, NodeError> {
         self.master_for(key_slot(key), timeout)?
-            .subscriber(key, timeout)
+            .subscriber(key, channel, timeout)
     }
 
     fn name(&self) -> &str {

@@ -11,6 +11,7 @@ mod sentinel;
 mod settings;
 mod single;
 mod slot;
+mod subscriber;
 
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ pub use sentinel::Sentinel;
 pub use settings::{Settings, TlsFiles, split_urls, with_addr};
 pub use single::Single;
 pub use slot::{hash_tag, key_slot};
+pub use subscriber::Subscriber;
 
 /// Which replies of a script are a write that must reach --replicas replicas.
 pub type ReplyTest = fn(&redis::Value) -> bool;
@@ -82,8 +84,13 @@ pub trait Node: Send + Sync {
     /// Every key matching `pattern` (SCAN, never KEYS).
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError>;
 
-    /// A new connection to the server that owns `key`, to SUBSCRIBE on.
-    fn subscriber(&self, key: &str, timeout: Duration) -> Result<redis::Connection, NodeError>;
+    /// A new connection to the server that owns `key`, subscribed to `channel`.
+    fn subscriber(
+        &self,
+        key: &str,
+        channel: &str,
+        timeout: Duration,
+    ) -> Result<Subscriber, NodeError>;
 
     /// The endpoint, passwords redacted, for messages.
     fn name(&self) -> &str;

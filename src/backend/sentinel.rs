@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{Fault, Node, NodeError, Script, Settings, Single, with_addr};
+use super::{Fault, Node, NodeError, Script, Settings, Single, Subscriber, with_addr};
 use crate::exit::Failure;
 use crate::redact::{redact, redact_all};
 
@@ -108,7 +108,8 @@ impl Sentinel {
             .map_err(|f| self.fail(Fault::Other, f.to_string()))?;
         let node = Arc::new(
             Single::new(client, format!("{} at {addr}", self.name))
-                .replicated(self.settings.replicas),
+                .replicated(self.settings.replicas)
+                .tls_files(self.settings.tls.clone()),
         );
         match node.role(timeout)? {
             redis::Role::Primary { .. } => {
@@ -146,8 +147,13 @@ impl Node for Sentinel {
         self.master(timeout)?.scan(pattern, timeout)
     }
 
-    fn subscriber(&self, key: &str, timeout: Duration) -> Result<redis::Connection, NodeError> {
-        self.master(timeout)?.subscriber(key, timeout)
+    fn subscriber(
+        &self,
+        key: &str,
+        channel: &str,
+        timeout: Duration,
+    ) -> Result<Subscriber, NodeError> {
+        self.master(timeout)?.subscriber(key, channel, timeout)
     }
 
     fn name(&self) -> &str {

@@ -203,7 +203,9 @@ impl Settings {
     /// A server that runs the lock scripts: a client for `url`, waiting for --replicas after
     /// every grant and renewal.
     pub fn single(&self, url: &str) -> Result<Single, Failure> {
-        Ok(Single::new(self.client(url)?, redact(url)).replicated(self.replicas))
+        Ok(Single::new(self.client(url)?, redact(url))
+            .replicated(self.replicas)
+            .tls_files(self.tls.clone()))
     }
 
     /// A client for a Sentinel: only the URL's own credentials (the fallback password is the

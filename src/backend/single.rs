@@ -8,7 +8,8 @@ use redis::{Connection, RedisResult, Value};
 
 use super::error::{CHECK_ADDRESS, NOT_REDIS};
 use super::probe::{self, Speaks};
-use super::{Fault, Node, NodeError, Script};
+use super::subscriber::{Addr, Endpoint, tls_config};
+use super::{Fault, Node, NodeError, Script, Subscriber, TlsFiles};
 use crate::redact::redact_text;
 
 /// INFO cluster, asked from a script (see cluster_info.lua); sent whole, as it is sent at most
@@ -28,6 +29,8 @@ pub struct Single {
     /// nothing, as the handshake waits for the first request), so never asked whether it is a
     /// plain Redis after all (see `not_tls`).
     tls_settled: AtomicBool,
+    /// --tls-ca, --tls-cert, --tls-key: for a waiter's own subscriber connection over TLS.
+    tls_files: TlsFiles,
 }
 
 /// What a server of a Redis Cluster said to a script: the reply, or where to send it instead.
@@ -48,7 +51,36 @@ impl Single {
             replicas: 0,
             standalone: AtomicBool::new(false),
             tls_settled: AtomicBool::new(false),
+            tls_files: TlsFiles::default(),
         }
+    }
+
+    /// The TLS files every connection uses, for the subscriber connections this server opens
+    /// itself (see `subscriber.rs`).
+    pub fn tls_files(self, tls_files: TlsFiles) -> Self {
+        Single { tls_files, ..self }
+    }
+
+    /// Where a subscriber connects, and as whom: what the redis client would use.
+    fn endpoint(&self) -> Result<Endpoint, String> {
+        let info = self.client.get_connection_info();
+        let addr = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => Addr::Tcp(host.clone(), *port),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                let files = &self.tls_files;
+                let client = files.cert.as_deref().zip(files.key.as_deref());
+                let config = tls_config(files.ca.as_deref(), client).map_err(|e| e.to_string())?;
+                Addr::Tls(host.clone(), *port, config)
+            }
+            redis::ConnectionAddr::Unix(path) => Addr::Unix(path.clone()),
+            other => return Err(format!("cannot subscribe over {other}")),
+        };
+        let redis = info.redis_settings();
+        Ok(Endpoint {
+            addr,
+            username: redis.username().map(str::to_string),
+            password: redis.password().map(str::to_string),
+        })
     }
 
     /// Waits for `n` replicas after every script whose reply is a write that must survive a
@@ -376,8 +408,19 @@ impl Node for Single {
         self.scan_keys(pattern, timeout)
     }
 
-    fn subscriber(&self, _key: &str, timeout: Duration) -> Result<Connection, NodeError> {
-        self.open(timeout)
+    fn subscriber(
+        &self,
+        _key: &str,
+        channel: &str,
+        timeout: Duration,
+    ) -> Result<Subscriber, NodeError> {
+        let failed = |detail: String| NodeError {
+            kind: Fault::Connect,
+            node: self.name.clone(),
+            detail,
+        };
+        let endpoint = self.endpoint().map_err(failed)?;
+        Subscriber::subscribe(&endpoint, channel, timeout).map_err(|e| failed(e.to_string()))
     }
 
     fn name(&self) -> &str {

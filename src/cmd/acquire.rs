@@ -37,7 +37,6 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
             } else {
                 Some(Signals::for_wait()?)
             };
-            let interrupt = || signals.as_ref().and_then(Signals::try_next);
             locker.acquire(
                 &key,
                 &new_token(),
@@ -45,7 +44,7 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
                 sharing,
                 &who,
                 policy,
-                &interrupt,
+                &signals,
             )?
         }
     };

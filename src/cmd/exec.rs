@@ -1,5 +1,6 @@
 //! `rlock exec`: take the lock, run the command under it, and give it back.
 
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -11,7 +12,7 @@ use super::{Context, inherited, inside_exec, new_token};
 use crate::cli::ExecArgs;
 use crate::exit::{Exit, Failure};
 use crate::identity::Identity;
-use crate::lock::{Grant, Lease, Locker, Renewed, WaitPolicy, deadline};
+use crate::lock::{Grant, Interrupt, Lease, Locker, Renewed, WaitPolicy, deadline};
 use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
@@ -171,9 +172,28 @@ fn acquire(
         }),
     };
     let sharing = super::sharing(locker, &args.sharing)?;
-    locker.acquire(key, &new_token(), args.ttl, sharing, &who, policy, &|| {
-        interrupt(signals)
-    })
+    locker.acquire(
+        key,
+        &new_token(),
+        args.ttl,
+        sharing,
+        &who,
+        policy,
+        &WaitSignals(signals),
+    )
+}
+
+/// The signals that end exec's wait for the lock.
+struct WaitSignals<'a>(&'a Signals);
+
+impl Interrupt for WaitSignals<'_> {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.0.as_fd())
+    }
+
+    fn take(&self) -> Option<i32> {
+        interrupt(self.0)
+    }
 }
 
 /// A signal that should end the wait, if one came. Ctrl-Z stops rlock meanwhile, as usual.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::key::LockKey;
-use crate::backend::{Fault, Node, NodeError, Script};
+use crate::backend::{Fault, Node, NodeError, Script, Subscriber};
 use crate::exit::Failure;
 
 /// The lock operations on one deployment. The operations themselves live beside this file, one
@@ -94,24 +94,16 @@ impl Locker {
     /// (in parallel, each within --op-timeout). A waiter in line (one Redis) is woken on a
     /// channel of its own, so that a handoff wakes exactly one process; a Redlock waiter, which
     /// does not queue, on the lock's shared channel.
-    pub fn subscribers(&self, key: &LockKey, token: &str) -> Vec<redis::Connection> {
+    pub fn subscribers(&self, key: &LockKey, token: &str) -> Vec<Subscriber> {
         let channel = if self.is_quorum() {
             key.channel.clone()
         } else {
             format!("{}:{token}", key.channel)
         };
-        self.on_all(|n| {
-            let mut conn = n.subscriber(&key.redis_key, self.op_timeout).ok()?;
-            let mut pubsub = conn.as_pubsub();
-            let subscribed = pubsub.subscribe(&channel).is_ok();
-            // Dropping a PubSub sends UNSUBSCRIBE and waits for the answer; the connection is
-            // closed instead when the wait is over, which unsubscribes for free.
-            std::mem::forget(pubsub);
-            subscribed.then_some(conn)
-        })
-        .into_iter()
-        .flatten()
-        .collect()
+        self.on_all(|n| n.subscriber(&key.redis_key, &channel, self.op_timeout).ok())
+            .into_iter()
+            .flatten()
+            .collect()
     }
 }
 

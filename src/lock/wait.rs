@@ -16,11 +16,15 @@
 //! means "not yet", like a busy lock. The waiter tries again with backoff (at most 1 s apart,
 //! with jitter) until its wait ends, saying once when the outage began and once when it ended.
 
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use super::display::{busy_message, human_ms};
 use super::exclusive::{Attempt, Unanswered};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Sharing};
+use crate::backend::Subscriber;
 use crate::exit::Failure;
 use crate::identity::Identity;
 
@@ -119,15 +123,19 @@ impl Patience {
     }
 }
 
-/// Polled between short sleeps: the number of a signal that should end the wait.
-pub type Interrupt<'a> = &'a dyn Fn() -> Option<i32>;
+/// What ends a wait besides Redis: signals, read from a file descriptor (a signalfd) that the
+/// waiter's `poll` watches beside its subscriptions, so that a sleeping waiter wakes for a
+/// signal at once and for nothing else.
+pub trait Interrupt {
+    /// Readable when a signal may be there to `take`; None when there is nothing to watch.
+    fn fd(&self) -> Option<BorrowedFd<'_>>;
+    /// The number of a signal that should end the wait, if one came (without blocking).
+    fn take(&self) -> Option<i32>;
+}
 
 /// How late after a claim window's end a waiter tries: enough for the window to be over by the
 /// server's clock.
 const CLAIM_SLACK: Duration = Duration::from_millis(5);
-
-/// How often a sleeping waiter looks at `Interrupt` (a local check, not a Redis command).
-const SLICE: Duration = Duration::from_millis(50);
 
 enum Slept {
     Woken,
@@ -147,7 +155,7 @@ impl Locker {
         sharing: Sharing,
         who: &Identity,
         policy: WaitPolicy,
-        interrupt: Interrupt,
+        interrupt: &dyn Interrupt,
     ) -> Result<Grant, Failure> {
         let grant = |fence: i64, ttl_ms: i64, sent: Instant| Grant {
             key: key.clone(),
@@ -166,7 +174,11 @@ impl Locker {
             // let interrupt rlock's system calls): a failure then reports the signal.
             let attempt = self
                 .attempt(key, token, ttl, sharing, false, who)
-                .map_err(|e| interrupt().map_or(e.failure, |sig| interrupted(key, sig)))?;
+                .map_err(|e| {
+                    interrupt
+                        .take()
+                        .map_or(e.failure, |sig| interrupted(key, sig))
+                })?;
             return match attempt {
                 Attempt::Granted {
                     fence,
@@ -201,13 +213,11 @@ impl Locker {
         // the lock is found busy, subscribe and try again (a release may have come in between).
         let mut subscribed = false;
         loop {
-            let mut conns = if subscribed {
+            let mut subs = if subscribed {
                 self.subscribers(key, token)
             } else {
                 Vec::new()
             };
-            let mut subs: Vec<redis::PubSub<'_>> =
-                conns.iter_mut().map(|c| c.as_pubsub()).collect();
             let round = self.wait_round(
                 key,
                 (token, ttl, sharing),
@@ -217,8 +227,8 @@ impl Locker {
                 &mut patience,
                 interrupt,
             );
-            // Closing the connections unsubscribes; a PubSub's own drop would wait for replies.
-            subs.into_iter().for_each(std::mem::forget);
+            // Closing the connections unsubscribes.
+            drop(subs);
             match round {
                 Round::Done(Ok((fence, ttl_ms, sent))) => return Ok(grant(fence, ttl_ms, sent)),
                 Round::Done(Err(failure)) => {
@@ -249,17 +259,17 @@ impl Locker {
         key: &LockKey,
         (token, ttl, sharing): (&str, Duration, Sharing),
         who: &Identity,
-        subs: &mut [redis::PubSub<'_>],
+        subs: &mut [Subscriber],
         subscribed: bool,
         patience: &mut Patience,
-        interrupt: Interrupt,
+        interrupt: &dyn Interrupt,
     ) -> Round {
         loop {
-            if let Some(signal) = interrupt() {
+            if let Some(signal) = interrupt.take() {
                 return Round::Done(Err(interrupted(key, signal)));
             }
             let attempt = self.attempt(key, token, ttl, sharing, true, who);
-            if let Some(signal) = interrupt() {
+            if let Some(signal) = interrupt.take() {
                 // (A grant that raced with the signal is given back by the caller's leave.)
                 return Round::Done(Err(interrupted(key, signal)));
             }
@@ -371,45 +381,51 @@ fn jitter() -> Duration {
 /// Sleeps until `until`, a wake-up ("go" on the waiter's own channel, "*" on the shared one), or
 /// a signal. A number of milliseconds on the waiter's channel says when the waiter ahead of it
 /// loses its chance to claim the lock: the sleep ends then, if not before.
+///
+/// The waiter sleeps in one `poll` over its subscriptions and the signal descriptor, with the
+/// time left as the timeout: it wakes when something arrives, a signal comes or the time is
+/// up, and for nothing else.
 fn sleep(
-    subs: &mut [redis::PubSub<'_>],
+    subs: &mut [Subscriber],
     mut until: Instant,
     token: &str,
-    interrupt: Interrupt,
+    interrupt: &dyn Interrupt,
 ) -> Slept {
     loop {
-        if let Some(signal) = interrupt() {
+        if let Some(signal) = interrupt.take() {
             return Slept::Interrupted(signal);
+        }
+        // What has arrived: at a wake-up, or already read with a subscription's confirmation.
+        for sub in subs.iter_mut() {
+            let Ok(payloads) = sub.messages() else {
+                return Slept::SubscriberBroken;
+            };
+            for payload in payloads {
+                if payload == b"go" || payload == b"*" || payload == token.as_bytes() {
+                    return Slept::Woken;
+                }
+                if let Some(ms) = std::str::from_utf8(&payload)
+                    .ok()
+                    .and_then(|p| p.parse::<u64>().ok())
+                {
+                    let then = Instant::now() + Duration::from_millis(ms) + CLAIM_SLACK;
+                    until = until.min(then);
+                }
+            }
         }
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Slept::TimedOut;
         }
-        let slice = left.min(SLICE).max(Duration::from_millis(1));
-        if subs.is_empty() {
-            std::thread::sleep(slice);
-            continue;
-        }
-        let each = (slice / subs.len() as u32).max(Duration::from_millis(1));
-        for p in subs.iter_mut() {
-            let _ = p.set_read_timeout(Some(each));
-            match p.get_message() {
-                Ok(msg) => {
-                    let payload = msg.get_payload_bytes();
-                    if payload == b"go" || payload == b"*" || payload == token.as_bytes() {
-                        return Slept::Woken;
-                    }
-                    if let Some(ms) = std::str::from_utf8(payload)
-                        .ok()
-                        .and_then(|p| p.parse::<u64>().ok())
-                    {
-                        let then = Instant::now() + Duration::from_millis(ms) + CLAIM_SLACK;
-                        until = until.min(then);
-                    }
-                }
-                Err(e) if e.is_timeout() => {}
-                Err(_) => return Slept::SubscriberBroken,
-            }
-        }
+        let mut fds: Vec<PollFd<'_>> = subs
+            .iter()
+            .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN))
+            .collect();
+        fds.extend(interrupt.fd().map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
+        // Rounded up to whole milliseconds, so that the sleep never ends before `until`.
+        let ms = left.as_nanos().div_ceil(1_000_000);
+        let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
+        // EINTR (a stop and continue) only means: look again.
+        let _ = poll(&mut fds, timeout);
     }
 }
