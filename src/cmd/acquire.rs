@@ -8,7 +8,7 @@ use super::{Context, inherited, new_token, sharing};
 use crate::cli::AcquireArgs;
 use crate::exit::Failure;
 use crate::identity::Identity;
-use crate::lock::{Grant, WaitPolicy};
+use crate::lock::{Grant, Hooks, Request, WaitPolicy};
 use crate::redact::redact_command;
 use crate::signals::Signals;
 
@@ -29,23 +29,25 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
                 wait: args.wait.wait,
                 no_wait: args.wait.no_wait,
                 busy_code: args.wait.conflict_exit_code,
-                quiet: ctx.global.quiet,
-                when_waiting: None,
             };
             let signals = if policy.no_wait {
                 None
             } else {
                 Some(Signals::for_wait()?)
             };
-            locker.acquire(
-                &key,
-                &new_token(),
-                args.ttl,
+            let token = new_token();
+            let request = Request {
+                key: &key,
+                token: &token,
+                ttl: args.ttl,
                 sharing,
-                &who,
-                policy,
-                &signals,
-            )?
+                who: &who,
+            };
+            let hooks = Hooks {
+                interrupt: &signals,
+                observer: ctx,
+            };
+            locker.acquire(&request, policy, hooks)?
         }
     };
     ctx.say(format_args!(

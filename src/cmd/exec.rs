@@ -12,7 +12,8 @@ use super::{Context, inherited, inside_exec, new_token};
 use crate::cli::ExecArgs;
 use crate::exit::{Exit, Failure};
 use crate::identity::Identity;
-use crate::lock::{Grant, Interrupt, Lease, Locker, Renewed, WaitPolicy, deadline};
+use crate::lock::{Grant, Hooks, Interrupt, Lease, Locker, Renewed, Request, WaitPolicy, deadline};
+use crate::observe::{Note, Observer};
 use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
@@ -161,26 +162,46 @@ fn acquire(
         wait: args.wait.wait,
         no_wait: args.wait.no_wait,
         busy_code: args.wait.conflict_exit_code,
-        quiet: ctx.global.quiet,
-        // A typo must not cost the whole wait: when the lock is busy, say at once if the command
-        // cannot run now (it may still appear while rlock waits: built by the holder, say).
-        when_waiting: supervise::runnable(&args.command[0]).err().map(|why| {
-            format!(
-                "{why}; waiting for lock '{}' anyway (it may appear meanwhile)",
-                key.name
-            )
-        }),
     };
-    let sharing = super::sharing(locker, &args.sharing)?;
-    locker.acquire(
+    let token = new_token();
+    let request = Request {
         key,
-        &new_token(),
-        args.ttl,
-        sharing,
-        &who,
-        policy,
-        &WaitSignals(signals),
-    )
+        token: &token,
+        ttl: args.ttl,
+        sharing: super::sharing(locker, &args.sharing)?,
+        who: &who,
+    };
+    let observer = ExecWait {
+        ctx,
+        program: &args.command[0],
+    };
+    let hooks = Hooks {
+        interrupt: &WaitSignals(signals),
+        observer: &observer,
+    };
+    locker.acquire(&request, policy, hooks)
+}
+
+/// What exec says while it waits: what every wait says, and, when the lock is found busy, at
+/// once if the command cannot run now. A typo must not cost the whole wait (the command may
+/// still appear while rlock waits: built by the holder, say), and an uncontended exec does not
+/// look the command up twice.
+struct ExecWait<'a> {
+    ctx: &'a Context,
+    program: &'a std::ffi::OsString,
+}
+
+impl Observer for ExecWait<'_> {
+    fn observe(&self, note: Note<'_>) {
+        if let Note::WaitBegins { key } = note
+            && let Err(why) = supervise::runnable(self.program)
+        {
+            self.ctx.note(format_args!(
+                "{why}; waiting for lock '{key}' anyway (it may appear meanwhile)"
+            ));
+        }
+        self.ctx.observe(note);
+    }
 }
 
 /// The signals that end exec's wait for the lock.
@@ -286,16 +307,7 @@ fn supervise(
                 Ok(())
             }
         };
-        Supervisor::new(
-            pgid,
-            signals,
-            &reports,
-            enforce,
-            terminal,
-            ctx.global.verbose,
-            renewal,
-        )
-        .run()
+        Supervisor::new(pgid, signals, &reports, enforce, terminal, ctx, renewal).run()
     });
     if let Some(t) = terminal {
         t.take_back_from(pgid);

@@ -9,7 +9,8 @@ pub mod renew;
 use crate::backend::{Settings, TlsFiles, split_urls};
 use crate::cli::{Global, SharingArgs};
 use crate::exit::Failure;
-use crate::lock::{Grant, LockKey, Locker, Sharing};
+use crate::lock::{Grant, LockKey, Locker, Sharing, human_ms};
+use crate::observe::{Note, Observer};
 
 /// The global options, resolved.
 pub struct Context {
@@ -138,6 +139,26 @@ impl Context {
     pub fn note(&self, msg: std::fmt::Arguments) {
         if !self.global.quiet {
             eprintln!("rlock: {msg}");
+        }
+    }
+}
+
+/// What the layers below report, as lines on stderr: outages a waiter rides out (unless -q),
+/// failed renewals (with -v).
+impl Observer for Context {
+    fn observe(&self, note: Note<'_>) {
+        match note {
+            Note::WaitBegins { .. } => {}
+            Note::OutageBegan { key, failure } => self.note(format_args!(
+                "{failure}; still waiting for lock '{key}', trying again at most 1s apart"
+            )),
+            Note::OutageEnded { key, after } => self.note(format_args!(
+                "Redis answers again after {}; still waiting for lock '{key}'",
+                human_ms(after.as_millis() as i64)
+            )),
+            Note::RenewalFailed { error } => {
+                self.say(format_args!("renewal failed, retrying: {error}"))
+            }
         }
     }
 }

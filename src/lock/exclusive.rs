@@ -9,19 +9,14 @@ use super::lease::drift;
 use super::locker::{Locker, eval_on, no_quorum, unexpected, wrong_type};
 use super::reply::{AcquireReply, Crowd, Holder, KeyType, ReleaseReply, RenewReply};
 use super::scripts::{ACQUIRE, FENCE, LEAVE, RELEASE, RENEW};
-use super::{CHECK_WITHOUT_EXPIRY, Released, Renewed, Sharing};
+use super::{CHECK_WITHOUT_EXPIRY, Grant, Released, Renewed, Request};
 use crate::backend::{Fault, Node, NodeError};
 use crate::exit::Failure;
-use crate::identity::Identity;
 
 /// One try at taking the lock.
 #[derive(Debug)]
 pub(super) enum Attempt {
-    Granted {
-        fence: i64,
-        ttl_ms: i64,
-        sent: Instant,
-    },
+    Granted(Grant),
     Busy {
         pttl: i64,
         now_ms: i64,
@@ -55,15 +50,14 @@ impl Unanswered {
 
 impl Locker {
     /// One try at taking the lock; with `join_queue`, a busy try keeps a place in line.
-    pub(super) fn attempt(
-        &self,
-        key: &LockKey,
-        token: &str,
-        ttl: Duration,
-        sharing: Sharing,
-        join_queue: bool,
-        who: &Identity,
-    ) -> Result<Attempt, Unanswered> {
+    pub(super) fn attempt(&self, req: &Request, join_queue: bool) -> Result<Attempt, Unanswered> {
+        let Request {
+            key,
+            token,
+            ttl,
+            sharing,
+            who,
+        } = *req;
         let (mode, limit) = sharing.script_args();
         let ttl_ms = ttl.as_millis().max(1).to_string();
         let check = CHECK_WITHOUT_EXPIRY.as_millis().to_string();
@@ -87,7 +81,7 @@ impl Locker {
         ];
         let timeout = self.node_timeout(ttl);
         let sent = Instant::now();
-        let results = self.on_all(|n| attempt_on(n, key, &args, timeout, sent));
+        let results = self.on_all(|n| attempt_on(n, req, &args, timeout, sent));
         if !self.is_quorum() {
             let mut result = results.into_iter().next().expect("one node");
             if let Err(e) = &mut result
@@ -127,7 +121,7 @@ impl Locker {
         let fences: Vec<i64> = results
             .iter()
             .filter_map(|r| match r {
-                Ok(Attempt::Granted { fence, .. }) => Some(*fence),
+                Ok(Attempt::Granted(grant)) => Some(grant.fence),
                 _ => None,
             })
             .collect();
@@ -144,19 +138,21 @@ impl Locker {
             let floor = fence.to_string();
             std::thread::scope(|s| {
                 for (node, result) in self.nodes.iter().zip(&results) {
-                    if let Ok(Attempt::Granted { fence: mine, .. }) = result
-                        && *mine < fence
+                    if let Ok(Attempt::Granted(mine)) = result
+                        && mine.fence < fence
                     {
                         let (floor, keys) = (&floor, key.keys_for(&FENCE));
                         s.spawn(move || node.eval(&FENCE, &keys, &[token, floor], timeout));
                     }
                 }
             });
-            return Ok(Attempt::Granted {
+            return Ok(Attempt::Granted(Grant {
+                key: key.clone(),
+                token: token.to_string(),
                 fence,
-                ttl_ms: validity.as_millis() as i64,
+                ttl: validity,
                 sent,
-            });
+            }));
         }
         // No grant: give back what was granted, everywhere, each node within its timeout.
         self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], timeout));
@@ -351,18 +347,20 @@ impl Locker {
 
 fn attempt_on(
     node: &dyn Node,
-    key: &LockKey,
+    req: &Request,
     args: &[&str],
     timeout: std::time::Duration,
     sent: Instant,
 ) -> NodeAttempt {
-    let reply = eval_on(node, &ACQUIRE, key, args, timeout)?;
+    let reply = eval_on(node, &ACQUIRE, req.key, args, timeout)?;
     match AcquireReply::decode(&reply) {
-        Some(AcquireReply::Granted { fence, ttl_ms }) => Ok(Attempt::Granted {
+        Some(AcquireReply::Granted { fence, ttl_ms }) => Ok(Attempt::Granted(Grant {
+            key: req.key.clone(),
+            token: req.token.to_string(),
             fence,
-            ttl_ms,
+            ttl: Duration::from_millis(ttl_ms.max(0) as u64),
             sent,
-        }),
+        })),
         Some(AcquireReply::Busy {
             pttl,
             now_ms,

@@ -34,6 +34,8 @@ mod wait;
 
 use std::time::{Duration, Instant};
 
+use crate::identity::Identity;
+
 pub use display::human_ms;
 pub use key::LockKey;
 pub use lease::{Lease, deadline, drift};
@@ -41,7 +43,7 @@ pub use locker::Locker;
 pub use read::LockInfo;
 pub use reply::{Crowd, Holder, HolderLease, KeyType};
 pub use scripts::{ACQUIRE, FENCE, INSPECT, LEAVE, RELEASE, RENEW};
-pub use wait::{Interrupt, WaitPolicy};
+pub use wait::{Hooks, Interrupt, WaitPolicy};
 
 /// How often a waiter checks a lock that has no expiry (another client's `SET` without `PX`):
 /// it cannot hear such a lock go, only find it gone. A lock with a lease is checked when its
@@ -78,6 +80,17 @@ impl Sharing {
             Sharing::Shared => ("shared", "0".into()),
         }
     }
+}
+
+/// What a process asks for when it takes a lock: the lock (or a slot of it, as `sharing` says)
+/// for `token`, with a lease of `ttl`, held by `who`.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub key: &'a LockKey,
+    pub token: &'a str,
+    pub ttl: Duration,
+    pub sharing: Sharing,
+    pub who: &'a Identity,
 }
 
 /// A lock held by this process.

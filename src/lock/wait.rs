@@ -23,10 +23,10 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use super::display::{busy_message, human_ms};
 use super::exclusive::{Attempt, Unanswered};
-use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Sharing};
+use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
 use crate::exit::Failure;
-use crate::identity::Identity;
+use crate::observe::{Note, Observer};
 
 /// How long to wait for a busy lock.
 #[derive(Debug, Clone)]
@@ -36,14 +36,31 @@ pub struct WaitPolicy {
     pub no_wait: bool,
     /// Exit code for "busy" (75 unless `-E`).
     pub busy_code: u8,
-    /// No line on stderr when an outage begins and ends (`-q`).
-    pub quiet: bool,
-    /// A line for stderr when the lock is found busy and the wait begins (unless `quiet`).
-    pub when_waiting: Option<String>,
+}
+
+/// What ends a wait besides Redis: signals, read from a file descriptor (a signalfd) that the
+/// waiter's `poll` watches beside its subscriptions, so that a sleeping waiter wakes for a
+/// signal at once and for nothing else.
+pub trait Interrupt {
+    /// Readable when a signal may be there to `take`; None when there is nothing to watch.
+    fn fd(&self) -> Option<BorrowedFd<'_>>;
+    /// The number of a signal that should end the wait, if one came (without blocking).
+    fn take(&self) -> Option<i32>;
+}
+
+/// Who hears of a wait besides its caller: what interrupts it, and who is told what happens.
+#[derive(Clone, Copy)]
+pub struct Hooks<'a> {
+    pub interrupt: &'a dyn Interrupt,
+    pub observer: &'a dyn Observer,
 }
 
 /// The longest pause between two tries while Redis is out.
 const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// How late after a claim window's end a waiter tries: enough for the window to be over by the
+/// server's clock.
+const CLAIM_SLACK: Duration = Duration::from_millis(5);
 
 /// An outage that a waiter rides out.
 struct Outage {
@@ -54,19 +71,201 @@ struct Outage {
     backoff: Duration,
 }
 
-/// How long a waiter waits, and what it says meanwhile.
-struct Patience {
+impl Locker {
+    /// Takes the lock (or a slot of it) that `req` asks for, waiting as `policy` says.
+    pub fn acquire(
+        &self,
+        req: &Request,
+        policy: WaitPolicy,
+        hooks: Hooks,
+    ) -> Result<Grant, Failure> {
+        if policy.no_wait || policy.wait == Some(Duration::ZERO) {
+            return self.try_once(req, &policy, hooks);
+        }
+        let start = Instant::now();
+        let waiter = Waiter {
+            locker: self,
+            req,
+            hooks,
+            start,
+            // A wait too long for the clock to add is as good as waiting forever.
+            deadline: policy.wait.and_then(|w| start.checked_add(w)),
+            busy_code: policy.busy_code,
+            outage: None,
+            subs: Vec::new(),
+            subscribed: false,
+        };
+        waiter.wait()
+    }
+
+    /// One try, no wait (`-n`). A signal that came during the request is answered once it
+    /// returns (signals are not let interrupt rlock's system calls): a failure then reports
+    /// the signal.
+    fn try_once(&self, req: &Request, policy: &WaitPolicy, hooks: Hooks) -> Result<Grant, Failure> {
+        let key = req.key;
+        let busy = |message: String| Failure::Busy {
+            message: format!("{message}; not waiting (-n)"),
+            code: policy.busy_code,
+        };
+        match self.attempt(req, false) {
+            Err(e) => Err(hooks
+                .interrupt
+                .take()
+                .map_or(e.failure, |sig| interrupted(key, sig))),
+            Ok(Attempt::Granted(grant)) => Ok(grant),
+            Ok(Attempt::Busy {
+                pttl,
+                now_ms,
+                holder,
+                crowd,
+            }) => Err(busy(busy_message(key, pttl, now_ms, &holder, crowd))),
+            Ok(Attempt::Queued { .. }) => Err(busy(format!(
+                "lock '{}' is being handed to a process waiting for it",
+                key.name
+            ))),
+        }
+    }
+}
+
+/// A wait for a lock: its request, how long it may last, the outage it is riding out, and its
+/// subscriptions to the wake channel.
+struct Waiter<'a> {
+    locker: &'a Locker,
+    req: &'a Request<'a>,
+    hooks: Hooks<'a>,
     start: Instant,
     /// None: as long as it takes.
     deadline: Option<Instant>,
-    policy: WaitPolicy,
+    busy_code: u8,
     outage: Option<Outage>,
+    subs: Vec<Subscriber>,
+    /// Subscribed since the lock was first found busy (the first try needs no subscription:
+    /// an uncontended lock costs one round trip).
+    subscribed: bool,
 }
 
-impl Patience {
-    /// A try got no answer that time may cure: the outage begins, or goes on. Returns when to
-    /// try next.
-    fn outage(&mut self, key: &LockKey, failure: Failure) -> Instant {
+/// What one try and the sleep after it came to.
+enum Step {
+    Granted(Grant),
+    GaveUp(Failure),
+    /// Try again.
+    Again,
+}
+
+/// How a sleep ended.
+enum Slept {
+    Woken,
+    TimedOut,
+    SubscriberBroken,
+    Interrupted(i32),
+}
+
+impl Waiter<'_> {
+    fn wait(mut self) -> Result<Grant, Failure> {
+        loop {
+            match self.step() {
+                Step::Granted(grant) => return Ok(grant),
+                Step::GaveUp(failure) => {
+                    // A waiter that gives up leaves nothing behind. (When Redis did not
+                    // answer, the failed attempt has already tried that; once is enough.)
+                    if !matches!(failure, Failure::Unavailable(_)) {
+                        let _ = self.locker.leave(self.req.key, self.req.token);
+                    }
+                    return Err(failure);
+                }
+                Step::Again => {}
+            }
+        }
+    }
+
+    /// One try, and the sleep its answer calls for.
+    fn step(&mut self) -> Step {
+        let key = self.req.key;
+        if let Some(signal) = self.hooks.interrupt.take() {
+            return Step::GaveUp(interrupted(key, signal));
+        }
+        let attempt = self.locker.attempt(self.req, true);
+        if let Some(signal) = self.hooks.interrupt.take() {
+            // (A grant that raced with the signal is given back by `wait`'s leave.)
+            return Step::GaveUp(interrupted(key, signal));
+        }
+        match attempt {
+            Err(Unanswered {
+                failure,
+                transient: true,
+            }) => self.ride_out(failure),
+            Err(Unanswered { failure, .. }) => Step::GaveUp(failure),
+            Ok(answer) => {
+                self.answered();
+                self.after(answer)
+            }
+        }
+    }
+
+    /// What a try that got an answer leads to: the grant, or a sleep until the lock may be
+    /// free. The first busy answer subscribes, and tries again at once (a release may have
+    /// come in between).
+    fn after(&mut self, answer: Attempt) -> Step {
+        let key = self.req.key;
+        let (sleep_for, why) = match answer {
+            Attempt::Granted(grant) => return Step::Granted(grant),
+            Attempt::Busy {
+                pttl,
+                now_ms,
+                holder,
+                crowd,
+            } => (
+                if pttl >= 0 {
+                    Duration::from_millis(pttl as u64 + 1)
+                } else {
+                    CHECK_WITHOUT_EXPIRY
+                },
+                busy_message(key, pttl, now_ms, &holder, crowd),
+            ),
+            Attempt::Queued { wait_ms } => (
+                Duration::from_millis(wait_ms.max(0) as u64) + CLAIM_SLACK,
+                format!(
+                    "lock '{}' is being handed to processes that waited longer",
+                    key.name
+                ),
+            ),
+        };
+        let mut until = Instant::now() + sleep_for;
+        if self.locker.is_quorum() {
+            // Redlock waiters race each other on every node: spread them out so that they do
+            // not split the votes in lockstep.
+            until += jitter();
+        }
+        if let Some(deadline) = self.deadline {
+            if Instant::now() >= deadline {
+                return Step::GaveUp(self.gave_up(why));
+            }
+            until = until.min(deadline);
+        }
+        if !self.subscribed {
+            self.subscribed = true;
+            self.hooks
+                .observer
+                .observe(Note::WaitBegins { key: &key.name });
+            self.subs = self.locker.subscribers(key, self.req.token);
+            return Step::Again;
+        }
+        match self.sleep(until) {
+            Slept::Woken | Slept::TimedOut => Step::Again,
+            Slept::Interrupted(signal) => Step::GaveUp(interrupted(key, signal)),
+            Slept::SubscriberBroken => {
+                // Closing the broken connections unsubscribes; a release may have been missed
+                // meanwhile, so try again at once.
+                self.subs = self.locker.subscribers(key, self.req.token);
+                Step::Again
+            }
+        }
+    }
+
+    /// A try got no answer that time may cure: the outage begins or goes on, and the next try
+    /// comes after a backoff (or the wait ends at its deadline).
+    fn ride_out(&mut self, failure: Failure) -> Step {
+        let key = &self.req.key.name;
         let outage = match self.outage.take() {
             Some(mut o) => {
                 o.last = failure;
@@ -74,12 +273,10 @@ impl Patience {
                 o
             }
             None => {
-                if !self.policy.quiet {
-                    eprintln!(
-                        "rlock: {failure}; still waiting for lock '{}', trying again at most 1s apart",
-                        key.name
-                    );
-                }
+                self.hooks.observer.observe(Note::OutageBegan {
+                    key,
+                    failure: &failure,
+                });
                 Outage {
                     since: Instant::now(),
                     last: failure,
@@ -90,19 +287,27 @@ impl Patience {
         // Jitter, so that the waiters of a key do not all come back at once.
         let pause = outage.backoff.mul_f64(0.75) + jitter().min(outage.backoff / 4);
         self.outage = Some(outage);
-        Instant::now() + pause
+        let next = Instant::now() + pause;
+        if let Some(deadline) = self.deadline
+            && Instant::now() >= deadline
+        {
+            return Step::GaveUp(self.gave_up(String::new()));
+        }
+        let until = self.deadline.map_or(next, |d| next.min(d));
+        // No subscription while Redis is out: the backoff is the poll's timeout.
+        match sleep(&mut [], until, self.req.token, self.hooks.interrupt) {
+            Slept::Interrupted(signal) => Step::GaveUp(interrupted(self.req.key, signal)),
+            _ => Step::Again,
+        }
     }
 
     /// A try got an answer: an outage under way is over.
-    fn answered(&mut self, key: &LockKey) {
-        if let Some(o) = self.outage.take()
-            && !self.policy.quiet
-        {
-            eprintln!(
-                "rlock: Redis answers again after {}; still waiting for lock '{}'",
-                human_ms(o.since.elapsed().as_millis() as i64),
-                key.name
-            );
+    fn answered(&mut self) {
+        if let Some(o) = self.outage.take() {
+            self.hooks.observer.observe(Note::OutageEnded {
+                key: &self.req.key.name,
+                after: o.since.elapsed(),
+            });
         }
     }
 
@@ -117,246 +322,14 @@ impl Patience {
             )),
             None => Failure::Busy {
                 message: format!("{why}; gave up after {waited}"),
-                code: self.policy.busy_code,
+                code: self.busy_code,
             },
         }
     }
-}
 
-/// What ends a wait besides Redis: signals, read from a file descriptor (a signalfd) that the
-/// waiter's `poll` watches beside its subscriptions, so that a sleeping waiter wakes for a
-/// signal at once and for nothing else.
-pub trait Interrupt {
-    /// Readable when a signal may be there to `take`; None when there is nothing to watch.
-    fn fd(&self) -> Option<BorrowedFd<'_>>;
-    /// The number of a signal that should end the wait, if one came (without blocking).
-    fn take(&self) -> Option<i32>;
-}
-
-/// How late after a claim window's end a waiter tries: enough for the window to be over by the
-/// server's clock.
-const CLAIM_SLACK: Duration = Duration::from_millis(5);
-
-enum Slept {
-    Woken,
-    TimedOut,
-    SubscriberBroken,
-    Interrupted(i32),
-}
-
-impl Locker {
-    /// Takes the lock (or a slot of it, as `sharing` says), waiting as `policy` says.
-    #[allow(clippy::too_many_arguments)]
-    pub fn acquire(
-        &self,
-        key: &LockKey,
-        token: &str,
-        ttl: Duration,
-        sharing: Sharing,
-        who: &Identity,
-        policy: WaitPolicy,
-        interrupt: &dyn Interrupt,
-    ) -> Result<Grant, Failure> {
-        let grant = |fence: i64, ttl_ms: i64, sent: Instant| Grant {
-            key: key.clone(),
-            token: token.to_string(),
-            fence,
-            ttl: Duration::from_millis(ttl_ms.max(0) as u64),
-            sent,
-        };
-        let busy = |detail: String| Failure::Busy {
-            message: detail,
-            code: policy.busy_code,
-        };
-
-        if policy.no_wait || policy.wait == Some(Duration::ZERO) {
-            // A signal that came during the request is answered once it returns (signals are not
-            // let interrupt rlock's system calls): a failure then reports the signal.
-            let attempt = self
-                .attempt(key, token, ttl, sharing, false, who)
-                .map_err(|e| {
-                    interrupt
-                        .take()
-                        .map_or(e.failure, |sig| interrupted(key, sig))
-                })?;
-            return match attempt {
-                Attempt::Granted {
-                    fence,
-                    ttl_ms,
-                    sent,
-                } => Ok(grant(fence, ttl_ms, sent)),
-                Attempt::Busy {
-                    pttl,
-                    now_ms,
-                    holder,
-                    crowd,
-                } => Err(busy(format!(
-                    "{}; not waiting (-n)",
-                    busy_message(key, pttl, now_ms, &holder, crowd)
-                ))),
-                Attempt::Queued { .. } => Err(busy(format!(
-                    "lock '{}' is being handed to a process waiting for it; not waiting (-n)",
-                    key.name
-                ))),
-            };
-        }
-
-        let start = Instant::now();
-        let mut patience = Patience {
-            start,
-            // A wait too long for the clock to add is as good as waiting forever.
-            deadline: policy.wait.and_then(|w| start.checked_add(w)),
-            policy,
-            outage: None,
-        };
-        // The first try needs no subscription: an uncontended lock costs one round trip. Once
-        // the lock is found busy, subscribe and try again (a release may have come in between).
-        let mut subscribed = false;
-        loop {
-            let mut subs = if subscribed {
-                self.subscribers(key, token)
-            } else {
-                Vec::new()
-            };
-            let round = self.wait_round(
-                key,
-                (token, ttl, sharing),
-                who,
-                &mut subs,
-                subscribed,
-                &mut patience,
-                interrupt,
-            );
-            // Closing the connections unsubscribes.
-            drop(subs);
-            match round {
-                Round::Done(Ok((fence, ttl_ms, sent))) => return Ok(grant(fence, ttl_ms, sent)),
-                Round::Done(Err(failure)) => {
-                    // A waiter that gives up leaves nothing behind. (When Redis did not answer,
-                    // the failed attempt has already tried that; once is enough.)
-                    if !matches!(failure, Failure::Unavailable(_)) {
-                        let _ = self.leave(key, token);
-                    }
-                    return Err(failure);
-                }
-                Round::Subscribe => {
-                    subscribed = true;
-                    if let Some(line) = &patience.policy.when_waiting
-                        && !patience.policy.quiet
-                    {
-                        eprintln!("rlock: {line}");
-                    }
-                }
-                Round::Resubscribe => {}
-            }
-        }
+    fn sleep(&mut self, until: Instant) -> Slept {
+        sleep(&mut self.subs, until, self.req.token, self.hooks.interrupt)
     }
-
-    /// Attempts and sleeps until granted, given up, or the subscription needs (re)making.
-    #[allow(clippy::too_many_arguments)]
-    fn wait_round(
-        &self,
-        key: &LockKey,
-        (token, ttl, sharing): (&str, Duration, Sharing),
-        who: &Identity,
-        subs: &mut [Subscriber],
-        subscribed: bool,
-        patience: &mut Patience,
-        interrupt: &dyn Interrupt,
-    ) -> Round {
-        loop {
-            if let Some(signal) = interrupt.take() {
-                return Round::Done(Err(interrupted(key, signal)));
-            }
-            let attempt = self.attempt(key, token, ttl, sharing, true, who);
-            if let Some(signal) = interrupt.take() {
-                // (A grant that raced with the signal is given back by the caller's leave.)
-                return Round::Done(Err(interrupted(key, signal)));
-            }
-            let answer = match attempt {
-                Err(Unanswered {
-                    failure,
-                    transient: true,
-                }) => {
-                    let next = patience.outage(key, failure);
-                    if let Some(deadline) = patience.deadline
-                        && Instant::now() >= deadline
-                    {
-                        return Round::Done(Err(patience.gave_up(String::new())));
-                    }
-                    let until = patience.deadline.map_or(next, |d| next.min(d));
-                    if let Slept::Interrupted(signal) = sleep(&mut [], until, token, interrupt) {
-                        return Round::Done(Err(interrupted(key, signal)));
-                    }
-                    continue;
-                }
-                Err(Unanswered { failure, .. }) => return Round::Done(Err(failure)),
-                Ok(answer) => {
-                    patience.answered(key);
-                    answer
-                }
-            };
-            let (sleep_for, why) = match answer {
-                Attempt::Granted {
-                    fence,
-                    ttl_ms,
-                    sent,
-                } => return Round::Done(Ok((fence, ttl_ms, sent))),
-                Attempt::Busy {
-                    pttl,
-                    now_ms,
-                    holder,
-                    crowd,
-                } => (
-                    if pttl >= 0 {
-                        Duration::from_millis(pttl as u64 + 1)
-                    } else {
-                        CHECK_WITHOUT_EXPIRY
-                    },
-                    busy_message(key, pttl, now_ms, &holder, crowd),
-                ),
-                Attempt::Queued { wait_ms } => (
-                    Duration::from_millis(wait_ms.max(0) as u64) + CLAIM_SLACK,
-                    format!(
-                        "lock '{}' is being handed to processes that waited longer",
-                        key.name
-                    ),
-                ),
-            };
-            let mut until = Instant::now() + sleep_for;
-            if self.is_quorum() {
-                // Redlock waiters race each other on every node: spread them out so that they
-                // do not split the votes in lockstep.
-                until += jitter();
-            }
-            if let Some(deadline) = patience.deadline {
-                if Instant::now() >= deadline {
-                    return Round::Done(Err(patience.gave_up(why)));
-                }
-                until = until.min(deadline);
-            }
-            if !subscribed {
-                return Round::Subscribe;
-            }
-            match sleep(subs, until, token, interrupt) {
-                Slept::Woken | Slept::TimedOut => {}
-                Slept::Interrupted(signal) => {
-                    return Round::Done(Err(interrupted(key, signal)));
-                }
-                Slept::SubscriberBroken => return Round::Resubscribe,
-            }
-        }
-    }
-}
-
-/// How one round of waiting ended.
-enum Round {
-    /// Granted (fence, ttl ms, send time), or given up.
-    Done(Result<(i64, i64, Instant), Failure>),
-    /// Found busy before subscribing: subscribe, then try again at once.
-    Subscribe,
-    /// The subscription broke: make it again.
-    Resubscribe,
 }
 
 fn interrupted(key: &LockKey, signal: i32) -> Failure {

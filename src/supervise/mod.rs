@@ -23,6 +23,7 @@ pub use spawn::{Guardian, runnable, spawn};
 pub use terminal::Terminal;
 
 use crate::exit::Code;
+use crate::observe::{Note, Observer};
 use crate::signals::Signals;
 use crate::watchdog::Report;
 
@@ -217,7 +218,7 @@ pub struct Supervisor<'a, R> {
     inbox: Inbox<'a>,
     enforce: Enforce,
     terminal: Option<Terminal>,
-    verbose: bool,
+    observer: &'a dyn Observer,
     renewal: R,
     renew_at: Option<Instant>,
     /// When SIGKILL goes to the group: the deadline, or sooner once the lock is known lost.
@@ -248,7 +249,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
         reports: &'a ReportReceiver,
         enforce: Enforce,
         terminal: Option<Terminal>,
-        verbose: bool,
+        observer: &'a dyn Observer,
         renewal: R,
     ) -> Self {
         Supervisor {
@@ -264,7 +265,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
             kill_at: enforce.deadline,
             enforce,
             terminal,
-            verbose,
+            observer,
             renewal,
             lost: None,
             termed: false,
@@ -445,9 +446,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
                 self.last_error = None;
             }
             Event::Watchdog(Report::Failed(e)) => {
-                if self.verbose {
-                    eprintln!("rlock: renewal failed, retrying: {e}");
-                }
+                self.observer.observe(Note::RenewalFailed { error: &e });
                 self.last_error = Some(e);
             }
             Event::Watchdog(Report::Lost(why)) if self.lost.is_none() => {
