@@ -23,7 +23,7 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -301,7 +301,7 @@ fn accept_loop(listener: TcpListener, port: u16, target: u16, shared: Arc<Shared
 /// Relays one direction of `conn`: a reader that applies the direction's mode, and a writer
 /// that sends each piece at its time (so that delays keep the bytes in order).
 fn pump(conn: Arc<Conn>, shared: Arc<Shared>, dir: Dir, mut from: TcpStream) {
-    let (tx, rx): (Sender<(Instant, Vec<u8>)>, Receiver<(Instant, Vec<u8>)>) = channel();
+    let (tx, rx) = channel::<(Instant, Vec<u8>)>();
     let mut to = match dir {
         Dir::ToServer => conn.server.try_clone(),
         Dir::ToClient => conn.client.try_clone(),
