@@ -491,3 +491,6 @@ mod sentinel_split_brain {
         eprintln!("A: {}", o.a);
     }
 }
+
+#[path = "partition/slow_links.rs"]
+mod slow_links;
