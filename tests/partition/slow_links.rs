@@ -188,3 +188,67 @@ fn waiters_are_served_in_arrival_order() {
     );
     assert!(!server.exists(QUEUE), "the queue is left behind");
 }
+
+/// `--op-timeout 1s --ttl 2s` through a link delayed 150–200 ms each way (a round trip of
+/// 300–400 ms): the holder's renewals get through within their op-timeout and before its
+/// deadline, so a command of 5–6 s (more than two TTLs) runs to its end and rlock exits 0. The
+/// lock is read from Redis directly all along: it never lapses, and its TTL is seen renewed.
+#[test]
+fn op_timeout_and_deadlines_hold_over_a_slow_link() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    proxy.set(Mode::Delay {
+        base: Duration::from_millis(150),
+        jitter: Duration::from_millis(50),
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    let mut a = rlock();
+    a.args(["-u", &proxy.url(), "--op-timeout", "1s"])
+        .args(["exec", "-k", "slow", "--ttl", "2s", "--"])
+        .args(beating("a", 6));
+    let spawned = Instant::now();
+    let mut a = Bg::spawn_group("a", d, &mut a);
+    a.wait_for("A's first heartbeat", Duration::from_secs(10), || {
+        !stamps(d, "a.beats").is_empty()
+    });
+    let first_beat = Instant::now();
+    // The grant itself crossed the slow link: at least one round trip of 2 × 150 ms.
+    assert!(
+        first_beat - spawned >= Duration::from_millis(300),
+        "the grant took only {:?}: the link is not slow",
+        first_beat - spawned
+    );
+
+    // Sample the lock's TTL in Redis (directly) while the command runs.
+    let mut samples: Vec<(Duration, i64)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while a.running() && Instant::now() < deadline {
+        // The command's end is checked first: the release after it needs ≥ 150 ms to arrive.
+        let done = d.join("a.done").exists();
+        let pttl = server.pttl("rlock:slow");
+        if done {
+            break;
+        }
+        samples.push((first_beat.elapsed(), pttl));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (out, _) = a.finish(Duration::from_secs(20));
+    assert_eq!(out.code, 0, "the holder over a slow link: {out}");
+    assert!(d.join("a.done").exists(), "A's command ran to its end");
+    let lapsed: Vec<_> = samples.iter().filter(|(_, p)| *p <= 0).collect();
+    assert!(
+        lapsed.is_empty(),
+        "the lock was missing (PTTL ≤ 0) while A's command ran: {lapsed:?}"
+    );
+    let ran = samples.last().map(|s| s.0).unwrap_or_default();
+    assert!(
+        ran > Duration::from_secs(4),
+        "A's command was watched for only {ran:?}, not more than two TTLs"
+    );
+    let renewals = samples.windows(2).filter(|w| w[1].1 > w[0].1 + 100).count();
+    assert!(
+        renewals >= 2,
+        "the lock's TTL was seen renewed only {renewals} times in {ran:?}"
+    );
+}
