@@ -619,3 +619,6 @@ mod cluster_split_brain {
         );
     }
 }
+
+#[path = "partition/slow_links.rs"]
+mod slow_links;

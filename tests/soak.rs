@@ -3,6 +3,9 @@
 //! write must show no two holders at once and fences that only go up. Issue 13 adds the
 //! semaphore mode: the same with `--limit 2`, and never three holders at once.
 //!
+//! Issue 21 adds partitions: the same loops talk to Redis through a fault proxy whose link is
+//! blackholed for 0.2–1.5 s now and then, besides the other faults.
+//!
 //! `RLOCK_SOAK_SECS` changes the length (default 30); `cargo bench --bench compare` runs the long
 //! mode (10,000 grants).
 
@@ -10,9 +13,11 @@ mod common;
 #[path = "support/soak.rs"]
 mod soak;
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::RedisServer;
+use common::{Mode, Proxy, RedisServer};
 
 #[test]
 fn holders_never_overlap_and_fences_rise_through_freezes_flushes_and_kills() {
@@ -25,14 +30,34 @@ fn a_semaphore_never_exceeds_its_limit_through_freezes_flushes_and_kills() {
     soak(Some(2));
 }
 
-fn soak(limit: Option<u32>) {
-    let secs = match std::env::var("RLOCK_SOAK_SECS") {
+fn secs() -> u64 {
+    match std::env::var("RLOCK_SOAK_SECS") {
         Ok(v) => v
             .trim()
             .parse()
             .unwrap_or_else(|_| panic!("RLOCK_SOAK_SECS={v}: expected whole seconds")),
         Err(_) => 30,
-    };
+    }
+}
+
+/// The last lines each loop's rlock wrote on stderr, for a failure's sake.
+fn loops_stderr(dir: &Path, workers: usize) -> String {
+    (0..workers)
+        .map(|w| {
+            let path = dir.join(format!("loop-{w}.stderr"));
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            format!(
+                "--- loop {w} (last lines, newest first) ---\n{}",
+                tail.join("\n")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn soak(limit: Option<u32>) {
+    let secs = secs();
     let server = RedisServer::start();
     let dir = tempfile::Builder::new()
         .prefix("rlock-soak-")
@@ -41,6 +66,8 @@ fn soak(limit: Option<u32>) {
     let target = soak::Target {
         rlock: env!("CARGO_BIN_EXE_rlock").into(),
         port: server.port(),
+        rlock_port: None,
+        link: None,
         redis_pid: server.pid(),
         dir: dir.path().to_path_buf(),
     };
@@ -51,20 +78,7 @@ fn soak(limit: Option<u32>) {
     let report = soak::run(&target, &cfg);
     eprintln!("{report}");
     // Everything rlock said, for a failure's sake.
-    let stderr = || {
-        (0..cfg.workers)
-            .map(|w| {
-                let path = dir.path().join(format!("loop-{w}.stderr"));
-                let text = std::fs::read_to_string(&path).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(15).collect();
-                format!(
-                    "--- loop {w} (last lines, newest first) ---\n{}",
-                    tail.join("\n")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let stderr = || loops_stderr(dir.path(), cfg.workers);
 
     // The safety properties (for a semaphore: never more than N at once, no fence twice).
     if let Some(n) = limit {
@@ -119,6 +133,85 @@ fn soak(limit: Option<u32>) {
     assert!(
         report.exit_count(76) >= 1 && report.cut_short >= 1,
         "no holder lost its lock to a freeze:\n{report}\n{}",
+        stderr()
+    );
+}
+
+/// Issue 21, section 4: the partition soak. Four loops of `exec --ttl 1s -w 60s` reach Redis
+/// only through a fault proxy; besides freezes, flushes and kills, that link is blackholed for
+/// 0.2–1.5 s now and then (some cuts aimed just after a long command started). A holder whose
+/// link is cut for longer than it can ride out must be stopped before its lease lapses, so the
+/// heartbeats never overlap and fences only rise.
+#[test]
+fn holders_never_overlap_and_fences_rise_through_blackholed_links() {
+    let secs = secs();
+    let server = RedisServer::start();
+    let proxy = Arc::new(Proxy::start(server.port()));
+    let dir = tempfile::Builder::new()
+        .prefix("rlock-partition-soak-")
+        .tempdir()
+        .expect("temp dir");
+    let switch = proxy.clone();
+    let target = soak::Target {
+        rlock: env!("CARGO_BIN_EXE_rlock").into(),
+        port: server.port(),
+        rlock_port: Some(proxy.port()),
+        link: Some(soak::Link(Arc::new(move |cut| {
+            if cut {
+                switch.set(Mode::Blackhole);
+            } else {
+                switch.heal();
+            }
+        }))),
+        redis_pid: server.pid(),
+        dir: dir.path().to_path_buf(),
+    };
+    let cfg = soak::Config::short(secs);
+    let report = soak::run(&target, &cfg);
+    eprintln!("{report}");
+    let stderr = || loops_stderr(dir.path(), cfg.workers);
+
+    assert!(report.overlaps.is_empty(), "holders overlapped:\n{report}");
+    assert!(
+        report.inversions.is_empty(),
+        "fences out of order:\n{report}"
+    );
+    assert!(
+        report.malformed.is_empty(),
+        "unreadable heartbeats:\n{report}"
+    );
+    // Done, lost (76), or a wait that gave up on a link that stayed dead (69, 75): nothing
+    // else, no crash, no hang (-9).
+    let unexpected: Vec<_> = report
+        .exits
+        .keys()
+        .filter(|c| ![0, 69, 75, 76].contains(*c))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "unexpected exit codes {unexpected:?}:\n{report}\n{}",
+        stderr()
+    );
+
+    // Not vacuous: the loops got through, the blackholes really happened, and one caught a
+    // holder, whose command was stopped mid-run.
+    let at_least = |per_30s: usize| (secs as usize * per_30s / 30).max(1);
+    assert!(
+        report.grants >= at_least(30),
+        "too few grants to mean anything:\n{report}\n{}",
+        stderr()
+    );
+    assert!(
+        report.cuts.len() >= at_least(3) && report.fault_errors.is_empty(),
+        "the blackholes did not go out:\n{report}"
+    );
+    assert!(
+        report.longest_cut() > cfg.ttl + Duration::from_millis(200),
+        "no blackhole outlasted the TTL:\n{report}"
+    );
+    assert!(
+        report.exit_count(76) >= 1 && report.cut_short >= 1,
+        "no holder was stopped mid-run:\n{report}\n{}",
         stderr()
     );
 }

@@ -3,9 +3,14 @@
 //! heartbeats to one shared log, and the log is then checked for overlapping holders and fences
 //! out of order.
 //!
-//! Self-contained (std, nix, tempfile) because both `tests/soak.rs` and `benches/compare.rs`
-//! include it by `#[path]`; the caller starts Redis (`--save "" --appendonly no`, 127.0.0.1) and
-//! passes its port and pid.
+//! Self-contained (std, nix, tempfile) because `tests/soak.rs`, `tests/partition/slow_links.rs`
+//! and `benches/compare.rs` include it by `#[path]`; the caller starts Redis (`--save ""
+//! --appendonly no`, 127.0.0.1) and passes its port and pid.
+//!
+//! Partitions (issue 21): the caller may put a fault proxy in front of Redis, point rlock at it
+//! (`Target::rlock_port`) and hand the engine a switch for that link (`Target::link`); the fault
+//! rotation then also blackholes the link for a while, some of the cuts aimed just after a long
+//! command started. The engine's own fault commands still go to Redis directly.
 //!
 //! Each command is `sh -c` that appends, with O_APPEND, one line per sign of life:
 //! `KIND FENCE NANOS TOKEN LEFT`, KIND being `start`, `hb` (every ~20 ms) or `end`, NANOS from
@@ -21,8 +26,8 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -74,7 +79,11 @@ pub struct Config {
     /// Length of an ordinary freeze, drawn from this range; an aimed freeze (one in three
     /// faults' rotation) takes the upper bound and starts just after a long command did.
     pub freeze: (Duration, Duration),
-    /// No more faults than this.
+    /// Length of an ordinary blackhole of the holders' link (only with `Target::link`), drawn
+    /// from this range; an aimed one takes the upper bound and starts just after a long command
+    /// did.
+    pub cut: (Duration, Duration),
+    /// No more faults than this (0: none at all).
     pub max_faults: usize,
     /// Seed of the fault schedule's random numbers (printed in the report).
     pub seed: u64,
@@ -94,6 +103,7 @@ impl Config {
             long_every: 8,
             gap: (Duration::from_millis(800), Duration::from_millis(2200)),
             freeze: (Duration::from_millis(200), Duration::from_millis(1500)),
+            cut: (Duration::from_millis(200), Duration::from_millis(1500)),
             max_faults: 10_000,
             seed: seed_from_clock(),
             limit: None,
@@ -118,13 +128,29 @@ fn seed_from_clock() -> u64 {
     ns ^ u64::from(std::process::id()) << 32
 }
 
+/// A switch on the link between the rlock processes and Redis: `true` blackholes it (both
+/// directions: requests are read and dropped, no reply comes), `false` heals it. The caller
+/// builds it, from a fault proxy say, so that this file needs no proxy of its own.
+#[derive(Clone)]
+pub struct Link(pub Arc<dyn Fn(bool) + Send + Sync>);
+
+impl fmt::Debug for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Link(..)")
+    }
+}
+
 /// Where the engine finds its subjects.
 #[derive(Debug, Clone)]
 pub struct Target {
     /// The `rlock` binary.
     pub rlock: PathBuf,
-    /// The Redis port on 127.0.0.1.
+    /// The Redis port on 127.0.0.1; the engine's own fault commands go there.
     pub port: u16,
+    /// The port rlock is pointed at, when it is not `port`: a proxy in front of Redis.
+    pub rlock_port: Option<u16>,
+    /// The switch of rlock's link to Redis: with it, blackholes join the fault rotation.
+    pub link: Option<Link>,
     /// The `redis-server` process, frozen and thawed by the engine.
     pub redis_pid: i32,
     /// Where the heartbeat log and the loops' stderr go.
@@ -144,8 +170,12 @@ pub struct Report {
     pub cut_short: usize,
     /// `rlock exec` exit code → how many times (-9: hung, killed by the engine).
     pub exits: BTreeMap<i32, usize>,
+    /// How many `rlock exec` each loop ran.
+    pub execs_per_loop: Vec<usize>,
     /// The length of every freeze.
     pub freezes: Vec<Duration>,
+    /// The length of every blackhole of rlock's link (`Target::link`).
+    pub cuts: Vec<Duration>,
     pub script_flushes: usize,
     /// `CLIENT KILL` commands sent, and the connections they closed.
     pub client_kills: usize,
@@ -170,11 +200,15 @@ impl Report {
     }
 
     pub fn faults(&self) -> usize {
-        self.freezes.len() + self.script_flushes + self.client_kills
+        self.freezes.len() + self.cuts.len() + self.script_flushes + self.client_kills
     }
 
     pub fn longest_freeze(&self) -> Duration {
         self.freezes.iter().copied().max().unwrap_or_default()
+    }
+
+    pub fn longest_cut(&self) -> Duration {
+        self.cuts.iter().copied().max().unwrap_or_default()
     }
 
     /// Grants per second of wall time.
@@ -197,11 +231,16 @@ impl fmt::Display for Report {
             self.seed
         )?;
         writeln!(f, "  exit codes: {}", exits.join(", "))?;
+        if !self.execs_per_loop.is_empty() {
+            writeln!(f, "  execs per loop: {:?}", self.execs_per_loop)?;
+        }
         writeln!(
             f,
-            "  faults: {} freezes (longest {} ms), {} SCRIPT FLUSH, {} CLIENT KILL ({} connections), {} failed",
+            "  faults: {} freezes (longest {} ms), {} blackholes (longest {} ms), {} SCRIPT FLUSH, {} CLIENT KILL ({} connections), {} failed",
             self.freezes.len(),
             self.longest_freeze().as_millis(),
+            self.cuts.len(),
+            self.longest_cut().as_millis(),
             self.script_flushes,
             self.client_kills,
             self.clients_killed,
@@ -242,17 +281,28 @@ impl Drop for Thaw {
     }
 }
 
+/// Heals the link when dropped, so no exit path (a panic included) leaves it cut.
+struct Heal<'a>(&'a Link);
+
+impl Drop for Heal<'_> {
+    fn drop(&mut self) {
+        (self.0.0)(false);
+    }
+}
+
 /// Runs the soak and checks its log. Panics only when it cannot run at all (no shell, log
 /// unreadable); what rlock did wrong is in the report.
 pub fn run(target: &Target, cfg: &Config) -> Report {
     let redis = Pid::from_raw(target.redis_pid);
     let _thaw = Thaw(redis);
+    let _heal = target.link.as_ref().map(Heal);
     let log = target.dir.join("heartbeats.log");
     File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
 
     let stop = AtomicBool::new(false);
     let granted = AtomicUsize::new(0);
     let exits = Mutex::new(BTreeMap::new());
+    let per_loop = Mutex::new(vec![0usize; cfg.workers]);
     let other_exits = Mutex::new(Vec::new());
     let mut report = Report {
         seed: cfg.seed,
@@ -264,7 +314,7 @@ pub fn run(target: &Target, cfg: &Config) -> Report {
         let loops: Vec<_> = (0..cfg.workers)
             .map(|w| {
                 let (log, stop, granted) = (&log, &stop, &granted);
-                let (exits, other_exits) = (&exits, &other_exits);
+                let (exits, other_exits, per_loop) = (&exits, &other_exits, &per_loop);
                 s.spawn(move || {
                     let stderr = target.dir.join(format!("loop-{w}.stderr"));
                     let mut n = 0u32;
@@ -277,6 +327,7 @@ pub fn run(target: &Target, cfg: &Config) -> Report {
                         };
                         let code = exec_once(target, cfg, log, beats, &stderr);
                         *exits.lock().unwrap().entry(code).or_insert(0) += 1;
+                        per_loop.lock().unwrap()[w] += 1;
                         if code != 0 && code != 76 {
                             let said = last_line(&stderr).unwrap_or_default();
                             other_exits.lock().unwrap().push(format!("{code}: {said}"));
@@ -306,6 +357,7 @@ pub fn run(target: &Target, cfg: &Config) -> Report {
         match faults.join() {
             Ok(f) => {
                 report.freezes = f.freezes;
+                report.cuts = f.cuts;
                 report.script_flushes = f.script_flushes;
                 report.client_kills = f.client_kills;
                 report.clients_killed = f.clients_killed;
@@ -319,6 +371,7 @@ pub fn run(target: &Target, cfg: &Config) -> Report {
     });
     report.wall = started.elapsed();
     report.exits = exits.into_inner().unwrap();
+    report.execs_per_loop = per_loop.into_inner().unwrap();
     report.other_exits = other_exits.into_inner().unwrap();
     check_log(&log, cfg, &mut report);
     report
@@ -340,7 +393,10 @@ fn exec_once(target: &Target, cfg: &Config, log: &Path, beats: u32, stderr: &Pat
     }
     cmd.env_remove("REDIS_URL").env_remove("REDISCLI_AUTH");
     cmd.arg("--url")
-        .arg(format!("redis://127.0.0.1:{}", target.port))
+        .arg(format!(
+            "redis://127.0.0.1:{}",
+            target.rlock_port.unwrap_or(target.port)
+        ))
         .args(["exec", "-k", KEY, "--ttl"])
         .arg(format!("{}ms", cfg.ttl.as_millis()))
         .args(cfg.limit.map(|n| format!("--limit={n}")))
@@ -379,6 +435,7 @@ fn exec_once(target: &Target, cfg: &Config, log: &Path, beats: u32, stderr: &Pat
 #[derive(Default)]
 struct Injected {
     freezes: Vec<Duration>,
+    cuts: Vec<Duration>,
     script_flushes: usize,
     client_kills: usize,
     clients_killed: i64,
@@ -390,6 +447,10 @@ struct Injected {
 enum Fault {
     AimedFreeze,
     Freeze,
+    /// A blackhole of rlock's link of the longest length, just after a long command started.
+    AimedCut,
+    /// A blackhole of rlock's link of random length.
+    Cut,
     ScriptFlush,
     Kill(&'static [&'static str]),
 }
@@ -406,12 +467,33 @@ const ROTATION: [Fault; 9] = [
     Fault::Kill(&["CLIENT", "KILL", "SKIPME", "yes"]),
 ];
 
+/// The rotation when the engine holds a switch of rlock's link: a third of the faults are
+/// blackholes of it, one in four of those aimed at a long command.
+const ROTATION_WITH_CUTS: [Fault; 12] = [
+    Fault::AimedCut,
+    Fault::ScriptFlush,
+    Fault::AimedFreeze,
+    Fault::Cut,
+    Fault::Kill(&["CLIENT", "KILL", "TYPE", "normal"]),
+    Fault::Freeze,
+    Fault::Cut,
+    Fault::ScriptFlush,
+    Fault::Kill(&["CLIENT", "KILL", "TYPE", "pubsub"]),
+    Fault::Cut,
+    Fault::Freeze,
+    Fault::Kill(&["CLIENT", "KILL", "SKIPME", "yes"]),
+];
+
 /// Injects faults, one at a time with a random pause before each, until `stop`.
 fn inject_faults(target: &Target, cfg: &Config, log: &Path, stop: &AtomicBool) -> Injected {
     let mut rng = Rng(cfg.seed | 1);
     let mut done = Injected::default();
     let redis = Pid::from_raw(target.redis_pid);
-    for fault in ROTATION.iter().cycle().take(cfg.max_faults) {
+    let rotation: &[Fault] = match target.link {
+        Some(_) => &ROTATION_WITH_CUTS,
+        None => &ROTATION,
+    };
+    for fault in rotation.iter().cycle().take(cfg.max_faults) {
         if !pause(rng.between(cfg.gap.0, cfg.gap.1), stop) {
             break;
         }
@@ -437,6 +519,29 @@ fn inject_faults(target: &Target, cfg: &Config, log: &Path, stop: &AtomicBool) -
                 thread::sleep(length);
                 drop(thaw);
                 done.freezes.push(frozen.elapsed());
+            }
+            Fault::AimedCut | Fault::Cut => {
+                let Some(link) = &target.link else {
+                    continue;
+                };
+                let length = if let Fault::AimedCut = fault {
+                    // As the aimed freeze: the holder cannot renew for longer than its TTL, so
+                    // its command must be stopped before its lease lapses (76), while the
+                    // others wait on the same dead link.
+                    wait_for_long_start(log, cfg, stop);
+                    cfg.cut.1
+                } else {
+                    rng.between(cfg.cut.0, cfg.cut.1)
+                };
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let heal = Heal(link);
+                let cut = Instant::now();
+                (link.0)(true);
+                thread::sleep(length);
+                drop(heal);
+                done.cuts.push(cut.elapsed());
             }
             Fault::ScriptFlush => match command(target.port, &["SCRIPT", "FLUSH"]) {
                 Ok(_) => done.script_flushes += 1,
