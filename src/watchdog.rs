@@ -28,9 +28,11 @@ pub fn renew_loop(
     stop: Receiver<()>,
     report: impl Fn(Report),
 ) {
-    let mut wait = (grant.sent + lease.renew_every).saturating_duration_since(Instant::now());
+    // When the last renewal that succeeded was sent: the lease counts from there.
+    let mut last_sent = grant.sent;
+    let mut next = grant.sent + lease.renew_every;
     loop {
-        match stop.recv_timeout(wait) {
+        match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
             Err(RecvTimeoutError::Timeout) => {}
             _ => return,
         }
@@ -39,13 +41,16 @@ pub fn renew_loop(
             &grant.key,
             &grant.token,
             Some(lease.ttl),
-            lease.renew_timeout(),
+            lease.renew_timeout(last_sent, sent),
         ) {
             Ok(Renewed::Yes(_)) => {
                 report(Report::Renewed {
                     deadline: deadline(sent, lease.ttl),
                 });
-                wait = lease.renew_every;
+                last_sent = sent;
+                // Counted from the send, as the lease is: a slow reply does not push every
+                // later renewal back by a round trip.
+                next = sent + lease.renew_every;
             }
             Ok(Renewed::NotOwner(why)) => {
                 report(Report::Lost(format!(
@@ -59,7 +64,7 @@ pub fn renew_loop(
             }
             Err(e) => {
                 report(Report::Failed(e.to_string()));
-                wait = lease.retry_every();
+                next = Instant::now() + lease.retry_every();
             }
         }
     }

@@ -98,12 +98,7 @@ fn hold(
         // A lock inherited from a shell may have little of its lease left: renew it once before
         // the command starts, so that the deadline counts from now.
         let sent = Instant::now();
-        match locker.renew(
-            &grant.key,
-            &grant.token,
-            Some(lease.ttl),
-            lease.renew_timeout(),
-        ) {
+        match locker.renew(&grant.key, &grant.token, Some(lease.ttl), lease.op_timeout) {
             Ok(Renewed::Yes(_)) => grant.sent = sent,
             Ok(Renewed::NotOwner(why)) => {
                 return Err(Failure::Lost(format!(

@@ -72,12 +72,17 @@ impl Lease {
         (self.renew_every / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
     }
 
-    /// A renewal waits at most this long for its reply: short enough that a stalled server
-    /// leaves room for several tries before the deadline (a retry comes a quarter of
-    /// --renew-every after a failure).
-    pub fn renew_timeout(&self) -> Duration {
+    /// How long a renewal sent at `now` waits for its reply, when the last renewal that
+    /// succeeded was sent at `last_sent`: --op-timeout, as for every request, but never past
+    /// the moment the lost-signal would go (deadline − grace), when a late reply could no
+    /// longer help. (A slow link must not be cut shorter than the user's --op-timeout: a
+    /// renewal whose reply takes 400 ms needs a timeout above 400 ms to succeed at all.)
+    pub fn renew_timeout(&self, last_sent: Instant, now: Instant) -> Duration {
+        let signal_at = deadline(last_sent, self.ttl)
+            .checked_sub(self.grace)
+            .unwrap_or(last_sent);
         self.op_timeout
-            .min(self.renew_every / 2)
+            .min(signal_at.saturating_duration_since(now))
             .max(Duration::from_millis(5))
     }
 }
@@ -117,6 +122,18 @@ mod tests {
                 op
             )
             .is_err()
+        );
+        // A renewal waits --op-timeout, or less when the lost-signal would come first.
+        let t0 = Instant::now();
+        assert_eq!(l.renew_timeout(t0, t0 + l.renew_every), op);
+        let late = t0 + Duration::from_millis(22_000);
+        assert_eq!(
+            l.renew_timeout(t0, late),
+            Duration::from_millis(30_000 - 302 - 7_500 - 22_000)
+        );
+        assert_eq!(
+            l.renew_timeout(t0, t0 + Duration::from_secs(29)),
+            Duration::from_millis(5)
         );
         // Too short a TTL, with the defaults: the TTL is named, not --grace.
         let e = Lease::new(Duration::from_millis(1), None, None, op).unwrap_err();
