@@ -13,6 +13,8 @@
 //! - `RLOCK_BENCH_SOAK_GRANTS` contended grants of the soak run (default 10000, 0 skips it)
 //! - `RLOCK_BENCH_LINE`      the longer line of the waiting table (default 300; the shorter is a
 //!   third of it)
+//! - `RLOCK_BENCH_ONLY=host` only the table of what waiting costs on the host and the handoff
+//!   (`compare/host.rs`), for a quick look
 //!
 //! The Redlock figure starts four more servers and puts each of the five behind a proxy of this
 //! program that adds `RLOCK_BENCH_LATENCY_MS` (default 5) each way, so the network counts as it
@@ -41,6 +43,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::fcntl::{Flock, FlockArg};
 
+#[path = "compare/host.rs"]
+mod host;
 #[path = "compare/waiting.rs"]
 mod waiting;
 use nix::sys::signal::{Signal, kill, killpg};
@@ -79,6 +83,8 @@ struct Config {
     soak_grants: usize,
     /// The longer line of the waiting figures (the shorter is a third of it).
     line: usize,
+    /// Only the host table (`RLOCK_BENCH_ONLY=host`).
+    host_only: bool,
 }
 
 impl Config {
@@ -101,6 +107,11 @@ impl Config {
             iters: num("RLOCK_BENCH_ITERS", 15, 1000) as usize,
             latency: Duration::from_millis(num("RLOCK_BENCH_LATENCY_MS", 5, 1000)),
             line: num("RLOCK_BENCH_LINE", 300, 1000).max(3) as usize,
+            host_only: match std::env::var("RLOCK_BENCH_ONLY") {
+                Err(_) => false,
+                Ok(v) if v == "host" => true,
+                Ok(v) => exit_with(&format!("RLOCK_BENCH_ONLY={v}: the only choice is 'host'")),
+            },
             soak_grants: match std::env::var("RLOCK_BENCH_SOAK_GRANTS") {
                 Err(_) => 10_000,
                 Ok(v) => v.trim().parse().unwrap_or_else(|_| {
@@ -1051,6 +1062,7 @@ fn main() {
         "install util-linux (e.g. `apt-get install -y util-linux`)",
     );
     tool("date", "install coreutils");
+    tool("bash", "install bash");
     tool("sh", "install a POSIX shell");
     tool("true", "install coreutils");
 
@@ -1075,6 +1087,12 @@ fn main() {
                 .arg("true"),
         );
         cli_pair(&port, "warm", "t");
+    }
+
+    if cfg.host_only {
+        let etcd = start_etcd();
+        host_figures(&cfg, &redis, &flock, etcd.as_ref(), dir.path());
+        return;
     }
 
     // Process start-up, for reading the rest.
@@ -1422,6 +1440,127 @@ fn main() {
     }
 }
 
+/// An etcd of the benchmark's own, when Debian's etcd-server and etcd-client are installed.
+fn start_etcd() -> Option<waiting::Etcd> {
+    let etcd_bins = ["etcd", "etcdctl"].map(|name| {
+        std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    match etcd_bins {
+        [Some(server), Some(_)] => Some(waiting::Etcd::start(&server)),
+        _ => {
+            println!(
+                "\netcd not found: the etcdctl lock column is left out (install Debian's \
+                 etcd-server and etcd-client: `apt-get install -y etcd-server etcd-client`)"
+            );
+            None
+        }
+    }
+}
+
+/// What waiting costs on the host, and the handoff (`compare/host.rs`): rlock, flock and
+/// etcdctl lock side by side, with ratios.
+fn host_figures(
+    cfg: &Config,
+    redis: &Redis,
+    flock: &Path,
+    etcd: Option<&waiting::Etcd>,
+    dir: &Path,
+) {
+    use host::{EtcdTool, FlockTool, RlockTool, Spread, Tool};
+    let r = RlockTool(redis);
+    let f = FlockTool { flock, dir };
+    let e = etcd.map(EtcdTool);
+    let tools: Vec<&dyn Tool> = [&r as &dyn Tool, &f]
+        .into_iter()
+        .chain(e.as_ref().map(|e| e as &dyn Tool))
+        .collect();
+    let samples = cfg.runs.max(30);
+    let cost = host::shell_cost(dir, cfg.runs);
+    let each =
+        |f: &dyn Fn(&dyn Tool) -> Spread| -> Vec<Spread> { tools.iter().map(|t| f(*t)).collect() };
+    let idle: Vec<f64> = tools
+        .iter()
+        .map(|t| host::idle_wakeups(*t, dir, cfg.idle))
+        .collect();
+    let one = each(&|t| host::handoffs_one_queued(t, dir, samples, cost));
+    let line = each(&|t| host::handoffs_in_line(t, dir, 100 + samples, samples, cost));
+    let exec: Vec<f64> = tools
+        .iter()
+        .map(|t| host::exec_true(*t, cfg.runs))
+        .collect();
+    println!();
+    println!(
+        "What waiting costs on the host, and the handoff ({samples} handoffs each; ms are median (min–max), less {cost:.2} ms for starting bash):"
+    );
+    println!();
+    let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
+    println!(
+        "| figure | {} | rlock/flock | rlock/etcdctl lock | target | met |",
+        names.join(" | ")
+    );
+    println!("|---|{}---|---|---|---|", "---|".repeat(names.len()));
+    let ratio = |a: f64, b: Option<f64>| match b {
+        Some(b) if b > 0.0 => format!("{:.2}×", a / b),
+        Some(_) => "–".into(),
+        None => "–".into(),
+    };
+    let row = |figure: &str,
+               cells: Vec<String>,
+               r: f64,
+               f: f64,
+               e: Option<f64>,
+               target: &str,
+               met: bool| {
+        println!(
+            "| {figure} | {} | {} | {} | {target} | {} |",
+            cells.join(" | "),
+            ratio(r, Some(f)),
+            ratio(r, e),
+            if met { "yes" } else { "NO" }
+        );
+    };
+    row(
+        "idle waiter behind a held lock: wake-ups/s (voluntary context switches, all threads)",
+        idle.iter().map(|v| format!("{v:.1} /s")).collect(),
+        idle[0],
+        idle[1],
+        idle.get(2).copied(),
+        "≤ 1 /s",
+        idle[0] <= 1.0,
+    );
+    let spread = |v: &[Spread]| -> Vec<String> {
+        v.iter()
+            .map(|s| format!("{:.2} ({:.2}–{:.2})", s.median, s.min, s.max))
+            .collect()
+    };
+    for (what, v) in [("1 waiter queued", &one), ("a line of 100+ queued", &line)] {
+        let (r, f, e) = (v[0].median, v[1].median, v.get(2).map(|s| s.median));
+        row(
+            &format!("handoff, holder's command ends → next command starts, {what}"),
+            spread(v),
+            r,
+            f,
+            e,
+            "≤ 1.5× flock, < etcdctl",
+            r <= 1.5 * f && e.is_none_or(|e| r < e),
+        );
+    }
+    let (r, f, e) = (exec[0], exec[1], exec.get(2).copied());
+    row(
+        "`-- true` under the lock, median wall time",
+        exec.iter().map(|v| format!("{v:.2}")).collect(),
+        r,
+        f,
+        e,
+        "≤ 1.3× flock",
+        r <= 1.3 * f,
+    );
+}
+
 /// The waiting table: idle waiters, a line of 100 and of 300 waiters drained through one key by
 /// rlock, `etcdctl lock` (when etcd is installed) and flock, how the costs grow, and what 1,000
 /// distinct keys leave behind.
@@ -1434,23 +1573,8 @@ fn waiting_figures(
     (e_rlock, e_flock): (f64, f64),
 ) {
     use waiting::Row as W;
-    let etcd_bins = ["etcd", "etcdctl"].map(|name| {
-        std::env::var_os("PATH")
-            .iter()
-            .flat_map(std::env::split_paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    });
-    let etcd = match etcd_bins {
-        [Some(server), Some(_)] => Some(waiting::Etcd::start(&server)),
-        _ => {
-            println!(
-                "\netcd not found: the etcdctl lock column is left out (install Debian's \
-                 etcd-server and etcd-client: `apt-get install -y etcd-server etcd-client`)"
-            );
-            None
-        }
-    };
+    let etcd = start_etcd();
+    host_figures(cfg, redis, flock, etcd.as_ref(), dir);
     let (small, large) = (cfg.line / 3, cfg.line);
     let mut rows = Vec::new();
     for n in [10, 100] {

@@ -79,7 +79,7 @@ impl Etcd {
     }
 
     /// How many keys are under `prefix` (a lock's holder and its waiters).
-    fn count(&self, prefix: &str) -> usize {
+    pub fn count(&self, prefix: &str) -> usize {
         output(self.ctl().args(["get", "--prefix", "--keys-only", prefix]))
             .lines()
             .filter(|l| !l.trim().is_empty())

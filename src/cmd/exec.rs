@@ -38,8 +38,10 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
 
     let held = hold(ctx, &locker, &key, args, &signals)?;
     let child = start(ctx, &locker, &held, args)?;
-    let outcome = supervise(ctx, &locker, &held, child, args, &signals);
+    let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
+    // The lock first: the next holder waits for nothing else.
     let lost = give_back(ctx, &locker, &held, &outcome);
+    after.tidy();
     exit(args, &held, outcome, lost)
 }
 
@@ -267,7 +269,7 @@ fn supervise(
     child: Child,
     args: &ExecArgs,
     signals: &Signals,
-) -> Outcome {
+) -> (Outcome, After) {
     let Child {
         pgid,
         terminal,
@@ -304,13 +306,34 @@ fn supervise(
         };
         Supervisor::new(pgid, signals, &reports, enforce, terminal, ctx, renewal).run()
     });
-    if let Some(t) = terminal {
-        t.take_back_from(pgid);
+    (
+        outcome,
+        After {
+            pgid,
+            terminal,
+            guardian,
+        },
+    )
+}
+
+/// What is left to do once the command's group is gone and the lock given back.
+struct After {
+    pgid: Pid,
+    terminal: Option<Terminal>,
+    guardian: Option<Guardian>,
+}
+
+impl After {
+    /// The terminal back to rlock's group, and the guardian told to leave the (empty) group
+    /// alone.
+    fn tidy(self) {
+        if let Some(t) = self.terminal {
+            t.take_back_from(self.pgid);
+        }
+        if let Some(g) = self.guardian {
+            g.stand_down();
+        }
     }
-    if let Some(g) = guardian {
-        g.stand_down();
-    }
-    outcome
 }
 
 /// Step 4: the lock given back (when this process took it). Returns why it was lost, if the

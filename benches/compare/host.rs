@@ -1,0 +1,351 @@
+//! What waiting costs on the host, and the handoff, for rlock, flock(1) and `etcdctl lock`:
+//!
+//! - an idle waiter's wake-ups: the voluntary context switches of all its threads per second,
+//!   read from /proc while it waits behind a lock that stays held;
+//! - the handoff: from the moment one holder's command ends (its last stamp) to the moment the
+//!   next holder's command starts (its first stamp), at least 30 times, with one waiter queued
+//!   and with a line of 100, as median, min and max.
+//!
+//! Every command is a bash script that stamps with its own clock (`$EPOCHREALTIME`, no process
+//! of its own); the time bash takes from its start to its first stamp (measured here the same
+//! way, `shell_cost`) is taken off each handoff, so a figure is the tools' own share.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::stat::Mode;
+use nix::unistd::mkfifo;
+
+use super::waiting::Etcd;
+use super::{Bg, Redis, fail, median, quiet, rlock, wait_for, zcard};
+
+/// Median, min and max of some samples (ms).
+#[derive(Debug, Clone, Copy)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    fn of(v: Vec<f64>) -> Spread {
+        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        Spread {
+            median: median(v),
+            min,
+            max,
+        }
+    }
+}
+
+/// A lock tool, as the handoff figures drive it.
+pub trait Tool {
+    fn name(&self) -> &'static str;
+    /// A waiter (or holder) that runs `bash -c SCRIPT bash ARGS…` under the lock `key`.
+    fn under_lock(&self, key: &str, script: &str, args: &[String]) -> Command;
+    /// How many processes hold or wait for `key` now.
+    fn in_line(&self, key: &str) -> usize;
+}
+
+pub struct RlockTool<'a>(pub &'a Redis);
+pub struct FlockTool<'a> {
+    pub flock: &'a Path,
+    pub dir: &'a Path,
+}
+pub struct EtcdTool<'a>(pub &'a Etcd);
+
+impl Tool for RlockTool<'_> {
+    fn name(&self) -> &'static str {
+        "rlock"
+    }
+
+    fn under_lock(&self, key: &str, script: &str, args: &[String]) -> Command {
+        let mut cmd = rlock(
+            self.0,
+            &[
+                "exec", "-w", "600s", "-k", key, "--", "sh", "-c", script, "sh",
+            ],
+        );
+        cmd.args(args);
+        cmd
+    }
+
+    fn in_line(&self, key: &str) -> usize {
+        let mut conn = self.0.conn().expect("connect");
+        let held = redis::cmd("EXISTS")
+            .arg(format!("rlock:{key}"))
+            .query::<usize>(&mut conn)
+            .unwrap_or(0);
+        held + zcard(&mut conn, &format!("{{rlock:{key}}}:q"))
+    }
+}
+
+impl Tool for FlockTool<'_> {
+    fn name(&self) -> &'static str {
+        "flock"
+    }
+
+    fn under_lock(&self, key: &str, script: &str, args: &[String]) -> Command {
+        let mut cmd = Command::new(self.flock);
+        cmd.arg(self.dir.join(format!("{key}.lock")))
+            .args(["bash", "-c", script, "bash"])
+            .args(args);
+        cmd
+    }
+
+    /// Holders and waiters of every flock on the machine ("->" marks a blocked one); the
+    /// figures make sure nothing else uses flock meanwhile by counting up from a base.
+    fn in_line(&self, _key: &str) -> usize {
+        fs::read_to_string("/proc/locks")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("FLOCK"))
+            .count()
+    }
+}
+
+impl Tool for EtcdTool<'_> {
+    fn name(&self) -> &'static str {
+        "etcdctl lock"
+    }
+
+    fn under_lock(&self, key: &str, script: &str, args: &[String]) -> Command {
+        let mut cmd = self.0.ctl();
+        cmd.args(["lock", key, "--", "bash", "-c", script, "bash"])
+            .args(args);
+        cmd
+    }
+
+    fn in_line(&self, key: &str) -> usize {
+        self.0.count(key)
+    }
+}
+
+/// Voluntary context switches of every thread of `pid`, summed.
+fn switches(pid: i32) -> u64 {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// An idle waiter's wake-ups per second: a holder keeps `key` (its command waits on a FIFO),
+/// a waiter queues behind it, and its threads' voluntary context switches are counted over
+/// `window`. For a tool whose waiter is a process tree (etcdctl runs none before the lock), the
+/// waiter's own process is counted.
+pub fn idle_wakeups(tool: &dyn Tool, dir: &Path, window: Duration) -> f64 {
+    let d = fresh(dir, &format!("idle-{}", tool.name().replace(' ', "-")));
+    let key = format!("idle-wake-{}", std::process::id());
+    let base = tool.in_line(&key);
+    let fifo = d.join("release");
+    mkfifo(&fifo, Mode::S_IRWXU).unwrap_or_else(|e| fail(&format!("mkfifo: {e}")));
+    let mut holder = Bg::spawn(
+        tool.under_lock(&key, r#"read x < "$1""#, &[fifo.display().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_for("the idle figure's holder", || tool.in_line(&key) > base);
+    let mut waiter = Bg::spawn(
+        tool.under_lock(&key, "true", &[])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_for("the idle waiter to queue", || tool.in_line(&key) > base + 1);
+    // Its start (connections, subscriptions) is not idling.
+    thread::sleep(Duration::from_millis(500));
+    let before = switches(waiter.pid());
+    let start = Instant::now();
+    thread::sleep(window);
+    let rate = (switches(waiter.pid()) - before) as f64 / start.elapsed().as_secs_f64();
+    release(&fifo);
+    holder.wait("the idle figure's holder");
+    waiter.wait("the idle waiter");
+    rate
+}
+
+/// Ends a command blocked in `read x < FIFO`.
+fn release(fifo: &Path) {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .open(fifo)
+        .unwrap_or_else(|e| fail(&format!("open {}: {e}", fifo.display())));
+    let _ = f.write_all(b"\n");
+}
+
+/// A command that stamps its start, waits on its FIFO, and stamps its end (µs).
+const CHAINED: &str = r#"echo ${EPOCHREALTIME/./} > "$1/start-$2"; read x < "$1/fifo-$2"; echo ${EPOCHREALTIME/./} > "$1/end-$2""#;
+
+/// The median time (ms) from spawning `bash -c` to its first stamp: what every handoff
+/// figure includes besides the tools' own work.
+pub fn shell_cost(dir: &Path, runs: usize) -> f64 {
+    let file = dir.join("shell-cost");
+    median(
+        (0..runs)
+            .map(|_| {
+                let before = now_us();
+                quiet(
+                    Command::new("bash")
+                        .args(["-c", r#"echo ${EPOCHREALTIME/./} > "$1""#, "bash"])
+                        .arg(&file),
+                );
+                (stamp(&file) - before) as f64 / 1e3
+            })
+            .collect(),
+    )
+}
+
+fn now_us() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_micros() as i128
+}
+
+/// `samples` handoffs with exactly one waiter queued: each holder's command runs until the
+/// next waiter is in line, then ends; the gap from its end stamp to the next command's start
+/// stamp, less `cost`, in ms.
+pub fn handoffs_one_queued(tool: &dyn Tool, dir: &Path, samples: usize, cost: f64) -> Spread {
+    let d = fresh(dir, &format!("one-{}", tool.name().replace(' ', "-")));
+    let key = format!("handoff-one-{}", std::process::id());
+    let base = tool.in_line(&key);
+    for i in 0..=samples {
+        mkfifo(&d.join(format!("fifo-{i}")), Mode::S_IRWXU)
+            .unwrap_or_else(|e| fail(&format!("mkfifo: {e}")));
+    }
+    let spawn = |i: usize| {
+        Bg::spawn(
+            tool.under_lock(&key, CHAINED, &[d.display().to_string(), i.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )
+    };
+    // Written in one go by `date`, but created empty by the shell's redirection first.
+    let started = |i: usize| {
+        fs::read_to_string(d.join(format!("start-{i}")))
+            .is_ok_and(|t| t.trim().parse::<i128>().is_ok())
+    };
+    let mut procs = vec![spawn(0)];
+    wait_for("the first holder's command", || started(0));
+    let mut gaps = Vec::with_capacity(samples);
+    for i in 1..=samples {
+        procs.push(spawn(i));
+        wait_for("the next waiter to queue", || {
+            tool.in_line(&key) >= base + 2
+        });
+        // Let it settle into its wait (subscribed, parked) before the handoff.
+        thread::sleep(Duration::from_millis(20));
+        release(&d.join(format!("fifo-{}", i - 1)));
+        wait_for("the next holder's command", || started(i));
+        procs[i - 1].wait("a holder");
+        let end = stamp(&d.join(format!("end-{}", i - 1)));
+        let start = stamp(&d.join(format!("start-{i}")));
+        gaps.push((start - end) as f64 / 1e3 - cost);
+    }
+    release(&d.join(format!("fifo-{samples}")));
+    for p in &mut procs {
+        p.wait("a holder");
+    }
+    Spread::of(gaps)
+}
+
+/// Handoffs through a line of `n` waiters queued behind a holder, in arrival order: each
+/// command stamps its start and its end at once; the gaps between one command's end and the
+/// next one's start, over the first `samples` handoffs (while most of the line still waits),
+/// less `cost`, in ms.
+pub fn handoffs_in_line(
+    tool: &dyn Tool,
+    dir: &Path,
+    n: usize,
+    samples: usize,
+    cost: f64,
+) -> Spread {
+    let d = fresh(dir, &format!("line-{}", tool.name().replace(' ', "-")));
+    let key = format!("handoff-line-{}", std::process::id());
+    let base = tool.in_line(&key);
+    let fifo = d.join("holder");
+    mkfifo(&fifo, Mode::S_IRWXU).unwrap_or_else(|e| fail(&format!("mkfifo: {e}")));
+    let mut holder = Bg::spawn(
+        tool.under_lock(&key, r#"read x < "$1""#, &[fifo.display().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_for("the line's holder", || tool.in_line(&key) > base);
+    let script =
+        r#"echo ${EPOCHREALTIME/./} >> "$1/starts"; echo ${EPOCHREALTIME/./} >> "$1/ends""#;
+    let mut waiters = Vec::with_capacity(n);
+    for i in 0..n {
+        waiters.push(Bg::spawn(
+            tool.under_lock(&key, script, &[d.display().to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        ));
+        wait_for("a waiter to queue", || tool.in_line(&key) > base + 1 + i);
+    }
+    thread::sleep(Duration::from_millis(300));
+    release(&fifo);
+    holder.wait("the line's holder");
+    for w in &mut waiters {
+        w.wait("a waiter in line");
+    }
+    let read = |name: &str| -> Vec<i128> {
+        fs::read_to_string(d.join(name))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    let (starts, ends) = (read("starts"), read("ends"));
+    if starts.len() != n || ends.len() != n {
+        fail(&format!(
+            "{}: {} starts and {} ends for {n} waiters",
+            tool.name(),
+            starts.len(),
+            ends.len()
+        ));
+    }
+    let gaps = (0..samples.min(n - 1))
+        .map(|k| (starts[k + 1] - ends[k]) as f64 / 1e3 - cost)
+        .collect();
+    Spread::of(gaps)
+}
+
+/// `CMD -- true` under the lock, `runs` times: median wall time in ms.
+pub fn exec_true(tool: &dyn Tool, runs: usize) -> f64 {
+    let key = format!("exec-true-{}", std::process::id());
+    median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                quiet(&mut tool.under_lock(&key, "true", &[]));
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect(),
+    )
+}
+
+fn stamp(file: &Path) -> i128 {
+    let text = fs::read_to_string(file).unwrap_or_default();
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| fail(&format!("no stamp in {}: {text:?}", file.display())))
+}
+
+fn fresh(dir: &Path, name: &str) -> PathBuf {
+    let d = dir.join(name);
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).expect("bench dir");
+    d
+}
