@@ -40,32 +40,62 @@ pub fn spawn(
     env: &[(&str, String)],
     terminal: Option<Terminal>,
 ) -> Result<Pid, Failure> {
-    let c_string = |bytes: Vec<u8>| {
-        CString::new(bytes).map_err(|_| Failure::Usage("the command has a NUL byte in it".into()))
-    };
-    let args = argv
-        .iter()
-        .map(|a| c_string(a.as_bytes().to_vec()))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut vars = Vec::new();
-    for (name, value) in std::env::vars_os() {
-        if !env.iter().any(|(ours, _)| name == *ours) {
-            vars.push(c_string(
-                [name.as_bytes(), b"=", value.as_bytes()].concat(),
-            )?);
-        }
-    }
-    for (name, value) in env {
-        vars.push(c_string(format!("{name}={value}").into_bytes())?);
-    }
-    let pointers = |strings: &[CString]| {
-        strings
+    let prepared = Prepared::new(argv, env)?;
+    let started = start(&prepared, terminal);
+    settle(started, &argv[0], terminal)
+}
+
+/// What the vfork child execs, built before it runs: it may not allocate.
+struct Prepared {
+    /// Owners of the strings the pointer arrays point into.
+    _strings: (Vec<CString>, Vec<CString>),
+    /// Null-terminated arrays of pointers into those strings, for execvpe.
+    argp: Vec<*const nix::libc::c_char>,
+    envp: Vec<*const nix::libc::c_char>,
+}
+
+impl Prepared {
+    /// `argv`, and rlock's environment with `env` added (replacing variables of those names).
+    fn new(argv: &[OsString], env: &[(&str, String)]) -> Result<Self, Failure> {
+        let c_string = |bytes: Vec<u8>| {
+            CString::new(bytes)
+                .map_err(|_| Failure::Usage("the command has a NUL byte in it".into()))
+        };
+        let args = argv
             .iter()
-            .map(|s| s.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect::<Vec<*const nix::libc::c_char>>()
-    };
-    let (argp, envp) = (pointers(&args), pointers(&vars));
+            .map(|a| c_string(a.as_bytes().to_vec()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut vars = Vec::new();
+        for (name, value) in std::env::vars_os() {
+            if !env.iter().any(|(ours, _)| name == *ours) {
+                vars.push(c_string(
+                    [name.as_bytes(), b"=", value.as_bytes()].concat(),
+                )?);
+            }
+        }
+        for (name, value) in env {
+            vars.push(c_string(format!("{name}={value}").into_bytes())?);
+        }
+        let pointers = |strings: &[CString]| {
+            strings
+                .iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect::<Vec<*const nix::libc::c_char>>()
+        };
+        let (argp, envp) = (pointers(&args), pointers(&vars));
+        Ok(Prepared {
+            _strings: (args, vars),
+            argp,
+            envp,
+        })
+    }
+}
+
+/// Starts the child, sharing rlock's memory until it execs: Ok with its pid once it has
+/// exec'd, or the error of its exec (or of the clone).
+fn start(prepared: &Prepared, terminal: Option<Terminal>) -> Result<Pid, io::Error> {
+    let (argp, envp) = (&prepared.argp, &prepared.envp);
     let parent = getpid();
     // Resolved here: the child may not touch Rust's standard handles (they allocate on first use).
     let tty = terminal.map(Terminal::raw_fd);
@@ -104,32 +134,40 @@ pub fn spawn(
     // is suspended, and only until it execs or exits; it makes only async-signal-safe calls on
     // memory prepared above, and by the invariants at the top of this file no handler and no
     // other thread can observe the shared memory meanwhile.
-    let spawned = unsafe {
+    let pid = unsafe {
         nix::sched::clone(
             child,
             &mut stack,
             CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
             Some(Signal::SIGCHLD as i32),
         )
-    };
-    let failed = match spawned {
-        Ok(pid) => match exec_errno.load(Ordering::Relaxed) {
-            0 => None,
-            errno => {
-                let _ = waitpid(pid, None);
-                Some(io::Error::from_raw_os_error(errno))
-            }
-        },
-        Err(e) => Some(io::Error::from(e)),
-    };
-    if let Some(e) = failed {
-        // The child may have taken the terminal before its exec failed: take it back.
-        if let Some(t) = terminal {
-            t.hand_to(getpgrp());
+    }?;
+    match exec_errno.load(Ordering::Relaxed) {
+        0 => Ok(pid),
+        errno => {
+            let _ = waitpid(pid, None);
+            Err(io::Error::from_raw_os_error(errno))
         }
-        return Err(cannot_run(&argv[0], &e));
     }
-    let pid = spawned.expect("checked above");
+}
+
+/// After the start: the child leads its group and has the terminal, or the failure to run it
+/// is mapped to 126/127 (and the terminal taken back, which the child may have taken before
+/// its exec failed).
+fn settle(
+    started: Result<Pid, io::Error>,
+    program: &OsString,
+    terminal: Option<Terminal>,
+) -> Result<Pid, Failure> {
+    let pid = match started {
+        Ok(pid) => pid,
+        Err(e) => {
+            if let Some(t) = terminal {
+                t.hand_to(getpgrp());
+            }
+            return Err(cannot_run(program, &e));
+        }
+    };
     // Also from the parent, as a shell does, so neither order of events leaves a gap.
     let _ = setpgid(pid, pid);
     if let Some(t) = terminal {
