@@ -59,7 +59,10 @@ pub enum Failure {
     Config(String),
     /// Interrupted by a signal while waiting: exits 128+N.
     #[error("{message}")]
-    Interrupted { message: String, signal: i32 },
+    Interrupted {
+        message: String,
+        signal: nix::sys::signal::Signal,
+    },
     /// Something went wrong in rlock itself (70).
     #[error("{0}")]
     Internal(String),
@@ -98,8 +101,10 @@ pub fn code_of(err: &anyhow::Error) -> u8 {
 /// Ctrl-C dies of SIGINT, as an interrupted command does. (Other signals exit 128+N.)
 pub fn dies_of(err: &anyhow::Error) -> Option<nix::sys::signal::Signal> {
     match err.downcast_ref::<Failure>() {
-        Some(Failure::Interrupted { signal, .. }) if *signal == nix::libc::SIGINT => {
-            Some(nix::sys::signal::Signal::SIGINT)
+        Some(Failure::Interrupted { signal, .. })
+            if *signal == nix::sys::signal::Signal::SIGINT =>
+        {
+            Some(*signal)
         }
         _ => None,
     }

@@ -68,9 +68,9 @@ impl Signals {
     }
 
     /// The next signal that came and has not been read yet, without waiting.
-    pub fn try_next(&self) -> Option<i32> {
+    pub fn try_next(&self) -> Option<Signal> {
         match self.fd.read_signal() {
-            Ok(Some(info)) => Some(info.ssi_signo as i32),
+            Ok(Some(info)) => Signal::try_from(info.ssi_signo as i32).ok(),
             _ => None,
         }
     }
@@ -82,7 +82,7 @@ impl crate::lock::Interrupt for Signals {
         Some(self.as_fd())
     }
 
-    fn take(&self) -> Option<i32> {
+    fn take(&self) -> Option<Signal> {
         self.try_next()
     }
 }
@@ -93,7 +93,7 @@ impl crate::lock::Interrupt for Option<Signals> {
         self.as_ref().map(AsFd::as_fd)
     }
 
-    fn take(&self) -> Option<i32> {
+    fn take(&self) -> Option<Signal> {
         self.as_ref().and_then(Signals::try_next)
     }
 }

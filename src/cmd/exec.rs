@@ -129,10 +129,10 @@ fn hold(
     // A signal that came between the grant and the spawn ends the run before it starts.
     if let Some(signal) = interrupt(signals) {
         release(ctx, locker, &held);
-        let name = Signal::try_from(signal).map_or("a signal", |s| s.as_str());
         return Err(Failure::Interrupted {
             message: format!(
-                "interrupted by {name} before the command started; lock '{}' released",
+                "interrupted by {} before the command started; lock '{}' released",
+                signal.as_str(),
                 key.name
             ),
             signal,
@@ -209,17 +209,17 @@ impl Interrupt for WaitSignals<'_> {
         Some(self.0.as_fd())
     }
 
-    fn take(&self) -> Option<i32> {
+    fn take(&self) -> Option<Signal> {
         interrupt(self.0)
     }
 }
 
 /// A signal that should end the wait, if one came. Ctrl-Z stops rlock meanwhile, as usual.
-fn interrupt(signals: &Signals) -> Option<i32> {
+fn interrupt(signals: &Signals) -> Option<Signal> {
     loop {
         match signals.try_next()? {
-            s if s == Signal::SIGTSTP as i32 => stop_self(Signal::SIGTSTP),
-            s if s == Signal::SIGCHLD as i32 => {}
+            Signal::SIGTSTP => stop_self(Signal::SIGTSTP),
+            Signal::SIGCHLD => {}
             s => return Some(s),
         }
     }
@@ -384,7 +384,7 @@ fn exit(args: &ExecArgs, held: &Held, outcome: Outcome, lost: Option<String>) ->
             Failure::Lost(format!("lost lock '{name}' while the command ran: {why}")).into(),
         );
     }
-    if outcome.signal == Some(Signal::SIGINT as i32) {
+    if outcome.signal == Some(Signal::SIGINT) {
         return Ok(Exit::Signal(Signal::SIGINT));
     }
     Ok(Exit::Code(outcome.code))

@@ -20,6 +20,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::Signal;
 
 use super::display::{busy_message, human_ms};
 use super::exclusive::{Attempt, Unanswered};
@@ -45,7 +46,7 @@ pub trait Interrupt {
     /// Readable when a signal may be there to `take`; None when there is nothing to watch.
     fn fd(&self) -> Option<BorrowedFd<'_>>;
     /// The number of a signal that should end the wait, if one came (without blocking).
-    fn take(&self) -> Option<i32>;
+    fn take(&self) -> Option<Signal>;
 }
 
 /// Who hears of a wait besides its caller: what interrupts it, and who is told what happens.
@@ -157,7 +158,7 @@ enum Slept {
     Woken,
     TimedOut,
     SubscriberBroken,
-    Interrupted(i32),
+    Interrupted(Signal),
 }
 
 impl Waiter<'_> {
@@ -332,13 +333,11 @@ impl Waiter<'_> {
     }
 }
 
-fn interrupted(key: &LockKey, signal: i32) -> Failure {
-    let name = nix::sys::signal::Signal::try_from(signal)
-        .map(|s| s.as_str().to_string())
-        .unwrap_or_else(|_| format!("signal {signal}"));
+fn interrupted(key: &LockKey, signal: Signal) -> Failure {
     Failure::Interrupted {
         message: format!(
-            "interrupted by {name} while waiting for lock '{}'",
+            "interrupted by {} while waiting for lock '{}'",
+            signal.as_str(),
             key.name
         ),
         signal,

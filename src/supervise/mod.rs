@@ -74,13 +74,13 @@ pub fn reports() -> io::Result<(ReportSender, ReportReceiver)> {
 /// Everything the supervisor waits for: signals, changes of the child, and the renewals.
 #[derive(Debug)]
 enum Event {
-    Signal(i32),
+    Signal(Signal),
     /// The child stopped, by this signal (SIGTSTP for Ctrl-Z, SIGSTOP, ...).
-    Stopped(i32),
+    Stopped(Signal),
     /// The child was continued.
     Continued,
     /// The child ended: its status as a shell reports it, and the signal that killed it.
-    Exited(u8, Option<i32>),
+    Exited(u8, Option<Signal>),
     Watchdog(Report),
 }
 
@@ -110,7 +110,7 @@ impl Inbox<'_> {
                 Err(TryRecvError::Disconnected) => false,
             };
             while let Some(sig) = self.signals.try_next() {
-                if sig == Signal::SIGCHLD as i32 {
+                if sig == Signal::SIGCHLD {
                     self.reap();
                 } else {
                     self.pending.push_back(Event::Signal(sig));
@@ -142,7 +142,7 @@ impl Inbox<'_> {
         while !self.child_reaped {
             let event = match waitpid(self.child, Some(flags)) {
                 Ok(WaitStatus::StillAlive) => break,
-                Ok(WaitStatus::Stopped(_, sig)) => Event::Stopped(sig as i32),
+                Ok(WaitStatus::Stopped(_, sig)) => Event::Stopped(sig),
                 Ok(WaitStatus::Continued(_)) => Event::Continued,
                 Ok(status) => match ended(status) {
                     Some(event) => event,
@@ -176,10 +176,9 @@ impl Inbox<'_> {
 fn ended(status: WaitStatus) -> Option<Event> {
     match status {
         WaitStatus::Exited(_, code) => Some(Event::Exited(code as u8, None)),
-        WaitStatus::Signaled(_, sig, _) => Some(Event::Exited(
-            128u8.wrapping_add(sig as u8),
-            Some(sig as i32),
-        )),
+        WaitStatus::Signaled(_, sig, _) => {
+            Some(Event::Exited(128u8.wrapping_add(sig as u8), Some(sig)))
+        }
         _ => None,
     }
 }
@@ -201,7 +200,7 @@ pub struct Outcome {
     /// The child's status as a shell reports it (code, or 128+N for signal N).
     pub code: u8,
     /// The signal that killed the child, if one did.
-    pub signal: Option<i32>,
+    pub signal: Option<Signal>,
     /// Why the lock was lost, if it was.
     pub lost: Option<String>,
 }
@@ -235,7 +234,7 @@ pub struct Supervisor<'a, R> {
     /// deadline has been checked, so it never runs a moment on a lease that ran out meanwhile.
     resumed: Option<bool>,
     /// The leader's status, once it ended; the group may still have members.
-    ended: Option<(u8, Option<i32>)>,
+    ended: Option<(u8, Option<Signal>)>,
 }
 
 impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
@@ -411,11 +410,9 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
         match event {
             Event::Exited(code, signal) => self.ended = Some((code, signal)),
             Event::Signal(sig) => {
-                if let Ok(sig) = Signal::try_from(sig) {
-                    let _ = killpg(self.pgid, sig);
-                    if self.stopped && sig != Signal::SIGTSTP && sig != Signal::SIGKILL {
-                        let _ = killpg(self.pgid, Signal::SIGCONT);
-                    }
+                let _ = killpg(self.pgid, sig);
+                if self.stopped && sig != Signal::SIGTSTP && sig != Signal::SIGKILL {
+                    let _ = killpg(self.pgid, Signal::SIGCONT);
                 }
             }
             Event::Stopped(sig) => {
@@ -424,7 +421,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
                 // job; a SIGSTOP from someone else pauses the child while rlock keeps renewing.
                 let job_control = [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU]
                     .into_iter()
-                    .find(|s| *s as i32 == sig);
+                    .find(|s| *s == sig);
                 if let (Some(t), Some(sig)) = (self.terminal, job_control)
                     && self.lost.is_none()
                 {

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
 use nix::poll::{PollFd, PollFlags};
-use nix::sys::signal::Signal;
 use nix::sys::time::TimeSpec;
 
 use super::{change_key, json_doc, nothing_held, read, table};
@@ -160,8 +159,8 @@ fn terminal_size() -> Option<(usize, usize)> {
 fn pause(signals: &Signals, until: Instant) -> Option<Exit> {
     let stdout = std::io::stdout();
     loop {
-        if let Some(n) = signals.try_next() {
-            return Signal::try_from(n).ok().map(Exit::Signal);
+        if let Some(sig) = signals.try_next() {
+            return Some(Exit::Signal(sig));
         }
         let now = Instant::now();
         if now >= until {
