@@ -4,7 +4,9 @@ use std::io::Write;
 
 use anyhow::Result;
 
-use super::{Context, inherited, new_token, sharing};
+use super::hint::shell_quote;
+use super::nested::{FENCE_VAR, KEY_VAR, TOKEN_VAR, inherited};
+use super::{Context, new_token, sharing};
 use crate::cli::AcquireArgs;
 use crate::exit::Failure;
 use crate::identity::Identity;
@@ -77,10 +79,10 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
 fn print(grant: &Grant, args: &AcquireArgs) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     if args.export {
-        writeln!(out, "RLOCK_KEY={}", shell_quote(&grant.key.name))?;
-        writeln!(out, "RLOCK_TOKEN={}", shell_quote(&grant.token))?;
-        writeln!(out, "RLOCK_FENCE={}", grant.fence)?;
-        writeln!(out, "export RLOCK_KEY RLOCK_TOKEN RLOCK_FENCE")?;
+        writeln!(out, "{KEY_VAR}={}", shell_quote(&grant.key.name))?;
+        writeln!(out, "{TOKEN_VAR}={}", shell_quote(&grant.token))?;
+        writeln!(out, "{FENCE_VAR}={}", grant.fence)?;
+        writeln!(out, "export {KEY_VAR} {TOKEN_VAR} {FENCE_VAR}")?;
     } else if args.json {
         let json = serde_json::json!({
             "key": grant.key.name,
@@ -111,29 +113,4 @@ fn parent_command(ppid: u32) -> String {
         })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "rlock acquire".into())
-}
-
-/// Quotes a value for `eval` in sh, leaving plain words alone.
-pub fn shell_quote(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-.:/@%+,=".contains(c));
-    if plain {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shell_quote;
-
-    #[test]
-    fn quotes_for_eval() {
-        assert_eq!(shell_quote("jobs"), "jobs");
-        assert_eq!(shell_quote("a b"), "'a b'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
-    }
 }

@@ -8,7 +8,8 @@ use anyhow::Result;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::{Context, inherited, inside_exec, new_token};
+use super::nested::{self, EXEC_PID_VAR, inherited, inside_exec};
+use super::{Context, new_token};
 use crate::cli::ExecArgs;
 use crate::exit::{Exit, Failure};
 use crate::identity::Identity;
@@ -20,11 +21,6 @@ use crate::supervise::{
     self, Enforce, Guardian, Outcome, Renewal, ReportReceiver, ReportSender, Supervisor, Terminal,
 };
 use crate::watchdog;
-
-/// Set in the child's environment: the pid of the `rlock exec` that renews and releases the
-/// lock, and the lock's token, so that a nested rlock on that lock leaves both to it.
-pub const EXEC_PID_VAR: &str = "RLOCK_EXEC_PID";
-pub const EXEC_TOKEN_VAR: &str = "RLOCK_EXEC_TOKEN";
 
 pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // Signals are caught from here on: while waiting they end the wait (leaving nothing in
@@ -233,13 +229,7 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
         Owner::OuterExec => std::env::var(EXEC_PID_VAR).unwrap_or_default(),
         _ => std::process::id().to_string(),
     };
-    let env = [
-        ("RLOCK_KEY", grant.key.name.clone()),
-        ("RLOCK_TOKEN", grant.token.clone()),
-        ("RLOCK_FENCE", grant.fence.to_string()),
-        (EXEC_PID_VAR, renewer_pid),
-        (EXEC_TOKEN_VAR, grant.token.clone()),
-    ];
+    let env = nested::child_env(grant, renewer_pid);
     // The renewal thread's reports (it starts once the first renewal is due).
     let (report_tx, reports) = supervise::reports().map_err(|e| {
         release(ctx, locker, held);

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use super::{Context, required_token};
+use super::{Context, nested, required_token};
 use crate::cli::ReleaseArgs;
 use crate::lock::Released;
 
@@ -26,12 +26,7 @@ pub fn run(ctx: &Context, args: &ReleaseArgs) -> Result<u8> {
     let token = required_token(&args.token.token, "release")?;
     // `acquire --export` ... `release` in a script run by `rlock exec` on the same key: the
     // acquire inherited exec's lock, and exec releases it when the command ends.
-    let env_token = std::env::var("RLOCK_TOKEN").ok();
-    let env_key = std::env::var("RLOCK_KEY").ok();
-    if env_key.as_deref() == Some(&key.name)
-        && env_token.as_deref() == Some(&token)
-        && super::inside_exec(&token)
-    {
+    if nested::environment_names(&key, &token) && nested::inside_exec(&token) {
         ctx.note(format_args!(
             "lock '{}' belongs to the enclosing 'rlock exec', which releases it when its command ends; not releasing it",
             key.name

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use super::stale;
-use crate::cmd::acquire::shell_quote;
+use crate::cmd::hint::shell_quote;
 use crate::lock::{Holder, HolderLease, KeyType, LockInfo, human_ms};
 
 const COLUMNS: usize = 9;
