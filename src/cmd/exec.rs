@@ -69,7 +69,7 @@ struct Child {
 }
 
 fn lease(ctx: &Context, args: &ExecArgs, ttl: std::time::Duration) -> Result<Lease, Failure> {
-    Lease::new(ttl, args.renew_every, args.grace, ctx.settings.op_timeout).map_err(Failure::Usage)
+    Lease::new(ttl, args.renew_every, args.grace, ctx.settings.op_timeout)
 }
 
 /// Step 1: the lock this process tree already holds (nested rlock), or a new grant.
