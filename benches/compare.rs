@@ -50,11 +50,15 @@ mod waiting;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
-#[path = "../tests/support/soak.rs"]
+#[path = "../tests/rlock/common/soak.rs"]
 mod soak;
+// The tests' generator, which the soak engine uses (as `super::rng`); only part of it.
+#[allow(dead_code)]
+#[path = "../tests/rlock/common/rng.rs"]
+mod rng;
 // The tests' fault proxy, for the soak's partitions; the soak uses only part of it.
 #[allow(dead_code)]
-#[path = "../tests/common/proxy.rs"]
+#[path = "../tests/rlock/common/proxy.rs"]
 mod fault_proxy;
 
 const RLOCK: &str = env!("CARGO_BIN_EXE_rlock");

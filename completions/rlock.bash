@@ -850,7 +850,7 @@ _rlock__options() {
 # `rlock exec` runs a command line of its own: from its first word that is neither an option
 # nor an option's value, or after `--`, complete a command name, then that command's arguments,
 # through bash-completion's _comp_command_offset or _command_offset when it is loaded (as sudo's
-# completion does), else file names. (Added to clap_complete's script by tests/generated.rs.)
+# completion does), else file names. (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
 _rlock() {
     local i=1 w word eq skip=0 sub="" start=0
     # Up to the word being completed, which may be the command's first.

@@ -160,12 +160,12 @@ complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_su
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 
 # No file names for the value of a global option that is not a path, before the subcommand too.
-# (Added to clap_complete's script by tests/generated.rs.)
+# (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
 complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew inspect exec; and contains -- (commandline -opc)[-1] -u --url --sentinel --user --prefix --op-timeout --replicas" -f
 
 # `rlock exec` runs a command line of its own: from its first word that is not an option (or
 # an option's value), or after `--`, complete it as that command's, as `complete -C` of the
-# command's words would. (Added to clap_complete's script by tests/generated.rs.)
+# command's words would. (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
 function __fish_rlock_exec_optspecs
     string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= label= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= replicas= v/verbose q/quiet h/help
 end

@@ -1,0 +1,363 @@
+//! The prose sections of rlock(1), and the pages built from the clap definition.
+
+// The prose sections of rlock(1)
+// ---------------------------------------------------------------------------------------------
+
+pub(super) struct Section {
+    pub(super) title: &'static str,
+    pub(super) blocks: &'static [Block],
+}
+
+pub(super) enum Block {
+    /// A paragraph; `code` spans are set in bold.
+    P(&'static str),
+    /// A tagged paragraph: term, text.
+    Item(&'static str, &'static str),
+    /// Unfilled, indented text.
+    Pre(&'static str),
+}
+
+use Block::{Item, P, Pre};
+
+pub(super) const DURATIONS: Section = Section {
+    title: "DURATIONS",
+    blocks: &[P(
+        "Every duration is a humantime string: `250ms`, `30s`, `5m`, `1h 30m`. A bare number is an \
+         error (rlock says which unit is missing), and so is a zero or negative `--ttl`.",
+    )],
+};
+
+pub(super) const EXIT_STATUS: Section = Section {
+    title: "EXIT STATUS",
+    blocks: &[
+        P(
+            "Every non-zero status that rlock chooses itself comes with a message on standard \
+             error that says what happened and what to do.",
+        ),
+        Item(
+            "`0`",
+            "Success. For `exec`: the command's own status, passed through.",
+        ),
+        Item("`1`", "`inspect`: a named key is not held."),
+        Item(
+            "`2`",
+            "Usage error: unknown flag, bad duration, missing or empty key, missing token (no \
+             `--token` and no `$RLOCK_TOKEN`), missing command.",
+        ),
+        Item(
+            "`65`",
+            "The key holds something rlock cannot treat as a lock (e.g. a list); nothing was \
+             changed.",
+        ),
+        Item(
+            "`69`",
+            "Redis unavailable: cannot connect, timed out, no quorum. A wait (no `-n`) rides \
+             out an outage, trying again at most 1 s apart and saying on stderr when it began \
+             and ended, and exits 69 only if the wait ends during it.",
+        ),
+        Item("`70`", "Internal error."),
+        Item(
+            "`75`",
+            "Lock busy: not acquired within `--wait` (or at once with `-n`). `-E` sets another \
+             code.",
+        ),
+        Item(
+            "`76`",
+            "`exec`: the lock was lost while the command ran; the command was signalled.",
+        ),
+        Item(
+            "`77`",
+            "Not permitted: the token does not own the lock (`release`, `renew`), or Redis refused \
+             the password or the user's ACL.",
+        ),
+        Item(
+            "`78`",
+            "Configuration error: malformed URL, unreadable TLS or password file.",
+        ),
+        Item("`126`", "`exec`: the command is not executable."),
+        Item("`127`", "`exec`: the command was not found."),
+        Item(
+            "`128+`N",
+            "`exec`: the command died of signal N. Also: rlock was interrupted by signal N while \
+             it waited for the lock.",
+        ),
+    ],
+};
+
+pub(super) const ENVIRONMENT: Section = Section {
+    title: "ENVIRONMENT",
+    blocks: &[
+        P("An option given on the command line wins over its environment variable."),
+        Item(
+            "`RLOCK_URL`",
+            "Redis endpoints, comma-separated, as `--url`. Default `redis://127.0.0.1:6379`.",
+        ),
+        Item("`RLOCK_CLUSTER`", "As `--cluster`."),
+        Item("`RLOCK_SENTINEL`", "As `--sentinel`."),
+        Item(
+            "`RLOCK_PASSWORD`, `REDISCLI_AUTH`",
+            "The Redis password, in this order, when neither the URL's userinfo \
+             (`redis://:PASSWORD@host`) nor `--password-file` gives one. Passwords never appear \
+             in a message: URLs are printed with the password replaced by `***`.",
+        ),
+        Item(
+            "`RLOCK_TLS_CA`, `RLOCK_TLS_CERT`, `RLOCK_TLS_KEY`",
+            "As `--tls-ca`, `--tls-cert`, `--tls-key`, for `rediss://` URLs.",
+        ),
+        Item(
+            "`RLOCK_PREFIX`",
+            "As `--prefix`: the Redis key of lock KEY is PREFIX+KEY. Default `rlock:`.",
+        ),
+        Item(
+            "`RLOCK_OP_TIMEOUT`",
+            "As `--op-timeout`: connect and per-command timeout. Default `2s`.",
+        ),
+        Item(
+            "`RLOCK_TOKEN`",
+            "The owner token `release` and `renew` use when `--token` is not given.",
+        ),
+        Item(
+            "`RLOCK_KEY`, `RLOCK_TOKEN`, `RLOCK_FENCE`",
+            "Set by `exec` in the command's environment, and by `eval \"$(rlock acquire --export \
+             ...)\"` in the shell's: the lock's name, its owner token and its fencing token. An \
+             `rlock acquire` or `rlock exec` of the same KEY that finds them is reentrant (see \
+             REENTRANCY).",
+        ),
+        Item(
+            "`USER`, `LOGNAME`",
+            "The user name recorded with a lock for `inspect`, in this order; without either, \
+             the user database's name for rlock's uid.",
+        ),
+    ],
+};
+
+pub(super) const SIGNALS: Section = Section {
+    title: "SIGNALS",
+    blocks: &[
+        P(
+            "`rlock exec` runs the command as a job: in a process group of its own, given the \
+             terminal's foreground when rlock had it (as a shell does), and the terminal taken \
+             back when the command ends. So Ctrl-C at a terminal reaches the command's group \
+             once, and not rlock.",
+        ),
+        P(
+            "SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to rlock are passed on, \
+             once, to the command's process group. rlock keeps renewing the lock until the command \
+             exits, then releases it and exits with the command's status (128+N if the command \
+             died of signal N).",
+        ),
+        P(
+            "While rlock is still waiting for the lock, the same signals end the wait: rlock \
+             leaves the queue, takes nothing, and exits 128+N; for SIGINT (Ctrl-C) it dies of \
+             SIGINT instead, so that a script waiting in rlock stops there.",
+        ),
+        P(
+            "Ctrl-Z (SIGTSTP, also when sent to rlock) stops the command; rlock then takes the \
+             terminal back and stops too (by SIGTSTP, so that an enclosing `rlock exec` stops \
+             with it), and the shell shows the job stopped. `fg` gives the \
+             command the terminal again and continues it. rlock cannot renew while it is \
+             stopped: on resume it checks the deadline before continuing the command, which \
+             gets `--lost-signal` if the lease ran out meanwhile (exit 76). A SIGSTOP of the \
+             command alone only pauses it, and rlock keeps renewing. A signal passed on to a \
+             stopped command is followed by SIGCONT, so that it takes effect.",
+        ),
+        P(
+            "If rlock itself is killed (SIGKILL), the command gets SIGKILL at once (the Linux \
+             parent-death signal), and so does everything it started: a small guardian process \
+             kills the command's whole process group when rlock dies without standing it down. \
+             The lock then expires within `--ttl`. SIGSTOP sent to rlock alone cannot be caught: \
+             the command runs on while rlock cannot renew, so do not stop rlock without its \
+             command.",
+        ),
+        P(
+            "A command killed by SIGINT (Ctrl-C) makes rlock die of SIGINT too, after the lock \
+             is released, so that the calling shell stops as it does for its own commands. A \
+             signal ignored when rlock started (nohup) stays ignored, by rlock and the command; \
+             SIGCHLD is put back to its default, as an ignored one would lose the command's exit \
+             status.",
+        ),
+    ],
+};
+
+pub(super) const LOCK_LOSS: Section = Section {
+    title: "LOCK LOSS",
+    blocks: &[
+        P(
+            "While the command runs, a background thread renews the lock every `--renew-every` \
+             (default TTL/3), each renewal waiting at most the smaller of `--op-timeout` and \
+             `--renew-every`; a failed renewal is retried sooner (every quarter of \
+             `--renew-every`, between 10ms and 1s).",
+        ),
+        P(
+            "rlock keeps the lease's deadline on its own monotonic clock: the moment the last \
+             successful renewal was sent (at first, the acquire), plus TTL, minus a drift \
+             allowance of 1% of TTL plus 2ms. If renewals keep failing, the command's process \
+             group gets `--lost-signal` (default TERM) at the deadline minus `--grace` (default \
+             TTL/4), and SIGKILL at the deadline. If Redis answers that the token no longer owns \
+             the lock (it expired, was deleted, was broken with `release --force`), the \
+             command's group gets `--lost-signal` at once and SIGKILL `--grace` later.",
+        ),
+        P(
+            "The lost-lock signals reach every process of the command's group, also once the \
+             command itself has exited; what a command that ended normally left running in its \
+             group gets `--lost-signal`, and SIGKILL `--grace` later, before the lock is \
+             released. rlock is the child subreaper of its command. A process that left the \
+             group (setsid, a daemon) is beyond the lock.",
+        ),
+        P(
+            "Either way rlock stops renewing, waits for the group to be empty (or SIGKILLed), \
+             makes a best-effort owner-checked release (which \
+             can take up to `--op-timeout` when Redis does not answer), and exits 76, whatever \
+             the command's own status. A lost lock is never taken again behind the command's \
+             back. A loss between two renewals that the command outlives is found by the \
+             release at the end, and also exits 76.",
+        ),
+        P("With the defaults (`--ttl 30s`):"),
+        Pre("renewal every      10s
+retry every        1s
+deadline           last renewal sent + 29.698s
+--lost-signal at   deadline - 7.5s
+SIGKILL at         deadline"),
+        P(
+            "`--grace` must be shorter than the TTL minus the drift allowance, and \
+             `--renew-every` shorter than that minus `--grace`; rlock refuses other combinations \
+             with exit 2.",
+        ),
+    ],
+};
+
+pub(super) const REENTRANCY: Section = Section {
+    title: "REENTRANCY",
+    blocks: &[
+        P(
+            "An `rlock exec` or `rlock acquire` of the same KEY (same Redis, same prefix) run \
+             where `RLOCK_KEY` and `RLOCK_TOKEN` name that lock (inside the command of an \
+             `rlock exec`, say) does not deadlock: it checks with Redis that the token still \
+                          owns the key, and then runs without taking the lock again or giving it back. A \
+             nested `exec` runs its command at once; a nested `acquire` prints the same token \
+             and fence. If the token no longer owns the key, the lock is taken as usual.",
+        ),
+        P(
+            "`rlock exec` puts `RLOCK_EXEC_PID` (its own pid) and `RLOCK_EXEC_TOKEN` (its lock's \
+             token) in the command's environment. Under it, the outer rlock renews that lock, \
+             and an `rlock release` of that token does nothing and says so: the outer rlock \
+             releases the lock when its command ends. So the usual `acquire --export` ... \
+             `release` script can run under `rlock exec` of the same KEY.",
+        ),
+        P(
+            "An `rlock exec` whose lock came from a shell (after `eval` of `rlock acquire \
+             --export`, with no `rlock exec` around it) renews the lock while its command runs, \
+             with the lease the lock was taken with, and leaves the release to the shell.",
+        ),
+    ],
+};
+
+pub(super) const FENCING: Section = Section {
+    title: "FENCING",
+    blocks: &[P(
+        "Each grant of a lock gets a fencing token, `RLOCK_FENCE` (and `fence` in `--json`): an \
+         integer that strictly increases with every grant of that key, minted by the same Redis \
+         script that grants the lock. Hand it to the resource the lock protects and have the \
+         resource refuse a write whose fence is lower than the highest it has seen (a version \
+         column, a conditional put). That is what makes a holder that was paused past its lease, \
+         and wakes up thinking it still holds the lock, harmless.",
+    )],
+};
+
+pub(super) const REDIS_KEYS: Section = Section {
+    title: "REDIS KEYS",
+    blocks: &[
+        P("A lock named KEY, with prefix P (`--prefix`, default `rlock:`), uses:"),
+        Pre(
+            "P+KEY            string: the owner token, the lease as its expiry
+{P+KEY}:state    hash: fence, holder (host, pid, user, command,
+                 since), TTL, the waiter a free lock is reserved for
+{P+KEY}:q        sorted set: waiting tokens, oldest first
+{P+KEY}:wake:T   pub/sub channel of waiter T: a release hands it the lock
+{P+KEY}:wake     pub/sub channel: wakes waiters that do not queue (Redlock)",
+        ),
+        P(
+            "The lock itself is a plain `SET P+KEY token NX PX ttl`, so other clients that lock \
+             the same Redis key the same way exclude rlock and are excluded by it: `--prefix ''` \
+             makes the key KEY itself, to share a lock with redis-py's `Lock`, redsync or \
+             node-redlock. The {...} hash tag keeps the helper keys in the lock key's Redis \
+             Cluster slot. Every key expires: the state lives as long as the lease and 60 \
+             seconds more, the queue as long as someone waits in it, so a lock with no holder \
+             and no waiter leaves nothing behind after its TTL + 60 s. The fence is at least the \
+             server's clock in microseconds (and above the last fence), so it keeps rising after \
+             the state expired or was lost, as long as the server's clock does not step back. \
+             Waiters sleep, each on a channel of its own and sending nothing, until a release \
+             hands them the lock or the holder's lease would end; a release reserves the lock \
+             for the first waiter for 1 s, after which the next in line may go. A lost \
+             notification costs latency, never liveness.",
+        ),
+    ],
+};
+
+pub(super) const SAFETY: Section = Section {
+    title: "SAFETY",
+    blocks: &[
+        P(
+            "What rlock promises, and what it cannot. Acquire is one atomic script, release and \
+             renew are owner-checked scripts, and retries are idempotent for the same token.",
+        ),
+        Item(
+            "TTL",
+            "A lock is a lease. While Redis keeps its data, two holders never overlap, and a \
+             holder that dies leaves the lock behind for at most `--ttl`. A holder that is only \
+             slow (stopped, swapping, a suspended VM) can outlive its lease without knowing it: \
+             `rlock exec` stops the command at its local deadline, but a process frozen across \
+             that deadline wakes up after someone else may have taken the lock. rlock measures \
+             time on the local monotonic clock and Redis expires keys by its own clock; the \
+             drift allowance covers ordinary rate differences, not a jump of the server's clock.",
+        ),
+        Item(
+            "Redis",
+            "Redis replicates asynchronously. If a master fails over, or restarts without \
+             persistence, before a grant reached a replica or the disk, the lock (and the fence \
+             counter) can be lost and a second holder can take it. Use `appendonly yes` with \
+             `appendfsync always` if that matters.",
+        ),
+        Item(
+            "Fencing",
+            "`RLOCK_FENCE` strictly increases with every grant on one Redis (Sentinel, Cluster: \
+             as long as a failover kept the data). It is the only protection against a paused or \
+             partitioned former holder, and only if the protected resource checks it.",
+        ),
+        Item(
+            "Redlock",
+            "With several `--url` (3, 5, ...), a lock needs a majority of independent masters \
+             within its validity time (TTL minus the time acquiring took minus the drift \
+             allowance), and partial grants are released. It survives the loss of a minority of \
+                          masters, but it assumes bounded clock drift, network delay and process pauses. Its \
+             fence is the highest counter of the granting majority, and the granting masters' \
+             counters are raised to it, so it increases while the masters keep their data; a \
+             master that restarts empty forgets its counter, so treat `RLOCK_FENCE` as advisory \
+             there.",
+        ),
+    ],
+};
+
+pub(super) const EXAMPLES: Section = Section {
+    title: "EXAMPLES",
+    blocks: &[Pre("# cron: skip this run if the last one is still going
+*/5 * * * * rlock exec -k sync -n -- /usr/local/bin/sync.sh
+
+# CI: one deploy at a time, waiting up to 15 minutes for the lock
+rlock exec -k deploy-prod -w 15m -- ./deploy.sh production
+
+# hold a lock across part of a shell script (not eval \"$(...)\" alone:
+# eval of nothing succeeds, so a failed acquire would go unnoticed)
+lock=$(rlock acquire --export -k jobs --ttl 5m) || exit
+eval \"$lock\"
+do_the_work
+rlock release -k jobs
+
+# is it locked?
+rlock inspect -q -k jobs && echo locked
+
+# who holds what
+rlock inspect")],
+};
+
+// ---------------------------------------------------------------------------------------------

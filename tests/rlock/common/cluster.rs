@@ -1,0 +1,267 @@
+//! `RedisCluster`: three masters made into one Redis Cluster.
+
+use std::process::Command;
+use std::time::Duration;
+
+use super::binary::run;
+use super::cli::redis_cli_bin;
+use super::proxy::{Mode, Proxy};
+use super::server::RedisServer;
+use super::spawn::free_port;
+use super::wait::wait_until;
+
+/// Three `redis-server` masters (no replicas) made into one Redis Cluster with
+/// `redis-cli --cluster create`; every node is a [`RedisServer`], killed on drop.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    /// With `start_behind_proxies`: per node, the proxy of its client port and of its bus port.
+    proxies: Vec<(Proxy, Proxy)>,
+}
+
+impl RedisCluster {
+    /// Starts the three nodes, creates the cluster and returns once every node says
+    /// `cluster_state:ok` and knows the owner of all 16384 slots.
+    pub fn start() -> Self {
+        Self::start_nodes(0, "2000", false)
+    }
+
+    /// Three masters with one replica each (six nodes), failing over one second after a master
+    /// stops answering (`cluster-node-timeout 1000`).
+    pub fn start_with_replicas() -> Self {
+        Self::settled(Self::start_nodes(1, "1000", false))
+    }
+
+    /// As `start_with_replicas`, with every link through a fault proxy: each node announces
+    /// its client proxy's port and its bus proxy's port (`cluster-announce-port`,
+    /// `cluster-announce-bus-port`), so clients, replicas and the other nodes all reach it
+    /// through them. `partition` cuts a node off.
+    pub fn start_behind_proxies() -> Self {
+        Self::settled(Self::start_nodes(1, "1000", true))
+    }
+
+    fn settled(cluster: Self) -> Self {
+        wait_until(
+            "every replica to be in sync with its master",
+            Duration::from_secs(20),
+            || {
+                cluster.nodes.iter().all(|n| {
+                    let info = n
+                        .try_cmd(&["INFO", "replication"])
+                        .ok()
+                        .and_then(|v| redis::from_redis_value::<String>(v).ok())
+                        .unwrap_or_default();
+                    info.contains("role:master") && info.contains("connected_slaves:1")
+                        || info.contains("master_link_status:up")
+                })
+            },
+        );
+        cluster
+    }
+
+    fn start_nodes(replicas: usize, node_timeout: &str, behind_proxies: bool) -> Self {
+        let mut proxies = Vec::new();
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
+            .map(|_| {
+                // The bus port is named, so a client port above 55535 (no room for +10000)
+                // cannot stop a node from starting.
+                let bus = free_port();
+                let node = RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    node_timeout,
+                    "--cluster-port",
+                    &bus.to_string(),
+                ]);
+                if behind_proxies {
+                    let (client, bus) = (Proxy::start(node.port()), Proxy::start(bus));
+                    for (name, value) in [
+                        ("cluster-announce-ip", "127.0.0.1".to_string()),
+                        ("cluster-announce-port", client.port().to_string()),
+                        ("cluster-announce-bus-port", bus.port().to_string()),
+                    ] {
+                        node.cmd(&["CONFIG", "SET", name, &value]);
+                    }
+                    proxies.push((client, bus));
+                }
+                node
+            })
+            .collect();
+        let cluster = RedisCluster { nodes, proxies };
+        let mut create = Command::new(redis_cli_bin());
+        create.args(["--cluster", "create"]);
+        for i in 0..cluster.nodes.len() {
+            create.arg(format!("127.0.0.1:{}", cluster.client_port(i)));
+        }
+        let replicas = replicas.to_string();
+        create.args(["--cluster-replicas", &replicas, "--cluster-yes"]);
+        let out = run(&mut create);
+        assert_eq!(
+            out.code,
+            0,
+            "redis-cli --cluster create failed: {out}\n{}",
+            cluster.logs()
+        );
+        let ports: Vec<u16> = (0..cluster.nodes.len())
+            .map(|i| cluster.client_port(i))
+            .collect();
+        wait_until(
+            "every cluster node to say cluster_state:ok and agree on the slots",
+            Duration::from_secs(20),
+            || {
+                cluster.nodes.iter().all(|n| {
+                    let ok = n
+                        .try_cmd(&["CLUSTER", "INFO"])
+                        .ok()
+                        .and_then(|v| redis::from_redis_value::<String>(v).ok())
+                        .is_some_and(|s| s.contains("cluster_state:ok"));
+                    ok && slot_owners_on(n)
+                        .is_some_and(|owners| owners.iter().all(|p| ports.contains(p)))
+                })
+            },
+        );
+        cluster
+    }
+
+    /// The port clients reach node `i` on: its proxy's, behind proxies.
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.proxies
+            .get(i)
+            .map_or(self.nodes[i].port(), |(client, _)| client.port())
+    }
+
+    /// Cuts node `i` (and the processes `with_i`) off from every other node, both ways, on
+    /// client and bus links alike, as a partition between hosts would; links within each side
+    /// pass.
+    pub fn partition(&self, i: usize, with_i: &[i32]) {
+        let mut side = with_i.to_vec();
+        side.push(self.nodes[i].pid());
+        let others: Vec<i32> = (0..self.nodes.len())
+            .filter(|&j| j != i)
+            .map(|j| self.nodes[j].pid())
+            .collect();
+        for (j, (client, bus)) in self.proxies.iter().enumerate() {
+            let cut = if j == i { &others } else { &side };
+            client.set_for(cut, Mode::Blackhole);
+            bus.set_for(cut, Mode::Blackhole);
+        }
+    }
+
+    /// Heals every link `partition` cut.
+    pub fn heal(&self) {
+        for (client, bus) in &self.proxies {
+            client.heal();
+            bus.heal();
+        }
+    }
+
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    pub fn node(&self, i: usize) -> &RedisServer {
+        &self.nodes[i]
+    }
+
+    pub fn node_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.nodes[i]
+    }
+
+    /// The index of the replica of master `i` (by ROLE).
+    pub fn replica_of(&self, i: usize) -> usize {
+        let port = self.client_port(i);
+        self.nodes
+            .iter()
+            .position(|n| {
+                let role: Vec<redis::Value> =
+                    redis::cmd("ROLE").query(&mut n.conn()).expect("ROLE");
+                matches!(role.get(2), Some(redis::Value::Int(p)) if *p as u16 == port)
+            })
+            .unwrap_or_else(|| panic!("master {i} (port {port}) has no replica"))
+    }
+
+    /// `redis://127.0.0.1:PORT` of every node (of its proxy, behind proxies), the seed list for
+    /// `rlock --cluster`.
+    pub fn urls(&self) -> Vec<String> {
+        (0..self.nodes.len())
+            .map(|i| format!("redis://127.0.0.1:{}", self.client_port(i)))
+            .collect()
+    }
+
+    /// `CLUSTER KEYSLOT key`.
+    pub fn slot(&self, key: &str) -> u16 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[0].conn())
+            .expect("CLUSTER KEYSLOT")
+    }
+
+    /// The index (into `nodes()`) of the master that serves `slot`, as node 0 sees it.
+    pub fn owner_of_slot(&self, slot: u16) -> usize {
+        self.owner_of_slot_by(0, slot)
+    }
+
+    /// The index of the master that serves `slot`, as node `by` sees it.
+    pub fn owner_of_slot_by(&self, by: usize, slot: u16) -> usize {
+        let owners = slot_owners_on(&self.nodes[by]).expect("CLUSTER SLOTS");
+        let port = owners[slot as usize];
+        (0..self.nodes.len())
+            .position(|i| self.client_port(i) == port)
+            .unwrap_or_else(|| panic!("slot {slot} is served by unknown port {port}"))
+    }
+
+    /// The index of the master that serves `key`.
+    pub fn owner(&self, key: &str) -> usize {
+        self.owner_of_slot(self.slot(key))
+    }
+
+    /// `CLUSTER MYID` of node `i`.
+    pub fn node_id(&self, i: usize) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.nodes[i].conn())
+            .expect("CLUSTER MYID")
+    }
+
+    /// The logs of every node, for failure messages.
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("=== node on port {} ===\n{}", n.port(), n.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// `CLUSTER SLOTS` of `node`: the port of the master of each of the 16384 slots (0 where
+/// none), or None when the node does not answer it.
+fn slot_owners_on(node: &RedisServer) -> Option<Vec<u16>> {
+    let reply = node.try_cmd(&["CLUSTER", "SLOTS"]).ok()?;
+    let redis::Value::Array(ranges) = reply else {
+        return None;
+    };
+    let mut owners = vec![0u16; 16384];
+    for range in ranges {
+        let redis::Value::Array(parts) = range else {
+            return None;
+        };
+        let (Some(redis::Value::Int(from)), Some(redis::Value::Int(to))) =
+            (parts.first(), parts.get(1))
+        else {
+            return None;
+        };
+        let Some(redis::Value::Array(master)) = parts.get(2) else {
+            return None;
+        };
+        let Some(redis::Value::Int(port)) = master.get(1) else {
+            return None;
+        };
+        for slot in *from..=*to {
+            owners[slot as usize] = *port as u16;
+        }
+    }
+    Some(owners)
+}

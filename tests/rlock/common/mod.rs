@@ -1,0 +1,36 @@
+//! The shared harness of the tests and the benchmark: real `redis-server` processes on free
+//! loopback ports (one server, a Cluster, Sentinels, TLS), the fault proxy, the `rlock` binary
+//! with a clean environment, deadline-based waiting, a deterministic generator and the soak
+//! engine.
+//!
+//! Every helper panics with a message that says what went wrong (and, for a server that will not
+//! come up, its log): a test that cannot set itself up fails, it never skips.
+
+mod background;
+pub mod basic;
+mod binary;
+mod cli;
+mod cluster;
+mod limits;
+mod proxy;
+mod rng;
+mod sentinel;
+mod server;
+pub mod soak;
+mod spawn;
+mod tls;
+mod wait;
+
+// The paths the tests use (`common::RedisServer`, …).
+pub use self::{
+    background::Background,
+    binary::{Drain, Output, drain, rlock, rlock_at, run},
+    cli::redis_cli_bin,
+    cluster::RedisCluster,
+    proxy::{Dir, Mode, Proxy},
+    rng::Rng,
+    sentinel::Sentinels,
+    server::RedisServer,
+    tls::{TestCerts, TlsServer},
+    wait::{pid_alive, wait_for_file, wait_until},
+};

@@ -1,0 +1,255 @@
+//! `RedisServer`: one `redis-server` guard, killed on drop.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::path::Path;
+use std::process::Child;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+
+use super::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
+use super::spawn::{
+    base_args, connect, free_port, kill_and_reap, proc_state, spawn_redis, wait_ready,
+};
+use super::wait::wait_until;
+
+/// A `redis-server` on 127.0.0.1 at a free port, with its own temporary directory. Killed (and
+/// reaped) on drop, frozen or not.
+pub struct RedisServer {
+    child: Option<Child>,
+    pid: i32,
+    port: u16,
+    extra: Vec<String>,
+    password: Option<String>,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// A plain server.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A server with extra `redis-server` arguments appended (later ones win), e.g.
+    /// `&["--requirepass", "s3cret"]`. A `--requirepass` is remembered so `conn()` authenticates.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("rlock-redis-")
+            .tempdir()
+            .expect("create temp dir for redis-server");
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let password = extra
+            .windows(2)
+            .rev()
+            .find(|w| w[0] == "--requirepass")
+            .map(|w| w[1].clone())
+            .filter(|p| !p.is_empty());
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port();
+            let mut args = base_args(port, dir.path());
+            args.extend(extra.iter().cloned());
+            let mut child = spawn_redis(&args, dir.path());
+            let deadline = Instant::now() + READY_TIMEOUT;
+            match wait_ready(&mut child, port, password.as_deref(), deadline) {
+                Ok(()) => {
+                    return RedisServer {
+                        pid: child.id() as i32,
+                        child: Some(child),
+                        port,
+                        extra,
+                        password,
+                        dir,
+                    };
+                }
+                Err(e) => {
+                    kill_and_reap(&mut child);
+                    failures.push(format!("port {port}: {e}"));
+                }
+            }
+        }
+        panic!(
+            "redis-server did not come up after {START_ATTEMPTS} attempts:\n  {}\n{}",
+            failures.join("\n  "),
+            read_logs(dir.path())
+        );
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`, without the password even if one is required.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The pid of the current (or, after `kill9`, the last) server process.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// A fresh connection (authenticated when the server requires a password) with 5 s
+    /// connect, read and write timeouts.
+    pub fn conn(&self) -> redis::Connection {
+        connect(self.port, self.password.as_deref(), CONN_TIMEOUT).unwrap_or_else(|e| {
+            panic!(
+                "cannot connect to redis-server on port {}: {e}\n{}",
+                self.port,
+                self.log()
+            )
+        })
+    }
+
+    /// SIGSTOP: the server keeps its socket but answers nothing. Returns once it is stopped.
+    pub fn freeze(&self) {
+        self.signal(Signal::SIGSTOP);
+        let pid = self.pid;
+        wait_until("redis-server to stop after SIGSTOP", CONN_TIMEOUT, || {
+            matches!(proc_state(pid), Some('T') | None)
+        });
+    }
+
+    /// SIGCONT after `freeze`. Returns once the server is no longer stopped.
+    pub fn thaw(&self) {
+        self.signal(Signal::SIGCONT);
+        let pid = self.pid;
+        wait_until("redis-server to resume after SIGCONT", CONN_TIMEOUT, || {
+            !matches!(proc_state(pid), Some('T'))
+        });
+    }
+
+    /// SIGKILL and reap: the server is gone, with its data, and the port is closed.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_reap(&mut child);
+        }
+    }
+
+    /// Starts the server again on the same port with the same arguments (killing it first if it
+    /// still runs). Nothing persists, so it comes back empty. Returns once it answers PING.
+    pub fn restart(&mut self) {
+        self.kill9();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut args = base_args(self.port, self.dir.path());
+        args.extend(self.extra.iter().cloned());
+        loop {
+            let mut child = spawn_redis(&args, self.dir.path());
+            match wait_ready(&mut child, self.port, self.password.as_deref(), deadline) {
+                Ok(()) => {
+                    self.pid = child.id() as i32;
+                    self.child = Some(child);
+                    return;
+                }
+                Err(e) => {
+                    kill_and_reap(&mut child);
+                    // The port may be briefly held by someone else; retry until the deadline.
+                    if Instant::now() >= deadline {
+                        panic!(
+                            "redis-server did not restart on port {}: {e}\n{}",
+                            self.port,
+                            self.log()
+                        );
+                    }
+                    thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    /// The server's log (and anything it printed before opening it), for failure messages.
+    pub fn log(&self) -> String {
+        read_logs(self.dir.path())
+    }
+
+    /// Runs one command and returns its reply; panics on an error reply.
+    pub fn cmd(&self, args: &[&str]) -> redis::Value {
+        self.try_cmd(args)
+            .unwrap_or_else(|e| panic!("redis {args:?} failed: {e}"))
+    }
+
+    /// Runs one command; an error reply comes back as `Err`.
+    pub fn try_cmd(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        let (name, rest) = args
+            .split_first()
+            .expect("cmd needs at least a command name");
+        redis::cmd(name).arg(rest).query(&mut self.conn())
+    }
+
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.query(redis::cmd("GET").arg(key))
+    }
+
+    /// PTTL in ms: -1 without expiry, -2 when the key does not exist.
+    pub fn pttl(&self, key: &str) -> i64 {
+        self.query(redis::cmd("PTTL").arg(key))
+    }
+
+    pub fn exists(&self, key: &str) -> bool {
+        self.query(redis::cmd("EXISTS").arg(key))
+    }
+
+    pub fn set(&self, key: &str, val: &str) {
+        self.query::<()>(redis::cmd("SET").arg(key).arg(val));
+    }
+
+    pub fn hgetall(&self, key: &str) -> HashMap<String, String> {
+        self.query(redis::cmd("HGETALL").arg(key))
+    }
+
+    /// `TYPE key`: `string`, `hash`, `list`, …, or `none`.
+    pub fn key_type(&self, key: &str) -> String {
+        self.query(redis::cmd("TYPE").arg(key))
+    }
+
+    fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        cmd.query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("redis command failed on port {}: {e}", self.port))
+    }
+
+    fn signal(&self, sig: Signal) {
+        assert!(
+            self.child.is_some(),
+            "redis-server on port {} is not running",
+            self.port
+        );
+        signal::kill(Pid::from_raw(self.pid), sig)
+            .unwrap_or_else(|e| panic!("kill -{sig} {}: {e}", self.pid));
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_reap(&mut child);
+        }
+    }
+}
+
+impl fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("port", &self.port)
+            .field("pid", &self.pid)
+            .field("running", &self.child.is_some())
+            .finish()
+    }
+}
+
+pub(super) fn read_logs(dir: &Path) -> String {
+    let mut text = String::new();
+    for name in ["stderr.log", "redis.log"] {
+        let log = fs::read_to_string(dir.join(name)).ok();
+        if let Some(s) = log.filter(|s| !s.trim().is_empty()) {
+            text.push_str(&format!("--- {name} ---\n{s}"));
+        }
+    }
+    if text.is_empty() {
+        text.push_str("(redis-server wrote no log)");
+    }
+    text
+}

@@ -1,0 +1,91 @@
+//! Reentrancy: a nested rlock on the key its parent holds runs at once and leaves the lock to
+//! its owner.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------
+// 11. Reentrancy
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn nested_exec_and_acquire_reuse_the_inherited_lock() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let d = dir.path();
+    let outer = r#"echo $$ > "$D/pid"; echo "$RLOCK_TOKEN $RLOCK_FENCE" > "$D/outer"
+"$RL" --url "$URL" exec -k k -w 2s -- sh -c 'echo "$RLOCK_TOKEN $RLOCK_FENCE" > "$D/nested"'
+echo $? > "$D/nested_rc"
+"$RL" --url "$URL" acquire -k k -w 2s > "$D/acquired"
+echo $? > "$D/acquire_rc"
+"$RL" --url "$URL" exec -k other -w 2s -- sh -c 'echo "$RLOCK_KEY $RLOCK_TOKEN $RLOCK_FENCE" > "$D/other.tmp"; mv "$D/other.tmp" "$D/other"; while [ ! -e "$D/go2" ]; do sleep 0.02; done'
+echo $? > "$D/other_rc"
+: > "$D/after"
+while [ ! -e "$D/go" ]; do sleep 0.02; done
+exit 0"#;
+    let mut rl = start_exec(&server, d, &["--ttl", "2s"], outer);
+
+    // The nested exec of another key holds that key, and the outer lock is still held.
+    let other = rl.file(d.join("other"), FINISH);
+    let outer_line = read(d.join("outer"));
+    let (outer_token, outer_fence) = outer_line
+        .trim()
+        .split_once(' ')
+        .expect("outer: token fence");
+    let o: Vec<&str> = other.split_whitespace().collect();
+    assert_eq!(o.len(), 3, "other: {other:?}");
+    assert_eq!(o[0], "other");
+    assert_ne!(o[1], outer_token, "a different key got the outer token");
+    assert_eq!(
+        server.get("rlock:other").as_deref(),
+        Some(o[1]),
+        "the nested exec of another key does not hold that key"
+    );
+    assert_eq!(
+        server.get(LOCK).as_deref(),
+        Some(outer_token),
+        "the outer lock is gone or changed after the nested exec and acquire of it ended\n{}",
+        drained(&rl.err)
+    );
+    touch(d.join("go2"));
+
+    rl.wait_for("the outer child to finish its nested runs", FINISH, || {
+        d.join("after").exists()
+    });
+    let stderr = drained(&rl.err);
+    assert_eq!(
+        read(d.join("nested_rc")).trim(),
+        "0",
+        "nested exec failed:\n{stderr}"
+    );
+    assert_eq!(
+        read(d.join("nested")).trim(),
+        format!("{outer_token} {outer_fence}"),
+        "the nested exec must see the outer token and fence"
+    );
+    assert_eq!(
+        read(d.join("acquire_rc")).trim(),
+        "0",
+        "nested acquire failed:\n{stderr}"
+    );
+    assert_eq!(
+        read(d.join("acquired")).trim(),
+        outer_token,
+        "nested acquire must print the inherited token"
+    );
+    assert_eq!(
+        read(d.join("other_rc")).trim(),
+        "0",
+        "nested exec of another key failed:\n{stderr}"
+    );
+    assert!(
+        !server.exists("rlock:other"),
+        "the other key was not released"
+    );
+    // The nested runs released nothing, and the outer rlock still renews its lock.
+    LockWatch::new(&server, LOCK, outer_token, Duration::from_secs(2))
+        .wait_renewals(2, Duration::from_secs(5));
+    touch(d.join("go"));
+    let (out, _) = rl.wait(FINISH);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(!server.exists(LOCK), "lock not released");
+}

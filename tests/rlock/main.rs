@@ -1,0 +1,21 @@
+//! The integration tests: one binary of modules named for what they prove, against real
+//! `redis-server` processes the tests start on free ports. `tests/README.md` maps each guarantee
+//! of the README to the tests that prove it.
+//!
+//! `cargo test --locked` runs everything; `cargo test --test rlock waiting::` runs one module.
+
+mod common;
+
+mod cli_and_help;
+mod connection_errors;
+mod exec_and_signals;
+mod inspect;
+mod locking;
+mod outages;
+mod packaging;
+mod partition;
+mod secrets;
+mod servers;
+mod sharing;
+mod soak;
+mod waiting;

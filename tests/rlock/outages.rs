@@ -1,0 +1,334 @@
+//! A wait rides out an outage: while rlock waits for a lock, Redis unreachable or frozen means
+//! "not yet"; rlock tries again at most 1 s apart until its wait ends, says once when the outage
+//! began and once when it ended, and a wait that ends during the outage exits 69 naming the last
+//! error. -n and unresolvable names fail at once.
+
+use crate::common::{Background as Bg, RedisServer, rlock, rlock_at, run, wait_until};
+use std::time::{Duration, Instant};
+
+const KEY: &str = "out";
+
+fn hold(server: &RedisServer, ttl: &str) {
+    let out = run(rlock_at(server).args(["acquire", "-k", KEY, "--ttl", ttl]));
+    assert_eq!(out.code, 0, "{out}");
+}
+
+/// A waiting `acquire -w 30s`, started once the lock is held.
+fn waiter(server: &RedisServer, dir: &std::path::Path, extra: &[&str]) -> Bg {
+    let mut cmd = rlock_at(server);
+    cmd.args(["--op-timeout", "300ms"])
+        .args(extra)
+        .args(["acquire", "-w", "30s", "-k", KEY, "--ttl", "5s"]);
+    Bg::spawn("waiter", dir, &mut cmd)
+}
+
+fn queued(server: &RedisServer) -> bool {
+    matches!(
+        server.try_cmd(&["ZCARD", "{rlock:out}:q"]),
+        Ok(redis::Value::Int(1))
+    )
+}
+
+/// Kills the server under a queued waiter, keeps it down for longer than a few tries (the
+/// waiter must not give up), restarts it empty (the holder's lock goes with the data) and
+/// returns what the waiter did.
+fn ride_out_a_restart(server: &mut RedisServer, w: &mut Bg) -> crate::common::Output {
+    server.kill9();
+    let down = Instant::now();
+    wait_until("the outage to last", Duration::from_secs(5), || {
+        down.elapsed() > Duration::from_millis(1500)
+    });
+    assert!(
+        w.running(),
+        "the waiter gave up during the outage: {}",
+        w.describe()
+    );
+    server.restart();
+    w.finish(Duration::from_secs(10)).0
+}
+
+#[test]
+fn a_waiter_rides_out_a_restart() {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    hold(&server, "60s");
+    let mut w = waiter(&server, dir.path(), &[]);
+    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        queued(&server)
+    });
+    let out = ride_out_a_restart(&mut server, &mut w);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(server.get("rlock:out"), Some(out.stdout.trim().to_string()));
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "one line when the outage began, one when it ended: {out}"
+    );
+    assert!(lines[0].contains("still waiting"), "{out}");
+    assert!(lines[1].contains("answers again"), "{out}");
+}
+
+#[test]
+fn a_waiter_rides_out_a_frozen_server_and_gets_the_lock_when_the_lease_ends() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    hold(&server, "1s");
+    let mut w = waiter(&server, dir.path(), &["-q"]);
+    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        queued(&server)
+    });
+    server.freeze();
+    let frozen = Instant::now();
+    // Past the holder's lease: the waiter's tries meet the frozen server.
+    wait_until("the freeze to last", Duration::from_secs(5), || {
+        frozen.elapsed() > Duration::from_millis(2000)
+    });
+    server.thaw();
+    let (out, _) = w.finish(Duration::from_secs(15));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.stderr, "", "-q: no outage lines: {out}");
+    assert_eq!(server.get("rlock:out"), Some(out.stdout.trim().to_string()));
+}
+
+#[test]
+fn a_wait_that_ends_during_an_outage_exits_69_with_the_last_error() {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    hold(&server, "60s");
+    let mut cmd = rlock_at(&server);
+    cmd.args(["acquire", "-w", "2s", "-k", KEY]);
+    let mut w = Bg::spawn("waiter", dir.path(), &mut cmd);
+    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        queued(&server)
+    });
+    server.kill9();
+    let (out, _) = w.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 69, "{out}");
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("refused") && last.contains("gave up"),
+        "the last line names the last error: {out}"
+    );
+}
+
+#[test]
+fn no_wait_and_names_that_do_not_resolve_fail_at_once() {
+    let started = Instant::now();
+    let out = run(rlock().args([
+        "-u",
+        "redis://no-such-host.invalid:6379",
+        "acquire",
+        "-w",
+        "20s",
+        "-k",
+        KEY,
+    ]));
+    assert_eq!(out.code, 69, "{out}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a bad name was retried"
+    );
+    let started = Instant::now();
+    let out = run(rlock().args(["-u", "redis://127.0.0.1:1", "acquire", "-n", "-k", KEY]));
+    assert_eq!(out.code, 69, "{out}");
+    assert!(started.elapsed() < Duration::from_secs(3), "-n was retried");
+}
+
+#[test]
+fn a_waiter_rides_out_a_sentinel_failover() {
+    let mut set = crate::common::Sentinels::start("out");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sentinels = |cmd: &mut std::process::Command| {
+        cmd.arg("--sentinel").arg(set.name());
+        for url in set.urls() {
+            cmd.arg("--url").arg(url);
+        }
+    };
+    let mut hold = rlock();
+    sentinels(&mut hold);
+    let out = run(hold.args(["acquire", "-k", KEY, "--ttl", "3s"]));
+    assert_eq!(out.code, 0, "{out}");
+    let mut cmd = rlock();
+    sentinels(&mut cmd);
+    cmd.args(["--op-timeout", "300ms", "acquire", "-w", "60s", "-k", KEY]);
+    let mut w = Bg::spawn("waiter", dir.path(), &mut cmd);
+    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        matches!(
+            set.server(0).try_cmd(&["ZCARD", "{rlock:out}:q"]),
+            Ok(redis::Value::Int(1))
+        )
+    });
+    // The master dies while the waiter waits; the Sentinels promote the replica.
+    let new_master = set.server(1).port();
+    set.server_mut(0).kill9();
+    set.wait_master(new_master, Duration::from_secs(30));
+    let (out, _) = w.finish(Duration::from_secs(30));
+    assert_eq!(out.code, 0, "the waiter gave up during the failover: {out}");
+    assert_eq!(
+        set.server(1).get("rlock:out"),
+        Some(out.stdout.trim().to_string()),
+        "the waiter holds the lock on the new master"
+    );
+}
+
+#[test]
+fn a_semaphore_waiter_rides_out_a_restart_and_gets_a_slot() {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    for _ in 0..2 {
+        let out =
+            run(rlock_at(&server)
+                .args(["acquire", "-k", KEY, "--limit", "2", "--ttl", "60s", "-n"]));
+        assert_eq!(out.code, 0, "{out}");
+    }
+    let mut cmd = rlock_at(&server);
+    cmd.args(["--op-timeout", "300ms", "acquire", "-w", "30s", "-k", KEY])
+        .args(["--limit", "2", "--ttl", "5s"]);
+    let mut w = Bg::spawn("waiter", dir.path(), &mut cmd);
+    w.wait_for("the waiter to queue", Duration::from_secs(10), || {
+        queued(&server)
+    });
+    let out = ride_out_a_restart(&mut server, &mut w);
+    assert_eq!(out.code, 0, "{out}");
+    // A slot of a semaphore: its token is a member of the holders' sorted set.
+    let score = server.cmd(&["ZSCORE", "rlock:out", out.stdout.trim()]);
+    assert_ne!(
+        score,
+        redis::Value::Nil,
+        "not a holder after the outage: {out}"
+    );
+    assert!(out.stderr.contains("still waiting"), "{out}");
+    assert!(out.stderr.contains("answers again"), "{out}");
+}
+
+/// Only what heals is waited on: errors that need a person
+/// end every wait at once with one line and their code, also without `-w` (a wait as long as it
+/// takes). Before this, an untrusted certificate made `acquire` wait forever, saying "still
+/// waiting".
+mod never_heals {
+    use super::*;
+    use crate::common::{TestCerts, TlsServer};
+    use std::process::Command;
+
+    /// Runs `acquire -k t` with no -w and no -n: it must end within a few seconds.
+    fn ends_at_once(cmd: &mut Command, code: i32, says: &str, why: &str) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        cmd.args(["--op-timeout", "500ms", "acquire", "-k", "t"]);
+        let started = Instant::now();
+        let mut bg = Bg::spawn("acquire", dir.path(), cmd);
+        let (out, _) = bg.finish(Duration::from_secs(10));
+        assert_eq!(out.code, code, "{why}: {out}");
+        assert_eq!(out.stderr.lines().count(), 1, "{why}: one line: {out}");
+        assert!(
+            out.stderr.to_lowercase().contains(says),
+            "{why}: the message must say '{says}': {out}"
+        );
+        assert!(!out.stderr.contains("still waiting"), "{why}: {out}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{why}: took {:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn tls_trust_and_host_name_failures_are_configuration_errors() {
+        let certs = TestCerts::new();
+        let tls = TlsServer::start(&certs, "no");
+        ends_at_once(
+            rlock().arg("--url").arg(tls.url()),
+            78,
+            "certificate",
+            "a certificate the system roots do not trust",
+        );
+        let stranger = TestCerts::new();
+        ends_at_once(
+            rlock()
+                .arg("--url")
+                .arg(tls.url())
+                .arg("--tls-ca")
+                .arg(&stranger.ca),
+            78,
+            "certificate",
+            "a certificate another CA signed",
+        );
+        let elsewhere = TestCerts::for_server_names(&["db.example.com"]);
+        let wrong_name = TlsServer::start(&elsewhere, "no");
+        ends_at_once(
+            rlock()
+                .arg("--url")
+                .arg(wrong_name.url())
+                .arg("--tls-ca")
+                .arg(&elsewhere.ca),
+            78,
+            "certificate",
+            "a certificate for another host name",
+        );
+        let strict = TlsServer::start(&certs, "yes");
+        ends_at_once(
+            rlock()
+                .arg("--url")
+                .arg(strict.url())
+                .arg("--tls-ca")
+                .arg(&certs.ca),
+            78,
+            "client certificate",
+            "a server that wants a client certificate, and none given",
+        );
+        for server in [&tls.server, &wrong_name.server, &strict.server] {
+            assert_eq!(server.get("rlock:t"), None, "nothing may be written");
+        }
+    }
+
+    #[test]
+    fn refused_credentials_and_acl_are_not_permitted() {
+        let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+        ends_at_once(
+            rlock().arg("--url").arg(server.url()),
+            77,
+            "password",
+            "no password (NOAUTH)",
+        );
+        ends_at_once(
+            rlock()
+                .arg("--url")
+                .arg(format!("redis://:wrong@127.0.0.1:{}", server.port())),
+            77,
+            "password",
+            "a wrong password (WRONGPASS)",
+        );
+        server.cmd(&[
+            "ACL", "SETUSER", "lim", "on", ">pw", "~*", "&*", "+@all", "-evalsha", "-eval",
+        ]);
+        ends_at_once(
+            rlock()
+                .arg("--url")
+                .arg(format!("redis://lim:pw@127.0.0.1:{}", server.port())),
+            77,
+            "acl",
+            "a user the ACL does not let run scripts (NOPERM)",
+        );
+    }
+
+    #[test]
+    fn a_service_that_does_not_speak_redis_is_named() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                use std::io::Write;
+                let mut conn = conn;
+                let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+            }
+        });
+        ends_at_once(
+            rlock()
+                .arg("--url")
+                .arg(format!("redis://127.0.0.1:{port}")),
+            69,
+            "http/1.1 400",
+            "an HTTP server",
+        );
+    }
+}
