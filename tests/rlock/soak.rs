@@ -54,6 +54,7 @@ fn loops_stderr(dir: &Path, workers: usize) -> String {
 }
 
 fn soak(limit: Option<u32>) {
+    let _heavy = crate::common::heavy();
     let secs = secs();
     let server = RedisServer::start();
     let dir = tempfile::Builder::new()
@@ -141,6 +142,7 @@ fn soak(limit: Option<u32>) {
 /// heartbeats never overlap and fences only rise.
 #[test]
 fn holders_never_overlap_and_fences_rise_through_blackholed_links() {
+    let _heavy = crate::common::heavy();
     let secs = secs();
     let server = RedisServer::start();
     let proxy = Arc::new(Proxy::start(server.port()));

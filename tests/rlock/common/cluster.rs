@@ -16,6 +16,8 @@ pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     /// With `start_behind_proxies`: per node, the proxy of its client port and of its bus port.
     proxies: Vec<(Proxy, Proxy)>,
+    /// With replicas (failovers): no other heavy set-up runs meanwhile (dropped last).
+    _heavy: Option<std::sync::MutexGuard<'static, ()>>,
 }
 
 impl RedisCluster {
@@ -59,6 +61,7 @@ impl RedisCluster {
     }
 
     fn start_nodes(replicas: usize, node_timeout: &str, behind_proxies: bool) -> Self {
+        let heavy = (replicas > 0).then(super::heavy);
         let mut proxies = Vec::new();
         let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
@@ -89,7 +92,11 @@ impl RedisCluster {
                 node
             })
             .collect();
-        let cluster = RedisCluster { nodes, proxies };
+        let cluster = RedisCluster {
+            nodes,
+            proxies,
+            _heavy: heavy,
+        };
         let mut create = Command::new(redis_cli_bin());
         create.args(["--cluster", "create"]);
         for i in 0..cluster.nodes.len() {

@@ -21,6 +21,18 @@ mod spawn;
 mod tls;
 mod wait;
 
+/// Set-ups with many processes whose timing matters (a Sentinel failover, a Cluster with
+/// replicas, a soak) hold this while they live, so that no two of them run at once: on a
+/// 2-core machine two failovers side by side can take longer than a test allows.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits until no other heavy set-up runs, and keeps them out until the guard is dropped.
+pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 // The paths the tests use (`common::RedisServer`, …).
 pub use self::{
     background::Background,

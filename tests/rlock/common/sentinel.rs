@@ -95,12 +95,15 @@ pub struct Sentinels {
     sentinels: Vec<SentinelProcess>,
     /// With `start_behind_proxies`: the proxy in front of each server, in the same order.
     proxies: Vec<Proxy>,
+    /// No other heavy set-up runs meanwhile (dropped last).
+    _heavy: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Sentinels {
     /// Starts everything and returns once every Sentinel knows the master, its replica (with a
     /// working link) and the two other Sentinels, so a failover can be voted on.
     pub fn start(name: &str) -> Self {
+        let heavy = super::heavy();
         let master = RedisServer::start();
         let replica =
             RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
@@ -112,6 +115,7 @@ impl Sentinels {
             servers: vec![master, replica],
             sentinels,
             proxies: Vec::new(),
+            _heavy: heavy,
         };
         s.wait_settled(s.servers[0].port(), Duration::from_secs(20));
         s
@@ -123,6 +127,7 @@ impl Sentinels {
     /// proxies to clients too. A test cuts a server off from some processes with
     /// `proxy(i).set_for(pids, …)`.
     pub fn start_behind_proxies(name: &str) -> Self {
+        let heavy = super::heavy();
         let servers = [RedisServer::start(), RedisServer::start()];
         let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
         for (server, proxy) in servers.iter().zip(&proxies) {
@@ -144,6 +149,7 @@ impl Sentinels {
             servers: vec![master, replica],
             sentinels,
             proxies,
+            _heavy: heavy,
         };
         s.wait_settled(s.proxies[0].port(), Duration::from_secs(20));
         s

@@ -429,7 +429,7 @@ mod sentinel_split_brain {
         });
         s.partition(0, &[a.pid()]);
         let r_port = s.proxy(1).port();
-        wait_until("the majority to promote R", Duration::from_secs(30), || {
+        wait_until("the majority to promote R", Duration::from_secs(60), || {
             (1..3).all(|i| s.master_port_by(i) == Some(r_port))
         });
         assert_eq!(
@@ -561,7 +561,7 @@ mod cluster_split_brain {
         let slot = cluster.slot("rlock:cs");
         wait_until(
             "the majority to promote the replica",
-            Duration::from_secs(30),
+            Duration::from_secs(60),
             || cluster.owner_of_slot_by(replica, slot) == replica,
         );
         let majority: Vec<String> = cluster
