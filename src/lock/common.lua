@@ -4,6 +4,28 @@
 -- before it failed, so a script that stops halfway would leave, say, a grant nobody received.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
+-- Fields by name: the (name, value) pairs given, flat, leaving out those whose value is nil or
+-- false. Replies are read by name (src/lock/reply.rs), never by position, so a field a reply
+-- lacks is simply absent; and a nil inside a list would end the list Redis sends.
+local function named(...)
+  local out = {}
+  for i = 1, select("#", ...), 2 do
+    local name, value = select(i, ...)
+    if value ~= nil and value ~= false then
+      out[#out + 1] = name
+      out[#out + 1] = value
+    end
+  end
+  return out
+end
+
+-- A script's reply: a word saying what happened, then fields by name (see `named`).
+local function reply(outcome, ...)
+  local out = named(...)
+  table.insert(out, 1, outcome)
+  return out
+end
+
 -- How long a lock's helper keys outlive its last lease: every key rlock writes expires, at most
 -- this long after the lock has neither holder nor waiter.
 local KEEP_MS = 60000
@@ -88,5 +110,15 @@ local function hand_off(queue, state, channel, now)
   redis.call("PUBLISH", channel .. ":" .. line[1], "go")
   if line[2] then
     redis.call("PUBLISH", channel .. ":" .. line[2], tostring(CLAIM_MS))
+  end
+end
+
+-- Keeps (or takes) a place in line for acquire's request `r`, when it asked to wait. The waiter
+-- checks again within `horizon` ms, so the line lives that long and a while more. A shared
+-- waiter's score is its arrival time + 0.5 (multi.lua's is_reader).
+local function wait_in_line(r, horizon)
+  if r.join then
+    redis.call("ZADD", r.queue, "NX", r.mode == "shared" and r.now + 0.5 or r.now, r.token)
+    keep_alive(r.queue, horizon + KEEP_MS)
   end
 end
