@@ -69,12 +69,13 @@ impl fmt::Display for NodeError {
     }
 }
 
-impl NodeError {
-    pub fn from_redis(node: &str, err: &RedisError) -> Self {
+impl Fault {
+    /// The kind of a client library error, `text` being its message: decided here, once, from
+    /// the code, the library's kind and the words of the server or of the OS.
+    fn of(err: &RedisError, text: &str) -> Self {
         let code = err.code().unwrap_or("");
-        let text = err.to_string();
         let lower = text.to_ascii_lowercase();
-        let kind = if err.kind() == redis::ErrorKind::Parse && text.contains("Parse error at") {
+        if err.kind() == redis::ErrorKind::Parse && text.contains("Parse error at") {
             // The reply is not RESP at all (the parser's "Parse error at 1 Unexpected `72`"):
             // something else listens there. (A reply of the wrong type is a Parse error too,
             // but not "at" a position.)
@@ -125,7 +126,14 @@ impl NodeError {
             Fault::NotServing
         } else {
             Fault::Other
-        };
+        }
+    }
+}
+
+impl NodeError {
+    pub fn from_redis(node: &str, err: &RedisError) -> Self {
+        let text = err.to_string();
+        let kind = Fault::of(err, &text);
         // The server's and the library's words where they help; rlock's own where they would
         // puzzle ("Resource temporarily unavailable", "unauthenticated multibulk length").
         let detail = match kind {
