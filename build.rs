@@ -6,12 +6,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// Each script, as the files of `src/lock` it is made of: common.lua (the server clock, replies
-/// by name, waking the next waiter) goes in front of every script that uses it, and multi.lua
-/// (locks with several holders) after it in front of those that must tell such a lock apart.
+/// by name, telling a multi-holder lock, waking the next waiter) goes in front of every script,
+/// and multi.lua (the holders and line of a lock with several) after it where they are needed.
 const SCRIPTS: &[(&str, &[&str])] = &[
     ("ACQUIRE", &["common.lua", "multi.lua", "acquire.lua"]),
     ("RELEASE", &["common.lua", "multi.lua", "release.lua"]),
-    ("RENEW", &["common.lua", "multi.lua", "renew.lua"]),
+    ("RENEW", &["common.lua", "renew.lua"]),
     ("LEAVE", &["common.lua", "multi.lua", "leave.lua"]),
     ("INSPECT", &["common.lua", "multi.lua", "inspect.lua"]),
     ("FENCE", &["common.lua", "fence.lua"]),

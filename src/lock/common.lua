@@ -89,6 +89,29 @@ local function fence_of(state)
   return tonumber(f)
 end
 
+-- The kind of multi-holder lock (multi.lua: "limit" or "shared") at a lock key of type `kind`,
+-- or nil when it is none: a sorted set is such a lock only when rlock's state says which kind.
+local function multi_mode(kind, state)
+  if kind ~= "zset" or redis.call("TYPE", state)["ok"] ~= "hash" then
+    return nil
+  end
+  local mode = redis.call("HGET", state, "mode")
+  if mode == "limit" or mode == "shared" then
+    return mode
+  end
+  return nil
+end
+
+-- The record of holder `token` of a multi-holder lock (multi.lua's JSON) as a table, or nil when
+-- there is none or it cannot be read.
+local function record_of(state, token)
+  local ok, h = pcall(cjson.decode, redis.call("HGET", state, "h:" .. token) or "")
+  if ok and type(h) == "table" then
+    return h
+  end
+  return nil
+end
+
 -- How long the first waiter in line has to claim a lock handed to it. A waiter that died (SIGKILL)
 -- keeps its turn this long, once, when its turn comes; then the next in line goes.
 local CLAIM_MS = 1000

@@ -11,28 +11,6 @@
 -- The line (the queue) is shared with exclusive waiters: a shared waiter's score is its arrival
 -- time + 0.5, an exclusive or semaphore waiter's a whole number of ms.
 
--- The kind of multi-holder lock (`mode`: "limit" or "shared") at the key `lock` of type `kind`,
--- or nil when it is none: a sorted set is such a lock only when rlock's state says which kind.
-local function multi_mode(kind, state)
-  if kind ~= "zset" or redis.call("TYPE", state)["ok"] ~= "hash" then
-    return nil
-  end
-  local mode = redis.call("HGET", state, "mode")
-  if mode == "limit" or mode == "shared" then
-    return mode
-  end
-  return nil
-end
-
--- The record of holder `token` as a table, or nil when there is none or it cannot be read.
-local function record_of(state, token)
-  local ok, h = pcall(cjson.decode, redis.call("HGET", state, "h:" .. token) or "")
-  if ok and type(h) == "table" then
-    return h
-  end
-  return nil
-end
-
 local function is_reader(score)
   return score % 1 ~= 0
 end
