@@ -23,7 +23,7 @@
 --                                         "shared" or "limit" (with the semaphore's limit);
 --                                         nothing was changed
 --   "wrongtype" type                      the key is not a lock; nothing was changed
--- A multi-holder lock (semaphore, shared) is multi.lua's sorted set; multi.lua's take_slot
+-- A multi-holder lock (semaphore, shared) is multi.lua's sorted set; slot.lua's take_slot
 -- grants it.
 -- Errors (nothing was changed): WRONGTYPE for a helper key of another type or a fence counter
 -- that cannot be raised, NOPERM for a command the ACL user may not run.
@@ -31,7 +31,7 @@ local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, check, channel = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4]), ARGV[5]
 local now = now_ms()
 local mode, limit = ARGV[10] or "", tonumber(ARGV[11]) or 0
--- The request, as common.lua's wait_in_line and multi.lua's take_slot read it.
+-- The request, as slot.lua's wait_in_line and take_slot read it.
 local r = {lock = lock, state = state, queue = queue, token = token, ttl = ttl, now = now,
   join = ARGV[3] == "1", channel = channel, mode = mode, limit = limit,
   who = {host = ARGV[6], pid = ARGV[7], user = ARGV[8], cmd = ARGV[9], pidns = ARGV[12] or ""}}

@@ -135,13 +135,3 @@ local function hand_off(queue, state, channel, now)
     redis.call("PUBLISH", channel .. ":" .. line[2], tostring(CLAIM_MS))
   end
 end
-
--- Keeps (or takes) a place in line for acquire's request `r`, when it asked to wait. The waiter
--- checks again within `horizon` ms, so the line lives that long and a while more. A shared
--- waiter's score is its arrival time + 0.5 (multi.lua's is_reader).
-local function wait_in_line(r, horizon)
-  if r.join then
-    redis.call("ZADD", r.queue, "NX", r.mode == "shared" and r.now + 0.5 or r.now, r.token)
-    keep_alive(r.queue, horizon + KEEP_MS)
-  end
-end
