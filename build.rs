@@ -5,10 +5,17 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Each script, as the files of `src/lock` it is made of: common.lua (the server clock, waking
-/// the next waiter) goes in front of the scripts that use it.
+/// Each script, as the files of `src/lock` it is made of: common.lua (the server clock, replies
+/// by name, telling a multi-holder lock, waking the next waiter) goes in front of every script,
+/// and multi.lua (the holders and line of a lock with several) after it where they are needed;
+/// slot.lua, acquire's grant of such a lock, only in front of acquire.lua. LEAVE is sent whole
+/// (EVAL) to servers that may be frozen: it stays under Redis's 16 KB read buffer, so that it is
+/// read, and runs, at once when the server thaws, not one turn of its loop later.
 const SCRIPTS: &[(&str, &[&str])] = &[
-    ("ACQUIRE", &["common.lua", "multi.lua", "acquire.lua"]),
+    (
+        "ACQUIRE",
+        &["common.lua", "multi.lua", "slot.lua", "acquire.lua"],
+    ),
     ("RELEASE", &["common.lua", "multi.lua", "release.lua"]),
     ("RENEW", &["common.lua", "renew.lua"]),
     ("LEAVE", &["common.lua", "multi.lua", "leave.lua"]),

@@ -13,6 +13,9 @@ use crate::redact::redact_text;
 pub enum Fault {
     /// Could not connect, or the connection broke before the command was sent.
     Connect,
+    /// The host name in the URL does not resolve: a mistake in the URL, which no wait cures,
+    /// though it reads as an outage (the server cannot be reached).
+    Unresolved,
     /// The command was sent and no reply came in time: it may or may not have run.
     Timeout,
     /// The connection broke after the command was sent.
@@ -66,12 +69,13 @@ impl fmt::Display for NodeError {
     }
 }
 
-impl NodeError {
-    pub fn from_redis(node: &str, err: &RedisError) -> Self {
+impl Fault {
+    /// The kind of a client library error, `text` being its message: decided here, once, from
+    /// the code, the library's kind and the words of the server or of the OS.
+    fn of(err: &RedisError, text: &str) -> Self {
         let code = err.code().unwrap_or("");
-        let text = err.to_string();
         let lower = text.to_ascii_lowercase();
-        let kind = if err.kind() == redis::ErrorKind::Parse && text.contains("Parse error at") {
+        if err.kind() == redis::ErrorKind::Parse && text.contains("Parse error at") {
             // The reply is not RESP at all (the parser's "Parse error at 1 Unexpected `72`"):
             // something else listens there. (A reply of the wrong type is a Parse error too,
             // but not "at" a position.)
@@ -106,6 +110,9 @@ impl NodeError {
             Fault::WrongType
         } else if lower.contains("db index is out of range") {
             Fault::Config
+        } else if err.is_io_error() && lower.contains("failed to lookup address") {
+            // The resolver's own words (std's, whatever the platform's resolver said).
+            Fault::Unresolved
         } else if err.is_timeout() {
             Fault::Timeout
         } else if err.is_connection_refusal() {
@@ -119,7 +126,14 @@ impl NodeError {
             Fault::NotServing
         } else {
             Fault::Other
-        };
+        }
+    }
+}
+
+impl NodeError {
+    pub fn from_redis(node: &str, err: &RedisError) -> Self {
+        let text = err.to_string();
+        let kind = Fault::of(err, &text);
         // The server's and the library's words where they help; rlock's own where they would
         // puzzle ("Resource temporarily unavailable", "unauthenticated multibulk length").
         let detail = match kind {
@@ -146,14 +160,14 @@ impl NodeError {
     /// (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels).
     /// A host name that does not resolve is a mistake in the URL, not an outage.
     pub fn is_transient(&self) -> bool {
-        self.is_transport() && !self.detail.contains("failed to lookup address")
+        self.is_transport() && self.kind != Fault::Unresolved
     }
 
     /// A failure of the path to the server rather than an answer from it.
     pub fn is_transport(&self) -> bool {
         matches!(
             self.kind,
-            Fault::Connect | Fault::Timeout | Fault::Io | Fault::NotServing
+            Fault::Connect | Fault::Unresolved | Fault::Timeout | Fault::Io | Fault::NotServing
         )
     }
 
@@ -166,7 +180,7 @@ impl NodeError {
     /// under 'rlock:'").
     pub fn into_failure_for(self, key: &str) -> Failure {
         match self.kind {
-            Fault::Connect | Fault::Timeout | Fault::Io | Fault::NotServing => {
+            Fault::Connect | Fault::Unresolved | Fault::Timeout | Fault::Io | Fault::NotServing => {
                 Failure::Unavailable(format!(
                     "Redis unavailable for {key}: {self}; check that the server is up and --url is right"
                 ))
@@ -254,7 +268,20 @@ fn plain(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::plain;
+    use super::{Fault, NodeError, plain};
+
+    #[test]
+    fn a_name_that_does_not_resolve_is_no_outage() {
+        let io = std::io::Error::other(
+            "failed to lookup address information: Name or service not known",
+        );
+        let err = NodeError::from_redis("redis://no-such-host.invalid:6379", &io.into());
+        assert_eq!(err.kind, Fault::Unresolved);
+        assert!(err.is_transport() && !err.is_transient());
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let err = NodeError::from_redis("redis://127.0.0.1:1", &refused.into());
+        assert!(err.is_transient(), "{err:?}");
+    }
 
     #[test]
     fn plain_error_text() {

@@ -61,6 +61,8 @@ impl Sentinel {
     /// Where the Sentinels say the master is: the first Sentinel that knows answers.
     fn ask(&self, timeout: Duration) -> Result<(String, u16), NodeError> {
         let mut problems = Vec::new();
+        // A Sentinel whose name does not resolve makes the failure one no wait cures.
+        let mut kind = Fault::Connect;
         for sentinel in &self.sentinels {
             let reply: Result<Option<(String, u16)>, NodeError> = sentinel.query(
                 redis::cmd("SENTINEL")
@@ -75,11 +77,16 @@ impl Sentinel {
                     sentinel.name(),
                     self.master
                 )),
-                Err(e) => problems.push(e.to_string()),
+                Err(e) => {
+                    if e.kind == Fault::Unresolved {
+                        kind = Fault::Unresolved;
+                    }
+                    problems.push(e.to_string());
+                }
             }
         }
         Err(self.fail(
-            Fault::Connect,
+            kind,
             format!("no Sentinel named the master: {}", problems.join("; ")),
         ))
     }

@@ -4,6 +4,28 @@
 -- before it failed, so a script that stops halfway would leave, say, a grant nobody received.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
+-- Fields by name: the (name, value) pairs given, flat, leaving out those whose value is nil or
+-- false. Replies are read by name (src/lock/reply.rs), never by position, so a field a reply
+-- lacks is simply absent; and a nil inside a list would end the list Redis sends.
+local function named(...)
+  local out = {}
+  for i = 1, select("#", ...), 2 do
+    local name, value = select(i, ...)
+    if value ~= nil and value ~= false then
+      out[#out + 1] = name
+      out[#out + 1] = value
+    end
+  end
+  return out
+end
+
+-- A script's reply: a word saying what happened, then fields by name (see `named`).
+local function reply(outcome, ...)
+  local out = named(...)
+  table.insert(out, 1, outcome)
+  return out
+end
+
 -- How long a lock's helper keys outlive its last lease: every key rlock writes expires, at most
 -- this long after the lock has neither holder nor waiter.
 local KEEP_MS = 60000
@@ -65,6 +87,29 @@ local function fence_of(state)
       string.sub(f, 1, 40) .. "', not a whole number below 2^53"})
   end
   return tonumber(f)
+end
+
+-- The kind of multi-holder lock (multi.lua: "limit" or "shared") at a lock key of type `kind`,
+-- or nil when it is none: a sorted set is such a lock only when rlock's state says which kind.
+local function multi_mode(kind, state)
+  if kind ~= "zset" or redis.call("TYPE", state)["ok"] ~= "hash" then
+    return nil
+  end
+  local mode = redis.call("HGET", state, "mode")
+  if mode == "limit" or mode == "shared" then
+    return mode
+  end
+  return nil
+end
+
+-- The record of holder `token` of a multi-holder lock (multi.lua's JSON) as a table, or nil when
+-- there is none or it cannot be read.
+local function record_of(state, token)
+  local ok, h = pcall(cjson.decode, redis.call("HGET", state, "h:" .. token) or "")
+  if ok and type(h) == "table" then
+    return h
+  end
+  return nil
 end
 
 -- How long the first waiter in line has to claim a lock handed to it. A waiter that died (SIGKILL)

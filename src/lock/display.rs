@@ -1,7 +1,21 @@
 //! How locks and holders read in messages and tables.
 
+use std::fmt;
+
+use super::Sharing;
 use super::key::LockKey;
 use super::reply::{Crowd, Holder};
+
+/// The kind of lock as a message names it: `a semaphore with --limit 3`.
+impl fmt::Display for Sharing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Sharing::Exclusive => f.write_str("an exclusive lock (no --limit, or --limit 1)"),
+            Sharing::Limit(n) => write!(f, "a semaphore with --limit {n}"),
+            Sharing::Shared => f.write_str("a shared lock (--shared)"),
+        }
+    }
+}
 
 impl Holder {
     /// `alice@build-7 pid 4411 for 2m13s` or `another client (not rlock)`.
@@ -86,6 +100,17 @@ pub(super) fn busy_message(
 #[cfg(test)]
 mod tests {
     use super::human_ms;
+    use crate::lock::Sharing;
+
+    #[test]
+    fn kinds_of_lock() {
+        assert_eq!(Sharing::Limit(3).to_string(), "a semaphore with --limit 3");
+        assert_eq!(Sharing::Shared.to_string(), "a shared lock (--shared)");
+        assert_eq!(
+            Sharing::Exclusive.to_string(),
+            "an exclusive lock (no --limit, or --limit 1)"
+        );
+    }
 
     #[test]
     fn human_durations() {

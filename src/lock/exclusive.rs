@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 
 use super::key::LockKey;
 use super::lease::drift;
-use super::locker::{Locker, eval_on, no_quorum, unexpected, wrong_type};
-use super::reply::{AcquireReply, Crowd, Holder, KeyType, ReleaseReply, RenewReply};
+use super::locker::{Locker, Quorum, eval_as, no_quorum};
+use super::reply::{Crowd, Holder, KeyType, Refusal, ReleaseReply};
 use super::scripts::{ACQUIRE, FENCE, LEAVE, RELEASE, RENEW};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, Released, Renewed, Request};
 use crate::backend::{Fault, Node, NodeError};
 use crate::exit::Failure;
 
-/// One try at taking the lock.
+/// One try at taking the lock: acquire.lua's reply, decoded in reply.rs.
 #[derive(Debug)]
 pub(super) enum Attempt {
     Granted(Grant),
@@ -116,36 +116,11 @@ impl Locker {
         sent: Instant,
         results: Vec<NodeAttempt>,
     ) -> Result<Attempt, Unanswered> {
-        let n = self.nodes.len();
         let timeout = self.node_timeout(ttl);
-        let fences: Vec<i64> = results
-            .iter()
-            .filter_map(|r| match r {
-                Ok(Attempt::Granted(grant)) => Some(grant.fence),
-                _ => None,
-            })
-            .collect();
-        let validity = ttl
-            .checked_sub(sent.elapsed())
-            .and_then(|v| v.checked_sub(drift(ttl)));
-        if self.quorum().reached_by(fences.len())
-            && let Some(validity) = validity
+        if let Some(fence) = majority_fence(self.quorum(), &results)
+            && let Some(validity) = validity(ttl, sent.elapsed())
         {
-            let fence = fences.iter().copied().max().unwrap_or(0);
-            // Keep the nodes' counters in step, so that the next grant's fence (the highest
-            // counter of its majority, which overlaps this one) is higher than this one: raise
-            // the granting nodes that are behind (they just answered; usually none is).
-            let floor = fence.to_string();
-            std::thread::scope(|s| {
-                for (node, result) in self.nodes.iter().zip(&results) {
-                    if let Ok(Attempt::Granted(mine)) = result
-                        && mine.fence < fence
-                    {
-                        let (floor, keys) = (&floor, key.keys_for(&FENCE));
-                        s.spawn(move || node.eval(&FENCE, &keys, &[token, floor], timeout));
-                    }
-                }
-            });
+            self.raise_fences(key, token, fence, &results, timeout);
             return Ok(Attempt::Granted(Grant {
                 key: key.clone(),
                 token: token.to_string(),
@@ -156,42 +131,31 @@ impl Locker {
         }
         // No grant: give back what was granted, everywhere, each node within its timeout.
         self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], timeout));
+        no_grant(self.quorum(), key, results)
+    }
 
-        let mut busy: Option<Attempt> = None;
-        let mut errors: Vec<NodeError> = Vec::new();
-        for r in results {
-            match r {
-                Ok(a @ Attempt::Busy { .. }) => {
-                    let shorter = match (&busy, &a) {
-                        (Some(Attempt::Busy { pttl: old, .. }), Attempt::Busy { pttl, .. }) => {
-                            *pttl >= 0 && (*old < 0 || pttl < old)
-                        }
-                        _ => true,
-                    };
-                    if shorter {
-                        busy = Some(a);
-                    }
+    /// Keeps the nodes' counters in step, so that the next grant's fence (the highest counter
+    /// of its majority, which overlaps this one) is higher than this one's `fence`: raises the
+    /// granting nodes that are behind (they just answered; usually none is).
+    fn raise_fences(
+        &self,
+        key: &LockKey,
+        token: &str,
+        fence: i64,
+        results: &[NodeAttempt],
+        timeout: Duration,
+    ) {
+        let floor = fence.to_string();
+        std::thread::scope(|s| {
+            for (node, result) in self.nodes.iter().zip(results) {
+                if let Ok(Attempt::Granted(mine)) = result
+                    && mine.fence < fence
+                {
+                    let (floor, keys) = (&floor, key.keys_for(&FENCE));
+                    s.spawn(move || node.eval(&FENCE, &keys, &[token, floor], timeout));
                 }
-                Ok(_) => {}
-                Err(e) => errors.push(e),
             }
-        }
-        if let Some(e) = errors.iter().find(|e| e.kind == Fault::WrongType) {
-            return Err(Unanswered::from_node(e.clone(), key));
-        }
-        if self.quorum().lost_with(errors.len()) {
-            return Err(Unanswered {
-                transient: errors.iter().all(NodeError::is_transient),
-                failure: no_quorum(&format!("lock '{}'", key.name), n, &errors),
-            });
-        }
-        Ok(busy.unwrap_or(Attempt::Busy {
-            // Granted by a majority but too slowly: try again soon.
-            pttl: 0,
-            now_ms: 0,
-            holder: Holder::default(),
-            crowd: None,
-        }))
+        });
     }
 
     /// Leaves the wait queue, giving back a grant that raced with giving up. Best effort.
@@ -208,12 +172,14 @@ impl Locker {
     pub fn release(&self, key: &LockKey, token: &str) -> Result<Released, Failure> {
         let args = [token, key.channel.as_str(), "0"];
         let results = self.on_all(|n| {
-            let reply = eval_on(n, &RELEASE, key, &args, self.op_timeout)?;
-            match ReleaseReply::decode(&reply) {
-                Some(ReleaseReply::WrongType(kind)) => Err(wrong_type(n, &kind)),
-                Some(said) => Ok(said),
-                None => Err(unexpected(n, "release", &reply)),
-            }
+            eval_as(
+                n,
+                &RELEASE,
+                key,
+                &args,
+                self.op_timeout,
+                ReleaseReply::decode,
+            )
         });
         let said = |what: fn(&ReleaseReply) -> bool| {
             results
@@ -246,31 +212,9 @@ impl Locker {
     pub fn force_release(&self, key: &LockKey) -> Result<Released, Failure> {
         let args = ["", key.channel.as_str(), "1"];
         let results = self.on_all(|n| {
-            let reply = eval_on(n, &RELEASE, key, &args, self.op_timeout)?;
-            match ReleaseReply::decode(&reply) {
-                Some(ReleaseReply::Free) => Ok(None),
-                Some(ReleaseReply::Broken {
-                    kind,
-                    value,
-                    holder,
-                    now_ms,
-                }) => Ok(Some(if holder.host.is_some() {
-                    holder.describe(now_ms)
-                } else if kind == KeyType::Hash {
-                    "another client (a hash, e.g. Redisson)".into()
-                } else {
-                    format!("another client (token {})", value.unwrap_or_default())
-                })),
-                Some(ReleaseReply::BrokenAll { now_ms, holders }) => Ok(Some(
-                    holders
-                        .iter()
-                        .map(|h| h.holder.describe(now_ms))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                )),
-                Some(ReleaseReply::WrongType(kind)) => Err(wrong_type(n, &kind)),
-                _ => Err(unexpected(n, "release", &reply)),
-            }
+            eval_as(n, &RELEASE, key, &args, self.op_timeout, |r| {
+                ReleaseReply::decode(r).and_then(broken_holder)
+            })
         });
         if let Some(who) = results
             .iter()
@@ -298,16 +242,14 @@ impl Locker {
             .unwrap_or_default();
         let timeout = ttl.map_or(timeout, |t| timeout.min(self.node_timeout(t)));
         let results = self.on_all(|n| {
-            let reply = eval_on(n, &RENEW, key, &[token, &ttl_ms], timeout)?;
-            match RenewReply::decode(&reply) {
-                Some(RenewReply::Renewed { ttl_ms }) => {
-                    Ok(Renewed::Yes(Duration::from_millis(ttl_ms.max(0) as u64)))
-                }
-                Some(RenewReply::Free) => Ok(Renewed::NotOwner("it expired or was deleted")),
-                Some(RenewReply::Other) => Ok(Renewed::NotOwner("another owner holds it")),
-                Some(RenewReply::WrongType(kind)) => Err(wrong_type(n, &kind)),
-                None => Err(unexpected(n, "renew", &reply)),
-            }
+            eval_as(
+                n,
+                &RENEW,
+                key,
+                &[token, &ttl_ms],
+                timeout,
+                Renewed::from_reply,
+            )
         });
         if !self.is_quorum() {
             return results.into_iter().next().expect("one node");
@@ -349,40 +291,240 @@ fn attempt_on(
     node: &dyn Node,
     req: &Request,
     args: &[&str],
-    timeout: std::time::Duration,
+    timeout: Duration,
     sent: Instant,
 ) -> NodeAttempt {
-    let reply = eval_on(node, &ACQUIRE, req.key, args, timeout)?;
-    match AcquireReply::decode(&reply) {
-        Some(AcquireReply::Granted { fence, ttl_ms }) => Ok(Attempt::Granted(Grant {
-            key: req.key.clone(),
-            token: req.token.to_string(),
+    eval_as(node, &ACQUIRE, req.key, args, timeout, |r| {
+        Attempt::from_reply(r, req, sent)
+    })
+}
+
+/// Who a forced release broke, as text; None when nobody held the lock.
+fn broken_holder(said: ReleaseReply) -> Result<Option<String>, Refusal> {
+    Ok(match said {
+        ReleaseReply::Free => None,
+        ReleaseReply::Broken {
+            kind,
+            value,
+            holder,
+            now_ms,
+        } => Some(if holder.host.is_some() {
+            holder.describe(now_ms)
+        } else if kind == KeyType::Hash {
+            "another client (a hash, e.g. Redisson)".into()
+        } else {
+            format!("another client (token {})", value.unwrap_or_default())
+        }),
+        ReleaseReply::BrokenAll { now_ms, holders } => Some(
+            holders
+                .iter()
+                .map(|h| h.holder.describe(now_ms))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        // Answers to an owner's release, not to a forced one.
+        _ => return Err(Refusal::Unexpected),
+    })
+}
+
+/// The fence of a Redlock grant, when a majority of the nodes granted: the highest of theirs.
+fn majority_fence(quorum: Quorum, results: &[NodeAttempt]) -> Option<i64> {
+    let fences: Vec<i64> = results
+        .iter()
+        .filter_map(|r| match r {
+            Ok(Attempt::Granted(grant)) => Some(grant.fence),
+            _ => None,
+        })
+        .collect();
+    quorum
+        .reached_by(fences.len())
+        .then(|| fences.into_iter().max().unwrap_or(0))
+}
+
+/// What a Redlock grant of `ttl` asked for `elapsed` ago can count on: TTL − elapsed − drift,
+/// or None when nothing is left.
+fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
+    ttl.checked_sub(elapsed)
+        .and_then(|v| v.checked_sub(drift(ttl)))
+}
+
+/// A Redlock try that won no grant: a key that is not a lock on any node; no usable answer
+/// when too few nodes answered; else busy, as the answer whose lease ends soonest says (or
+/// with nothing to say when a majority granted, but too slowly: try again soon).
+fn no_grant(
+    quorum: Quorum,
+    key: &LockKey,
+    results: Vec<NodeAttempt>,
+) -> Result<Attempt, Unanswered> {
+    let mut busy = Vec::new();
+    let mut errors = Vec::new();
+    for r in results {
+        match r {
+            Ok(a @ Attempt::Busy { .. }) => busy.push(a),
+            Ok(_) => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    if let Some(e) = errors.iter().find(|e| e.kind == Fault::WrongType) {
+        return Err(Unanswered::from_node(e.clone(), key));
+    }
+    if quorum.lost_with(errors.len()) {
+        return Err(Unanswered {
+            transient: errors.iter().all(NodeError::is_transient),
+            failure: no_quorum(&format!("lock '{}'", key.name), quorum.nodes(), &errors),
+        });
+    }
+    // The first of the busy answers with the shortest lease left (one that never expires, or
+    // has just gone, only when no other says when).
+    let soonest = busy.into_iter().min_by_key(|a| match a {
+        Attempt::Busy { pttl, .. } if *pttl >= 0 => (false, *pttl),
+        _ => (true, 0),
+    });
+    Ok(soonest.unwrap_or(Attempt::Busy {
+        pttl: 0,
+        now_ms: 0,
+        holder: Holder::default(),
+        crowd: None,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> LockKey {
+        LockKey::new("rlock:", "jobs").unwrap()
+    }
+
+    fn granted(fence: i64) -> NodeAttempt {
+        Ok(Attempt::Granted(Grant {
+            key: key(),
+            token: "tok".into(),
             fence,
-            ttl: Duration::from_millis(ttl_ms.max(0) as u64),
-            sent,
-        })),
-        Some(AcquireReply::Busy {
+            ttl: Duration::from_secs(10),
+            sent: Instant::now(),
+        }))
+    }
+
+    fn busy(pttl: i64) -> NodeAttempt {
+        Ok(Attempt::Busy {
             pttl,
-            now_ms,
-            holder,
-            crowd,
-        }) => Ok(Attempt::Busy {
-            pttl,
-            now_ms,
-            holder,
-            crowd,
-        }),
-        Some(AcquireReply::Mismatch(kind)) => Err(NodeError {
-            kind: Fault::Mismatch,
-            node: node.name().into(),
-            detail: match kind.strip_prefix("limit ") {
-                Some(n) => format!("a semaphore with --limit {n}"),
-                None if kind == "shared" => "a shared lock (--shared)".into(),
-                None => "an exclusive lock (no --limit, or --limit 1)".into(),
-            },
-        }),
-        Some(AcquireReply::Queued { wait_ms }) => Ok(Attempt::Queued { wait_ms }),
-        Some(AcquireReply::WrongType(kind)) => Err(wrong_type(node, &kind)),
-        None => Err(unexpected(node, "acquire", &reply)),
+            now_ms: pttl,
+            holder: Holder::default(),
+            crowd: None,
+        })
+    }
+
+    fn failed(kind: Fault) -> NodeAttempt {
+        Err(NodeError {
+            kind,
+            node: "redis://n".into(),
+            detail: "gone".into(),
+        })
+    }
+
+    fn busy_pttl(a: &Result<Attempt, Unanswered>) -> Option<i64> {
+        match a {
+            Ok(Attempt::Busy { pttl, .. }) => Some(*pttl),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_majority_grants_with_the_highest_fence() {
+        let three = Quorum::of(3);
+        assert_eq!(
+            majority_fence(three, &[granted(5), busy(100), granted(7)]),
+            Some(7)
+        );
+        assert_eq!(
+            majority_fence(three, &[granted(5), busy(100), failed(Fault::Timeout)]),
+            None
+        );
+        let five = Quorum::of(5);
+        let results = [granted(1), granted(2), granted(3), busy(1), busy(1)];
+        assert_eq!(majority_fence(five, &results), Some(3));
+        assert_eq!(majority_fence(five, &results[1..]), None);
+    }
+
+    #[test]
+    fn validity_is_what_is_left_after_the_round_trip_and_the_drift() {
+        let ttl = Duration::from_secs(10);
+        // drift: 1% of the TTL and 2 ms.
+        assert_eq!(
+            validity(ttl, Duration::from_secs(1)),
+            Some(Duration::from_millis(10_000 - 1_000 - 102))
+        );
+        assert_eq!(
+            validity(ttl, Duration::from_millis(9_898)),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(validity(ttl, Duration::from_millis(9_899)), None);
+        assert_eq!(validity(ttl, ttl * 2), None);
+    }
+
+    #[test]
+    fn no_grant_reports_the_lease_that_ends_soonest() {
+        let three = Quorum::of(3);
+        let said = no_grant(three, &key(), vec![busy(-1), busy(900), busy(300)]);
+        assert_eq!(busy_pttl(&said), Some(300));
+        // A lock without expiry says when only if nothing else does.
+        let said = no_grant(three, &key(), vec![busy(-1), granted(4), busy(-2)]);
+        assert_eq!(busy_pttl(&said), Some(-1));
+        // A majority granted, too slowly: busy, with nothing to say but to try again soon.
+        let said = no_grant(three, &key(), vec![granted(4), granted(5), granted(6)]);
+        assert_eq!(busy_pttl(&said), Some(0));
+    }
+
+    #[test]
+    fn no_grant_without_a_majority_answering() {
+        let three = Quorum::of(3);
+        // One node down: the others still decide.
+        let said = no_grant(
+            three,
+            &key(),
+            vec![failed(Fault::Connect), busy(5), busy(9)],
+        );
+        assert_eq!(busy_pttl(&said), Some(5));
+        // Two down: no quorum, which time may cure...
+        let said = no_grant(
+            three,
+            &key(),
+            vec![failed(Fault::Connect), failed(Fault::Timeout), busy(9)],
+        );
+        let Err(Unanswered { failure, transient }) = said else {
+            panic!("a quorum without a majority: {said:?}");
+        };
+        assert!(transient);
+        assert!(
+            matches!(&failure, Failure::Unavailable(m) if m.contains("no quorum") && m.contains("2 of 3")),
+            "{failure:?}"
+        );
+        // ...unless a name does not resolve.
+        let said = no_grant(
+            three,
+            &key(),
+            vec![failed(Fault::Unresolved), failed(Fault::Timeout), busy(9)],
+        );
+        assert!(matches!(
+            said,
+            Err(Unanswered {
+                transient: false,
+                ..
+            })
+        ));
+        // A key that is not a lock, on any node, is said first.
+        let said = no_grant(
+            three,
+            &key(),
+            vec![busy(5), failed(Fault::WrongType), busy(9)],
+        );
+        assert!(matches!(
+            said,
+            Err(Unanswered {
+                failure: Failure::NotALock(_),
+                transient: false
+            })
+        ));
     }
 }

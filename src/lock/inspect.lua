@@ -1,15 +1,14 @@
 -- inspect: read a lock and what rlock knows of its holder, changing nothing.
 -- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
--- Returns {type, pttl_ms, now_ms, value, fence, host, pid, user, since_ms, command, ttl_ms,
---          waiters, renewed_ms, nil, nil, pidns}  (waiters: how many rlock processes wait in
---          line; renewed_ms: when the lease was last renewed, or granted, by the server's clock;
---          pidns: the holder's pid namespace, where the two nils of a semaphore's mode and
---          limit would be)
---   type is "none", "string", "hash" (e.g. a Redisson lock) or any other Redis type; value is
---   the string's value (the owner token); the holder fields are nil unless rlock wrote them for
---   this very value.
--- A semaphore or shared lock (multi.lua) answers {"zset", pttl_ms, now_ms, nil, fence, nil x6,
---   waiters, nil, mode, limit, token, lease end ms, record, token, ...}, one triple per holder.
+-- Returns the lock key's type ("none", "string", "hash" (e.g. a Redisson lock), "zset" or any
+-- other Redis type), then fields by name (common.lua's reply; a field without a value is left
+-- out): pttl now waiters (how many rlock processes wait in line), and
+--   for a string: value (the owner token) and, only when rlock wrote them for this very value,
+--     fence host pid user since cmd ttl (the lease it was last given) renewed (when the lease
+--     was last renewed, or granted, by the server's clock) pidns (the holder's pid namespace);
+--   for a semaphore or shared lock (multi.lua): fence mode ("limit" or "shared") limit (0 for
+--     shared) holders (those whose lease runs, a list of fields each: token, ends (the lease's
+--     end, server ms), record (multi.lua's JSON)).
 local lock, state = KEYS[1], KEYS[2]
 local now = now_ms()
 local kind = redis.call("TYPE", lock)["ok"]
@@ -18,39 +17,31 @@ if redis.call("TYPE", KEYS[3])["ok"] == "zset" then
   waiters = redis.call("ZCARD", KEYS[3])
 end
 if kind == "none" then
-  return {kind, -2, now, false, false, false, false, false, false, false, false, waiters, false}
+  return reply(kind, "pttl", -2, "now", now, "waiters", waiters)
 end
 local pttl = redis.call("PTTL", lock)
-if kind == "zset" and redis.call("TYPE", state)["ok"] == "hash" and
-    redis.call("HEXISTS", state, "mode") == 1 then
-  local live = {}
-  for i, v in ipairs(holders_of(lock, state)) do
-    live[i] = v
-  end
-  local out = {kind, pttl, now, false, tonumber(redis.call("HGET", state, "fence")) or false,
-    false, false, false, false, false, false, waiters, false, redis.call("HGET", state, "mode"),
-    tonumber(redis.call("HGET", state, "limit")) or 0}
+local mode = multi_mode(kind, state)
+if mode then
   -- Only holders whose lease runs (reading changes nothing; the next write drops the others).
-  for i = 1, #live, 3 do
-    if live[i + 1] > now then
-      out[#out + 1] = live[i]
-      out[#out + 1] = live[i + 1]
-      out[#out + 1] = live[i + 2]
+  local live = {}
+  for _, h in ipairs(holders_of(lock, state)) do
+    if h.ends > now then
+      live[#live + 1] = h
     end
   end
-  return out
+  return reply(kind, "pttl", pttl, "now", now, "waiters", waiters,
+    "fence", tonumber(redis.call("HGET", state, "fence")), "mode", mode,
+    "limit", tonumber(redis.call("HGET", state, "limit")) or 0, "holders", holders_field(live))
 end
-if kind ~= "string" then
-  return {kind, pttl, now, false, false, false, false, false, false, false, false, waiters, false}
-end
-local value = redis.call("GET", lock)
-local h = {false, false, false, false, false, false, false, false, false}
-if redis.call("TYPE", state)["ok"] == "hash" then
+local value = kind == "string" and redis.call("GET", lock)
+local h = {}
+if value and redis.call("TYPE", state)["ok"] == "hash" then
   h = redis.call("HMGET", state, "token", "fence", "host", "pid", "user", "since", "cmd", "ttl",
     "renewed", "pidns")
+  if h[1] ~= value then
+    h = {}
+  end
 end
-if h[1] ~= value then
-  return {kind, pttl, now, value, false, false, false, false, false, false, false, waiters, false}
-end
-return {kind, pttl, now, value, h[2], h[3], h[4], h[5], h[6], h[7], h[8], waiters, h[9], false,
-  false, h[10]}
+return reply(kind, "pttl", pttl, "now", now, "waiters", waiters, "value", value, "fence", h[2],
+  "host", h[3], "pid", h[4], "user", h[5], "since", h[6], "cmd", h[7], "ttl", h[8],
+  "renewed", h[9], "pidns", h[10])

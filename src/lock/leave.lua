@@ -14,7 +14,7 @@ expect_rights({{"ZREM", queue, token}, {"HDEL", state, "next"}, {"DEL", lock},
 local was_next = redis.call("HGET", state, "next") == token
 redis.call("ZREM", queue, token)
 redis.call("HDEL", state, "go:" .. token)
-if redis.call("TYPE", lock)["ok"] == "zset" and redis.call("HEXISTS", state, "mode") == 1 then
+if multi_mode(redis.call("TYPE", lock)["ok"], state) then
   -- A semaphore or shared lock (multi.lua): give back a raced grant, and let in whoever may
   -- come in now that this waiter is out of the way.
   local held = redis.call("ZSCORE", lock, token)

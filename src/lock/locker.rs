@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::key::LockKey;
+use super::reply::Refusal;
 use crate::backend::{Fault, Node, NodeError, Script, Subscriber};
 use crate::exit::Failure;
 
@@ -24,6 +25,16 @@ pub(super) struct Quorum {
 }
 
 impl Quorum {
+    /// Of `nodes` nodes.
+    pub const fn of(nodes: usize) -> Self {
+        Quorum { nodes }
+    }
+
+    /// How many nodes there are.
+    pub fn nodes(self) -> usize {
+        self.nodes
+    }
+
     /// How many nodes make a majority.
     pub fn needed(self) -> usize {
         self.nodes / 2 + 1
@@ -56,9 +67,7 @@ impl Locker {
     }
 
     pub(super) fn quorum(&self) -> Quorum {
-        Quorum {
-            nodes: self.nodes.len(),
-        }
+        Quorum::of(self.nodes.len())
     }
 
     /// The timeout of one request: --op-timeout, and in Redlock mode also well under the TTL,
@@ -107,36 +116,35 @@ impl Locker {
     }
 }
 
-/// Runs a script on one node; the reply as a list.
-pub(super) fn eval_on(
+/// Runs a script on one node and decodes its reply with `decode` (reply.rs); a refusal (a key
+/// that is not a lock, a lock of another kind, a reply no script gives) is the node's error.
+pub(super) fn eval_as<T>(
     node: &dyn Node,
     script: &Script,
     key: &LockKey,
     args: &[&str],
     timeout: Duration,
-) -> Result<Vec<Value>, NodeError> {
-    match node.eval(script, &key.keys_for(script), args, timeout)? {
-        Value::Array(items) => Ok(items),
-        other => Ok(vec![other]),
-    }
-}
-
-/// The key holds a value of another type (`kind`): not a lock.
-pub(super) fn wrong_type(node: &dyn Node, kind: &str) -> NodeError {
-    NodeError {
-        kind: Fault::WrongType,
-        node: node.name().into(),
-        detail: format!("it is a {kind}"),
-    }
-}
-
-/// A reply no version of the script gives.
-pub(super) fn unexpected(node: &dyn Node, what: &str, reply: &[Value]) -> NodeError {
-    NodeError {
-        kind: Fault::Other,
-        node: node.name().into(),
-        detail: format!("unexpected reply to {what}: {reply:?}"),
-    }
+    decode: impl FnOnce(&[Value]) -> Result<T, Refusal>,
+) -> Result<T, NodeError> {
+    let reply = match node.eval(script, &key.keys_for(script), args, timeout)? {
+        Value::Array(items) => items,
+        other => vec![other],
+    };
+    decode(&reply).map_err(|refusal| {
+        let (kind, detail) = match refusal {
+            Refusal::WrongType(kind) => (Fault::WrongType, format!("it is a {kind}")),
+            Refusal::Mismatch(held) => (Fault::Mismatch, held.to_string()),
+            Refusal::Unexpected => (
+                Fault::Other,
+                format!("unexpected reply to {}: {reply:?}", script.name),
+            ),
+        };
+        NodeError {
+            kind,
+            node: node.name().into(),
+            detail,
+        }
+    })
 }
 
 /// A Redlock request that too few masters answered; `what` names what it was about.

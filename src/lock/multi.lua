@@ -113,14 +113,23 @@ local function after_leaving(lock, state, queue, channel, now)
   wake_admissible(state, channel, now, go, blocked)
 end
 
--- The holder records of a multi-holder lock, as {token, lease end (ms), record (JSON)} triples.
+-- The holders of a multi-holder lock, the first lease to end first: {token, ends (server ms),
+-- record (its JSON, or false)} each.
 local function holders_of(lock, state)
   local out = {}
   local all = redis.call("ZRANGE", lock, 0, -1, "WITHSCORES")
   for i = 1, #all, 2 do
-    out[#out + 1] = all[i]
-    out[#out + 1] = math.floor(tonumber(all[i + 1]))
-    out[#out + 1] = redis.call("HGET", state, "h:" .. all[i]) or false
+    out[#out + 1] = {token = all[i], ends = math.floor(tonumber(all[i + 1])),
+      record = redis.call("HGET", state, "h:" .. all[i]) or false}
+  end
+  return out
+end
+
+-- `holders` (holders_of's) as a reply's field: one list of fields (token, ends, record) each.
+local function holders_field(holders)
+  local out = {}
+  for i, h in ipairs(holders) do
+    out[i] = named("token", h.token, "ends", h.ends, "record", h.record)
   end
   return out
 end

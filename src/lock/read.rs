@@ -5,13 +5,13 @@ use std::time::{Duration, Instant};
 
 use super::Grant;
 use super::key::{LockKey, scan_pattern};
-use super::locker::{Locker, eval_on, no_quorum};
-use super::reply::{Holder, HolderLease, InspectReply, KeyType};
+use super::locker::{Locker, eval_as, no_quorum};
+use super::reply::{Holder, HolderLease, KeyType};
 use super::scripts::INSPECT;
 use crate::backend::NodeError;
 use crate::exit::Failure;
 
-/// A lock as `inspect` reports it.
+/// A lock as `inspect` reports it: inspect.lua's reply (decoded in reply.rs) and its key.
 #[derive(Debug, Clone)]
 pub struct LockInfo {
     pub name: String,
@@ -36,32 +36,6 @@ pub struct LockInfo {
 }
 
 impl LockInfo {
-    fn new(key: &LockKey, r: InspectReply) -> Self {
-        LockInfo {
-            name: key.name.clone(),
-            redis_key: key.redis_key.clone(),
-            kind: r.kind,
-            pttl: r.pttl,
-            now_ms: r.now_ms,
-            token: r.token,
-            fence: r.fence,
-            ttl_ms: r.ttl_ms,
-            // Never before the grant (a record an older rlock left may lack it, or be older).
-            renewed_ms: r
-                .renewed_ms
-                .max(r.holder.since_ms)
-                .filter(|_| r.limit.is_none()),
-            // A semaphore or shared lock stands for its first holder where one is shown.
-            holder: r
-                .holders
-                .first()
-                .map_or(r.holder, |first| first.holder.clone()),
-            waiters: r.waiters,
-            limit: r.limit,
-            holders: r.holders,
-        }
-    }
-
     pub fn held(&self) -> bool {
         self.kind != KeyType::None
     }
@@ -76,8 +50,9 @@ impl Locker {
     /// Reads one lock. In Redlock mode it is held when a majority holds the same token.
     pub fn inspect(&self, key: &LockKey) -> Result<LockInfo, Failure> {
         let results = self.on_all(|n| {
-            eval_on(n, &INSPECT, key, &[], self.op_timeout)
-                .map(|r| LockInfo::new(key, InspectReply::decode(&r)))
+            eval_as(n, &INSPECT, key, &[], self.op_timeout, |r| {
+                LockInfo::from_reply(key, r)
+            })
         });
         if !self.is_quorum() {
             let result = results.into_iter().next().expect("one node");

@@ -2,16 +2,20 @@
 -- forced; then hand it to the first waiter in line (or wake anyone: "*", when nobody waits).
 -- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
 -- ARGV[1] token  ARGV[2] wake channel  ARGV[3] "1" to force
--- Returns {"released"}                     the token owned it; it is gone
---         {"already"}                      this token released it before (a retried release;
---                                          not after a forced break, which is "expired")
---         {"expired"}                      the lock is free: the token's grant ran out
---         {"other", pttl}                  someone else holds it; nothing was changed
---         {"broken", type, pttl, value, host, pid, user, since_ms, command, now_ms}  (forced)
---         {"free"}                         forced, and nobody held it
---         {"brokenall", now_ms, token, lease end ms, record, ...}  (forced, a semaphore or
---                                          shared lock: every holder, multi.lua's records)
---         {"wrongtype", type}              not a lock; nothing was changed
+-- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
+--   "released"                    the token owned it; it is gone
+--   "already"                     this token released it before (a retried release; not after
+--                                 a forced break, which is "expired")
+--   "expired"                     the lock is free: the token's grant ran out
+--   "other" pttl                  someone else holds it; nothing was changed
+--   "broken" type pttl value host pid user since cmd now
+--                                 forced: what was there (the holder fields only when rlock
+--                                 wrote them for this very value)
+--   "free"                        forced, and nobody held it
+--   "brokenall" now holders       forced, a semaphore or shared lock: every holder, a list of
+--                                 fields each (token, ends: its lease end in server ms, record:
+--                                 multi.lua's JSON)
+--   "wrongtype" type              not a lock; nothing was changed
 -- Errors (nothing was changed): WRONGTYPE for a helper key of another type, NOPERM for a command
 -- the ACL user may not run.
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
@@ -20,10 +24,9 @@ local now = now_ms()
 
 -- Checks (common.lua), all before the first write.
 local kind = redis.call("TYPE", lock)["ok"]
-local multi = kind == "zset" and redis.call("TYPE", state)["ok"] == "hash" and
-  redis.call("HEXISTS", state, "mode") == 1
+local multi = multi_mode(kind, state)
 if kind ~= "none" and kind ~= "string" and not multi and not (force and kind == "hash") then
-  return {"wrongtype", kind}
+  return reply("wrongtype", "type", kind)
 end
 expect_type(state, "hash", "state")
 expect_type(queue, "zset", "queue")
@@ -36,15 +39,15 @@ if multi then
     drop_expired_holders(lock, state, now)
     local holders = holders_of(lock, state)
     if not holders[1] then
-      return {"free"}
+      return reply("free")
     end
-    for i = 1, #holders, 3 do
-      redis.call("HDEL", state, "h:" .. holders[i])
+    for _, h in ipairs(holders) do
+      redis.call("HDEL", state, "h:" .. h.token)
     end
     redis.call("DEL", lock)
     redis.call("HSET", state, "broken", now)
     hand_off(queue, state, channel, now)
-    return {"brokenall", now, unpack(holders)}
+    return reply("brokenall", "now", now, "holders", holders_field(holders))
   end
   local ends = tonumber(redis.call("ZSCORE", lock, token))
   if ends then
@@ -53,18 +56,18 @@ if multi then
     if ends > now then
       redis.call("HSET", state, "left", token)
       after_leaving(lock, state, queue, channel, now)
-      return {"released"}
+      return reply("released")
     end
     after_leaving(lock, state, queue, channel, now)
   elseif redis.call("HGET", state, "left") == token then
-    return {"already"}
+    return reply("already")
   end
-  return {"expired"}
+  return reply("expired")
 end
 
 if force then
   if kind == "none" then
-    return {"free"}
+    return reply("free")
   end
   local pttl = redis.call("PTTL", lock)
   local value = false
@@ -77,11 +80,12 @@ if force then
     -- Broken, not released: the owner's own release must still hear that it lost the lock.
     redis.call("HDEL", state, "released")
     redis.call("HSET", state, "broken", now)
-    hand_off(queue, state, channel, now)
-    return {"broken", kind, pttl, value, h[2], h[3], h[4], h[5], h[6], now}
+  else
+    h = {}
   end
   hand_off(queue, state, channel, now)
-  return {"broken", kind, pttl, value}
+  return reply("broken", "type", kind, "pttl", pttl, "value", value, "host", h[2], "pid", h[3],
+    "user", h[4], "since", h[5], "cmd", h[6], "now", now)
 end
 
 local current = redis.call("GET", lock)
@@ -89,15 +93,15 @@ if current == token then
   redis.call("DEL", lock)
   redis.call("HSET", state, "released", now)
   hand_off(queue, state, channel, now)
-  return {"released"}
+  return reply("released")
 end
 if current then
-  return {"other", redis.call("PTTL", lock)}
+  return reply("other", "pttl", redis.call("PTTL", lock))
 end
 if redis.call("HGET", state, "token") == token and redis.call("HEXISTS", state, "released") == 1 then
-  return {"already"}
+  return reply("already")
 end
 if redis.call("HGET", state, "left") == token then
-  return {"already"}
+  return reply("already")
 end
-return {"expired"}
+return reply("expired")

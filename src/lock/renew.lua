@@ -2,29 +2,29 @@
 -- what it has left).
 -- KEYS[1] lock  KEYS[2] state
 -- ARGV[1] token  ARGV[2] ttl ms, or "" for the TTL the lock was last given
--- Returns {"renewed", ttl_ms (what it now has)} | {"free"} | {"other", pttl} | {"wrongtype", type}
+-- Returns a word, then fields by name (common.lua's reply):
+--   "renewed" ttl    extended: ttl is the lease it now has (ms)
+--   "free"           nobody holds it: the lease ran out, or the lock was deleted
+--   "other" pttl     someone else holds it
+--   "wrongtype" type not a lock
 --
 -- A renewal must get through whatever happened to the helper keys and however full the server
 -- is: it needs only the lock itself. The state (a record of the TTL and of when the lease was
 -- last renewed, for inspect) is written last, and may be refused without harm.
 local lock, state, token = KEYS[1], KEYS[2], ARGV[1]
 local kind = redis.call("TYPE", lock)["ok"]
-if kind == "zset" and redis.call("TYPE", state)["ok"] == "hash" and
-    redis.call("HEXISTS", state, "mode") == 1 then
+if multi_mode(kind, state) then
   -- One holder of a semaphore or shared lock (multi.lua): its own lease, the key's expiry
   -- following the last lease. Written in the same order as below, PEXPIRE first.
   local now = now_ms()
   local ends = tonumber(redis.call("ZSCORE", lock, token))
   if not ends or ends <= now then
     if redis.call("ZCOUNT", lock, "(" .. now, "+inf") > 0 then
-      return {"other", redis.call("PTTL", lock)}
+      return reply("other", "pttl", redis.call("PTTL", lock))
     end
-    return {"free"}
+    return reply("free")
   end
-  local ok, h = pcall(cjson.decode, redis.call("HGET", state, "h:" .. token) or "")
-  if not ok or type(h) ~= "table" then
-    h = nil
-  end
+  local h = record_of(state, token)
   local ttl = tonumber(ARGV[2]) or (h and tonumber(h.ttl)) or 30000
   -- A shorter TTL leaves the lease, and the TTL it was last given, as they are.
   local extended = now + ttl > ends
@@ -41,17 +41,17 @@ if kind == "zset" and redis.call("TYPE", state)["ok"] == "hash" and
     redis.pcall("HSET", state, "h:" .. token, cjson.encode(h))
   end
   keep_alive(state, ttl + KEEP_MS)
-  return {"renewed", ends - now}
+  return reply("renewed", "ttl", ends - now)
 end
 if kind ~= "none" and kind ~= "string" then
-  return {"wrongtype", kind}
+  return reply("wrongtype", "type", kind)
 end
 local current = redis.call("GET", lock)
 if current ~= token then
   if current then
-    return {"other", redis.call("PTTL", lock)}
+    return reply("other", "pttl", redis.call("PTTL", lock))
   end
-  return {"free"}
+  return reply("free")
 end
 -- The state is read only when it is rlock's record of this very token.
 local recorded = redis.call("TYPE", state)["ok"] == "hash" and
@@ -82,4 +82,4 @@ if recorded then
     redis.pcall("HSET", state, "renewed", now_ms())
   end
 end
-return {"renewed", left}
+return reply("renewed", "ttl", left)

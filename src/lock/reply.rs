@@ -1,7 +1,16 @@
-//! What the scripts answer, decoded by name in one place: each script's reply is a list whose
-//! positions are documented in the script's header, and only this file knows them.
+//! What the scripts answer, decoded by name in one place, straight into the types the callers
+//! use. Every reply is a word (what happened, or for inspect the key's type) followed by fields
+//! by name (common.lua's `reply`): a flat list of name, value pairs in which a field without a
+//! value is left out. Only this file reads them; nothing is found by its position.
+
+use std::time::{Duration, Instant};
 
 use redis::Value;
+
+use super::exclusive::Attempt;
+use super::key::LockKey;
+use super::read::LockInfo;
+use super::{Grant, Renewed, Request, Sharing};
 
 /// The Redis type of a lock key, as the scripts report it (`TYPE`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,86 +86,131 @@ pub struct HolderLease {
     pub holder: Holder,
 }
 
-impl HolderLease {
-    /// The triples {token, lease end, record JSON} from position `at` on.
-    fn list(r: &[Value], at: usize) -> Vec<HolderLease> {
-        let mut out = Vec::new();
-        let mut i = at;
-        while let Some(token) = text(r, i) {
-            let rec: serde_json::Value = text(r, i + 2)
-                .and_then(|j| serde_json::from_str(&j).ok())
-                .unwrap_or_default();
-            let field = |name: &str| match &rec[name] {
-                serde_json::Value::String(s) => Some(s.clone()),
-                serde_json::Value::Number(n) => Some(n.to_string()),
-                _ => None,
-            };
-            let number = |name: &str| field(name).and_then(|s| s.parse::<f64>().ok());
-            out.push(HolderLease {
-                token,
-                ends_ms: int(r, i + 1).unwrap_or(0),
-                fence: field("fence").and_then(|s| s.parse().ok()),
-                ttl_ms: number("ttl").map(|n| n as i64),
-                renewed_ms: number("renewed").map(|n| n as i64),
-                holder: Holder {
-                    host: field("host"),
-                    pid: field("pid"),
-                    user: field("user").filter(|u| !u.is_empty()),
-                    since_ms: number("since").map(|n| n as i64),
-                    command: field("cmd"),
-                    pidns: field("pidns"),
-                },
-            });
-            i += 3;
-        }
-        out
+/// A reply that is none of the outcomes the caller asked for; the script changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The key is not a lock: it holds a value of this Redis type.
+    WrongType(String),
+    /// The lock is held as another kind than the one asked for.
+    Mismatch(Sharing),
+    /// No version of the script answers this.
+    Unexpected,
+}
+
+type Decoded<T> = Result<T, Refusal>;
+
+/// A reply taken apart: its first word and its fields by name.
+struct Reply<'a> {
+    word: String,
+    fields: Fields<'a>,
+}
+
+impl<'a> Reply<'a> {
+    fn parse(r: &'a [Value]) -> Decoded<Self> {
+        let (first, rest) = r.split_first().ok_or(Refusal::Unexpected)?;
+        Ok(Reply {
+            word: as_text(first).ok_or(Refusal::Unexpected)?,
+            fields: Fields::parse(rest)?,
+        })
+    }
+
+    /// The `{"wrongtype", type}` refusal.
+    fn wrong_type(&self) -> Refusal {
+        Refusal::WrongType(
+            self.fields
+                .text("type")
+                .unwrap_or_else(|| "value of another type".into()),
+        )
     }
 }
 
-/// acquire.lua's answer.
-#[derive(Debug)]
-pub enum AcquireReply {
-    Granted {
-        fence: i64,
-        ttl_ms: i64,
-    },
-    Busy {
-        pttl: i64,
-        now_ms: i64,
-        holder: Holder,
-        crowd: Option<Crowd>,
-    },
-    Queued {
-        wait_ms: i64,
-    },
-    /// Held as another kind: "exclusive", "shared" or "limit N".
-    Mismatch(String),
-    WrongType(String),
+/// Fields by name (common.lua's `named`): name, value, name, value, ...
+struct Fields<'a>(Vec<(String, &'a Value)>);
+
+impl<'a> Fields<'a> {
+    fn parse(r: &'a [Value]) -> Decoded<Self> {
+        if !r.len().is_multiple_of(2) {
+            return Err(Refusal::Unexpected);
+        }
+        r.chunks(2)
+            .map(|pair| Ok((as_text(&pair[0]).ok_or(Refusal::Unexpected)?, &pair[1])))
+            .collect::<Decoded<_>>()
+            .map(Fields)
+    }
+
+    fn get(&self, name: &str) -> Option<&'a Value> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+
+    fn text(&self, name: &str) -> Option<String> {
+        self.get(name).and_then(as_text)
+    }
+
+    fn int(&self, name: &str) -> Option<i64> {
+        self.get(name).and_then(as_int)
+    }
+
+    /// A field that is itself a list (empty when absent).
+    fn list(&self, name: &str) -> &'a [Value] {
+        match self.get(name) {
+            Some(Value::Array(items)) => items,
+            _ => &[],
+        }
+    }
+
+    /// The fields host, pid, user, since and cmd.
+    fn holder(&self) -> Holder {
+        Holder {
+            host: self.text("host"),
+            pid: self.text("pid"),
+            user: self.text("user"),
+            since_ms: self.int("since"),
+            command: self.text("cmd"),
+            pidns: self.text("pidns"),
+        }
+    }
 }
 
-impl AcquireReply {
-    pub fn decode(r: &[Value]) -> Option<Self> {
-        Some(match text(r, 0)?.as_str() {
-            "ok" => AcquireReply::Granted {
-                fence: int(r, 1).unwrap_or(0),
-                ttl_ms: int(r, 2).unwrap_or(0),
-            },
-            "busy" => AcquireReply::Busy {
-                pttl: int(r, 1).unwrap_or(-2),
-                now_ms: int(r, 2).unwrap_or(0),
-                holder: holder_at(r, 3),
-                crowd: int(r, 8).map(|holders| Crowd {
+impl Attempt {
+    /// acquire.lua's reply to `req`, sent at `sent`.
+    pub(super) fn from_reply(r: &[Value], req: &Request, sent: Instant) -> Decoded<Self> {
+        let reply = Reply::parse(r)?;
+        let f = &reply.fields;
+        Ok(match reply.word.as_str() {
+            "ok" => Attempt::Granted(Grant {
+                key: req.key.clone(),
+                token: req.token.to_string(),
+                fence: f.int("fence").unwrap_or(0),
+                ttl: millis(f.int("ttl").unwrap_or(0)),
+                sent,
+            }),
+            "busy" => Attempt::Busy {
+                pttl: f.int("pttl").unwrap_or(-2),
+                now_ms: f.int("now").unwrap_or(0),
+                holder: f.holder(),
+                crowd: f.int("holders").map(|holders| Crowd {
                     holders,
-                    limit: int(r, 9).unwrap_or(0),
-                    exclusive_ahead: int(r, 10) == Some(1),
+                    limit: f.int("limit").unwrap_or(0),
+                    exclusive_ahead: f.int("ahead") == Some(1),
                 }),
             },
-            "mismatch" => AcquireReply::Mismatch(text(r, 1).unwrap_or_default()),
-            "queued" => AcquireReply::Queued {
-                wait_ms: int(r, 1).unwrap_or(0),
+            "queued" => Attempt::Queued {
+                wait_ms: f.int("wait").unwrap_or(0),
             },
-            "wrongtype" => AcquireReply::WrongType(type_of(r)),
-            _ => return None,
+            "mismatch" => {
+                return Err(Refusal::Mismatch(match f.text("held").as_deref() {
+                    Some("exclusive") => Sharing::Exclusive,
+                    Some("shared") => Sharing::Shared,
+                    Some("limit") => Sharing::Limit(
+                        f.int("limit")
+                            .and_then(|n| u32::try_from(n).ok())
+                            .unwrap_or(0),
+                    ),
+                    _ => return Err(Refusal::Unexpected),
+                }));
+            }
+            "wrongtype" => return Err(reply.wrong_type()),
+            _ => return Err(Refusal::Unexpected),
         })
     }
 }
@@ -206,140 +260,142 @@ pub enum ReleaseReply {
         now_ms: i64,
         holders: Vec<HolderLease>,
     },
-    WrongType(String),
 }
 
 impl ReleaseReply {
-    pub fn decode(r: &[Value]) -> Option<Self> {
-        Some(match text(r, 0)?.as_str() {
+    pub fn decode(r: &[Value]) -> Decoded<Self> {
+        let reply = Reply::parse(r)?;
+        let f = &reply.fields;
+        Ok(match reply.word.as_str() {
             "released" => ReleaseReply::Released,
             "already" => ReleaseReply::Already,
             "expired" => ReleaseReply::Expired,
             "other" => ReleaseReply::Other,
             "free" => ReleaseReply::Free,
             "broken" => ReleaseReply::Broken {
-                kind: KeyType::parse(&text(r, 1).unwrap_or_default()),
-                value: text(r, 3),
-                holder: holder_at(r, 4),
-                now_ms: int(r, 9).unwrap_or(0),
+                kind: KeyType::parse(&f.text("type").unwrap_or_default()),
+                value: f.text("value"),
+                holder: f.holder(),
+                now_ms: f.int("now").unwrap_or(0),
             },
             "brokenall" => ReleaseReply::BrokenAll {
-                now_ms: int(r, 1).unwrap_or(0),
-                holders: HolderLease::list(r, 2),
+                now_ms: f.int("now").unwrap_or(0),
+                holders: holder_leases(f.list("holders")),
             },
-            "wrongtype" => ReleaseReply::WrongType(type_of(r)),
-            _ => return None,
+            "wrongtype" => return Err(reply.wrong_type()),
+            _ => return Err(Refusal::Unexpected),
         })
     }
 }
 
-/// renew.lua's answer.
-#[derive(Debug)]
-pub enum RenewReply {
-    /// Extended: the lease it now has.
-    Renewed {
-        ttl_ms: i64,
-    },
-    Free,
-    Other,
-    WrongType(String),
-}
-
-impl RenewReply {
-    pub fn decode(r: &[Value]) -> Option<Self> {
-        Some(match text(r, 0)?.as_str() {
-            "renewed" => RenewReply::Renewed {
-                ttl_ms: int(r, 1).unwrap_or(0),
-            },
-            "free" => RenewReply::Free,
-            "other" => RenewReply::Other,
-            "wrongtype" => RenewReply::WrongType(type_of(r)),
-            _ => return None,
+impl Renewed {
+    /// renew.lua's reply.
+    pub(super) fn from_reply(r: &[Value]) -> Decoded<Self> {
+        let reply = Reply::parse(r)?;
+        Ok(match reply.word.as_str() {
+            "renewed" => Renewed::Yes(millis(reply.fields.int("ttl").unwrap_or(0))),
+            "free" => Renewed::NotOwner("it expired or was deleted"),
+            "other" => Renewed::NotOwner("another owner holds it"),
+            "wrongtype" => return Err(reply.wrong_type()),
+            _ => return Err(Refusal::Unexpected),
         })
     }
 }
 
-/// inspect.lua's answer: a lock as Redis holds it.
-#[derive(Debug, Clone)]
-pub struct InspectReply {
-    pub kind: KeyType,
-    pub pttl: i64,
-    pub now_ms: i64,
-    /// The string's value (the owner token).
-    pub token: Option<String>,
-    pub fence: Option<i64>,
-    pub holder: Holder,
-    /// The lease the holder was last given.
-    pub ttl_ms: Option<i64>,
-    /// How many rlock processes wait in line.
-    pub waiters: i64,
-    /// When the lease was last renewed (or granted), server ms; rlock's own locks only.
-    pub renewed_ms: Option<i64>,
-    /// A semaphore (`Some(N)`) or shared lock (`Some(0)`); None for one holder.
-    pub limit: Option<i64>,
-    /// The holders of a semaphore or shared lock.
-    pub holders: Vec<HolderLease>,
-}
-
-impl InspectReply {
-    pub fn decode(r: &[Value]) -> Self {
-        let mut kind = KeyType::parse(&text(r, 0).unwrap_or_else(|| "none".into()));
-        if kind == KeyType::Holders && text(r, 13).is_none() {
+impl LockInfo {
+    /// inspect.lua's reply about `key`.
+    pub(super) fn from_reply(key: &LockKey, r: &[Value]) -> Decoded<Self> {
+        let reply = Reply::parse(r)?;
+        let f = &reply.fields;
+        let mode = f.text("mode");
+        let kind = match KeyType::parse(&reply.word) {
             // A sorted set rlock did not write.
-            kind = KeyType::Other("zset".into());
-        }
-        let limit = text(r, 13).map(|mode| {
-            if mode == "shared" {
-                0
-            } else {
-                int(r, 14).unwrap_or(0)
-            }
-        });
-        let mut holder = holder_at(r, 5);
-        // After a semaphore's mode and limit come its holders; after a lock's two nils, the
-        // holder's pid namespace.
-        let holders = match limit {
-            Some(_) => HolderLease::list(r, 15),
-            None => {
-                holder.pidns = text(r, 15);
-                Vec::new()
-            }
+            KeyType::Holders if mode.is_none() => KeyType::Other("zset".into()),
+            kind => kind,
         };
-        InspectReply {
+        let limit = mode.map(|mode| match mode.as_str() {
+            "shared" => 0,
+            _ => f.int("limit").unwrap_or(0),
+        });
+        let holders = holder_leases(f.list("holders"));
+        let holder = f.holder();
+        Ok(LockInfo {
+            name: key.name.clone(),
+            redis_key: key.redis_key.clone(),
             kind,
-            pttl: int(r, 1).unwrap_or(-2),
-            now_ms: int(r, 2).unwrap_or(0),
-            token: text(r, 3),
-            fence: int(r, 4),
-            holder,
-            ttl_ms: int(r, 10),
-            waiters: int(r, 11).unwrap_or(0),
-            renewed_ms: int(r, 12),
+            pttl: f.int("pttl").unwrap_or(-2),
+            now_ms: f.int("now").unwrap_or(0),
+            token: f.text("value"),
+            fence: f.int("fence"),
+            ttl_ms: f.int("ttl"),
+            // Never before the grant (a record an older rlock left may lack it, or be older).
+            renewed_ms: f
+                .int("renewed")
+                .max(holder.since_ms)
+                .filter(|_| limit.is_none()),
+            // A semaphore or shared lock stands for its first holder where one is shown.
+            holder: holders.first().map_or(holder, |first| first.holder.clone()),
+            waiters: f.int("waiters").unwrap_or(0),
             limit,
             holders,
-        }
+        })
     }
 }
 
-/// `{"wrongtype", type}`: the type the key has instead.
-fn type_of(r: &[Value]) -> String {
-    text(r, 1).unwrap_or_else(|| "value of another type".into())
+/// The holders of a semaphore or shared lock: a list of fields each (token, ends, and record,
+/// multi.lua's JSON).
+fn holder_leases(list: &[Value]) -> Vec<HolderLease> {
+    list.iter()
+        .filter_map(|entry| match entry {
+            Value::Array(items) => Fields::parse(items).ok(),
+            _ => None,
+        })
+        .filter_map(|f| {
+            let token = f.text("token")?;
+            Some(holder_lease(
+                token,
+                f.int("ends").unwrap_or(0),
+                f.text("record"),
+            ))
+        })
+        .collect()
 }
 
-/// The holder fields (host, pid, user, since, command) from position `at` on.
-fn holder_at(r: &[Value], at: usize) -> Holder {
-    Holder {
-        host: text(r, at),
-        pid: text(r, at + 1),
-        user: text(r, at + 2),
-        since_ms: int(r, at + 3),
-        command: text(r, at + 4),
-        pidns: None,
+/// One holder from its record (JSON: fence, host, pid, user, cmd, since, ttl, renewed, pidns);
+/// a record that cannot be read leaves its fields unknown.
+fn holder_lease(token: String, ends_ms: i64, record: Option<String>) -> HolderLease {
+    let rec: serde_json::Value = record
+        .and_then(|j| serde_json::from_str(&j).ok())
+        .unwrap_or_default();
+    let field = |name: &str| match &rec[name] {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let number = |name: &str| field(name).and_then(|s| s.parse::<f64>().ok());
+    HolderLease {
+        token,
+        ends_ms,
+        fence: field("fence").and_then(|s| s.parse().ok()),
+        ttl_ms: number("ttl").map(|n| n as i64),
+        renewed_ms: number("renewed").map(|n| n as i64),
+        holder: Holder {
+            host: field("host"),
+            pid: field("pid"),
+            user: field("user").filter(|u| !u.is_empty()),
+            since_ms: number("since").map(|n| n as i64),
+            command: field("cmd"),
+            pidns: field("pidns"),
+        },
     }
 }
 
-fn text(r: &[Value], i: usize) -> Option<String> {
-    match r.get(i)? {
+fn millis(ms: i64) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+fn as_text(v: &Value) -> Option<String> {
+    match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
         Value::Okay => Some("OK".into()),
@@ -348,8 +404,8 @@ fn text(r: &[Value], i: usize) -> Option<String> {
     }
 }
 
-fn int(r: &[Value], i: usize) -> Option<i64> {
-    match r.get(i)? {
+fn as_int(v: &Value) -> Option<i64> {
+    match v {
         Value::Int(n) => Some(*n),
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         Value::SimpleString(s) => s.parse().ok(),
@@ -360,29 +416,346 @@ fn int(r: &[Value], i: usize) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::Identity;
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
     }
 
+    /// Fields as common.lua's `named` sends them: name, value, ...
+    fn named(fields: &[(&str, Value)]) -> Vec<Value> {
+        fields
+            .iter()
+            .flat_map(|(name, value)| [bulk(name), value.clone()])
+            .collect()
+    }
+
+    /// A reply as common.lua's `reply` sends it: the word, then the fields.
+    fn reply(word: &str, fields: &[(&str, Value)]) -> Vec<Value> {
+        let mut out = vec![bulk(word)];
+        out.extend(named(fields));
+        out
+    }
+
+    fn key() -> LockKey {
+        LockKey::new("rlock:", "jobs").unwrap()
+    }
+
+    fn attempt(r: &[Value]) -> Decoded<Attempt> {
+        let key = key();
+        let who = Identity {
+            host: "h".into(),
+            pid: 1,
+            user: "u".into(),
+            command: "c".into(),
+            pidns: String::new(),
+        };
+        let req = Request {
+            key: &key,
+            token: "tok",
+            ttl: Duration::from_secs(30),
+            sharing: Sharing::Exclusive,
+            who: &who,
+        };
+        Attempt::from_reply(r, &req, Instant::now())
+    }
+
     #[test]
-    fn decodes_by_name() {
-        let r = [bulk("ok"), Value::Int(7), Value::Int(30_000)];
-        assert!(matches!(
-            AcquireReply::decode(&r),
-            Some(AcquireReply::Granted {
-                fence: 7,
-                ttl_ms: 30_000
-            })
-        ));
-        let r = [bulk("wrongtype"), bulk("list")];
-        assert!(
-            matches!(ReleaseReply::decode(&r), Some(ReleaseReply::WrongType(t)) if t == "list")
+    fn a_grant_carries_a_fence_of_sixteen_digits_exactly() {
+        // A fence is at least the server's time in microseconds: 16 digits, more than cjson's
+        // 14 significant digits print exactly (which is why replies are lists, not JSON).
+        let fence = 1_787_654_321_098_765;
+        let r = reply(
+            "ok",
+            &[("ttl", Value::Int(30_000)), ("fence", Value::Int(fence))],
         );
-        assert!(RenewReply::decode(&[bulk("nonsense")]).is_none());
-        let info = InspectReply::decode(&[bulk("hash"), Value::Int(5)]);
-        assert_eq!(info.kind, KeyType::Hash);
-        assert_eq!(info.pttl, 5);
-        assert_eq!(info.waiters, 0);
+        let Ok(Attempt::Granted(grant)) = attempt(&r) else {
+            panic!("not a grant: {r:?}");
+        };
+        assert_eq!(grant.fence, fence);
+        assert_eq!(grant.ttl, Duration::from_secs(30));
+        assert_eq!(
+            (grant.key.name.as_str(), grant.token.as_str()),
+            ("jobs", "tok")
+        );
+    }
+
+    #[test]
+    fn busy_names_the_holder_rlock_wrote() {
+        let r = reply(
+            "busy",
+            &[
+                ("pttl", Value::Int(2500)),
+                ("now", Value::Int(1_000_000)),
+                ("host", bulk("build-7")),
+                ("pid", bulk("4411")),
+                ("user", bulk("alice")),
+                ("since", bulk("990000")),
+                ("cmd", bulk("make")),
+            ],
+        );
+        let Ok(Attempt::Busy {
+            pttl,
+            now_ms,
+            holder,
+            crowd,
+        }) = attempt(&r)
+        else {
+            panic!("not busy: {r:?}");
+        };
+        assert_eq!((pttl, now_ms, crowd), (2500, 1_000_000, None));
+        assert_eq!(holder.host.as_deref(), Some("build-7"));
+        assert_eq!(holder.pid.as_deref(), Some("4411"));
+        assert_eq!(holder.user.as_deref(), Some("alice"));
+        assert_eq!(holder.since_ms, Some(990_000));
+        assert_eq!(holder.command.as_deref(), Some("make"));
+
+        // Another client's lock: no holder fields at all.
+        let r = reply("busy", &[("pttl", Value::Int(-1)), ("now", Value::Int(5))]);
+        let Ok(Attempt::Busy { pttl, holder, .. }) = attempt(&r) else {
+            panic!("not busy: {r:?}");
+        };
+        assert_eq!(pttl, -1);
+        assert!(holder.host.is_none() && holder.pid.is_none());
+    }
+
+    #[test]
+    fn busy_with_several_holders_reports_the_crowd() {
+        let r = reply(
+            "busy",
+            &[
+                ("pttl", Value::Int(100)),
+                ("now", Value::Int(5)),
+                ("holders", Value::Int(3)),
+                ("limit", Value::Int(0)),
+                ("ahead", Value::Int(1)),
+            ],
+        );
+        let Ok(Attempt::Busy { crowd, .. }) = attempt(&r) else {
+            panic!("not busy: {r:?}");
+        };
+        let want = Crowd {
+            holders: 3,
+            limit: 0,
+            exclusive_ahead: true,
+        };
+        assert_eq!(crowd, Some(want));
+        let r = reply(
+            "busy",
+            &[("holders", Value::Int(2)), ("limit", Value::Int(2))],
+        );
+        let Ok(Attempt::Busy { crowd, .. }) = attempt(&r) else {
+            panic!("not busy: {r:?}");
+        };
+        assert_eq!(
+            crowd.map(|c| (c.limit, c.exclusive_ahead)),
+            Some((2, false))
+        );
+    }
+
+    #[test]
+    fn refusals_say_what_is_there() {
+        let queued = attempt(&reply("queued", &[("wait", Value::Int(900))]));
+        assert!(matches!(queued, Ok(Attempt::Queued { wait_ms: 900 })));
+        let held = |fields: &[(&str, Value)]| attempt(&reply("mismatch", fields)).err();
+        assert_eq!(
+            held(&[("held", bulk("limit")), ("limit", Value::Int(3))]),
+            Some(Refusal::Mismatch(Sharing::Limit(3)))
+        );
+        assert_eq!(
+            held(&[("held", bulk("shared"))]),
+            Some(Refusal::Mismatch(Sharing::Shared))
+        );
+        assert_eq!(
+            held(&[("held", bulk("exclusive"))]),
+            Some(Refusal::Mismatch(Sharing::Exclusive))
+        );
+        assert_eq!(held(&[("held", bulk("?"))]), Some(Refusal::Unexpected));
+        assert_eq!(
+            attempt(&reply("wrongtype", &[("type", bulk("list"))])).err(),
+            Some(Refusal::WrongType("list".into()))
+        );
+        // Nothing a script answers: a word no script says, a name without its value, nothing.
+        assert_eq!(
+            attempt(&reply("granted", &[])).err(),
+            Some(Refusal::Unexpected)
+        );
+        assert_eq!(
+            attempt(&[bulk("ok"), bulk("fence")]).err(),
+            Some(Refusal::Unexpected)
+        );
+        assert_eq!(attempt(&[]).err(), Some(Refusal::Unexpected));
+    }
+
+    #[test]
+    fn releases_and_renewals() {
+        assert!(matches!(
+            ReleaseReply::decode(&reply("already", &[])),
+            Ok(ReleaseReply::Already)
+        ));
+        assert!(matches!(
+            ReleaseReply::decode(&reply("other", &[("pttl", Value::Int(5))])),
+            Ok(ReleaseReply::Other)
+        ));
+        let r = reply(
+            "broken",
+            &[
+                ("type", bulk("hash")),
+                ("pttl", Value::Int(5)),
+                ("now", Value::Int(77)),
+            ],
+        );
+        let Ok(ReleaseReply::Broken {
+            kind,
+            value,
+            holder,
+            now_ms,
+        }) = ReleaseReply::decode(&r)
+        else {
+            panic!("not broken: {r:?}");
+        };
+        assert_eq!((kind, value, now_ms), (KeyType::Hash, None, 77));
+        assert!(holder.host.is_none());
+        assert_eq!(
+            Renewed::from_reply(&reply("renewed", &[("ttl", Value::Int(4000))])),
+            Ok(Renewed::Yes(Duration::from_secs(4)))
+        );
+        assert_eq!(
+            Renewed::from_reply(&reply("other", &[("pttl", Value::Int(9))])),
+            Ok(Renewed::NotOwner("another owner holds it"))
+        );
+        assert_eq!(
+            Renewed::from_reply(&reply("free", &[])),
+            Ok(Renewed::NotOwner("it expired or was deleted"))
+        );
+        assert_eq!(
+            Renewed::from_reply(&reply("wrongtype", &[])),
+            Err(Refusal::WrongType("value of another type".into()))
+        );
+    }
+
+    /// One holder of a multi-holder lock, as multi.lua's holders_field sends it.
+    fn lease(token: &str, ends: i64, record: &str) -> Value {
+        Value::Array(named(&[
+            ("token", bulk(token)),
+            ("ends", Value::Int(ends)),
+            ("record", bulk(record)),
+        ]))
+    }
+
+    #[test]
+    fn a_forced_release_of_a_semaphore_names_every_holder() {
+        let record = r#"{"fence":"1787654321098765","host":"a","pid":"12","user":"","cmd":"job","since":900,"ttl":30000,"renewed":950,"pidns":"pid:[1]"}"#;
+        let holders = vec![lease("t1", 2000, record), lease("t2", 3000, "{")];
+        let r = reply(
+            "brokenall",
+            &[
+                ("now", Value::Int(1000)),
+                ("holders", Value::Array(holders)),
+            ],
+        );
+        let Ok(ReleaseReply::BrokenAll { now_ms, holders }) = ReleaseReply::decode(&r) else {
+            panic!("not brokenall: {r:?}");
+        };
+        assert_eq!(now_ms, 1000);
+        assert_eq!(holders.len(), 2);
+        let first = &holders[0];
+        assert_eq!((first.token.as_str(), first.ends_ms), ("t1", 2000));
+        assert_eq!(first.fence, Some(1_787_654_321_098_765));
+        assert_eq!((first.ttl_ms, first.renewed_ms), (Some(30_000), Some(950)));
+        assert_eq!(first.holder.host.as_deref(), Some("a"));
+        assert_eq!(first.holder.user, None, "an empty user is no user");
+        assert_eq!(first.holder.since_ms, Some(900));
+        assert_eq!(first.holder.pidns.as_deref(), Some("pid:[1]"));
+        // A record that cannot be read leaves the holder unknown, not the reply.
+        assert_eq!((holders[1].token.as_str(), holders[1].fence), ("t2", None));
+        assert!(holders[1].holder.host.is_none());
+    }
+
+    #[test]
+    fn inspect_of_a_lock_rlock_holds() {
+        let r = reply(
+            "string",
+            &[
+                ("pttl", Value::Int(25_000)),
+                ("now", Value::Int(1_000_000)),
+                ("waiters", Value::Int(2)),
+                ("value", bulk("tok")),
+                ("fence", bulk("1787654321098765")),
+                ("host", bulk("build-7")),
+                ("pid", bulk("4411")),
+                ("user", bulk("alice")),
+                ("since", bulk("990000")),
+                ("cmd", bulk("make")),
+                ("ttl", bulk("30000")),
+                ("renewed", bulk("980000")),
+                ("pidns", bulk("pid:[4026531836]")),
+            ],
+        );
+        let info = LockInfo::from_reply(&key(), &r).unwrap();
+        assert_eq!(
+            (info.name.as_str(), info.redis_key.as_str()),
+            ("jobs", "rlock:jobs")
+        );
+        assert_eq!(info.kind, KeyType::String);
+        assert_eq!(
+            (info.pttl, info.now_ms, info.waiters),
+            (25_000, 1_000_000, 2)
+        );
+        assert_eq!(info.token.as_deref(), Some("tok"));
+        assert_eq!(info.fence, Some(1_787_654_321_098_765));
+        assert_eq!(info.ttl_ms, Some(30_000));
+        assert_eq!(info.renewed_ms, Some(990_000), "never before the grant");
+        assert_eq!(info.holder.pidns.as_deref(), Some("pid:[4026531836]"));
+        assert_eq!(info.limit, None);
+        assert!(info.holders.is_empty() && info.ours() && info.held());
+    }
+
+    #[test]
+    fn inspect_of_free_foreign_and_multi_holder_locks() {
+        let free = reply("none", &[("pttl", Value::Int(-2)), ("now", Value::Int(1))]);
+        let info = LockInfo::from_reply(&key(), &free).unwrap();
+        assert!(!info.held() && !info.ours());
+        assert_eq!((info.waiters, info.fence), (0, None));
+
+        // A sorted set rlock did not write: no mode.
+        let zset = reply("zset", &[("pttl", Value::Int(-1)), ("now", Value::Int(1))]);
+        let info = LockInfo::from_reply(&key(), &zset).unwrap();
+        assert_eq!(info.kind, KeyType::Other("zset".into()));
+
+        let record = r#"{"fence":"41","host":"b","pid":"7","user":"bob","cmd":"read","since":5,"ttl":9000,"renewed":6}"#;
+        let shared = reply(
+            "zset",
+            &[
+                ("pttl", Value::Int(9000)),
+                ("now", Value::Int(10)),
+                ("waiters", Value::Int(0)),
+                ("fence", Value::Int(41)),
+                ("mode", bulk("shared")),
+                ("limit", Value::Int(0)),
+                ("holders", Value::Array(vec![lease("t1", 9010, record)])),
+            ],
+        );
+        let info = LockInfo::from_reply(&key(), &shared).unwrap();
+        assert_eq!(info.kind, KeyType::Holders);
+        assert_eq!(info.limit, Some(0));
+        assert_eq!(info.renewed_ms, None, "each holder has its own");
+        assert_eq!(info.holder.user.as_deref(), Some("bob"), "the first holder");
+        assert_eq!(info.holders[0].fence, Some(41));
+
+        let semaphore = reply(
+            "zset",
+            &[
+                ("mode", bulk("limit")),
+                ("limit", Value::Int(3)),
+                ("holders", Value::Array(vec![])),
+            ],
+        );
+        let info = LockInfo::from_reply(&key(), &semaphore).unwrap();
+        assert_eq!((info.limit, info.holders.len()), (Some(3), 0));
+        assert_eq!(
+            LockInfo::from_reply(&key(), &[Value::Nil]).err(),
+            Some(Refusal::Unexpected)
+        );
     }
 }

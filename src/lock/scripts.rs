@@ -34,4 +34,16 @@ mod tests {
         assert!(ACQUIRE.source.starts_with(include_str!("common.lua")));
         assert!(ACQUIRE.source.ends_with(include_str!("acquire.lua")));
     }
+
+    #[test]
+    fn the_give_back_fits_in_one_read_of_the_server() {
+        // Sent whole, often to a server that has just stalled: in one 16 KB read of its query
+        // buffer it runs when the server thaws, before the commands that other connections
+        // (the waiter's next try) sent later.
+        assert!(
+            LEAVE.source.len() < 16 * 1024,
+            "{} bytes",
+            LEAVE.source.len()
+        );
+    }
 }

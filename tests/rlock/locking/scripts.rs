@@ -61,16 +61,20 @@ fn a_retried_acquire_script_is_idempotent() {
     server.cmd(&["PEXPIRE", &lock_key("jobs"), "1000"]);
     let second = eval();
     assert_eq!(first, second, "a retry answers like the first call");
-    let fence = match first.get(1) {
+    // The reply: "ok", then its fields by name.
+    let fence = match first.get(2) {
         Some(redis::Value::Int(f)) => f.to_string(),
         other => panic!("no fence in {first:?}: {other:?}"),
     };
     assert!(is_clock_fence(&server, &fence), "{first:?}");
+    let bulk = |s: &str| redis::Value::BulkString(s.as_bytes().to_vec());
     assert_eq!(
         first,
         [
-            redis::Value::BulkString(b"ok".to_vec()),
-            first[1].clone(),
+            bulk("ok"),
+            bulk("fence"),
+            first[2].clone(),
+            bulk("ttl"),
             redis::Value::Int(60_000)
         ]
     );

@@ -1,0 +1,99 @@
+-- slot: acquire's part for a lock with several holders (multi.lua's semaphore or shared lock),
+-- prepended after common.lua and multi.lua to acquire.lua only (see build.rs): the give-back
+-- script (leave), sent whole, stays small.
+
+-- Keeps (or takes) a place in line for acquire's request `r`, when it asked to wait. The waiter
+-- checks again within `horizon` ms, so the line lives that long and a while more. A shared
+-- waiter's score is its arrival time + 0.5 (multi.lua's is_reader).
+local function wait_in_line(r, horizon)
+  if r.join then
+    redis.call("ZADD", r.queue, "NX", r.mode == "shared" and r.now + 0.5 or r.now, r.token)
+    keep_alive(r.queue, horizon + KEEP_MS)
+  end
+end
+
+-- acquire's busy reply for a multi-holder lock: the holder whose lease ends first, how many
+-- hold it and the limit (0 for a shared lock); `ahead` when an exclusive waiter is what keeps a
+-- shared request out.
+local function busy_multi(r, pttl, ahead)
+  local first = redis.call("ZRANGE", r.lock, 0, 0)[1]
+  local h = record_of(r.state, first or "") or {}
+  return reply("busy", "pttl", pttl, "now", r.now, "host", h.host, "pid", h.pid, "user", h.user,
+    "since", h.since, "cmd", h.cmd, "holders", redis.call("ZCARD", r.lock),
+    "limit", tonumber(redis.call("HGET", r.state, "limit")) or 0, "ahead", ahead and 1)
+end
+
+-- acquire for a semaphore or shared lock (`r.mode`), on a key that is absent (`kind` "none") or
+-- already such a lock of the same kind ("zset", its expired holders dropped): every check is
+-- made. Returns acquire's reply: the grant, busy, or queued behind an earlier waiter.
+local function take_slot(r, kind)
+  local lock, state, queue, token, now = r.lock, r.state, r.queue, r.token, r.now
+  if kind == "zset" then
+    local mine = redis.call("ZSCORE", lock, token)
+    if mine then
+      -- Already ours: a retried acquire whose first reply was lost.
+      redis.call("ZADD", lock, math.max(tonumber(mine), now + r.ttl), token)
+      expire_with_last(lock, now)
+      local h = record_of(state, token)
+      return reply("ok", "fence", h and tonumber(h.fence) or 0, "ttl", r.ttl)
+    end
+  end
+  local shared, held = r.mode == "shared", kind == "zset" and redis.call("ZCARD", lock) or 0
+  drop_unclaimed(queue, state, now)
+  local go, blocked = admissible(queue, state, now, shared, r.limit - held)
+  local admitted = false
+  for _, t in ipairs(go) do
+    if t == token then
+      admitted = true
+    end
+  end
+  if not redis.call("ZSCORE", queue, token) then
+    -- A newcomer goes only when nobody waits who may not go, and, for a semaphore, a slot
+    -- is left over by those who may.
+    admitted = blocked == nil and (shared or #go < r.limit - held)
+  end
+  if admitted then
+    local fence = math.max(r.fence + 1, now_us)
+    if kind == "none" then
+      -- Records of holders of an earlier life of the key.
+      for _, f in ipairs(redis.call("HKEYS", state)) do
+        if string.sub(f, 1, 2) == "h:" then
+          redis.call("HDEL", state, f)
+        end
+      end
+    end
+    redis.call("ZADD", lock, now + r.ttl, token)
+    expire_with_last(lock, now)
+    -- (cjson writes numbers with 14 digits: the fence goes as a string.)
+    local who = r.who
+    redis.call("HSET", state, "fence", fence, "mode", r.mode, "limit", r.limit, "h:" .. token,
+      cjson.encode({fence = string.format("%.0f", fence), host = who.host, pid = who.pid,
+        user = who.user, cmd = who.cmd, since = now, ttl = r.ttl, renewed = now,
+        pidns = who.pidns}))
+    redis.call("HDEL", state, "go:" .. token)
+    if redis.call("HGET", state, "next") == token then
+      redis.call("HDEL", state, "next", "next_until")
+    end
+    redis.call("ZREM", queue, token)
+    keep_alive(state, r.ttl + KEEP_MS)
+    -- Whoever else may now come in (the readers behind this one, say) is told so.
+    go, blocked = admissible(queue, state, now, shared, r.limit - held - 1)
+    wake_admissible(state, r.channel, now, go, blocked)
+    return reply("ok", "fence", fence, "ttl", r.ttl)
+  end
+  -- It was here and is alive: a window it had to claim is moot.
+  redis.call("HDEL", state, "go:" .. token)
+  wake_admissible(state, r.channel, now, go, blocked)
+  if held > 0 and (shared or held >= r.limit) then
+    local pttl = shared and redis.call("PTTL", lock) or first_end(lock, now)
+    wait_in_line(r, pttl)
+    return busy_multi(r, pttl, shared and blocked ~= nil)
+  end
+  local next_in_line = redis.call("HMGET", state, "next", "next_until")
+  local wait = CLAIM_MS
+  if next_in_line[1] and next_in_line[1] ~= token and (tonumber(next_in_line[2]) or 0) > now then
+    wait = tonumber(next_in_line[2]) - now
+  end
+  wait_in_line(r, wait)
+  return reply("queued", "wait", wait, "now", now)
+end
