@@ -1,0 +1,138 @@
+//! Unit tests of the Redlock arithmetic: the majority, the validity, the answers without a grant.
+use super::*;
+
+fn key() -> LockKey {
+    LockKey::new("rlock:", "jobs").unwrap()
+}
+
+fn granted(fence: i64) -> NodeAttempt {
+    Ok(Attempt::Granted(Grant {
+        key: key(),
+        token: "tok".into(),
+        fence,
+        ttl: Duration::from_secs(10),
+        sent: Instant::now(),
+    }))
+}
+
+fn busy(pttl: i64) -> NodeAttempt {
+    Ok(Attempt::Busy {
+        pttl,
+        now_ms: pttl,
+        holder: Holder::default(),
+        crowd: None,
+    })
+}
+
+fn failed(kind: Fault) -> NodeAttempt {
+    Err(NodeError {
+        kind,
+        node: "redis://n".into(),
+        detail: "gone".into(),
+    })
+}
+
+fn busy_pttl(a: &Result<Attempt, Unanswered>) -> Option<i64> {
+    match a {
+        Ok(Attempt::Busy { pttl, .. }) => Some(*pttl),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_majority_grants_with_the_highest_fence() {
+    let three = Quorum::of(3);
+    assert_eq!(
+        majority_fence(three, &[granted(5), busy(100), granted(7)]),
+        Some(7)
+    );
+    assert_eq!(
+        majority_fence(three, &[granted(5), busy(100), failed(Fault::Timeout)]),
+        None
+    );
+    let five = Quorum::of(5);
+    let results = [granted(1), granted(2), granted(3), busy(1), busy(1)];
+    assert_eq!(majority_fence(five, &results), Some(3));
+    assert_eq!(majority_fence(five, &results[1..]), None);
+}
+
+#[test]
+fn validity_is_what_is_left_after_the_round_trip_and_the_drift() {
+    let ttl = Duration::from_secs(10);
+    // drift: 1% of the TTL and 2 ms.
+    assert_eq!(
+        validity(ttl, Duration::from_secs(1)),
+        Some(Duration::from_millis(10_000 - 1_000 - 102))
+    );
+    assert_eq!(
+        validity(ttl, Duration::from_millis(9_898)),
+        Some(Duration::ZERO)
+    );
+    assert_eq!(validity(ttl, Duration::from_millis(9_899)), None);
+    assert_eq!(validity(ttl, ttl * 2), None);
+}
+
+#[test]
+fn no_grant_reports_the_lease_that_ends_soonest() {
+    let three = Quorum::of(3);
+    let said = no_grant(three, &key(), vec![busy(-1), busy(900), busy(300)]);
+    assert_eq!(busy_pttl(&said), Some(300));
+    // A lock without expiry says when only if nothing else does.
+    let said = no_grant(three, &key(), vec![busy(-1), granted(4), busy(-2)]);
+    assert_eq!(busy_pttl(&said), Some(-1));
+    // A majority granted, too slowly: busy, with nothing to say but to try again soon.
+    let said = no_grant(three, &key(), vec![granted(4), granted(5), granted(6)]);
+    assert_eq!(busy_pttl(&said), Some(0));
+}
+
+#[test]
+fn no_grant_without_a_majority_answering() {
+    let three = Quorum::of(3);
+    // One node down: the others still decide.
+    let said = no_grant(
+        three,
+        &key(),
+        vec![failed(Fault::Connect), busy(5), busy(9)],
+    );
+    assert_eq!(busy_pttl(&said), Some(5));
+    // Two down: no quorum, which time may cure...
+    let said = no_grant(
+        three,
+        &key(),
+        vec![failed(Fault::Connect), failed(Fault::Timeout), busy(9)],
+    );
+    let Err(Unanswered { failure, transient }) = said else {
+        panic!("a quorum without a majority: {said:?}");
+    };
+    assert!(transient);
+    assert!(
+        matches!(&failure, Failure::Unavailable(m) if m.contains("no quorum") && m.contains("2 of 3")),
+        "{failure:?}"
+    );
+    // ...unless a name does not resolve.
+    let said = no_grant(
+        three,
+        &key(),
+        vec![failed(Fault::Unresolved), failed(Fault::Timeout), busy(9)],
+    );
+    assert!(matches!(
+        said,
+        Err(Unanswered {
+            transient: false,
+            ..
+        })
+    ));
+    // A key that is not a lock, on any node, is said first.
+    let said = no_grant(
+        three,
+        &key(),
+        vec![busy(5), failed(Fault::WrongType), busy(9)],
+    );
+    assert!(matches!(
+        said,
+        Err(Unanswered {
+            failure: Failure::NotALock(_),
+            transient: false
+        })
+    ));
+}
