@@ -68,7 +68,7 @@ impl Tool for RlockTool<'_> {
         let mut cmd = rlock(
             self.0,
             &[
-                "exec", "-w", "600s", "-k", key, "--", "sh", "-c", script, "sh",
+                "exec", "-w", "600s", "-k", key, "--", "bash", "-c", script, "bash",
             ],
         );
         cmd.args(args);
