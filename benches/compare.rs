@@ -14,7 +14,7 @@
 //! - `RLOCK_BENCH_LINE`      the longer line of the waiting table (default 300; the shorter is a
 //!   third of it)
 //! - `RLOCK_BENCH_ONLY=host` only the table of what waiting costs on the host and the handoff
-//!   (`compare/host.rs`), for a quick look
+//!   (`compare/host.rs`), for a quick look; `RLOCK_BENCH_ONLY=soak` only the long soak
 //!
 //! The Redlock figure starts four more servers and puts each of the five behind a proxy of this
 //! program that adds `RLOCK_BENCH_LATENCY_MS` (default 5) each way, so the network counts as it
@@ -45,6 +45,8 @@ use nix::fcntl::{Flock, FlockArg};
 
 #[path = "compare/host.rs"]
 mod host;
+#[path = "../tests/rlock/common/procfs.rs"]
+mod procfs;
 #[path = "compare/waiting.rs"]
 mod waiting;
 use nix::sys::signal::{Signal, kill, killpg};
@@ -87,8 +89,8 @@ struct Config {
     soak_grants: usize,
     /// The longer line of the waiting figures (the shorter is a third of it).
     line: usize,
-    /// Only the host table (`RLOCK_BENCH_ONLY=host`).
-    host_only: bool,
+    /// Only the host table, or only the soak (`RLOCK_BENCH_ONLY=host|soak`).
+    only: Option<&'static str>,
 }
 
 impl Config {
@@ -111,10 +113,13 @@ impl Config {
             iters: num("RLOCK_BENCH_ITERS", 15, 1000) as usize,
             latency: Duration::from_millis(num("RLOCK_BENCH_LATENCY_MS", 5, 1000)),
             line: num("RLOCK_BENCH_LINE", 300, 1000).max(3) as usize,
-            host_only: match std::env::var("RLOCK_BENCH_ONLY") {
-                Err(_) => false,
-                Ok(v) if v == "host" => true,
-                Ok(v) => exit_with(&format!("RLOCK_BENCH_ONLY={v}: the only choice is 'host'")),
+            only: match std::env::var("RLOCK_BENCH_ONLY") {
+                Err(_) => None,
+                Ok(v) if v == "host" => Some("host"),
+                Ok(v) if v == "soak" => Some("soak"),
+                Ok(v) => exit_with(&format!(
+                    "RLOCK_BENCH_ONLY={v}: the choices are 'host' and 'soak'"
+                )),
             },
             soak_grants: match std::env::var("RLOCK_BENCH_SOAK_GRANTS") {
                 Err(_) => 10_000,
@@ -1093,10 +1098,17 @@ fn main() {
         cli_pair(&port, "warm", "t");
     }
 
-    if cfg.host_only {
-        let etcd = start_etcd();
-        host_figures(&cfg, &redis, &flock, etcd.as_ref(), dir.path());
-        return;
+    match cfg.only {
+        Some("host") => {
+            let etcd = start_etcd();
+            host_figures(&cfg, &redis, &flock, etcd.as_ref(), dir.path());
+            return;
+        }
+        Some(_) => {
+            soak(&redis_server, cfg.soak_grants.max(1));
+            return;
+        }
+        None => {}
     }
 
     // Process start-up, for reading the rest.

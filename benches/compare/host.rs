@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use nix::sys::stat::Mode;
 use nix::unistd::mkfifo;
 
+use super::procfs::voluntary_switches as switches;
 use super::waiting::Etcd;
 use super::{Bg, Redis, fail, median, quiet, rlock, wait_for, zcard};
 
@@ -124,22 +125,6 @@ impl Tool for EtcdTool<'_> {
     fn in_line(&self, key: &str) -> usize {
         self.0.count(key)
     }
-}
-
-/// Voluntary context switches of every thread of `pid`, summed.
-fn switches(pid: i32) -> u64 {
-    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| fs::read_to_string(t.path().join("status")).ok())
-        .filter_map(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        })
-        .sum()
 }
 
 /// An idle waiter's wake-ups per second: a holder keeps `key` (its command waits on a FIFO),

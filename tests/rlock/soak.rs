@@ -53,6 +53,29 @@ fn loops_stderr(dir: &Path, workers: usize) -> String {
         .join("\n")
 }
 
+/// What every soak must show: no two holders at once, fences in order, every heartbeat
+/// readable, and only the exit codes in `allowed`.
+fn assert_safe(report: &soak::Report, allowed: &[i32], stderr: &str) {
+    assert!(report.overlaps.is_empty(), "holders overlapped:\n{report}");
+    assert!(
+        report.inversions.is_empty(),
+        "fences out of order:\n{report}"
+    );
+    assert!(
+        report.malformed.is_empty(),
+        "unreadable heartbeats:\n{report}"
+    );
+    let unexpected: Vec<_> = report
+        .exits
+        .keys()
+        .filter(|c| !allowed.contains(*c))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "unexpected exit codes {unexpected:?}:\n{report}\n{stderr}"
+    );
+}
+
 fn soak(limit: Option<u32>) {
     let _heavy = crate::common::heavy();
     let secs = secs();
@@ -85,27 +108,10 @@ fn soak(limit: Option<u32>) {
             "the semaphore never had {n} holders at once:\n{report}"
         );
     }
-    assert!(report.overlaps.is_empty(), "holders overlapped:\n{report}");
-    assert!(
-        report.inversions.is_empty(),
-        "fences out of order:\n{report}"
-    );
-    assert!(
-        report.malformed.is_empty(),
-        "unreadable heartbeats:\n{report}"
-    );
     // Only the outcomes rlock promises under these faults: done, or lost (76). A wait
-    // (-w 60s) rides out every fault here (waits ride out outages), so no 69 and no 75; no crash, no 70.
-    let unexpected: Vec<_> = report
-        .exits
-        .keys()
-        .filter(|c| ![0, 76].contains(*c))
-        .collect();
-    assert!(
-        unexpected.is_empty(),
-        "unexpected exit codes {unexpected:?}:\n{report}\n{}",
-        stderr()
-    );
+    // (-w 60s) rides out every fault here (waits ride out outages), so no 69 and no 75; no
+    // crash, no 70.
+    assert_safe(&report, &[0, 76], &stderr());
 
     // Not vacuous: the loops got through, and the faults really happened.
     // 50 in the default 30 s: a third to a half of what a loaded 2-core machine manages.
@@ -170,27 +176,9 @@ fn holders_never_overlap_and_fences_rise_through_blackholed_links() {
     eprintln!("{report}");
     let stderr = || loops_stderr(dir.path(), cfg.workers);
 
-    assert!(report.overlaps.is_empty(), "holders overlapped:\n{report}");
-    assert!(
-        report.inversions.is_empty(),
-        "fences out of order:\n{report}"
-    );
-    assert!(
-        report.malformed.is_empty(),
-        "unreadable heartbeats:\n{report}"
-    );
     // Done, lost (76), or a wait that gave up on a link that stayed dead (69, 75): nothing
     // else, no crash, no hang (-9).
-    let unexpected: Vec<_> = report
-        .exits
-        .keys()
-        .filter(|c| ![0, 69, 75, 76].contains(*c))
-        .collect();
-    assert!(
-        unexpected.is_empty(),
-        "unexpected exit codes {unexpected:?}:\n{report}\n{}",
-        stderr()
-    );
+    assert_safe(&report, &[0, 69, 75, 76], &stderr());
 
     // Not vacuous: the loops got through, the blackholes really happened, and one caught a
     // holder, whose command was stopped mid-run.

@@ -12,6 +12,7 @@ mod binary;
 mod cli;
 mod cluster;
 mod limits;
+pub mod procfs;
 mod proxy;
 mod rng;
 mod sentinel;

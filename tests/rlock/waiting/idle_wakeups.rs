@@ -3,21 +3,7 @@
 //! as a clock), for every kind of wait.
 
 use super::*;
-
-/// Voluntary context switches of every thread of `pid`, summed.
-fn switches(pid: i32) -> u64 {
-    let tasks = fs::read_dir(format!("/proc/{pid}/task")).expect("the waiter's threads");
-    tasks
-        .flatten()
-        .filter_map(|t| fs::read_to_string(t.path().join("status")).ok())
-        .flat_map(|s| {
-            s.lines()
-                .filter_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .map(|v| v.trim().parse::<u64>().unwrap_or(0))
-                .collect::<Vec<_>>()
-        })
-        .sum()
-}
+use crate::common::procfs::voluntary_switches as switches;
 
 /// Every server has the waiter's subscription.
 fn subscribed(servers: &[&RedisServer]) -> bool {
