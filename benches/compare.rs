@@ -1447,7 +1447,7 @@ fn main() {
     );
 
     // 7. Waiting (issue 12): idle waiters, long lines, rlock beside etcdctl lock and flock.
-    waiting_figures(&cfg, &redis, &flock, dir.path(), cost, (e_rlock, e_flock));
+    waiting_figures(&cfg, &redis, &flock, dir.path(), (e_rlock, e_flock));
 
     // 8. Soak, last: it takes minutes, and the tables above should not wait for it.
     drop(more);
@@ -1585,7 +1585,6 @@ fn waiting_figures(
     redis: &Redis,
     flock: &Path,
     dir: &Path,
-    cost: f64,
     (e_rlock, e_flock): (f64, f64),
 ) {
     use waiting::Row as W;
@@ -1606,28 +1605,14 @@ fn waiting_figures(
         });
     }
     let drains = |n: usize| {
-        let r = waiting::drain_rlock(redis, dir, n, cost);
-        let f = waiting::drain_flock(flock, dir, n, cost);
-        let e = etcd.as_ref().map(|e| waiting::drain_etcd(e, dir, n, cost));
+        let r = waiting::drain_rlock(redis, dir, n);
+        let f = waiting::drain_flock(flock, dir, n);
+        let e = etcd.as_ref().map(|e| waiting::drain_etcd(e, dir, n));
         (r, f, e)
     };
-    let one = drains(1);
+    // (The handoff, measured 30 times and more, is in the host table above.)
     let (r_s, f_s, e_s) = drains(small);
     let (r_l, f_l, e_l) = drains(large);
-    for (what, (r, f, e)) in [
-        ("1 waiter", (&one.0, &one.1, &one.2)),
-        (&*format!("{small} waiters"), (&r_s, &f_s, &e_s)),
-    ] {
-        rows.push(W {
-            figure: format!("handoff, release → next command started, {what} queued"),
-            unit: "ms",
-            rlock: r.handoff,
-            flock: Some(f.handoff),
-            etcd: e.as_ref().map(|e| e.handoff),
-            target: "≤ flock".into(),
-            met: Some(r.handoff <= f.handoff),
-        });
-    }
     for (n, (r, f, e)) in [(small, (&r_s, &f_s, &e_s)), (large, (&r_l, &f_l, &e_l))] {
         rows.push(W {
             figure: format!("{n} waiters through one key: release → last done"),

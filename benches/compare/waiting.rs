@@ -12,7 +12,7 @@ use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::{Bg, Redis, fail, median, ms, now_ns, output, quiet, rlock, wait_for, watch, zcard};
+use super::{Bg, Redis, fail, median, ms, output, quiet, rlock, wait_for, watch, zcard};
 
 /// An etcd on 127.0.0.1 (client and peer ports free), killed on drop.
 pub struct Etcd {
@@ -181,9 +181,6 @@ pub fn settle(redis: &Redis) {
 
 /// What draining a line of waiters through one key cost.
 pub struct Drain {
-    /// Release of the first holder → the first waiter's command started (ms, stamp cost
-    /// subtracted).
-    pub handoff: f64,
     /// Release → the last waiter done (ms).
     pub total: f64,
     /// Waiters that ran before one that arrived earlier.
@@ -206,13 +203,11 @@ fn section(dir: &Path, i: usize) -> Vec<String> {
     ]
 }
 
-fn results(dir: &Path, released: i128, done: Instant, start: Instant, cost: f64) -> Drain {
+fn results(dir: &Path, done: Instant, start: Instant) -> Drain {
     let stamps = fs::read_to_string(dir.join("stamps")).unwrap_or_default();
-    let first = stamps
-        .lines()
-        .filter_map(|l| l.trim().parse::<i128>().ok())
-        .min()
-        .unwrap_or_else(|| fail("no waiter ran"));
+    if !stamps.lines().any(|l| l.trim().parse::<i128>().is_ok()) {
+        fail("no waiter ran");
+    }
     let order: Vec<usize> = fs::read_to_string(dir.join("order"))
         .unwrap_or_default()
         .lines()
@@ -220,7 +215,6 @@ fn results(dir: &Path, released: i128, done: Instant, start: Instant, cost: f64)
         .collect();
     let inversions = order.windows(2).filter(|w| w[1] < w[0]).count();
     Drain {
-        handoff: (first - released) as f64 / 1e6 - cost,
         total: ms(done - start),
         inversions,
         redis_cpu: None,
@@ -249,7 +243,7 @@ fn redis_cpu_ms(redis: &Redis) -> f64 {
 }
 
 /// `n` rlock exec waiters queued in arrival order behind a holder, then the holder releases.
-pub fn drain_rlock(redis: &Redis, dir: &Path, n: usize, cost: f64) -> Drain {
+pub fn drain_rlock(redis: &Redis, dir: &Path, n: usize) -> Drain {
     let d = fresh(dir, &format!("rlock-{n}"));
     let key = format!("chain{n}");
     let queue = format!("{{rlock:{key}}}:q");
@@ -274,7 +268,6 @@ pub fn drain_rlock(redis: &Redis, dir: &Path, n: usize, cost: f64) -> Drain {
     let rss = super::rss_kib(waiters[n - 1].pid()).map(|k| k / 1024.0);
     let cpu = redis_cpu_ms(redis);
     let start = Instant::now();
-    let released = now_ns();
     quiet(&mut rlock(
         redis,
         &["release", "-k", &key, "--token", holder.trim()],
@@ -283,7 +276,7 @@ pub fn drain_rlock(redis: &Redis, dir: &Path, n: usize, cost: f64) -> Drain {
         w.wait("an rlock waiter");
     }
     let done = Instant::now();
-    let mut out = results(&d, released, done, start, cost);
+    let mut out = results(&d, done, start);
     out.redis_cpu = Some(redis_cpu_ms(redis) - cpu);
     out.waiter_rss = rss;
     out
@@ -291,7 +284,7 @@ pub fn drain_rlock(redis: &Redis, dir: &Path, n: usize, cost: f64) -> Drain {
 
 /// The same with flock(1): the benchmark holds the file lock itself, `n` flock processes wait
 /// in the kernel (seen in /proc/locks), then the benchmark lets go.
-pub fn drain_flock(flock: &Path, dir: &Path, n: usize, cost: f64) -> Drain {
+pub fn drain_flock(flock: &Path, dir: &Path, n: usize) -> Drain {
     let d = fresh(dir, &format!("flock-{n}"));
     let path = d.join("lock");
     let file = File::create(&path).expect("lock file");
@@ -312,16 +305,15 @@ pub fn drain_flock(flock: &Path, dir: &Path, n: usize, cost: f64) -> Drain {
         wait_for("a flock waiter to block", || blocked() > base + i);
     }
     let start = Instant::now();
-    let released = now_ns();
     drop(held);
     for w in &mut waiters {
         w.wait("a flock waiter");
     }
-    results(&d, released, Instant::now(), start, cost)
+    results(&d, Instant::now(), start)
 }
 
 /// The same with `etcdctl lock`: a holder `etcdctl lock` (no command) released by SIGTERM.
-pub fn drain_etcd(etcd: &Etcd, dir: &Path, n: usize, cost: f64) -> Drain {
+pub fn drain_etcd(etcd: &Etcd, dir: &Path, n: usize) -> Drain {
     let d = fresh(dir, &format!("etcd-{n}"));
     let name = format!("chain{n}-{}", std::process::id());
     let mut holder = Bg::spawn(
@@ -339,13 +331,12 @@ pub fn drain_etcd(etcd: &Etcd, dir: &Path, n: usize, cost: f64) -> Drain {
         wait_for("an etcdctl waiter to queue", || etcd.count(&name) == i + 2);
     }
     let start = Instant::now();
-    let released = now_ns();
     let _ = kill(Pid::from_raw(holder.pid()), Signal::SIGTERM);
     holder.wait("the etcd holder");
     for w in &mut waiters {
         w.wait("an etcdctl waiter");
     }
-    results(&d, released, Instant::now(), start, cost)
+    results(&d, Instant::now(), start)
 }
 
 /// `etcdctl lock K -- true`, median wall time (ms).
