@@ -293,10 +293,34 @@ impl Single {
             };
             Ok((value, acked))
         })?;
+        let write = wait_for.map_or(script.name, |(write, _)| write);
         match ran {
-            Ok((_, Some(Err(e)))) => {
+            Ok((value, acked)) => self.replicated_or_not(value, acked, write, timeout),
+            Err(e) => match (e.kind(), e.redirect_node()) {
+                (redis::ErrorKind::Server(redis::ServerErrorKind::Moved), Some((addr, _))) => {
+                    Ok(Routed::Moved(addr.to_string()))
+                }
+                (redis::ErrorKind::Server(redis::ServerErrorKind::Ask), Some((addr, _))) => {
+                    Ok(Routed::Ask(addr.to_string()))
+                }
+                _ => Err(self.err(&e)),
+            },
+        }
+    }
+
+    /// A script's reply, once its `write` (a grant, a renewal) reached the replicas that
+    /// --replicas asks for: `acked` is the WAIT's answer (None when no WAIT was due), an error
+    /// when the server refused the WAIT or too few replicas acknowledged within `timeout`.
+    fn replicated_or_not(
+        &self,
+        value: Value,
+        acked: Option<redis::RedisResult<i64>>,
+        write: &str,
+        timeout: Duration,
+    ) -> Result<Routed, NodeError> {
+        match acked {
+            Some(Err(e)) => {
                 let err = self.err(&e);
-                let write = wait_for.map_or(script.name, |(write, _)| write);
                 Err(NodeError {
                     // A refusal by the ACL stays one (77, and the list of rights).
                     kind: if err.kind == Fault::Denied {
@@ -311,27 +335,17 @@ impl Single {
                     ..err
                 })
             }
-            Ok((_, Some(Ok(acked)))) if acked < i64::from(self.replicas) => Err(NodeError {
+            Some(Ok(acked)) if acked < i64::from(self.replicas) => Err(NodeError {
                 kind: Fault::Replicas,
                 node: self.name.clone(),
                 detail: format!(
-                    "only {acked} of {} replicas acknowledged the {} within {} (--replicas {})",
+                    "only {acked} of {} replicas acknowledged the {write} within {} (--replicas {})",
                     self.replicas,
-                    wait_for.map_or(script.name, |(write, _)| write),
                     humantime::format_duration(timeout),
                     self.replicas
                 ),
             }),
-            Ok((v, _)) => Ok(Routed::Done(v)),
-            Err(e) => match (e.kind(), e.redirect_node()) {
-                (redis::ErrorKind::Server(redis::ServerErrorKind::Moved), Some((addr, _))) => {
-                    Ok(Routed::Moved(addr.to_string()))
-                }
-                (redis::ErrorKind::Server(redis::ServerErrorKind::Ask), Some((addr, _))) => {
-                    Ok(Routed::Ask(addr.to_string()))
-                }
-                _ => Err(self.err(&e)),
-            },
+            _ => Ok(Routed::Done(value)),
         }
     }
 
