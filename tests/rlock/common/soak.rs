@@ -501,14 +501,8 @@ fn inject_faults(target: &Target, cfg: &Config, log: &Path, stop: &AtomicBool) -
         }
         match *fault {
             Fault::AimedFreeze | Fault::Freeze => {
-                let length = if let Fault::AimedFreeze = fault {
-                    // A long command that has just started will still run when its deadline
-                    // passes: it must be stopped, and its rlock must exit 76.
-                    wait_for_long_start(log, cfg, stop);
-                    cfg.freeze.1
-                } else {
-                    rng.between(cfg.freeze.0, cfg.freeze.1)
-                };
+                let aimed = matches!(fault, Fault::AimedFreeze);
+                let length = fault_length(aimed, cfg.freeze, &mut rng, log, cfg, stop);
                 if stop.load(Ordering::SeqCst) {
                     break;
                 }
@@ -526,15 +520,10 @@ fn inject_faults(target: &Target, cfg: &Config, log: &Path, stop: &AtomicBool) -
                 let Some(link) = &target.link else {
                     continue;
                 };
-                let length = if let Fault::AimedCut = fault {
-                    // As the aimed freeze: the holder cannot renew for longer than its TTL, so
-                    // its command must be stopped before its lease lapses (76), while the
-                    // others wait on the same dead link.
-                    wait_for_long_start(log, cfg, stop);
-                    cfg.cut.1
-                } else {
-                    rng.between(cfg.cut.0, cfg.cut.1)
-                };
+                // Aimed as a freeze is: the holder cannot renew for longer than its TTL, while
+                // the others wait on the same dead link.
+                let aimed = matches!(fault, Fault::AimedCut);
+                let length = fault_length(aimed, cfg.cut, &mut rng, log, cfg, stop);
                 if stop.load(Ordering::SeqCst) {
                     break;
                 }
@@ -559,6 +548,25 @@ fn inject_faults(target: &Target, cfg: &Config, log: &Path, stop: &AtomicBool) -
         }
     }
     done
+}
+
+/// How long a freeze or a cut lasts: drawn from `range`, or, `aimed`, its upper bound from just
+/// after a long command started: that command will still run when its deadline passes, so it
+/// must be stopped, and its rlock must exit 76.
+fn fault_length(
+    aimed: bool,
+    range: (Duration, Duration),
+    rng: &mut Rng,
+    log: &Path,
+    cfg: &Config,
+    stop: &AtomicBool,
+) -> Duration {
+    if aimed {
+        wait_for_long_start(log, cfg, stop);
+        range.1
+    } else {
+        rng.between(range.0, range.1)
+    }
 }
 
 /// Sleeps `d` unless `stop` comes first; false if it did.
