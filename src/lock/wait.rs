@@ -401,3 +401,6 @@ fn sleep(
         let _ = poll(&mut fds, timeout);
     }
 }
+
+#[cfg(test)]
+mod tests;
