@@ -32,6 +32,9 @@ mod reply;
 mod scripts;
 mod wait;
 
+#[cfg(test)]
+mod test_request;
+
 use std::time::{Duration, Instant};
 
 use crate::identity::Identity;

@@ -1,6 +1,6 @@
 //! Unit tests of the reply decoding: Values as the scripts answer them, decoded by name.
 use super::*;
-use crate::identity::Identity;
+use crate::lock::test_request::with_request;
 
 fn bulk(s: &str) -> Value {
     Value::BulkString(s.as_bytes().to_vec())
@@ -26,22 +26,7 @@ fn key() -> LockKey {
 }
 
 fn attempt(r: &[Value]) -> Decoded<Attempt> {
-    let key = key();
-    let who = Identity {
-        host: "h".into(),
-        pid: 1,
-        user: "u".into(),
-        command: "c".into(),
-        pidns: String::new(),
-    };
-    let req = Request {
-        key: &key,
-        token: "tok",
-        ttl: Duration::from_secs(30),
-        sharing: Sharing::Exclusive,
-        who: &who,
-    };
-    Attempt::from_reply(r, &req, Instant::now())
+    with_request(|req| Attempt::from_reply(r, req, Instant::now()))
 }
 
 #[test]

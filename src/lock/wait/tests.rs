@@ -9,8 +9,7 @@ use redis::Value;
 
 use super::*;
 use crate::backend::{Fault, Node, NodeError, Script};
-use crate::identity::Identity;
-use crate::lock::Sharing;
+use crate::lock::test_request::with_request;
 
 /// A node that answers the acquire script from a list, and everything else (the give-back)
 /// with "left". It has no pub/sub: a waiter sleeps until the lease it was told of ends.
@@ -126,28 +125,13 @@ fn acquire(
 ) -> (Result<Grant, Failure>, Vec<String>, Duration) {
     let node = Scripted::new(answers);
     let locker = Locker::new(vec![Box::new(node)], Duration::from_millis(100));
-    let key = LockKey::new("rlock:", "jobs").unwrap();
-    let who = Identity {
-        host: "h".into(),
-        pid: 1,
-        user: "u".into(),
-        command: "c".into(),
-        pidns: String::new(),
-    };
-    let req = Request {
-        key: &key,
-        token: "tok",
-        ttl: Duration::from_secs(30),
-        sharing: Sharing::Exclusive,
-        who: &who,
-    };
     let heard = Heard::default();
     let hooks = Hooks {
         interrupt: &Calm,
         observer: &heard,
     };
     let start = Instant::now();
-    let outcome = locker.acquire(&req, policy, hooks);
+    let outcome = with_request(|req| locker.acquire(req, policy, hooks));
     let took = start.elapsed();
     (outcome, heard.0.into_inner(), took)
 }
