@@ -263,6 +263,20 @@ fn plain(text: &str) -> String {
     {
         text = &text[..at];
     }
+    // Redis 6 puts the script and the line in front instead: "Error running script (call to
+    // f_SHA): @user_script:N: WRONGTYPE …"; the error's own code follows.
+    if text.starts_with("Error running script")
+        && let Some((_, rest)) = text.split_once("@user_script:")
+        && let Some((line, rest)) = rest.split_once(": ")
+        && line.chars().all(|c| c.is_ascii_digit())
+    {
+        text = rest;
+        if let Some((code, rest)) = text.split_once(' ')
+            && code.chars().all(|c| c.is_ascii_uppercase())
+        {
+            text = rest;
+        }
+    }
     text.trim_end_matches('.').to_string()
 }
 
@@ -294,6 +308,12 @@ mod tests {
         assert_eq!(
             plain("NoPerm: this user has no permissions to run the 'publish' command"),
             "this user has no permissions to run the 'publish' command"
+        );
+        assert_eq!(
+            plain(
+                "Error running script (call to f_9c89551fd8c13d4301fbde6b2bee6e7945e397f1): @user_script:95: WRONGTYPE rlock's fence counter in '{rlock:h}:state' is 'x', not a whole number below 2^53"
+            ),
+            "rlock's fence counter in '{rlock:h}:state' is 'x', not a whole number below 2^53"
         );
         assert_eq!(
             plain("Connection refused (os error 111)"),

@@ -4,6 +4,16 @@
 -- before it failed, so a script that stops halfway would leave, say, a grant nobody received.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
+-- Stops the script with the error `msg`, "CODE words", nothing written. Redis 7 and Valkey take
+-- the error as a table and keep its code; Redis 6 can only put its position before a string
+-- ("@user_script:N: CODE words", which backend/error.rs reads past).
+local function raise(msg)
+  if redis.REDIS_VERSION then
+    error({err = msg})
+  end
+  error(msg, 0)
+end
+
 -- Fields by name: the (name, value) pairs given, flat, leaving out those whose value is nil or
 -- false. Replies are read by name (src/lock/reply.rs), never by position, so a field a reply
 -- lacks is simply absent; and a nil inside a list would end the list Redis sends.
@@ -54,8 +64,8 @@ end
 local function expect_type(key, want, what)
   local kind = redis.call("TYPE", key)["ok"]
   if kind ~= "none" and kind ~= want then
-    error({err = "WRONGTYPE rlock's " .. what .. " key '" .. key .. "' holds a " .. kind ..
-      ", not a " .. want})
+    raise("WRONGTYPE rlock's " .. what .. " key '" .. key .. "' holds a " .. kind ..
+      ", not a " .. want)
   end
 end
 
@@ -69,8 +79,8 @@ local function expect_rights(commands)
   for _, argv in ipairs(commands) do
     local ok, allowed = pcall(redis.acl_check_cmd, unpack(argv))
     if ok and not allowed then
-      error({err = "NOPERM this user has no permissions to run the '" .. string.lower(argv[1]) ..
-        "' command on '" .. argv[2] .. "'"})
+      raise("NOPERM this user has no permissions to run the '" .. string.lower(argv[1]) ..
+        "' command on '" .. argv[2] .. "'")
     end
   end
 end
@@ -83,8 +93,8 @@ local function fence_of(state)
     return 0
   end
   if not string.match(f, "^%d+$") or #f > 16 or tonumber(f) >= 9007199254740991 then
-    error({err = "WRONGTYPE rlock's fence counter in '" .. state .. "' is '" ..
-      string.sub(f, 1, 40) .. "', not a whole number below 2^53"})
+    raise("WRONGTYPE rlock's fence counter in '" .. state .. "' is '" ..
+      string.sub(f, 1, 40) .. "', not a whole number below 2^53")
   end
   return tonumber(f)
 end

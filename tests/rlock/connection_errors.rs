@@ -450,6 +450,9 @@ fn an_http_server_does_not_look_like_redis() {
 /// says to use rediss://, with and without a password (AUTH is then the first thing sent).
 #[test]
 fn a_tls_port_spoken_to_in_plain_text_suggests_rediss() {
+    if !crate::common::tls_or_skip() {
+        return;
+    }
     let certs = TestCerts::new();
     let tls = TlsServer::start(&certs, "no");
     let plain = format!("redis://127.0.0.1:{}", tls.tls_port);
@@ -497,6 +500,9 @@ fn a_tls_port_spoken_to_in_plain_text_suggests_rediss() {
 /// mistaken for a plain one.
 #[test]
 fn a_plain_port_spoken_to_in_tls_suggests_redis() {
+    if !crate::common::tls_or_skip() {
+        return;
+    }
     let server = RedisServer::start();
     let guarded = RedisServer::start_with(&["--requirepass", "s3cret"]);
     for (url, suggested, args) in [

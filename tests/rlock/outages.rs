@@ -234,6 +234,9 @@ mod never_heals {
 
     #[test]
     fn tls_trust_and_host_name_failures_are_configuration_errors() {
+        if !crate::common::tls_or_skip() {
+            return;
+        }
         let certs = TestCerts::new();
         let tls = TlsServer::start(&certs, "no");
         ends_at_once(

@@ -5,20 +5,18 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::limits::CONN_TIMEOUT;
-use super::spawn::connect;
+use super::spawn::{connect, executable};
 
-/// The `redis-cli` executable from PATH; panics (never skips) when there is none.
+/// The client executable: `RLOCK_TEST_REDIS_CLI` (a path, or a name on PATH), or `redis-cli`
+/// from PATH; panics (never skips) when there is none.
 pub fn redis_cli_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        std::env::var_os("PATH")
-            .iter()
-            .flat_map(std::env::split_paths)
-            .map(|dir| dir.join("redis-cli"))
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| {
-                panic!("redis-cli not found: install it with `apt-get install -y redis-tools`")
-            })
+        executable(
+            "RLOCK_TEST_REDIS_CLI",
+            "redis-cli",
+            "redis-cli not found: install it with `apt-get install -y redis-tools`",
+        )
     })
 }
 

@@ -44,6 +44,7 @@ pub use self::{
     rng::Rng,
     sentinel::Sentinels,
     server::RedisServer,
+    spawn::{redis_version, tls_or_skip},
     tls::{TestCerts, TlsServer},
     wait::{pid_alive, wait_for_file, wait_until},
 };

@@ -18,24 +18,84 @@ use super::limits::{POLL, READY_TIMEOUT};
 
 const NOT_FOUND: &str = "redis-server not found: install it with `apt-get install -y redis-server`";
 
-/// The `redis-server` executable from PATH; panics (never skips) when there is none.
-fn redis_server_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
+/// The setting that names another server to run the suite against (a path, or a name looked
+/// up on PATH), e.g. a `valkey-server`; `redis-server` from PATH when unset.
+pub const SERVER_SETTING: &str = "RLOCK_TEST_REDIS_SERVER";
+
+/// An executable: `setting`'s value when it is set (a path, or a name looked up on PATH), else
+/// `default` on PATH. Panics (never skips) with `missing` when there is none.
+pub(super) fn executable(setting: &str, default: &str, missing: &str) -> PathBuf {
+    let is_executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let on_path = |name: &str| {
         std::env::var_os("PATH")
             .iter()
             .flat_map(std::env::split_paths)
-            .map(|dir| dir.join("redis-server"))
-            .find(|p| {
-                use std::os::unix::fs::PermissionsExt;
-                p.metadata()
-                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            })
-            .unwrap_or_else(|| panic!("{NOT_FOUND}"))
+            .map(|dir| dir.join(name))
+            .find(|p| is_executable(p))
+    };
+    match std::env::var(setting) {
+        Ok(chosen) if !chosen.is_empty() => {
+            let found = if chosen.contains('/') {
+                Some(PathBuf::from(&chosen)).filter(|p| is_executable(p))
+            } else {
+                on_path(&chosen)
+            };
+            found.unwrap_or_else(|| panic!("{setting}={chosen}: no such executable"))
+        }
+        _ => on_path(default).unwrap_or_else(|| panic!("{missing}")),
+    }
+}
+
+/// The server executable: `RLOCK_TEST_REDIS_SERVER`, or `redis-server` from PATH.
+fn redis_server_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| executable(SERVER_SETTING, "redis-server", NOT_FOUND))
+}
+
+/// Whether the suite runs against the server `RLOCK_TEST_REDIS_SERVER` names rather than the
+/// default `redis-server`: only then may a test that needs a feature the server lacks skip.
+pub fn other_server() -> bool {
+    std::env::var_os(SERVER_SETTING).is_some_and(|v| !v.is_empty())
+}
+
+/// Whether the server was built with TLS. Asked of the binary, not assumed: started with a TLS
+/// port and no certificate, a server stops at once, and what it says tells (Redis 7: "No
+/// tls-cert-file configured!"; built without TLS, Valkey: "Failed finding TLS support", Redis
+/// 6: "Bad directive" for the option itself).
+pub fn server_has_tls() -> bool {
+    static TLS: OnceLock<bool> = OnceLock::new();
+    *TLS.get_or_init(|| {
+        let out = Command::new(redis_server_bin())
+            .args(["--port", "0", "--tls-port", "1", "--save", ""])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{NOT_FOUND} ({e})"));
+        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        !(text.contains("Failed finding TLS support") || text.contains("Bad directive"))
     })
 }
 
-/// `(major, minor, patch)` of the `redis-server` on PATH, e.g. `(7, 0, 15)`.
+/// For a test that needs TLS: whether it may go on. Against the default server, always (a
+/// server without TLS fails the test, never skips it); against another server built without
+/// TLS, the test says why and is skipped.
+pub fn tls_or_skip() -> bool {
+    if server_has_tls() || !other_server() {
+        return true;
+    }
+    let test = std::thread::current().name().unwrap_or("this test").to_string();
+    eprintln!(
+        "skipped {test}: {} was built without TLS",
+        redis_server_bin().display()
+    );
+    false
+}
+
+/// `(major, minor, patch)` of the server the tests run, e.g. `(7, 0, 15)` (for a Valkey, its
+/// own version).
 pub fn redis_version() -> (u32, u32, u32) {
     static VERSION: OnceLock<(u32, u32, u32)> = OnceLock::new();
     *VERSION.get_or_init(|| {
@@ -44,7 +104,8 @@ pub fn redis_version() -> (u32, u32, u32) {
             .stdin(Stdio::null())
             .output()
             .unwrap_or_else(|e| panic!("{NOT_FOUND} ({e})"));
-        // "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=…"
+        // "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=…", or
+        // "Valkey server v=8.1.8 …"
         let text = String::from_utf8_lossy(&out.stdout);
         let v = text
             .split_whitespace()

@@ -238,7 +238,14 @@ fn acl_every_documented_right_is_needed() {
         }
         .lifecycle();
         let denials = acl_denials(&server, &user);
-        if result.is_ok() && denials.is_empty() {
+        // ZREMRANGEBYSCORE runs only when a semaphore holder has expired, which the lifecycle
+        // never sees; Redis 7 asks for the right in advance (redis.acl_check_cmd), Redis 6
+        // cannot, so there only the lifecycle's own commands show as needed.
+        let asked_in_advance = crate::common::redis_version().0 >= 7;
+        if result.is_ok()
+            && denials.is_empty()
+            && (asked_in_advance || missing != "+zremrangebyscore")
+        {
             ok.push(missing);
         }
     }

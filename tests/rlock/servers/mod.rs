@@ -367,6 +367,9 @@ fn acl_denials(server: &RedisServer, user: &str) -> Vec<String> {
                 text("context")
             )
         })
+        // A listing asks INFO from a script to tell a cluster node; the script checks the right
+        // first, but before Redis 7 it cannot, and the refused INFO is logged (README).
+        .filter(|d| crate::common::redis_version().0 >= 7 || d != "command info (lua)")
         .collect()
 }
 

@@ -17,6 +17,9 @@ fn over_tls(server: &TlsServer, certs: &TestCerts) -> Command {
 
 #[test]
 fn tls_with_the_test_ca_works_for_the_whole_lifecycle() {
+    if !crate::common::tls_or_skip() {
+        return;
+    }
     let certs = TestCerts::new();
     let tls = TlsServer::start(&certs, "no");
     let plain = &tls.server;
@@ -69,6 +72,9 @@ fn tls_with_the_test_ca_works_for_the_whole_lifecycle() {
 
 #[test]
 fn tls_certificates_are_verified_by_default() {
+    if !crate::common::tls_or_skip() {
+        return;
+    }
     let certs = TestCerts::new();
     let tls = TlsServer::start(&certs, "no");
     let refused = |cmd: &mut Command, why: &str| {
@@ -163,6 +169,9 @@ fn tls_option_mistakes_are_configuration_errors() {
 
 #[test]
 fn tls_client_certificates_for_a_server_that_requires_them() {
+    if !crate::common::tls_or_skip() {
+        return;
+    }
     let certs = TestCerts::new();
     let tls = TlsServer::start(&certs, "yes");
     let out = expect(
