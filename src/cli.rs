@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueHint};
 use nix::sys::signal::Signal;
 
+pub mod usage;
 mod values;
 use values::{SignalParser, duration, non_empty, op_timeout, ttl_duration, watch_interval};
 

@@ -1,6 +1,10 @@
-//! The exit-code table of the contract, and the typed failures that map onto it, in one place.
+//! The exit-code table of the contract, and the one error type of the library (`Failure`) that
+//! maps onto it, in one place.
 
+use std::fmt;
 use std::process::ExitCode;
+
+use crate::backend::{Fault, NodeError};
 
 /// Exit codes that rlock itself chooses (a child's own status passes through unchanged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,11 +38,47 @@ impl From<Code> for ExitCode {
     }
 }
 
-/// An expected way for rlock to fail. The message is the whole line printed after `rlock: `.
+/// What a request to Redis was about, as messages name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum About {
+    /// The lock of this name.
+    Lock(String),
+    /// Every lock under this prefix (a listing).
+    Locks(String),
+}
+
+impl fmt::Display for About {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            About::Lock(name) => write!(f, "lock '{name}'"),
+            About::Locks(prefix) => write!(f, "the locks under '{prefix}'"),
+        }
+    }
+}
+
+/// An expected way for rlock to fail: the one error type of the library, from the Redis
+/// endpoints up to the command layer. The message is the whole line printed after `rlock: `.
+/// (No field is a `source`: the line is the message alone, never a chain.)
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
     #[error("{0}")]
     Usage(String),
+    /// A Redis endpoint failed a request about `about`: the fault, decided once where the
+    /// error came in (backend/error.rs), and the node it came from. The exit code follows the
+    /// fault (`fault_code`); the words are backend/error.rs's.
+    #[error("{}", .error.message(.about))]
+    Redis { about: About, error: NodeError },
+    /// Too few of a Redlock's masters answered a request about `about`, for these reasons.
+    #[error(
+        "no quorum for {about}: {} of {nodes} Redis nodes unavailable ({}); a majority must answer",
+        .errors.len(),
+        .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    NoQuorum {
+        about: About,
+        nodes: usize,
+        errors: Vec<NodeError>,
+    },
     /// The key holds something that is not a lock (e.g. a list); nothing was changed.
     #[error("{0}")]
     NotALock(String),
@@ -72,19 +112,62 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// The code rlock exits with: the row of the table, 75 replaced by `-E`, 128+N for an
+    /// interruption.
     pub fn exit_code(&self) -> u8 {
-        match self {
-            Failure::Usage(_) => Code::Usage as u8,
-            Failure::NotALock(_) => Code::NotALock as u8,
-            Failure::Unavailable(_) => Code::Unavailable as u8,
-            Failure::Busy { code, .. } => *code,
-            Failure::Lost(_) => Code::Lost as u8,
-            Failure::NotPermitted(_) => Code::NotPermitted as u8,
-            Failure::Config(_) => Code::Config as u8,
-            Failure::Interrupted { signal, .. } => 128u8.saturating_add(*signal as u8),
-            Failure::CannotRun { code, .. } => *code as u8,
-            Failure::Internal(_) => Code::Internal as u8,
+        match (self, self.code()) {
+            (Failure::Busy { code, .. }, _) => *code,
+            (Failure::Interrupted { signal, .. }, _) => 128u8.saturating_add(*signal as u8),
+            (_, Some(code)) => code as u8,
+            (_, None) => Code::Internal as u8,
         }
+    }
+
+    /// The row of the contract's table this failure falls in (Busy even when `-E` changes its
+    /// code); None for an interruption, which exits 128+N.
+    pub fn code(&self) -> Option<Code> {
+        Some(match self {
+            Failure::Usage(_) => Code::Usage,
+            Failure::Redis { error, .. } => fault_code(error.kind),
+            Failure::NoQuorum { .. } => Code::Unavailable,
+            Failure::NotALock(_) => Code::NotALock,
+            Failure::Unavailable(_) => Code::Unavailable,
+            Failure::Busy { .. } => Code::Busy,
+            Failure::Lost(_) => Code::Lost,
+            Failure::NotPermitted(_) => Code::NotPermitted,
+            Failure::Config(_) => Code::Config,
+            Failure::Interrupted { .. } => return None,
+            Failure::CannotRun { code, .. } => *code,
+            Failure::Internal(_) => Code::Internal,
+        })
+    }
+
+    /// A failure that time may cure: Redis unreachable, timing out or not serving now, on the
+    /// one node or on too many of a Redlock's (which a waiter rides out).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Failure::Redis { error, .. } => error.is_transient(),
+            Failure::NoQuorum { errors, .. } => errors.iter().all(NodeError::is_transient),
+            _ => false,
+        }
+    }
+}
+
+/// The exit code of each fault of a Redis endpoint. Every fault is named, so that a new one
+/// must be given its row.
+fn fault_code(kind: Fault) -> Code {
+    match kind {
+        Fault::Connect
+        | Fault::Unresolved
+        | Fault::Timeout
+        | Fault::Io
+        | Fault::NotServing
+        | Fault::NotRedis
+        | Fault::Replicas
+        | Fault::Other => Code::Unavailable,
+        Fault::NoPassword | Fault::Auth | Fault::Denied => Code::NotPermitted,
+        Fault::WrongType | Fault::Mismatch => Code::NotALock,
+        Fault::Tls | Fault::ClusterNode | Fault::Config => Code::Config,
     }
 }
 
@@ -116,4 +199,50 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
         e.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on_node(kind: Fault) -> Failure {
+        NodeError {
+            kind,
+            node: "redis://h:6379".into(),
+            detail: "said no".into(),
+        }
+        .into_failure("jobs")
+    }
+
+    #[test]
+    fn a_fault_exits_with_its_row_of_the_table() {
+        assert_eq!(on_node(Fault::Timeout).exit_code(), 69);
+        assert_eq!(on_node(Fault::Other).exit_code(), 69);
+        assert_eq!(on_node(Fault::Auth).exit_code(), 77);
+        assert_eq!(on_node(Fault::Denied).exit_code(), 77);
+        assert_eq!(on_node(Fault::WrongType).exit_code(), 65);
+        assert_eq!(on_node(Fault::Tls).exit_code(), 78);
+        assert!(on_node(Fault::Connect).is_transient());
+        assert!(!on_node(Fault::Unresolved).is_transient());
+        assert_eq!(
+            on_node(Fault::Connect).to_string(),
+            "Redis unavailable for lock 'jobs': redis://h:6379: said no; check that the server is up and --url is right"
+        );
+    }
+
+    #[test]
+    fn busy_keeps_its_row_whatever_code_e_gives_it() {
+        let busy = Failure::Busy {
+            message: "busy".into(),
+            code: 69,
+        };
+        assert_eq!(busy.exit_code(), 69);
+        assert_eq!(busy.code(), Some(Code::Busy));
+        let interrupted = Failure::Interrupted {
+            message: "interrupted".into(),
+            signal: nix::sys::signal::Signal::SIGTERM,
+        };
+        assert_eq!(interrupted.exit_code(), 143);
+        assert_eq!(interrupted.code(), None);
+    }
 }

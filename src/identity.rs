@@ -66,10 +66,11 @@ fn pid_namespace() -> String {
 ///
 /// One limit: a pid the system gave to a new process since looks alive (the lock is then not
 /// called stale). A record written before rlock recorded namespaces is judged by this one's.
-pub fn process_gone(host: &str, pid: &str, pidns: Option<&str>) -> bool {
+pub fn process_gone(host: &str, pid: i64, pidns: Option<&str>) -> bool {
     static HOST: OnceLock<String> = OnceLock::new();
     static PIDNS: OnceLock<String> = OnceLock::new();
-    let Ok(pid) = pid.parse::<i32>() else {
+    // A number no process id can be (over 2^31) names no process.
+    let Ok(pid) = i32::try_from(pid) else {
         return false;
     };
     // 0 and negative numbers name process groups to kill(2), not one process.

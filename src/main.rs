@@ -23,10 +23,9 @@ fn main() -> ExitCode {
             return ExitCode::from(rlock::exit::Code::Usage as u8);
         }
         Err(e) => {
-            eprintln!(
-                "rlock: {}",
-                usage_error(&e.render().to_string(), &rlock::cli::Cli::command())
-            );
+            let args: Vec<_> = std::env::args_os().collect();
+            let line = rlock::cli::usage::one_line(&e, &rlock::cli::Cli::command(), &args);
+            eprintln!("rlock: {line}");
             return ExitCode::from(rlock::exit::Code::Usage as u8);
         }
     };
@@ -49,47 +48,6 @@ fn main() -> ExitCode {
                 None => ExitCode::from(code),
             }
         }
-    }
-}
-
-/// Clap's error as one line, as for every other failure: its message without "error: ", its
-/// tip ("a similar argument exists: '--ttl'"), and the help page of the subcommand its usage
-/// line names, or else the first of `command`'s subcommands on the command line. The message
-/// runs to its first blank line (a list of missing arguments, or a value with a newline in it,
-/// continues on further lines): it is folded into one.
-fn usage_error(text: &str, command: &clap::Command) -> String {
-    let mut line = text
-        .lines()
-        .take_while(|l| !l.trim().is_empty())
-        .map(str::trim)
-        .collect::<Vec<_>>()
-        .join(" ");
-    if let Some(rest) = line.strip_prefix("error: ") {
-        line = rest.to_string();
-    }
-    for tip in text.lines().filter_map(|l| l.trim().strip_prefix("tip: ")) {
-        line.push_str("; ");
-        line.push_str(tip);
-    }
-    let sub = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Usage: rlock "))
-        .and_then(|rest| rest.split_whitespace().next())
-        .filter(|w| w.chars().all(|c| c.is_ascii_lowercase()))
-        .map(str::to_string)
-        .or_else(|| {
-            // args_os: an argument that is not UTF-8 must not panic here.
-            std::env::args_os()
-                .skip(1)
-                .take_while(|a| a != "--")
-                .filter_map(|a| a.into_string().ok())
-                .find(|a| command.find_subcommand(a).is_some())
-        });
-    // Clap quotes the argument it could not place, which may be a URL with a password.
-    let line = rlock::redact::redact_text(&line);
-    match sub {
-        Some(sub) => format!("{line} (see 'rlock {sub} --help')"),
-        None => format!("{line} (see 'rlock --help')"),
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
 use crate::backend::Fault;
+use crate::exit::Failure;
 use crate::lock::{Grant, Lease, Locker, Renewed, deadline};
 
 /// What the renewal thread tells the supervisor.
@@ -58,12 +59,20 @@ pub fn renew_loop(
                 )));
                 return;
             }
-            Err(e) if e.kind == Fault::WrongType => {
-                report(Report::Lost(format!("the key was replaced: {}", e.detail)));
+            Err(Failure::Redis { error, .. }) if error.kind == Fault::WrongType => {
+                report(Report::Lost(format!(
+                    "the key was replaced: {}",
+                    error.detail
+                )));
                 return;
             }
             Err(e) => {
-                report(Report::Failed(e.to_string()));
+                // The node and what it said, not the whole line of a failure of rlock's.
+                let said = match &e {
+                    Failure::Redis { error, .. } => error.to_string(),
+                    other => other.to_string(),
+                };
+                report(Report::Failed(said));
                 next = Instant::now() + lease.retry_every();
             }
         }

@@ -1,11 +1,13 @@
-//! What went wrong on the way to Redis, sorted into the few kinds rlock decides on, and turned
-//! into the user's one-line failure.
+//! What went wrong on the way to Redis, sorted into the few kinds rlock decides on (a
+//! `NodeError`: one endpoint's fault, which the Redlock quorum logic weighs node by node), and
+//! the words of the user's one line for each. The node's error travels up inside
+//! `Failure::Redis`; its exit code is decided in exit.rs.
 
 use std::fmt;
 
 use redis::RedisError;
 
-use crate::exit::Failure;
+use crate::exit::{About, Failure};
 use crate::redact::redact_text;
 
 /// What a Redis endpoint did wrong, in the terms rlock decides on.
@@ -173,17 +175,22 @@ impl NodeError {
 
     /// Turns the error into the user-facing failure, naming the lock it was about.
     pub fn into_failure(self, key: &str) -> Failure {
-        self.into_failure_for(&format!("lock '{key}'"))
+        self.into_failure_for(About::Lock(key.to_string()))
     }
 
-    /// As `into_failure`, naming what the request was about ("lock 'jobs'", "the locks
-    /// under 'rlock:'").
-    pub fn into_failure_for(self, key: &str) -> Failure {
+    /// As `into_failure`, for a request about `about` (a lock, or a listing).
+    pub fn into_failure_for(self, about: About) -> Failure {
+        Failure::Redis { about, error: self }
+    }
+
+    /// The user's one line for this error on a request about `about`: what happened and what
+    /// to do. (Its exit code is exit.rs's, by the fault.)
+    pub(crate) fn message(&self, about: &About) -> String {
         match self.kind {
             Fault::Connect | Fault::Unresolved | Fault::Timeout | Fault::Io | Fault::NotServing => {
-                Failure::Unavailable(format!(
-                    "Redis unavailable for {key}: {self}; check that the server is up and --url is right"
-                ))
+                format!(
+                    "Redis unavailable for {about}: {self}; check that the server is up and --url is right"
+                )
             }
             Fault::Tls => {
                 let lower = self.detail.to_ascii_lowercase();
@@ -194,40 +201,34 @@ impl NodeError {
                 } else {
                     "the server refused the TLS handshake: check --tls-cert, --tls-key and --tls-ca"
                 };
-                Failure::Config(format!(
-                    "cannot reach Redis securely for {key}: {self}; {hint}"
-                ))
+                format!("cannot reach Redis securely for {about}: {self}; {hint}")
             }
-            Fault::NotRedis => Failure::Unavailable(format!("Redis unavailable for {key}: {self}")),
-            Fault::NoPassword => {
-                Failure::NotPermitted(format!("Redis refused rlock for {key}: {self}"))
-            }
-            Fault::Auth => Failure::NotPermitted(format!(
-                "Redis refused rlock for {key}: {self}; check --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or the URL's password, and the user's ACL"
-            )),
-            Fault::Denied => Failure::NotPermitted(format!(
-                "Redis's ACL refused what rlock needs for {key}: {self}; give the user the rights in the README's ACL list (\"ACL: the rights a lock user needs\")"
-            )),
-            Fault::Mismatch => Failure::NotALock(format!(
-                "{key} is held as {}; every holder of a lock must ask for the same kind; nothing was changed",
+            Fault::NotRedis => format!("Redis unavailable for {about}: {self}"),
+            Fault::NoPassword => format!("Redis refused rlock for {about}: {self}"),
+            Fault::Auth => format!(
+                "Redis refused rlock for {about}: {self}; check --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or the URL's password, and the user's ACL"
+            ),
+            Fault::Denied => format!(
+                "Redis's ACL refused what rlock needs for {about}: {self}; give the user the rights in the README's ACL list (\"ACL: the rights a lock user needs\")"
+            ),
+            Fault::Mismatch => format!(
+                "{about} is held as {}; every holder of a lock must ask for the same kind; nothing was changed",
                 self.detail
-            )),
-            Fault::WrongType => Failure::NotALock(format!(
-                "{key} holds a value rlock cannot treat as a lock ({}); nothing was changed",
+            ),
+            Fault::WrongType => format!(
+                "{about} holds a value rlock cannot treat as a lock ({}); nothing was changed",
                 self.detail
-            )),
-            Fault::Replicas => Failure::Unavailable(format!(
-                "{key}: {self}; check the replicas and their links (INFO replication), or lower --replicas"
-            )),
-            Fault::Other => {
-                Failure::Unavailable(format!("Redis answered an error for {key}: {self}"))
-            }
-            Fault::ClusterNode => Failure::Config(format!(
-                "cannot list {key} from {self}; add --cluster (or set RLOCK_CLUSTER=1) to list the locks of every master"
-            )),
-            Fault::Config => Failure::Config(format!(
-                "Redis refused the connection settings for {key}: {self}; check the database number in --url"
-            )),
+            ),
+            Fault::Replicas => format!(
+                "{about}: {self}; check the replicas and their links (INFO replication), or lower --replicas"
+            ),
+            Fault::Other => format!("Redis answered an error for {about}: {self}"),
+            Fault::ClusterNode => format!(
+                "cannot list {about} from {self}; add --cluster (or set RLOCK_CLUSTER=1) to list the locks of every master"
+            ),
+            Fault::Config => format!(
+                "Redis refused the connection settings for {about}: {self}; check the database number in --url"
+            ),
         }
     }
 }

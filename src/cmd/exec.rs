@@ -11,7 +11,7 @@ use nix::unistd::Pid;
 use super::nested::{self, EXEC_PID_VAR, inherited, inside_exec};
 use super::{Context, new_token};
 use crate::cli::ExecArgs;
-use crate::exit::{Exit, Failure};
+use crate::exit::{Code, Exit, Failure};
 use crate::identity::Identity;
 use crate::lock::{Grant, Hooks, Interrupt, Lease, Locker, Renewed, Request, WaitPolicy, deadline};
 use crate::observe::{Note, Observer};
@@ -104,7 +104,7 @@ fn hold(
                     key.name
                 )));
             }
-            Err(e) => return Err(e.into_failure(&key.name)),
+            Err(e) => return Err(e),
         }
     }
     ctx.say(format_args!(
@@ -338,7 +338,7 @@ fn give_back(ctx: &Context, locker: &Locker, held: &Held, outcome: &Outcome) -> 
         // Already known lost: the owner-checked release only gives it back if it is, after
         // all, still ours.
         Err(_) if outcome.lost.is_some() => None,
-        Err(Failure::NotPermitted(_)) => Some(
+        Err(e) if e.code() == Some(Code::NotPermitted) => Some(
             "it was no longer held by this token when the command ended (broken or expired between two renewals)"
                 .into(),
         ),

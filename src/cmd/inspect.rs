@@ -12,7 +12,7 @@ use super::Context;
 use crate::cli::InspectArgs;
 use crate::exit::{Code, Exit};
 use crate::identity::process_gone;
-use crate::lock::{Holder, LockInfo, Locker};
+use crate::lock::{Holder, HolderPid, LockInfo, Locker};
 
 pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     if let Some(every) = args.watch {
@@ -68,7 +68,9 @@ fn nothing_held(ctx: &Context) -> String {
 /// its lease ends.
 fn stale(h: &Holder) -> bool {
     match (&h.host, &h.pid) {
-        (Some(host), Some(pid)) => process_gone(host, pid, h.pidns.as_deref()),
+        (Some(host), Some(pid)) => pid
+            .number()
+            .is_some_and(|pid| process_gone(host, pid, h.pidns.as_deref())),
         _ => false,
     }
 }
@@ -153,7 +155,7 @@ fn to_json(l: &LockInfo) -> Value {
 fn holder_json(h: &Holder, now_ms: i64) -> Value {
     json!({
         "host": h.host,
-        "pid": h.pid.as_deref().and_then(|p| p.parse::<i64>().ok()),
+        "pid": h.pid.as_ref().and_then(HolderPid::number),
         "user": h.user,
         "command": h.command,
         "since_ms": h.since_ms,
@@ -166,7 +168,13 @@ fn holder_json(h: &Holder, now_ms: i64) -> Value {
 /// fence, holder, whether it is stale) and how many wait. The clocks (time left, held for,
 /// renewed) change at every look and are left out.
 fn change_key(locks: &[LockInfo]) -> String {
-    let who = |h: &Holder| (h.host.clone(), h.pid.clone(), stale(h));
+    let who = |h: &Holder| {
+        (
+            h.host.clone(),
+            h.pid.as_ref().map(ToString::to_string),
+            stale(h),
+        )
+    };
     let state: Vec<Value> = locks
         .iter()
         .map(|l| {

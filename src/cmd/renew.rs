@@ -11,10 +11,7 @@ pub fn run(ctx: &Context, args: &RenewArgs) -> Result<u8> {
     let key = ctx.key(&args.key.key)?;
     let token = required_token(&args.token.token, "renew")?;
     let locker = ctx.locker()?;
-    match locker
-        .renew(&key, &token, args.ttl, locker.op_timeout())
-        .map_err(|e| e.into_failure(&key.name))?
-    {
+    match locker.renew(&key, &token, args.ttl, locker.op_timeout())? {
         Renewed::Yes(ttl) => {
             ctx.say(format_args!(
                 "renewed lock '{}' for {}",

@@ -11,7 +11,7 @@ use super::reply::{Crowd, Holder, KeyType, Refusal, ReleaseReply};
 use super::scripts::{ACQUIRE, FENCE, LEAVE, RELEASE, RENEW};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, Released, Renewed, Request};
 use crate::backend::{Fault, Node, NodeError};
-use crate::exit::Failure;
+use crate::exit::{About, Failure};
 
 /// One try at taking the lock: acquire.lua's reply, decoded in reply.rs.
 #[derive(Debug)]
@@ -31,26 +31,12 @@ pub(super) enum Attempt {
 /// What one node said to an acquire.
 type NodeAttempt = Result<Attempt, NodeError>;
 
-/// An attempt that got no usable answer: why, and whether time may cure it (an outage, which a
-/// waiter rides out) or not (a refusal, a key that is not a lock, a URL that does not resolve).
-#[derive(Debug)]
-pub(super) struct Unanswered {
-    pub failure: Failure,
-    pub transient: bool,
-}
-
-impl Unanswered {
-    fn from_node(e: NodeError, key: &LockKey) -> Self {
-        Unanswered {
-            transient: e.is_transient(),
-            failure: e.into_failure(&key.name),
-        }
-    }
-}
-
 impl Locker {
-    /// One try at taking the lock; with `join_queue`, a busy try keeps a place in line.
-    pub(super) fn attempt(&self, req: &Request, join_queue: bool) -> Result<Attempt, Unanswered> {
+    /// One try at taking the lock; with `join_queue`, a busy try keeps a place in line. A try
+    /// that got no usable answer fails; `Failure::is_transient` says whether time may cure it
+    /// (an outage, which a waiter rides out) or not (a refusal, a key that is not a lock, a URL
+    /// that does not resolve).
+    pub(super) fn attempt(&self, req: &Request, join_queue: bool) -> Result<Attempt, Failure> {
         let Request {
             key,
             token,
@@ -100,7 +86,7 @@ impl Locker {
                     e.detail.push_str("; the grant was given back");
                 }
             }
-            return result.map_err(|e| Unanswered::from_node(e, key));
+            return result.map_err(|e| e.into_failure(&key.name));
         }
         self.combine_attempts(key, token, ttl, sent, results)
     }
@@ -115,7 +101,7 @@ impl Locker {
         ttl: Duration,
         sent: Instant,
         results: Vec<NodeAttempt>,
-    ) -> Result<Attempt, Unanswered> {
+    ) -> Result<Attempt, Failure> {
         let timeout = self.node_timeout(ttl);
         if let Some(fence) = majority_fence(self.quorum(), &results)
             && let Some(validity) = validity(ttl, sent.elapsed())
@@ -236,7 +222,7 @@ impl Locker {
         token: &str,
         ttl: Option<Duration>,
         timeout: Duration,
-    ) -> Result<Renewed, NodeError> {
+    ) -> Result<Renewed, Failure> {
         let ttl_ms = ttl
             .map(|t| t.as_millis().max(1).to_string())
             .unwrap_or_default();
@@ -252,7 +238,8 @@ impl Locker {
             )
         });
         if !self.is_quorum() {
-            return results.into_iter().next().expect("one node");
+            let result = results.into_iter().next().expect("one node");
+            return result.map_err(|e| e.into_failure(&key.name));
         }
         let renewed: Vec<Duration> = results
             .iter()
@@ -276,14 +263,15 @@ impl Locker {
                 "a majority of the Redlock nodes no longer hold it",
             ));
         }
-        Err(results
+        let error = results
             .into_iter()
             .find_map(Result::err)
             .unwrap_or_else(|| NodeError {
                 kind: Fault::Timeout,
                 node: "Redlock".into(),
                 detail: "too few nodes renewed in time".into(),
-            }))
+            });
+        Err(error.into_failure(&key.name))
     }
 }
 
@@ -351,11 +339,7 @@ fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
 /// A Redlock try that won no grant: a key that is not a lock on any node; no usable answer
 /// when too few nodes answered; else busy, as the answer whose lease ends soonest says (or
 /// with nothing to say when a majority granted, but too slowly: try again soon).
-fn no_grant(
-    quorum: Quorum,
-    key: &LockKey,
-    results: Vec<NodeAttempt>,
-) -> Result<Attempt, Unanswered> {
+fn no_grant(quorum: Quorum, key: &LockKey, results: Vec<NodeAttempt>) -> Result<Attempt, Failure> {
     let mut busy = Vec::new();
     let mut errors = Vec::new();
     for r in results {
@@ -366,13 +350,14 @@ fn no_grant(
         }
     }
     if let Some(e) = errors.iter().find(|e| e.kind == Fault::WrongType) {
-        return Err(Unanswered::from_node(e.clone(), key));
+        return Err(e.clone().into_failure(&key.name));
     }
     if quorum.lost_with(errors.len()) {
-        return Err(Unanswered {
-            transient: errors.iter().all(NodeError::is_transient),
-            failure: no_quorum(&format!("lock '{}'", key.name), quorum.nodes(), &errors),
-        });
+        return Err(no_quorum(
+            About::Lock(key.name.clone()),
+            quorum.nodes(),
+            errors,
+        ));
     }
     // The first of the busy answers with the shortest lease left (one that never expires, or
     // has just gone, only when no other says when).

@@ -148,4 +148,21 @@ mod tests {
         assert!(e.starts_with("--ttl 4ms is too short"), "{e}");
         assert!(Lease::new(Duration::from_millis(5), None, None, op).is_ok());
     }
+
+    #[test]
+    fn with_the_defaults_a_lease_survives_two_missed_renewals() {
+        // Renewed every TTL/3; the lost-signal goes at the deadline (TTL less the drift) less
+        // the grace (TTL/4): after the renewals due at TTL/3 and 2·TTL/3 have both failed.
+        let ttl = Duration::from_secs(30);
+        let l = Lease::new(ttl, None, None, Duration::from_secs(2)).unwrap();
+        let t0 = Instant::now();
+        let signal_at = deadline(t0, ttl) - l.grace;
+        assert_eq!(signal_at - t0, Duration::from_millis(30_000 - 302 - 7_500));
+        assert!(t0 + l.renew_every * 2 < signal_at);
+        assert!(t0 + l.renew_every * 3 > signal_at);
+        // And a failed renewal is retried (every second here) in the time left after the
+        // second: at least twice more before the signal.
+        assert_eq!(l.retry_every(), Duration::from_secs(1));
+        assert!(l.retry_every() * 2 < signal_at - (t0 + l.renew_every * 2));
+    }
 }

@@ -9,7 +9,7 @@ use redis::Value;
 use super::key::LockKey;
 use super::reply::Refusal;
 use crate::backend::{Fault, Node, NodeError, Script, Subscriber};
-use crate::exit::Failure;
+use crate::exit::{About, Failure};
 
 /// The lock operations on one deployment. The operations themselves live beside this file, one
 /// file per kind of lock (`exclusive.rs`, ...), all built on `on_all` and `Quorum`.
@@ -147,23 +147,21 @@ pub(super) fn eval_as<T>(
     })
 }
 
-/// A Redlock request that too few masters answered; `what` names what it was about.
-pub(super) fn no_quorum(what: &str, n: usize, errors: &[NodeError]) -> Failure {
-    if let Some(refused) = errors.iter().find(|e| {
+/// A Redlock request about `about` that too few of its `n` masters answered: the first refusal
+/// among their errors (a wrong password, the ACL, TLS), which no wait cures, else no quorum.
+pub(super) fn no_quorum(about: About, n: usize, errors: Vec<NodeError>) -> Failure {
+    if let Some(refused) = errors.iter().position(|e| {
         matches!(
             e.kind,
             Fault::Auth | Fault::NoPassword | Fault::Denied | Fault::Tls
         )
     }) {
-        return refused.clone().into_failure_for(what);
+        let mut errors = errors;
+        return errors.swap_remove(refused).into_failure_for(about);
     }
-    let detail = errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ");
-    Failure::Unavailable(format!(
-        "no quorum for {what}: {} of {n} Redis nodes unavailable ({detail}); a majority must answer",
-        errors.len()
-    ))
+    Failure::NoQuorum {
+        about,
+        nodes: n,
+        errors,
+    }
 }

@@ -44,7 +44,7 @@ pub use key::LockKey;
 pub use lease::{Lease, deadline, drift};
 pub use locker::Locker;
 pub use read::LockInfo;
-pub use reply::{Crowd, Holder, HolderLease, KeyType};
+pub use reply::{Crowd, Holder, HolderLease, HolderPid, KeyType};
 pub use scripts::{ACQUIRE, FENCE, INSPECT, LEAVE, RELEASE, RENEW};
 pub use wait::{Hooks, Interrupt, WaitPolicy};
 

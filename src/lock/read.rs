@@ -9,7 +9,7 @@ use super::locker::{Locker, eval_as, no_quorum};
 use super::reply::{Holder, HolderLease, KeyType};
 use super::scripts::INSPECT;
 use crate::backend::NodeError;
-use crate::exit::Failure;
+use crate::exit::{About, Failure};
 
 /// A lock as `inspect` reports it: inspect.lua's reply (decoded in reply.rs) and its key.
 #[derive(Debug, Clone)]
@@ -65,9 +65,9 @@ impl Locker {
         if !self.quorum().reached_by(infos.len()) {
             let errors: Vec<NodeError> = results.into_iter().filter_map(Result::err).collect();
             return Err(no_quorum(
-                &format!("lock '{}'", key.name),
+                About::Lock(key.name.clone()),
                 self.nodes.len(),
-                &errors,
+                errors,
             ));
         }
         for info in infos.iter().filter(|i| i.held()) {
@@ -104,11 +104,11 @@ impl Locker {
             }
         }
         if !errors.is_empty() && (!self.is_quorum() || self.quorum().lost_with(errors.len())) {
-            let what = format!("the locks under '{prefix}'");
+            let about = About::Locks(prefix.to_string());
             return Err(if self.is_quorum() {
-                no_quorum(&what, self.nodes.len(), &errors)
+                no_quorum(about, self.nodes.len(), errors)
             } else {
-                errors.remove(0).into_failure_for(&what)
+                errors.remove(0).into_failure_for(about)
             });
         }
         keys.sort();

@@ -54,12 +54,50 @@ impl KeyType {
 #[derive(Debug, Clone, Default)]
 pub struct Holder {
     pub host: Option<String>,
-    pub pid: Option<String>,
+    pub pid: Option<HolderPid>,
     pub user: Option<String>,
     pub since_ms: Option<i64>,
     pub command: Option<String>,
     /// The pid namespace `pid` is counted in, where rlock recorded it.
     pub pidns: Option<String>,
+}
+
+/// A holder's process id as its record has it: a pid, as rlock writes it, or whatever else a
+/// record written by another client (or by hand) holds there, kept as it is so that `inspect`
+/// shows it rather than fail or hide it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HolderPid {
+    Pid(u32),
+    Other(String),
+}
+
+impl HolderPid {
+    /// Leniently: a pid written as rlock writes one (decimal, no sign, no leading zero), or
+    /// else the text.
+    pub fn parse(text: String) -> Self {
+        match text.parse::<u32>() {
+            Ok(pid) if pid.to_string() == text => HolderPid::Pid(pid),
+            _ => HolderPid::Other(text),
+        }
+    }
+
+    /// The number the record gives, if it gives one: a pid, or an odd record's number (`+42`,
+    /// `-1`, `007`), which the JSON output shows and the staleness check judges (and refuses).
+    pub fn number(&self) -> Option<i64> {
+        match self {
+            HolderPid::Pid(pid) => Some(i64::from(*pid)),
+            HolderPid::Other(text) => text.parse().ok(),
+        }
+    }
+}
+
+impl std::fmt::Display for HolderPid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HolderPid::Pid(pid) => write!(f, "{pid}"),
+            HolderPid::Other(text) => f.write_str(text),
+        }
+    }
 }
 
 /// The holders of a semaphore or shared lock that a busy reply reports.
@@ -162,7 +200,7 @@ impl<'a> Fields<'a> {
     fn holder(&self) -> Holder {
         Holder {
             host: self.text("host"),
-            pid: self.text("pid"),
+            pid: self.text("pid").map(HolderPid::parse),
             user: self.text("user"),
             since_ms: self.int("since"),
             command: self.text("cmd"),
@@ -381,7 +419,7 @@ fn holder_lease(token: String, ends_ms: i64, record: Option<String>) -> HolderLe
         renewed_ms: number("renewed").map(|n| n as i64),
         holder: Holder {
             host: field("host"),
-            pid: field("pid"),
+            pid: field("pid").map(HolderPid::parse),
             user: field("user").filter(|u| !u.is_empty()),
             since_ms: number("since").map(|n| n as i64),
             command: field("cmd"),

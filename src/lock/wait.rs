@@ -23,10 +23,10 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 
 use super::display::{busy_message, human_ms};
-use super::exclusive::{Attempt, Unanswered};
+use super::exclusive::Attempt;
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
-use crate::exit::Failure;
+use crate::exit::{Code, Failure};
 use crate::observe::{Note, Observer};
 
 /// How long to wait for a busy lock.
@@ -112,7 +112,7 @@ impl Locker {
             Err(e) => Err(hooks
                 .interrupt
                 .take()
-                .map_or(e.failure, |sig| interrupted(key, sig))),
+                .map_or(e, |sig| interrupted(key, sig))),
             Ok(Attempt::Granted(grant)) => Ok(grant),
             Ok(Attempt::Busy {
                 pttl,
@@ -169,7 +169,7 @@ impl Waiter<'_> {
                 Step::GaveUp(failure) => {
                     // A waiter that gives up leaves nothing behind. (When Redis did not
                     // answer, the failed attempt has already tried that; once is enough.)
-                    if !matches!(failure, Failure::Unavailable(_)) {
+                    if failure.code() != Some(Code::Unavailable) {
                         let _ = self.locker.leave(self.req.key, self.req.token);
                     }
                     return Err(failure);
@@ -191,11 +191,8 @@ impl Waiter<'_> {
             return Step::GaveUp(interrupted(key, signal));
         }
         match attempt {
-            Err(Unanswered {
-                failure,
-                transient: true,
-            }) => self.ride_out(failure),
-            Err(Unanswered { failure, .. }) => Step::GaveUp(failure),
+            Err(failure) if failure.is_transient() => self.ride_out(failure),
+            Err(failure) => Step::GaveUp(failure),
             Ok(answer) => {
                 self.answered();
                 self.after(answer)

@@ -2,6 +2,7 @@
 //! stops the whole group before the lease can run out, stops what the command left running,
 //! and reports how the run ended. Every `kill` rlock sends is in this module.
 
+mod deadlines;
 mod spawn;
 mod terminal;
 
@@ -21,6 +22,8 @@ use nix::unistd::Pid;
 
 pub use spawn::{Guardian, runnable, spawn};
 pub use terminal::Terminal;
+
+use deadlines::Deadlines;
 
 use crate::exit::Code;
 use crate::observe::{Note, Observer};
@@ -220,13 +223,10 @@ pub struct Supervisor<'a, R> {
     observer: &'a dyn Observer,
     renewal: R,
     renew_at: Option<Instant>,
-    /// When SIGKILL goes to the group: the deadline, or sooner once the lock is known lost.
-    kill_at: Option<Instant>,
+    /// When the lost-signal and SIGKILL go.
+    deadlines: Deadlines,
     /// Why the lock was lost, once it was.
     lost: Option<String>,
-    /// The lost-signal was sent to the group (and renewal stopped, if the lock was lost).
-    termed: bool,
-    killed: bool,
     stopped: bool,
     last_error: Option<String>,
     /// Set when rlock was stopped with its job and has been continued: whether it is in the
@@ -261,14 +261,12 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
                 pending: VecDeque::new(),
             },
             renew_at: enforce.renew_at,
-            kill_at: enforce.deadline,
+            deadlines: Deadlines::new(enforce.deadline, enforce.grace),
             enforce,
             terminal,
             observer,
             renewal,
             lost: None,
-            termed: false,
-            killed: false,
             stopped: false,
             last_error: None,
             resumed: None,
@@ -312,17 +310,14 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
             self.renew_at = None;
             let _ = (self.renewal)(Renewal::Stop);
         }
-        if !self.termed {
-            self.termed = true;
+        if self.deadlines.signal_once() {
             self.send(self.enforce.lost_signal);
         }
     }
 
     fn enforce_deadline(&mut self, now: Instant) {
-        if let Some(deadline) = self.enforce.deadline
-            && self.lost.is_none()
-            && now >= deadline.checked_sub(self.enforce.grace).unwrap_or(deadline)
-        {
+        let due = self.deadlines.due(now);
+        if due.runs_out {
             let why = self
                 .last_error
                 .take()
@@ -334,11 +329,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
             ));
             self.term(true);
         }
-        if let Some(at) = self.kill_at
-            && !self.killed
-            && now >= at
-        {
-            self.killed = true;
+        if due.kill {
             self.send(Signal::SIGKILL);
         }
     }
@@ -372,12 +363,11 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
     fn finished(&mut self) -> Option<Outcome> {
         let (code, signal) = self.ended?;
         let group_alive = killpg(self.pgid, None) != Err(Errno::ESRCH);
-        if group_alive && !self.killed {
+        if group_alive && !self.deadlines.killed() {
             // The command ended and left part of its group running: stop it while the lock
             // is still held, as for a lost lock but `grace` from now.
             self.term(false);
-            let soon = Instant::now() + self.enforce.grace;
-            self.kill_at = Some(self.kill_at.map_or(soon, |k| k.min(soon)));
+            self.deadlines.group_outlives_leader(Instant::now());
             return None;
         }
         Some(Outcome {
@@ -388,22 +378,12 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
     }
 
     fn next_wake_up(&self, now: Instant) -> Instant {
-        let term_at = self
-            .enforce
-            .deadline
-            .filter(|_| self.lost.is_none())
-            .map(|d| d.checked_sub(self.enforce.grace).unwrap_or(d));
         let group_check = self.ended.map(|_| now + GROUP_POLL);
-        [
-            term_at,
-            self.kill_at.filter(|_| !self.killed),
-            self.renew_at,
-            group_check,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(now + Duration::from_secs(3600))
+        [self.deadlines.next(), self.renew_at, group_check]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + Duration::from_secs(3600))
     }
 
     fn handle(&mut self, event: Event) {
@@ -430,16 +410,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
             }
             Event::Continued => self.stopped = false,
             Event::Watchdog(Report::Renewed { deadline }) if self.lost.is_none() => {
-                let deadline = self.enforce.deadline.map_or(deadline, |d| d.max(deadline));
-                self.enforce.deadline = Some(deadline);
-                // A group being stopped after a normal end keeps its earlier SIGKILL time.
-                self.kill_at = Some(self.kill_at.map_or(deadline, |k| {
-                    if self.termed {
-                        k.min(deadline)
-                    } else {
-                        deadline
-                    }
-                }));
+                self.deadlines.renewed(deadline);
                 self.last_error = None;
             }
             Event::Watchdog(Report::Failed(e)) => {
@@ -448,11 +419,8 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
             }
             Event::Watchdog(Report::Lost(why)) if self.lost.is_none() => {
                 self.lost = Some(why);
+                self.deadlines.lock_lost(Instant::now());
                 self.term(true);
-                let soon = Instant::now() + self.enforce.grace;
-                self.kill_at = Some(self.kill_at.map_or(soon, |k| k.min(soon)));
-                // Enforce kill_at even for a lease whose deadline another rlock keeps.
-                self.enforce.deadline.get_or_insert(soon);
             }
             // Reports that come after the lock was given up for lost change nothing.
             Event::Watchdog(_) => {}

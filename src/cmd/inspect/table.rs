@@ -179,7 +179,10 @@ fn stale_note(l: &LockInfo, one: Option<&HolderLease>, rlock: &str) -> Option<St
     if !stale(holder) || (one.is_none() && !(l.held() && l.ours())) {
         return None;
     }
-    let pid = holder.pid.as_deref().unwrap_or("?");
+    let pid = holder
+        .pid
+        .as_ref()
+        .map_or_else(|| "?".to_string(), ToString::to_string);
     let key = shell_quote(&l.name);
     Some(match (one, &l.token) {
         (None, Some(token)) => format!(

@@ -1,5 +1,6 @@
 //! Unit tests of the Redlock arithmetic: the majority, the validity, the answers without a grant.
 use super::*;
+use crate::exit::Code;
 
 fn key() -> LockKey {
     LockKey::new("rlock:", "jobs").unwrap()
@@ -32,7 +33,7 @@ fn failed(kind: Fault) -> NodeAttempt {
     })
 }
 
-fn busy_pttl(a: &Result<Attempt, Unanswered>) -> Option<i64> {
+fn busy_pttl(a: &Result<Attempt, Failure>) -> Option<i64> {
     match a {
         Ok(Attempt::Busy { pttl, .. }) => Some(*pttl),
         _ => None,
@@ -101,13 +102,19 @@ fn no_grant_without_a_majority_answering() {
         &key(),
         vec![failed(Fault::Connect), failed(Fault::Timeout), busy(9)],
     );
-    let Err(Unanswered { failure, transient }) = said else {
+    let Err(failure) = said else {
         panic!("a quorum without a majority: {said:?}");
     };
-    assert!(transient);
+    assert!(failure.is_transient());
     assert!(
-        matches!(&failure, Failure::Unavailable(m) if m.contains("no quorum") && m.contains("2 of 3")),
+        matches!(&failure, Failure::NoQuorum { nodes: 3, errors, .. } if errors.len() == 2),
         "{failure:?}"
+    );
+    assert_eq!(failure.exit_code(), 69);
+    assert_eq!(
+        failure.to_string(),
+        "no quorum for lock 'jobs': 2 of 3 Redis nodes unavailable \
+         (redis://n: gone; redis://n: gone); a majority must answer"
     );
     // ...unless a name does not resolve.
     let said = no_grant(
@@ -115,24 +122,20 @@ fn no_grant_without_a_majority_answering() {
         &key(),
         vec![failed(Fault::Unresolved), failed(Fault::Timeout), busy(9)],
     );
-    assert!(matches!(
-        said,
-        Err(Unanswered {
-            transient: false,
-            ..
-        })
-    ));
+    assert!(matches!(said, Err(f) if !f.is_transient()));
     // A key that is not a lock, on any node, is said first.
     let said = no_grant(
         three,
         &key(),
         vec![busy(5), failed(Fault::WrongType), busy(9)],
     );
-    assert!(matches!(
-        said,
-        Err(Unanswered {
-            failure: Failure::NotALock(_),
-            transient: false
-        })
-    ));
+    let Err(failure) = said else {
+        panic!("a key that is not a lock: {said:?}");
+    };
+    assert!(!failure.is_transient());
+    assert!(
+        matches!(&failure, Failure::Redis { error, .. } if error.kind == Fault::WrongType),
+        "{failure:?}"
+    );
+    assert_eq!(failure.code(), Some(Code::NotALock));
 }

@@ -74,7 +74,7 @@ fn busy_names_the_holder_rlock_wrote() {
     };
     assert_eq!((pttl, now_ms, crowd), (2500, 1_000_000, None));
     assert_eq!(holder.host.as_deref(), Some("build-7"));
-    assert_eq!(holder.pid.as_deref(), Some("4411"));
+    assert_eq!(holder.pid, Some(HolderPid::Pid(4411)));
     assert_eq!(holder.user.as_deref(), Some("alice"));
     assert_eq!(holder.since_ms, Some(990_000));
     assert_eq!(holder.command.as_deref(), Some("make"));
@@ -326,4 +326,33 @@ fn inspect_of_free_foreign_and_multi_holder_locks() {
         LockInfo::from_reply(&key(), &[Value::Nil]).err(),
         Some(Refusal::Unexpected)
     );
+}
+
+#[test]
+fn a_pid_is_a_number_and_an_odd_one_is_kept_as_written() {
+    let pid = |text: &str| HolderPid::parse(text.to_string());
+    assert_eq!(pid("4411"), HolderPid::Pid(4411));
+    assert_eq!(pid("4294967295"), HolderPid::Pid(u32::MAX));
+    // Shown as written, never as a number it is not, and never an error.
+    for odd in [
+        "",
+        "abc",
+        "007",
+        "+42",
+        "-1",
+        "4411x",
+        " 4411",
+        "4294967296",
+        "7.0",
+    ] {
+        assert_eq!(pid(odd), HolderPid::Other(odd.to_string()), "{odd:?}");
+        assert_eq!(pid(odd).to_string(), odd);
+    }
+    // The number an odd record gives, as the JSON output shows it.
+    assert_eq!(pid("4411").number(), Some(4411));
+    assert_eq!(pid("007").number(), Some(7));
+    assert_eq!(pid("-1").number(), Some(-1));
+    assert_eq!(pid("4294967296").number(), Some(4_294_967_296));
+    assert_eq!(pid("abc").number(), None);
+    assert_eq!(pid("7.0").number(), None);
 }

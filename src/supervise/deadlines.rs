@@ -1,0 +1,248 @@
+//! When the supervisor acts on the command's group, as arithmetic on the monotonic clock and
+//! nothing else (no process is touched here): the lost-signal `grace` before the lease's
+//! deadline, SIGKILL at the deadline, and the earlier SIGKILL once the lock is known lost or the
+//! command's leader has ended with members of its group still running.
+
+use std::time::{Duration, Instant};
+
+/// The supervisor's deadlines for one run.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Deadlines {
+    /// When the lease must be assumed gone; None when another rlock enforces it (a nested exec
+    /// inside `rlock exec`), until the lock is known lost.
+    deadline: Option<Instant>,
+    grace: Duration,
+    /// When SIGKILL goes to the group: the deadline, or sooner.
+    kill_at: Option<Instant>,
+    /// The lock is given up for lost (its lease ran out, or Redis said so): renewals that come
+    /// after change nothing.
+    lost: bool,
+    /// The lost-signal has gone to the group.
+    signalled: bool,
+    /// SIGKILL has gone to the group.
+    killed: bool,
+}
+
+/// What is due at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Due {
+    /// The lease is within `grace` of its deadline and no renewal came: the lock is given up
+    /// for lost now, and the lost-signal goes (said once).
+    pub runs_out: bool,
+    /// SIGKILL goes now (said once).
+    pub kill: bool,
+}
+
+impl Deadlines {
+    pub fn new(deadline: Option<Instant>, grace: Duration) -> Self {
+        Deadlines {
+            deadline,
+            grace,
+            kill_at: deadline,
+            lost: false,
+            signalled: false,
+            killed: false,
+        }
+    }
+
+    /// When the lease runs out for the supervisor, unless a renewal moves the deadline first:
+    /// `grace` before the deadline (or at it, should the clock not reach back that far).
+    pub fn signal_at(&self) -> Option<Instant> {
+        self.deadline
+            .filter(|_| !self.lost)
+            .map(|d| d.checked_sub(self.grace).unwrap_or(d))
+    }
+
+    /// When SIGKILL goes, unless it has gone.
+    pub fn kill_at(&self) -> Option<Instant> {
+        self.kill_at.filter(|_| !self.killed)
+    }
+
+    /// The next moment something is due.
+    pub fn next(&self) -> Option<Instant> {
+        [self.signal_at(), self.kill_at()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// What is due at `now`, each thing said once.
+    pub fn due(&mut self, now: Instant) -> Due {
+        let runs_out = self.signal_at().is_some_and(|at| now >= at);
+        self.lost |= runs_out;
+        let kill = self.kill_at().is_some_and(|at| now >= at);
+        self.killed |= kill;
+        Due { runs_out, kill }
+    }
+
+    /// A renewal succeeded: the lease now ends at `deadline` (never earlier than a renewal sent
+    /// later said, whatever order the replies come in). SIGKILL moves with it, unless the group
+    /// is already being stopped, whose SIGKILL keeps its earlier time.
+    pub fn renewed(&mut self, deadline: Instant) {
+        if self.lost {
+            return;
+        }
+        let deadline = self.deadline.map_or(deadline, |d| d.max(deadline));
+        self.deadline = Some(deadline);
+        self.kill_at = Some(match self.kill_at {
+            Some(k) if self.signalled => k.min(deadline),
+            _ => deadline,
+        });
+    }
+
+    /// Redis said the lock is no longer ours at `now`: SIGKILL within `grace`, even for a lease
+    /// whose deadline another rlock keeps.
+    pub fn lock_lost(&mut self, now: Instant) {
+        self.lost = true;
+        let soon = now + self.grace;
+        self.kill_at = Some(self.kill_at.map_or(soon, |k| k.min(soon)));
+        self.deadline.get_or_insert(soon);
+    }
+
+    /// The leader ended at `now` and members of its group run on: they are stopped as for a
+    /// lost lock, SIGKILL within `grace` (or at the deadline, if that comes first).
+    pub fn group_outlives_leader(&mut self, now: Instant) {
+        let soon = now + self.grace;
+        self.kill_at = Some(self.kill_at.map_or(soon, |k| k.min(soon)));
+    }
+
+    /// True the first time only: the lost-signal goes to the group once.
+    pub fn signal_once(&mut self) -> bool {
+        !std::mem::replace(&mut self.signalled, true)
+    }
+
+    pub fn killed(&self) -> bool {
+        self.killed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRACE: Duration = Duration::from_secs(2);
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    const NOTHING: Due = Due {
+        runs_out: false,
+        kill: false,
+    };
+
+    #[test]
+    fn the_lost_signal_goes_grace_before_the_deadline_and_sigkill_at_it() {
+        let t0 = Instant::now();
+        let mut d = Deadlines::new(Some(t0 + secs(10)), GRACE);
+        assert_eq!(d.signal_at(), Some(t0 + secs(8)));
+        assert_eq!(d.kill_at(), Some(t0 + secs(10)));
+        assert_eq!(d.next(), Some(t0 + secs(8)));
+        assert_eq!(d.due(t0 + secs(7)), NOTHING);
+        assert_eq!(
+            d.due(t0 + secs(8)),
+            Due {
+                runs_out: true,
+                kill: false
+            }
+        );
+        // Said once; the lost lock's deadline no longer moves, and SIGKILL is next.
+        assert_eq!(d.due(t0 + secs(9)), NOTHING);
+        assert_eq!(d.signal_at(), None);
+        assert_eq!(d.next(), Some(t0 + secs(10)));
+        d.renewed(t0 + secs(30));
+        assert_eq!(
+            d.kill_at(),
+            Some(t0 + secs(10)),
+            "a late renewal saves nothing"
+        );
+        assert_eq!(
+            d.due(t0 + secs(10)),
+            Due {
+                runs_out: false,
+                kill: true
+            }
+        );
+        assert_eq!((d.due(t0 + secs(11)), d.next()), (NOTHING, None));
+    }
+
+    #[test]
+    fn a_renewal_moves_both_and_never_back() {
+        let t0 = Instant::now();
+        let mut d = Deadlines::new(Some(t0 + secs(10)), GRACE);
+        d.renewed(t0 + secs(20));
+        assert_eq!(
+            (d.signal_at(), d.kill_at()),
+            (Some(t0 + secs(18)), Some(t0 + secs(20)))
+        );
+        // The reply to an earlier renewal, come late.
+        d.renewed(t0 + secs(15));
+        assert_eq!(
+            (d.signal_at(), d.kill_at()),
+            (Some(t0 + secs(18)), Some(t0 + secs(20)))
+        );
+        assert_eq!(d.due(t0 + secs(17)), NOTHING);
+    }
+
+    #[test]
+    fn a_rlock_stopped_past_its_deadline_signals_then_kills_at_once() {
+        let t0 = Instant::now();
+        let mut d = Deadlines::new(Some(t0 + secs(10)), GRACE);
+        assert_eq!(
+            d.due(t0 + secs(60)),
+            Due {
+                runs_out: true,
+                kill: true
+            }
+        );
+        assert!(d.killed());
+    }
+
+    #[test]
+    fn a_lock_redis_says_is_lost_is_killed_within_grace() {
+        let t0 = Instant::now();
+        let mut d = Deadlines::new(Some(t0 + secs(30)), GRACE);
+        d.lock_lost(t0 + secs(5));
+        assert_eq!(
+            d.signal_at(),
+            None,
+            "the lost-signal went when Redis said so"
+        );
+        assert_eq!(d.kill_at(), Some(t0 + secs(7)));
+        // A deadline sooner than that stands.
+        let mut d = Deadlines::new(Some(t0 + secs(6)), GRACE);
+        d.lock_lost(t0 + secs(5));
+        assert_eq!(d.kill_at(), Some(t0 + secs(6)));
+        // A nested exec enforces no lease of its own, but a lost lock all the same.
+        let mut d = Deadlines::new(None, GRACE);
+        assert_eq!((d.next(), d.due(t0 + secs(3600))), (None, NOTHING));
+        d.lock_lost(t0 + secs(5));
+        assert_eq!(d.next(), Some(t0 + secs(7)));
+        assert!(d.due(t0 + secs(7)).kill);
+    }
+
+    #[test]
+    fn a_group_left_running_is_killed_within_grace_and_renewals_do_not_put_that_off() {
+        let t0 = Instant::now();
+        let mut d = Deadlines::new(Some(t0 + secs(30)), GRACE);
+        d.group_outlives_leader(t0 + secs(5));
+        assert!(d.signal_once(), "the lost-signal goes");
+        assert!(!d.signal_once(), "once");
+        assert_eq!(d.kill_at(), Some(t0 + secs(7)));
+        d.renewed(t0 + secs(40));
+        assert_eq!(d.kill_at(), Some(t0 + secs(7)));
+        // The lease is still renewed meanwhile: its own signal time moves on.
+        assert_eq!(d.signal_at(), Some(t0 + secs(38)));
+        // Just before the deadline: SIGKILL then, not `grace` later.
+        let mut d = Deadlines::new(Some(t0 + secs(6)), GRACE);
+        d.group_outlives_leader(t0 + secs(5));
+        assert_eq!(d.kill_at(), Some(t0 + secs(6)));
+    }
+
+    #[test]
+    fn a_grace_longer_than_the_clock_reaches_back_signals_at_the_deadline() {
+        let t0 = Instant::now();
+        let d = Deadlines::new(Some(t0), Duration::MAX);
+        assert_eq!(d.signal_at(), Some(t0));
+    }
+}
