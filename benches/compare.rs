@@ -16,8 +16,8 @@
 //! - `RLOCK_BENCH_ONLY=host` only the table of what waiting costs on the host and the handoff
 //!   (`compare/host.rs`), for a quick look; `RLOCK_BENCH_ONLY=soak` only the long soak
 //!
-//! The Redlock figure starts four more servers and puts each of the five behind a proxy of this
-//! program that adds `RLOCK_BENCH_LATENCY_MS` (default 5) each way, so the network counts as it
+//! The Redlock figure starts four more servers and puts each of the five behind the tests' fault
+//! proxy, set to delay `RLOCK_BENCH_LATENCY_MS` (default 5) each way, so the network counts as it
 //! does between hosts and parallel requests can be told from sequential ones.
 //!
 //! A second table has the waiting figures of issue 12 (`compare/waiting.rs`): idle waiters,
@@ -33,8 +33,8 @@
 //! minutes; the table comes first.
 
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -58,7 +58,8 @@ mod soak;
 #[allow(dead_code)]
 #[path = "../tests/rlock/common/rng.rs"]
 mod rng;
-// The tests' fault proxy, for the soak's partitions; the soak uses only part of it.
+// The tests' fault proxy: fixed delays for the Redlock figure's links, blackholes for the soak's
+// partitions; only part of it is used.
 #[allow(dead_code)]
 #[path = "../tests/rlock/common/proxy.rs"]
 mod fault_proxy;
@@ -893,48 +894,6 @@ fn sample_rss(pid: i32) -> f64 {
 // Redlock: five masters against one, over a slow link
 // ---------------------------------------------------------------------------------------------
 
-/// A TCP proxy on 127.0.0.1 in front of `target` that holds every chunk for `delay` in each
-/// direction: a link with that one-way latency. Its threads live until the program ends.
-fn slow_link(target: u16, delay: Duration) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
-    let port = listener.local_addr().expect("proxy address").port();
-    thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(client) = client else { continue };
-            let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
-                continue;
-            };
-            let _ = client.set_nodelay(true);
-            let _ = server.set_nodelay(true);
-            let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else {
-                continue;
-            };
-            pump(client, server, delay);
-            pump(server2, client2, delay);
-        }
-    });
-    port
-}
-
-/// Copies `from` to `to`, each chunk `delay` late, until either side closes.
-fn pump(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
-    thread::spawn(move || {
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    thread::sleep(delay);
-                    if to.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = to.shutdown(Shutdown::Write);
-    });
-}
-
 /// `rlock --url P1 --url P2 … ARGS…` (127.0.0.1 ports), with no inherited RLOCK_* setting.
 fn rlock_ports(ports: &[u16], args: &[&str]) -> Command {
     let mut cmd = Command::new(RLOCK);
@@ -975,7 +934,19 @@ fn acquire_release(ports: &[u16], runs: usize) -> f64 {
 /// and over plain loopback: `(five, one, five_loopback, one_loopback)` in ms.
 fn redlock_vs_one(servers: &[&Redis], delay: Duration, runs: usize) -> (f64, f64, f64, f64) {
     let direct: Vec<u16> = servers.iter().map(|r| r.port).collect();
-    let slow: Vec<u16> = direct.iter().map(|p| slow_link(*p, delay)).collect();
+    // Each node behind the tests' fault proxy, delaying every chunk by `delay` each way.
+    let links: Vec<fault_proxy::Proxy> = direct
+        .iter()
+        .map(|port| {
+            let link = fault_proxy::Proxy::start(*port);
+            link.set(fault_proxy::Mode::Delay {
+                base: delay,
+                jitter: Duration::ZERO,
+            });
+            link
+        })
+        .collect();
+    let slow: Vec<u16> = links.iter().map(fault_proxy::Proxy::port).collect();
     // Warm the script caches of all five (and the page cache).
     for _ in 0..3 {
         acquire_release(&direct, 1);
