@@ -2,8 +2,9 @@
 //! a raw `redis-cli` pair (`SET key token NX PX` to take, an `EVAL` compare-and-delete to give
 //! back), printed as one table with targets and ratios.
 //!
-//! Everything runs against a `redis-server` this program starts on a free port of 127.0.0.1 and
-//! kills at the end; `redis-server`, `redis-cli` and `flock` come from PATH.
+//! Everything runs against `redis-server` processes this program starts on free ports of
+//! 127.0.0.1 and kills at the end, with the tests' own harness (`tests/rlock/common`, included
+//! file by file); `redis-server`, `redis-cli` and `flock` come from PATH.
 //!
 //! Options (environment):
 //! - `RLOCK_BENCH_RUNS`      samples per median (default 30)
@@ -42,6 +43,24 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::fcntl::{Flock, FlockArg};
+
+// The tests' harness, file by file: the crate root stands where `tests/rlock/common` does, so
+// that the files' `super::` paths resolve. Those allowed dead code are used only in part here.
+#[allow(dead_code)]
+#[path = "../tests/rlock/common/binary.rs"]
+mod binary;
+#[path = "../tests/rlock/common/limits.rs"]
+mod limits;
+#[allow(dead_code)]
+#[path = "../tests/rlock/common/server.rs"]
+mod server;
+#[path = "../tests/rlock/common/spawn.rs"]
+mod spawn;
+#[allow(dead_code)]
+#[path = "../tests/rlock/common/wait.rs"]
+mod wait;
+
+use server::RedisServer;
 
 #[path = "compare/host.rs"]
 mod host;
@@ -159,118 +178,6 @@ fn tool(name: &str, install: &str) -> PathBuf {
         .unwrap_or_else(|| exit_with(&format!("`{name}` not found on PATH: {install}")))
 }
 
-/// A `redis-server` on 127.0.0.1 at a free port, killed on drop (and on the benchmark's death:
-/// parent-death signal, armed from the main thread, which lives to the end).
-struct Redis {
-    child: Child,
-    port: u16,
-    version: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Redis {
-    fn start(bin: &Path) -> Redis {
-        let dir = tempfile::Builder::new()
-            .prefix("rlock-bench-redis-")
-            .tempdir()
-            .expect("temp dir");
-        let mut errors = Vec::new();
-        for _ in 0..5 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("bind 127.0.0.1:0")
-                .port();
-            let log = File::create(dir.path().join("redis.log")).expect("log file");
-            let mut cmd = Command::new(bin);
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--dir")
-                .arg(dir.path())
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("dup log"))
-                .stderr(log);
-            let parent = nix::unistd::getpid();
-            // SAFETY: prctl and getppid are async-signal-safe.
-            unsafe {
-                cmd.pre_exec(move || {
-                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-                    if nix::unistd::getppid() != parent {
-                        return Err(std::io::Error::other("benchmark died"));
-                    }
-                    Ok(())
-                });
-            }
-            let mut child = cmd
-                .spawn()
-                .unwrap_or_else(|e| fail(&format!("redis-server: {e}")));
-            match Self::ready(&mut child, port) {
-                Ok(version) => {
-                    return Redis {
-                        child,
-                        port,
-                        version,
-                        _dir: dir,
-                    };
-                }
-                Err(e) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    errors.push(format!("port {port}: {e}"));
-                }
-            }
-        }
-        fail(&format!(
-            "redis-server did not start: {}",
-            errors.join("; ")
-        ))
-    }
-
-    /// Waits until the server on `port` answers and is `child`; returns its version.
-    fn ready(child: &mut Child, port: u16) -> Result<String, String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!("exited with {status}"));
-            }
-            let info = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
-                .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c));
-            if let Ok(info) = info {
-                let field = |name: &str| {
-                    info.lines()
-                        .find_map(|l| l.strip_prefix(name))
-                        .map(|v| v.trim().to_string())
-                };
-                if field("process_id:") == Some(child.id().to_string()) {
-                    return Ok(field("redis_version:").unwrap_or_else(|| "?".into()));
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err("no answer within 10 s".into());
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn conn(&self) -> redis::RedisResult<redis::Connection> {
-        let client = redis::Client::open(self.url())?;
-        let conn = client.get_connection_with_timeout(Duration::from_secs(5))?;
-        conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-        Ok(conn)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A background process (in a process group of its own) that is killed, group and all, on drop.
 struct Bg(Child);
 
@@ -311,17 +218,11 @@ impl Drop for Bg {
     }
 }
 
-/// `rlock --url URL ARGS…` with no inherited RLOCK_* setting (an RLOCK_TOKEN would make it
-/// reentrant).
-fn rlock(redis: &Redis, args: &[&str]) -> Command {
-    let mut cmd = Command::new(RLOCK);
-    for (name, _) in std::env::vars_os() {
-        if name.as_encoded_bytes().starts_with(b"RLOCK_") {
-            cmd.env_remove(&name);
-        }
-    }
-    cmd.env_remove("REDIS_URL").env_remove("REDISCLI_AUTH");
-    cmd.arg("--url").arg(redis.url()).args(args);
+/// `rlock --url URL ARGS…`, with the harness's clean environment (an inherited RLOCK_TOKEN
+/// would make it reentrant).
+fn rlock(redis: &RedisServer, args: &[&str]) -> Command {
+    let mut cmd = binary::rlock_at(redis);
+    cmd.args(args);
     cmd
 }
 
@@ -373,15 +274,10 @@ fn now_ns() -> i128 {
         .as_nanos() as i128
 }
 
-/// Polls `cond` every 0.2 ms until it holds; exits the benchmark naming `what` after PATIENCE.
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !cond() {
-        if Instant::now() >= deadline {
-            fail(&format!("timed out waiting for {what}"));
-        }
-        thread::sleep(Duration::from_micros(200));
-    }
+/// Polls `cond` every 0.2 ms until it holds (a figure that hands the lock over the moment a
+/// waiter is seen parked must see it at once); panics naming `what` after PATIENCE.
+fn wait_for(what: &str, cond: impl FnMut() -> bool) {
+    wait::wait_until_every(Duration::from_micros(200), what, PATIENCE, cond);
 }
 
 fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
@@ -548,8 +444,8 @@ fn stamp_cost(dir: &Path, runs: usize) -> f64 {
 
 /// Handoff with rlock: a holder, an `rlock exec -w … -- date +%s%N` parked behind it, then
 /// `rlock release`; the time from the release returning to the stamp, in ms.
-fn handoff_rlock(redis: &Redis, dir: &Path, runs: usize, cost: f64) -> Vec<f64> {
-    let mut conn = redis.conn().expect("connect");
+fn handoff_rlock(redis: &RedisServer, dir: &Path, runs: usize, cost: f64) -> Vec<f64> {
+    let mut conn = redis.conn();
     let file = dir.join("stamp-rlock");
     (0..runs)
         .map(|_| {
@@ -622,10 +518,10 @@ fn handoff_flock(flock: &Path, dir: &Path, runs: usize, cost: f64) -> Vec<f64> {
 /// Handoff with the raw pair: a `redis-cli SET NX PX` retried every 100 ms by sh (there is no
 /// way to be told), released with redis-cli EVAL compare-and-delete. The release comes at
 /// varying points of the retry period.
-fn handoff_cli(redis: &Redis, dir: &Path, runs: usize, cost: f64) -> Vec<f64> {
-    let mut conn = redis.conn().expect("connect");
+fn handoff_cli(redis: &RedisServer, dir: &Path, runs: usize, cost: f64) -> Vec<f64> {
+    let mut conn = redis.conn();
     let file = dir.join("stamp-cli");
-    let port = redis.port.to_string();
+    let port = redis.port().to_string();
     (0..runs)
         .map(|i| {
             let _: () = redis::cmd("SET")
@@ -692,8 +588,8 @@ struct Watched {
 
 /// Watches the server for `window`. MONITOR shows each request (stamped by the server) and
 /// marks a script's own commands "[0 lua]".
-fn watch(redis: &Redis, window: Duration) -> Watched {
-    let mut monitor = TcpStream::connect(("127.0.0.1", redis.port)).expect("connect");
+fn watch(redis: &RedisServer, window: Duration) -> Watched {
+    let mut monitor = TcpStream::connect(("127.0.0.1", redis.port())).expect("connect");
     monitor.write_all(b"MONITOR\r\n").expect("MONITOR");
     monitor
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -701,7 +597,7 @@ fn watch(redis: &Redis, window: Duration) -> Watched {
     let mut lines = BufReader::new(monitor.try_clone().expect("clone"));
     let mut ok = String::new();
     lines.read_line(&mut ok).expect("MONITOR reply");
-    let mut info = redis.conn().expect("connect");
+    let mut info = redis.conn();
     let before = total_commands(&mut info);
     let start = Instant::now();
     let end = start + window;
@@ -754,8 +650,8 @@ fn watch(redis: &Redis, window: Duration) -> Watched {
 }
 
 /// Idle cost of a parked `rlock acquire` behind a 60 s holder.
-fn idle_rlock(redis: &Redis, window: Duration) -> Watched {
-    let mut conn = redis.conn().expect("connect");
+fn idle_rlock(redis: &RedisServer, window: Duration) -> Watched {
+    let mut conn = redis.conn();
     let holder = output(&mut rlock(
         redis,
         &["acquire", "-k", "idle", "--ttl", "60s"],
@@ -784,8 +680,8 @@ fn idle_rlock(redis: &Redis, window: Duration) -> Watched {
 }
 
 /// Idle cost of the redis-cli poll loop (100 ms) behind a held key: requests/s.
-fn idle_cli(redis: &Redis, window: Duration) -> f64 {
-    let mut conn = redis.conn().expect("connect");
+fn idle_cli(redis: &RedisServer, window: Duration) -> f64 {
+    let mut conn = redis.conn();
     let _: () = redis::cmd("SET")
         .arg("cli-idle")
         .arg("holder")
@@ -793,7 +689,7 @@ fn idle_cli(redis: &Redis, window: Duration) -> f64 {
         .arg(60000)
         .query(&mut conn)
         .expect("SET");
-    let port = redis.port.to_string();
+    let port = redis.port().to_string();
     let _poller = Bg::spawn(
         Command::new("sh")
             .args(["-c", POLL_LOOP, "sh", &port, "cli-idle", "waiter"])
@@ -894,15 +790,9 @@ fn sample_rss(pid: i32) -> f64 {
 // Redlock: five masters against one, over a slow link
 // ---------------------------------------------------------------------------------------------
 
-/// `rlock --url P1 --url P2 … ARGS…` (127.0.0.1 ports), with no inherited RLOCK_* setting.
+/// `rlock --url P1 --url P2 … ARGS…` (127.0.0.1 ports), with the same clean environment.
 fn rlock_ports(ports: &[u16], args: &[&str]) -> Command {
-    let mut cmd = Command::new(RLOCK);
-    for (name, _) in std::env::vars_os() {
-        if name.as_encoded_bytes().starts_with(b"RLOCK_") {
-            cmd.env_remove(&name);
-        }
-    }
-    cmd.env_remove("REDIS_URL").env_remove("REDISCLI_AUTH");
+    let mut cmd = binary::rlock();
     for port in ports {
         cmd.arg("--url").arg(format!("redis://127.0.0.1:{port}"));
     }
@@ -932,8 +822,8 @@ fn acquire_release(ports: &[u16], runs: usize) -> f64 {
 
 /// Median `acquire -n` + `release` time with five nodes and with one, over links of `delay`
 /// and over plain loopback: `(five, one, five_loopback, one_loopback)` in ms.
-fn redlock_vs_one(servers: &[&Redis], delay: Duration, runs: usize) -> (f64, f64, f64, f64) {
-    let direct: Vec<u16> = servers.iter().map(|r| r.port).collect();
+fn redlock_vs_one(servers: &[&RedisServer], delay: Duration, runs: usize) -> (f64, f64, f64, f64) {
+    let direct: Vec<u16> = servers.iter().map(|r| r.port()).collect();
     // Each node behind the tests' fault proxy, delaying every chunk by `delay` each way.
     let links: Vec<fault_proxy::Proxy> = direct
         .iter()
@@ -966,9 +856,9 @@ fn redlock_vs_one(servers: &[&Redis], delay: Duration, runs: usize) -> (f64, f64
 /// Runs the soak's long mode against a server of its own (it gets frozen), through a fault
 /// proxy whose link it blackholes now and then, prints its figures, and fails the benchmark if
 /// two holders overlapped or a fence went backwards.
-fn soak(redis_server: &Path, grants: usize) {
-    let redis = Redis::start(redis_server);
-    let proxy = std::sync::Arc::new(fault_proxy::Proxy::start(redis.port));
+fn soak(grants: usize) {
+    let redis = RedisServer::start();
+    let proxy = std::sync::Arc::new(fault_proxy::Proxy::start(redis.port()));
     let dir = tempfile::Builder::new()
         .prefix("rlock-bench-soak-")
         .tempdir()
@@ -976,7 +866,7 @@ fn soak(redis_server: &Path, grants: usize) {
     let switch = proxy.clone();
     let target = soak::Target {
         rlock: RLOCK.into(),
-        port: redis.port,
+        port: redis.port(),
         rlock_port: Some(proxy.port()),
         link: Some(soak::Link(std::sync::Arc::new(move |cut| {
             if cut {
@@ -985,7 +875,7 @@ fn soak(redis_server: &Path, grants: usize) {
                 switch.heal();
             }
         }))),
-        redis_pid: redis.child.id() as i32,
+        redis_pid: redis.pid(),
         dir: dir.path().to_path_buf(),
     };
     let cfg = soak::Config::long(grants);
@@ -1029,7 +919,9 @@ fn soak(redis_server: &Path, grants: usize) {
 
 fn main() {
     let cfg = Config::from_env();
-    let redis_server = tool(
+    // The harness finds redis-server itself; looked for here too, so that a missing one is told
+    // like the other tools rather than by the harness's panic.
+    tool(
         "redis-server",
         "install Redis (e.g. `apt-get install -y redis-server`, which also brings redis-cli)",
     );
@@ -1046,15 +938,20 @@ fn main() {
     tool("sh", "install a POSIX shell");
     tool("true", "install coreutils");
 
-    let redis = Redis::start(&redis_server);
+    let redis = RedisServer::start();
     let dir = tempfile::Builder::new()
         .prefix("rlock-bench-")
         .tempdir()
         .expect("temp dir");
-    let port = redis.port.to_string();
+    let port = redis.port().to_string();
+    let (major, minor, patch) = spawn::redis_version();
     println!(
-        "rlock compare: redis-server {} on 127.0.0.1:{}, {} runs per median, {} × {} contention, idle window {:?}",
-        redis.version, redis.port, cfg.runs, cfg.procs, cfg.iters, cfg.idle
+        "rlock compare: redis-server {major}.{minor}.{patch} on 127.0.0.1:{}, {} runs per median, {} × {} contention, idle window {:?}",
+        redis.port(),
+        cfg.runs,
+        cfg.procs,
+        cfg.iters,
+        cfg.idle
     );
     let mut rows = Vec::new();
 
@@ -1076,7 +973,7 @@ fn main() {
             return;
         }
         Some(_) => {
-            soak(&redis_server, cfg.soak_grants.max(1));
+            soak(cfg.soak_grants.max(1));
             return;
         }
         None => {}
@@ -1277,7 +1174,7 @@ fn main() {
     });
 
     // 5. Memory of a holder.
-    let mut conn = redis.conn().expect("connect");
+    let mut conn = redis.conn();
     let mut holder =
         Bg::spawn(rlock(&redis, &["exec", "-k", "mem", "--", "sleep", "30"]).stdout(Stdio::null()));
     let pid = holder.pid();
@@ -1313,8 +1210,8 @@ fn main() {
     });
 
     // 6. Redlock: five masters asked in parallel cost about what one does.
-    let more: Vec<Redis> = (0..4).map(|_| Redis::start(&redis_server)).collect();
-    let five: Vec<&Redis> = std::iter::once(&redis).chain(&more).collect();
+    let more: Vec<RedisServer> = (0..4).map(|_| RedisServer::start()).collect();
+    let five: Vec<&RedisServer> = std::iter::once(&redis).chain(&more).collect();
     let (r5, r1, r5_lo, r1_lo) = redlock_vs_one(&five, cfg.latency, cfg.runs);
     let redlock_ratio = r5 / r1;
     rows.push(Row {
@@ -1333,11 +1230,11 @@ fn main() {
 
     // 6b. --replicas 1 (issue 14): WAIT after the grant, with a replica on loopback, against
     // the same exec without it and flock, run by run.
-    let replica = Redis::start(&redis_server);
-    let mut rconn = replica.conn().expect("connect to the replica");
+    let replica = RedisServer::start();
+    let mut rconn = replica.conn();
     redis::cmd("REPLICAOF")
         .arg("127.0.0.1")
-        .arg(redis.port)
+        .arg(redis.port())
         .query::<()>(&mut rconn)
         .expect("REPLICAOF");
     wait_for("the replica's link to come up", || {
@@ -1423,7 +1320,7 @@ fn main() {
     // 8. Soak, last: it takes minutes, and the tables above should not wait for it.
     drop(more);
     if cfg.soak_grants > 0 {
-        soak(&redis_server, cfg.soak_grants);
+        soak(cfg.soak_grants);
     }
 }
 
@@ -1452,7 +1349,7 @@ fn start_etcd() -> Option<waiting::Etcd> {
 /// etcdctl lock side by side, with ratios.
 fn host_figures(
     cfg: &Config,
-    redis: &Redis,
+    redis: &RedisServer,
     flock: &Path,
     etcd: Option<&waiting::Etcd>,
     dir: &Path,
@@ -1553,7 +1450,7 @@ fn host_figures(
 /// distinct keys leave behind.
 fn waiting_figures(
     cfg: &Config,
-    redis: &Redis,
+    redis: &RedisServer,
     flock: &Path,
     dir: &Path,
     (e_rlock, e_flock): (f64, f64),

@@ -22,7 +22,7 @@ use nix::unistd::mkfifo;
 
 use super::procfs::voluntary_switches as switches;
 use super::waiting::Etcd;
-use super::{Bg, Redis, fail, median, quiet, rlock, wait_for, zcard};
+use super::{Bg, RedisServer, fail, median, quiet, rlock, wait_for, zcard};
 
 /// Median, min and max of some samples (ms).
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +53,7 @@ pub trait Tool {
     fn in_line(&self, key: &str) -> usize;
 }
 
-pub struct RlockTool<'a>(pub &'a Redis);
+pub struct RlockTool<'a>(pub &'a RedisServer);
 pub struct FlockTool<'a> {
     pub flock: &'a Path,
     pub dir: &'a Path,
@@ -77,7 +77,7 @@ impl Tool for RlockTool<'_> {
     }
 
     fn in_line(&self, key: &str) -> usize {
-        let mut conn = self.0.conn().expect("connect");
+        let mut conn = self.0.conn();
         let held = redis::cmd("EXISTS")
             .arg(format!("rlock:{key}"))
             .query::<usize>(&mut conn)

@@ -12,20 +12,14 @@ use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::{Bg, Redis, fail, median, ms, output, quiet, rlock, wait_for, watch, zcard};
+use super::spawn::free_port;
+use super::{Bg, RedisServer, fail, median, ms, output, quiet, rlock, wait_for, watch, zcard};
 
 /// An etcd on 127.0.0.1 (client and peer ports free), killed on drop.
 pub struct Etcd {
     child: Child,
     pub port: u16,
     _dir: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
 }
 
 impl Etcd {
@@ -134,11 +128,11 @@ pub fn print(rows: &[Row]) {
 }
 
 /// Redis commands per second while `n` waiters idle behind a 60 s lease.
-pub fn idle_waiters(redis: &Redis, n: usize, window: Duration) -> f64 {
+pub fn idle_waiters(redis: &RedisServer, n: usize, window: Duration) -> f64 {
     let key = format!("idle{n}");
     let queue = format!("{{rlock:{key}}}:q");
     let holder = output(&mut rlock(redis, &["acquire", "-k", &key, "--ttl", "60s"]));
-    let mut conn = redis.conn().expect("connect");
+    let mut conn = redis.conn();
     let waiters: Vec<Bg> = (0..n)
         .map(|_| {
             Bg::spawn(
@@ -164,8 +158,8 @@ pub fn idle_waiters(redis: &Redis, n: usize, window: Duration) -> f64 {
 }
 
 /// Waits until the server has run no command for 300 ms.
-pub fn settle(redis: &Redis) {
-    let mut info = redis.conn().expect("connect");
+pub fn settle(redis: &RedisServer) {
+    let mut info = redis.conn();
     let mut last = super::total_commands(&mut info);
     let mut quiet_since = Instant::now();
     wait_for("the server to settle", || {
@@ -229,10 +223,10 @@ fn fresh(dir: &Path, name: &str) -> PathBuf {
     d
 }
 
-fn redis_cpu_ms(redis: &Redis) -> f64 {
+fn redis_cpu_ms(redis: &RedisServer) -> f64 {
     let info: String = redis::cmd("INFO")
         .arg("cpu")
-        .query(&mut redis.conn().expect("connect"))
+        .query(&mut redis.conn())
         .expect("INFO cpu");
     ["used_cpu_sys:", "used_cpu_user:"]
         .iter()
@@ -243,11 +237,11 @@ fn redis_cpu_ms(redis: &Redis) -> f64 {
 }
 
 /// `n` rlock exec waiters queued in arrival order behind a holder, then the holder releases.
-pub fn drain_rlock(redis: &Redis, dir: &Path, n: usize) -> Drain {
+pub fn drain_rlock(redis: &RedisServer, dir: &Path, n: usize) -> Drain {
     let d = fresh(dir, &format!("rlock-{n}"));
     let key = format!("chain{n}");
     let queue = format!("{{rlock:{key}}}:q");
-    let mut conn = redis.conn().expect("connect");
+    let mut conn = redis.conn();
     let holder = output(&mut rlock(redis, &["acquire", "-k", &key, "--ttl", "600s"]));
     let mut waiters = Vec::with_capacity(n);
     for i in 0..n {
@@ -354,7 +348,7 @@ pub fn exec_etcd(etcd: &Etcd, runs: usize) -> f64 {
 
 /// Locks and releases `n` distinct keys, then reports the keys with no expiry and the longest
 /// life any key has left (s).
-pub fn leftovers(redis: &Redis, n: usize) -> (usize, f64) {
+pub fn leftovers(redis: &RedisServer, n: usize) -> (usize, f64) {
     for i in 0..n {
         quiet(&mut rlock(
             redis,
@@ -369,7 +363,7 @@ pub fn leftovers(redis: &Redis, n: usize) -> (usize, f64) {
             ],
         ));
     }
-    let mut conn = redis.conn().expect("connect");
+    let mut conn = redis.conn();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*pr-*")
         .query(&mut conn)
