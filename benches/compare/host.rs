@@ -4,7 +4,8 @@
 //!   read from /proc while it waits behind a lock that stays held;
 //! - the handoff: from the moment one holder's command ends (its last stamp) to the moment the
 //!   next holder's command starts (its first stamp), at least 30 times, with one waiter queued
-//!   and with a line of 100, as median, min and max.
+//!   and with a line of 100, as median, min and max;
+//! - `-- true` under the lock, as median wall time.
 //!
 //! Every command is a bash script that stamps with its own clock (`$EPOCHREALTIME`, no process
 //! of its own); the time bash takes from its start to its first stamp (measured here the same
@@ -20,9 +21,13 @@ use std::time::{Duration, Instant};
 use nix::sys::stat::Mode;
 use nix::unistd::mkfifo;
 
-use super::procfs::voluntary_switches as switches;
-use super::waiting::Etcd;
-use super::{Bg, Redis, fail, median, quiet, rlock, wait_for, zcard};
+use crate::etcd::Etcd;
+use crate::monitor::zcard;
+use crate::process::{Bg, fail, quiet, rlock, wait_for};
+use crate::procfs::voluntary_switches as switches;
+use crate::server::RedisServer;
+use crate::setup::Bench;
+use crate::table::median;
 
 /// Median, min and max of some samples (ms).
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +58,7 @@ pub trait Tool {
     fn in_line(&self, key: &str) -> usize;
 }
 
-pub struct RlockTool<'a>(pub &'a Redis);
+pub struct RlockTool<'a>(pub &'a RedisServer);
 pub struct FlockTool<'a> {
     pub flock: &'a Path,
     pub dir: &'a Path,
@@ -77,7 +82,7 @@ impl Tool for RlockTool<'_> {
     }
 
     fn in_line(&self, key: &str) -> usize {
-        let mut conn = self.0.conn().expect("connect");
+        let mut conn = self.0.conn();
         let held = redis::cmd("EXISTS")
             .arg(format!("rlock:{key}"))
             .query::<usize>(&mut conn)
@@ -333,4 +338,124 @@ fn fresh(dir: &Path, name: &str) -> PathBuf {
     let _ = fs::remove_dir_all(&d);
     fs::create_dir_all(&d).expect("bench dir");
     d
+}
+
+/// What the host table shows, one entry per tool (rlock, flock, then etcdctl lock if any).
+struct Measured {
+    names: Vec<&'static str>,
+    idle: Vec<f64>,
+    one: Vec<Spread>,
+    line: Vec<Spread>,
+    exec: Vec<f64>,
+    samples: usize,
+    cost: f64,
+}
+
+/// The host table: rlock, flock and (with `etcd`) etcdctl lock side by side, with ratios.
+pub fn table(b: &Bench, etcd: Option<&Etcd>) {
+    let r = RlockTool(b.redis);
+    let f = FlockTool {
+        flock: b.flock,
+        dir: b.dir,
+    };
+    let e = etcd.map(EtcdTool);
+    let tools: Vec<&dyn Tool> = [&r as &dyn Tool, &f]
+        .into_iter()
+        .chain(e.as_ref().map(|e| e as &dyn Tool))
+        .collect();
+    print_table(&measure(b, &tools));
+}
+
+fn measure(b: &Bench, tools: &[&dyn Tool]) -> Measured {
+    let (runs, dir) = (b.cfg.runs, b.dir);
+    let samples = runs.max(30);
+    let cost = shell_cost(dir, runs);
+    let each =
+        |f: &dyn Fn(&dyn Tool) -> Spread| -> Vec<Spread> { tools.iter().map(|t| f(*t)).collect() };
+    let idle = tools
+        .iter()
+        .map(|t| idle_wakeups(*t, dir, b.cfg.idle))
+        .collect();
+    let one = each(&|t| handoffs_one_queued(t, dir, samples, cost));
+    let line = each(&|t| handoffs_in_line(t, dir, 100 + samples, samples, cost));
+    let exec = tools.iter().map(|t| exec_true(*t, runs)).collect();
+    Measured {
+        names: tools.iter().map(|t| t.name()).collect(),
+        idle,
+        one,
+        line,
+        exec,
+        samples,
+        cost,
+    }
+}
+
+fn print_table(m: &Measured) {
+    println!();
+    println!(
+        "What waiting costs on the host, and the handoff ({} handoffs each; ms are median (min–max), less {:.2} ms for starting bash):",
+        m.samples, m.cost
+    );
+    println!();
+    println!(
+        "| figure | {} | rlock/flock | rlock/etcdctl lock | target | met |",
+        m.names.join(" | ")
+    );
+    println!("|---|{}---|---|---|---|", "---|".repeat(m.names.len()));
+    print_row(
+        "idle waiter behind a held lock: wake-ups/s (voluntary context switches, all threads)",
+        m.idle.iter().map(|v| format!("{v:.1} /s")).collect(),
+        (m.idle[0], m.idle[1], m.idle.get(2).copied()),
+        "≤ 1 /s",
+        m.idle[0] <= 1.0,
+    );
+    let spread = |v: &[Spread]| -> Vec<String> {
+        v.iter()
+            .map(|s| format!("{:.2} ({:.2}–{:.2})", s.median, s.min, s.max))
+            .collect()
+    };
+    for (what, v) in [
+        ("1 waiter queued", &m.one),
+        ("a line of 100+ queued", &m.line),
+    ] {
+        let (r, f, e) = (v[0].median, v[1].median, v.get(2).map(|s| s.median));
+        print_row(
+            &format!("handoff, holder's command ends → next command starts, {what}"),
+            spread(v),
+            (r, f, e),
+            "≤ 1.5× flock, < etcdctl",
+            r <= 1.5 * f && e.is_none_or(|e| r < e),
+        );
+    }
+    let (r, f, e) = (m.exec[0], m.exec[1], m.exec.get(2).copied());
+    print_row(
+        "`-- true` under the lock, median wall time",
+        m.exec.iter().map(|v| format!("{v:.2}")).collect(),
+        (r, f, e),
+        "≤ 1.3× flock",
+        r <= 1.3 * f,
+    );
+}
+
+/// One row: the tools' cells, then rlock's ratios to flock and to etcdctl lock (`(rlock, flock,
+/// etcdctl)` are the values compared).
+fn print_row(
+    figure: &str,
+    cells: Vec<String>,
+    (r, f, e): (f64, f64, Option<f64>),
+    target: &str,
+    met: bool,
+) {
+    let ratio = |a: f64, b: Option<f64>| match b {
+        Some(b) if b > 0.0 => format!("{:.2}×", a / b),
+        Some(_) => "–".into(),
+        None => "–".into(),
+    };
+    println!(
+        "| {figure} | {} | {} | {} | {target} | {} |",
+        cells.join(" | "),
+        ratio(r, Some(f)),
+        ratio(r, e),
+        if met { "yes" } else { "NO" }
+    );
 }

@@ -1,98 +1,26 @@
-//! The waiting figures (issue 12): what idle waiters cost Redis, the handoff with a long line,
-//! a line of 100 and of 300 waiters drained through one key by rlock, `etcdctl lock` and flock
-//! side by side, how the costs grow from 100 to 300 waiters, and what 1,000 distinct keys leave
-//! behind. `etcdctl lock` runs against an etcd this benchmark starts on loopback ports.
+//! The waiting table: what idle waiters cost Redis, a line of 100 and of 300 waiters drained
+//! through one key by rlock, `etcdctl lock` and flock side by side, how the costs grow from 100
+//! to 300 waiters, and what 1,000 distinct keys leave behind. `etcdctl lock` runs against an etcd
+//! this benchmark starts on loopback ports. The host table (`host.rs`) comes first, with the
+//! same etcd.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::{Bg, Redis, fail, median, ms, output, quiet, rlock, wait_for, watch, zcard};
-
-/// An etcd on 127.0.0.1 (client and peer ports free), killed on drop.
-pub struct Etcd {
-    child: Child,
-    pub port: u16,
-    _dir: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
-}
-
-impl Etcd {
-    pub fn start(bin: &Path) -> Etcd {
-        let dir = tempfile::Builder::new()
-            .prefix("rlock-bench-etcd-")
-            .tempdir()
-            .expect("temp dir");
-        let (port, peer) = (free_port(), free_port());
-        let client = format!("http://127.0.0.1:{port}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let log = File::create(dir.path().join("etcd.log")).expect("log file");
-        let child = Command::new(bin)
-            .args(["--name", "bench", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args([
-                "--listen-client-urls",
-                &client,
-                "--advertise-client-urls",
-                &client,
-            ])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("bench={peer_url}")])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup log"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| fail(&format!("etcd: {e}")));
-        let etcd = Etcd {
-            child,
-            port,
-            _dir: dir,
-        };
-        wait_for("etcd to answer", || {
-            etcd.ctl()
-                .args(["endpoint", "health"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-        etcd
-    }
-
-    pub fn ctl(&self) -> Command {
-        let mut cmd = Command::new("etcdctl");
-        cmd.env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints=127.0.0.1:{}", self.port));
-        cmd
-    }
-
-    /// How many keys are under `prefix` (a lock's holder and its waiters).
-    pub fn count(&self, prefix: &str) -> usize {
-        output(self.ctl().args(["get", "--prefix", "--keys-only", prefix]))
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .count()
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::etcd::{self, Etcd};
+use crate::host;
+use crate::memory::rss_kib;
+use crate::monitor::{settle, watch, zcard};
+use crate::process::{Bg, fail, output, quiet, rlock, wait_for, wall};
+use crate::server::RedisServer;
+use crate::setup::Bench;
+use crate::table::{self, median, ms};
 
 /// One row of the waiting table; a tool's cell is None when it has no such figure.
 pub struct Row {
@@ -134,11 +62,11 @@ pub fn print(rows: &[Row]) {
 }
 
 /// Redis commands per second while `n` waiters idle behind a 60 s lease.
-pub fn idle_waiters(redis: &Redis, n: usize, window: Duration) -> f64 {
+pub fn idle_waiters(redis: &RedisServer, n: usize, window: Duration) -> f64 {
     let key = format!("idle{n}");
     let queue = format!("{{rlock:{key}}}:q");
     let holder = output(&mut rlock(redis, &["acquire", "-k", &key, "--ttl", "60s"]));
-    let mut conn = redis.conn().expect("connect");
+    let mut conn = redis.conn();
     let waiters: Vec<Bg> = (0..n)
         .map(|_| {
             Bg::spawn(
@@ -161,22 +89,6 @@ pub fn idle_waiters(redis: &Redis, n: usize, window: Duration) -> f64 {
         &["release", "-k", &key, "--token", holder.trim()],
     ));
     watched.counted as f64 / window.as_secs_f64()
-}
-
-/// Waits until the server has run no command for 300 ms.
-pub fn settle(redis: &Redis) {
-    let mut info = redis.conn().expect("connect");
-    let mut last = super::total_commands(&mut info);
-    let mut quiet_since = Instant::now();
-    wait_for("the server to settle", || {
-        let now = super::total_commands(&mut info);
-        // Our own INFO counts one.
-        if now > last + 1 {
-            quiet_since = Instant::now();
-        }
-        last = now;
-        quiet_since.elapsed() > Duration::from_millis(300)
-    });
 }
 
 /// What draining a line of waiters through one key cost.
@@ -229,10 +141,10 @@ fn fresh(dir: &Path, name: &str) -> PathBuf {
     d
 }
 
-fn redis_cpu_ms(redis: &Redis) -> f64 {
+fn redis_cpu_ms(redis: &RedisServer) -> f64 {
     let info: String = redis::cmd("INFO")
         .arg("cpu")
-        .query(&mut redis.conn().expect("connect"))
+        .query(&mut redis.conn())
         .expect("INFO cpu");
     ["used_cpu_sys:", "used_cpu_user:"]
         .iter()
@@ -243,11 +155,11 @@ fn redis_cpu_ms(redis: &Redis) -> f64 {
 }
 
 /// `n` rlock exec waiters queued in arrival order behind a holder, then the holder releases.
-pub fn drain_rlock(redis: &Redis, dir: &Path, n: usize) -> Drain {
+pub fn drain_rlock(redis: &RedisServer, dir: &Path, n: usize) -> Drain {
     let d = fresh(dir, &format!("rlock-{n}"));
     let key = format!("chain{n}");
     let queue = format!("{{rlock:{key}}}:q");
-    let mut conn = redis.conn().expect("connect");
+    let mut conn = redis.conn();
     let holder = output(&mut rlock(redis, &["acquire", "-k", &key, "--ttl", "600s"]));
     let mut waiters = Vec::with_capacity(n);
     for i in 0..n {
@@ -265,7 +177,7 @@ pub fn drain_rlock(redis: &Redis, dir: &Path, n: usize) -> Drain {
         wait_for("a waiter to queue", || zcard(&mut conn, &queue) == i + 1);
     }
     settle(redis);
-    let rss = super::rss_kib(waiters[n - 1].pid()).map(|k| k / 1024.0);
+    let rss = rss_kib(waiters[n - 1].pid()).map(|k| k / 1024.0);
     let cpu = redis_cpu_ms(redis);
     let start = Instant::now();
     quiet(&mut rlock(
@@ -343,18 +255,14 @@ pub fn drain_etcd(etcd: &Etcd, dir: &Path, n: usize) -> Drain {
 pub fn exec_etcd(etcd: &Etcd, runs: usize) -> f64 {
     median(
         (0..runs)
-            .map(|_| {
-                ms(super::wall(|| {
-                    quiet(etcd.ctl().args(["lock", "wall", "true"]))
-                }))
-            })
+            .map(|_| ms(wall(|| quiet(etcd.ctl().args(["lock", "wall", "true"])))))
             .collect(),
     )
 }
 
 /// Locks and releases `n` distinct keys, then reports the keys with no expiry and the longest
 /// life any key has left (s).
-pub fn leftovers(redis: &Redis, n: usize) -> (usize, f64) {
+pub fn leftovers(redis: &RedisServer, n: usize) -> (usize, f64) {
     for i in 0..n {
         quiet(&mut rlock(
             redis,
@@ -369,7 +277,7 @@ pub fn leftovers(redis: &Redis, n: usize) -> (usize, f64) {
             ],
         ));
     }
-    let mut conn = redis.conn().expect("connect");
+    let mut conn = redis.conn();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*pr-*")
         .query(&mut conn)
@@ -384,4 +292,159 @@ pub fn leftovers(redis: &Redis, n: usize) -> (usize, f64) {
         longest = longest.max(pttl);
     }
     (forever, longest as f64 / 1000.0)
+}
+
+/// The host table, then the waiting table, with one etcd for both. `peer` is the first table's
+/// `exec -- true` row, repeated beside `etcdctl lock`.
+pub fn tables(b: &Bench, peer: &table::Row) {
+    let etcd = etcd::start();
+    host::table(b, etcd.as_ref());
+    let (small, large) = (b.cfg.line / 3, b.cfg.line);
+    let mut rows = idle_rows(b);
+    // (The handoff, measured 30 times and more, is in the host table above.)
+    let s = Drains::measure(b, etcd.as_ref(), small);
+    let l = Drains::measure(b, etcd.as_ref(), large);
+    for d in [&s, &l] {
+        rows.extend(drain_rows(d));
+    }
+    rows.extend(growth_rows(&s, &l));
+    rows.push(Row {
+        figure: "`lock -- true`, median wall time (peer row)".into(),
+        unit: "ms",
+        rlock: peer.rlock,
+        flock: peer.flock,
+        etcd: etcd.as_ref().map(|e| exec_etcd(e, b.cfg.runs)),
+        target: "(for reference)".into(),
+        met: None,
+    });
+    rows.push(leftovers_row(b.redis));
+    println!();
+    print(&rows);
+}
+
+fn idle_rows(b: &Bench) -> Vec<Row> {
+    [10, 100]
+        .into_iter()
+        .map(|n| {
+            let rate = idle_waiters(b.redis, n, b.cfg.idle);
+            Row {
+                figure: format!("{n} idle waiters behind a 60 s lease: Redis commands/s"),
+                unit: "/s",
+                rlock: rate,
+                flock: Some(0.0),
+                etcd: None,
+                target: "0".into(),
+                met: Some(rate == 0.0),
+            }
+        })
+        .collect()
+}
+
+/// One line of `n` waiters drained by each tool.
+struct Drains {
+    n: usize,
+    rlock: Drain,
+    flock: Drain,
+    etcd: Option<Drain>,
+}
+
+impl Drains {
+    fn measure(b: &Bench, etcd: Option<&Etcd>, n: usize) -> Drains {
+        Drains {
+            n,
+            rlock: drain_rlock(b.redis, b.dir, n),
+            flock: drain_flock(b.flock, b.dir, n),
+            etcd: etcd.map(|e| drain_etcd(e, b.dir, n)),
+        }
+    }
+}
+
+fn drain_rows(d: &Drains) -> [Row; 2] {
+    let (r, f, e, n) = (&d.rlock, &d.flock, &d.etcd, d.n);
+    [
+        Row {
+            figure: format!("{n} waiters through one key: release → last done"),
+            unit: "ms",
+            rlock: r.total,
+            flock: Some(f.total),
+            etcd: e.as_ref().map(|e| e.total),
+            target: "< etcdctl, ≤ 2× flock".into(),
+            met: Some(r.total <= 2.0 * f.total && e.as_ref().is_none_or(|e| r.total < e.total)),
+        },
+        Row {
+            figure: format!("{n} waiters: order inversions"),
+            unit: "",
+            rlock: r.inversions as f64,
+            flock: Some(f.inversions as f64),
+            etcd: e.as_ref().map(|e| e.inversions as f64),
+            target: "0".into(),
+            met: Some(r.inversions == 0),
+        },
+    ]
+}
+
+/// How drain time and Redis CPU grow from the short line `s` to the long one `l`, and whether a
+/// waiter's memory does.
+fn growth_rows(s: &Drains, l: &Drains) -> [Row; 3] {
+    let growth = |a: f64, b: f64| if a > 0.0 { b / a } else { f64::NAN };
+    let cpu = |d: &Drains| d.rlock.redis_cpu.unwrap_or(0.0);
+    let cpu_growth = growth(cpu(s), cpu(l));
+    let drain_growth = growth(s.rlock.total, l.rlock.total);
+    [
+        Row {
+            figure: format!("growth {} → {} waiters: drain time", s.n, l.n),
+            unit: "×",
+            rlock: drain_growth,
+            flock: Some(growth(s.flock.total, l.flock.total)),
+            etcd: s
+                .etcd
+                .as_ref()
+                .zip(l.etcd.as_ref())
+                .map(|(s, l)| growth(s.total, l.total)),
+            target: "≤ 3.3× (linear)".into(),
+            met: Some(drain_growth <= 3.3),
+        },
+        Row {
+            figure: format!(
+                "growth {} → {} waiters: Redis CPU ({:.0} → {:.0} ms)",
+                s.n,
+                l.n,
+                cpu(s),
+                cpu(l)
+            ),
+            unit: "×",
+            rlock: cpu_growth,
+            flock: None,
+            etcd: None,
+            target: "≤ 3.3× (linear)".into(),
+            met: Some(cpu_growth <= 3.3),
+        },
+        Row {
+            figure: format!("a waiter's RSS with {} / {} in line (MiB)", s.n, l.n),
+            unit: "MiB",
+            rlock: l.rlock.waiter_rss.unwrap_or(f64::NAN),
+            flock: None,
+            etcd: None,
+            target: format!(
+                "≈ {:.2} MiB (no growth)",
+                s.rlock.waiter_rss.unwrap_or(f64::NAN)
+            ),
+            met: None,
+        },
+    ]
+}
+
+fn leftovers_row(redis: &RedisServer) -> Row {
+    let (forever, longest) = leftovers(redis, 1000);
+    Row {
+        figure: format!(
+            "1,000 distinct keys locked and released (--ttl 1s): keys with no expiry (longest life left {longest:.1} s)"
+        ),
+        unit: "",
+        rlock: forever as f64,
+        flock: None,
+        etcd: None,
+        target: "0, none past 61 s".into(),
+        met: Some(forever == 0 && longest <= 61.0),
+    }
 }

@@ -3,7 +3,7 @@
 //! heartbeats to one shared log, and the log is then checked for overlapping holders and fences
 //! out of order.
 //!
-//! Self-contained (std, nix, tempfile) because `benches/compare.rs` includes it by `#[path]`
+//! Self-contained (std, nix, tempfile) because `benches/compare/soak.rs` includes it by `#[path]`
 //! (besides `soak.rs` and `partition/slow_links.rs` here); the caller starts Redis (`--save ""
 //! --appendonly no`, 127.0.0.1) and passes its port and pid.
 //!

@@ -1,0 +1,153 @@
+//! The first table: its rows, the notes under it, and the statistics its figures share.
+
+use std::time::Duration;
+
+/// Runs each of `subjects` (each measures itself) `runs` times, taking turns and changing who
+/// goes first every round, so that a machine that gets slower or faster meanwhile weighs on all
+/// of them alike: the median of each.
+pub fn interleaved<const N: usize>(
+    runs: usize,
+    subjects: [&mut dyn FnMut() -> f64; N],
+) -> [f64; N] {
+    let mut samples: [Vec<f64>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
+    for round in 0..runs {
+        for k in 0..N {
+            let i = (round + k) % N;
+            samples[i].push((subjects[i])());
+        }
+    }
+    samples.map(median)
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty());
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// One line of the table. Values are in `unit`; None is "n/a".
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub figure: String,
+    pub unit: &'static str,
+    pub rlock: f64,
+    pub flock: Option<f64>,
+    pub cli: Option<f64>,
+    /// e.g. "≤ 5 ms" or "≤ 1.5× flock"
+    pub target: String,
+    pub met: Option<bool>,
+    /// Show the values with this many decimals.
+    pub decimals: usize,
+}
+
+impl Row {
+    fn value(&self, v: Option<f64>) -> String {
+        match v {
+            Some(v) => format!("{v:.*} {}", self.decimals, self.unit),
+            None => "n/a".into(),
+        }
+    }
+
+    fn cells(&self) -> [String; 8] {
+        [
+            self.figure.clone(),
+            self.value(Some(self.rlock)),
+            self.value(self.flock),
+            self.value(self.cli),
+            ratio(self.rlock, self.flock),
+            ratio(self.rlock, self.cli),
+            self.target.clone(),
+            match self.met {
+                Some(true) => "yes".into(),
+                Some(false) => "NO".into(),
+                None => "".into(),
+            },
+        ]
+    }
+}
+
+fn ratio(a: f64, b: Option<f64>) -> String {
+    match b {
+        Some(b) if b > 0.0 && a.is_finite() => format!("{:.2}×", a / b),
+        _ => "n/a".into(),
+    }
+}
+
+/// What one figure adds to the table: its rows, and a note to print under it.
+pub struct Figure {
+    pub rows: Vec<Row>,
+    pub note: Option<String>,
+}
+
+/// The rows of the figures in the order they ran, and their notes in the same order.
+#[derive(Default)]
+pub struct Table {
+    rows: Vec<Row>,
+    notes: Vec<String>,
+}
+
+impl Table {
+    pub fn add(&mut self, figure: Figure) {
+        self.rows.extend(figure.rows);
+        self.notes.extend(figure.note);
+    }
+
+    /// The table, aligned, then a blank line and the notes.
+    pub fn print(&self) {
+        print_rows(&self.rows);
+        println!();
+        for note in &self.notes {
+            println!("{note}");
+        }
+    }
+}
+
+fn print_rows(rows: &[Row]) {
+    let header = [
+        "figure",
+        "rlock",
+        "flock",
+        "redis-cli pair",
+        "rlock/flock",
+        "rlock/cli",
+        "target",
+        "met",
+    ];
+    let cells: Vec<[String; 8]> = rows.iter().map(Row::cells).collect();
+    let width = |i: usize| {
+        cells
+            .iter()
+            .map(|c| c[i].chars().count())
+            .chain([header[i].chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..8).map(width).collect();
+    let line = |cols: &[String]| {
+        let mut s = String::from("|");
+        for (i, c) in cols.iter().enumerate() {
+            let pad = widths[i] - c.chars().count();
+            if i == 0 || i == 6 {
+                s.push_str(&format!(" {c}{} |", " ".repeat(pad)));
+            } else {
+                s.push_str(&format!(" {}{c} |", " ".repeat(pad)));
+            }
+        }
+        s
+    };
+    println!("{}", line(&header.map(String::from)));
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    println!("{}", line(&rule).replace(' ', "-"));
+    for c in &cells {
+        println!("{}", line(c));
+    }
+}
