@@ -41,19 +41,6 @@ impl RedisCluster {
         Self::settled(Self::start_nodes(1, "1000", true))
     }
 
-    /// For a test that needs `start_behind_proxies`: whether it may go on. Before Redis 7,
-    /// `redis-cli --cluster create` waits forever for nodes that announce other ports than the
-    /// ones it was given, so against such a server (only when it is not the default one) the
-    /// test says why and is skipped.
-    pub fn behind_proxies_or_skip() -> bool {
-        if redis_version().0 >= 7 || !super::spawn::other_server() {
-            return true;
-        }
-        let test = std::thread::current().name().unwrap_or("this test").to_string();
-        eprintln!("skipped {test}: before Redis 7, a cluster cannot be created behind proxies");
-        false
-    }
-
     fn settled(cluster: Self) -> Self {
         wait_until(
             "every replica to be in sync with its master",

@@ -11,6 +11,7 @@ pub mod basic;
 mod binary;
 mod cli;
 mod cluster;
+mod features;
 mod limits;
 pub mod procfs;
 mod proxy;
@@ -40,11 +41,12 @@ pub use self::{
     binary::{Drain, Output, drain, rlock, rlock_at, run},
     cli::redis_cli_bin,
     cluster::RedisCluster,
+    features::{proxied_cluster_or_skip, tls_or_skip},
     proxy::{Dir, Mode, Proxy},
     rng::Rng,
     sentinel::Sentinels,
     server::RedisServer,
-    spawn::{redis_version, tls_or_skip},
+    spawn::redis_version,
     tls::{TestCerts, TlsServer},
     wait::{pid_alive, wait_for_file, wait_until},
 };

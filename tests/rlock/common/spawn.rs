@@ -51,47 +51,9 @@ pub(super) fn executable(setting: &str, default: &str, missing: &str) -> PathBuf
 }
 
 /// The server executable: `RLOCK_TEST_REDIS_SERVER`, or `redis-server` from PATH.
-fn redis_server_bin() -> &'static Path {
+pub(super) fn redis_server_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| executable(SERVER_SETTING, "redis-server", NOT_FOUND))
-}
-
-/// Whether the suite runs against the server `RLOCK_TEST_REDIS_SERVER` names rather than the
-/// default `redis-server`: only then may a test that needs a feature the server lacks skip.
-pub fn other_server() -> bool {
-    std::env::var_os(SERVER_SETTING).is_some_and(|v| !v.is_empty())
-}
-
-/// Whether the server was built with TLS. Asked of the binary, not assumed: started with a TLS
-/// port and no certificate, a server stops at once, and what it says tells (Redis 7: "No
-/// tls-cert-file configured!"; built without TLS, Valkey: "Failed finding TLS support", Redis
-/// 6: "Bad directive" for the option itself).
-pub fn server_has_tls() -> bool {
-    static TLS: OnceLock<bool> = OnceLock::new();
-    *TLS.get_or_init(|| {
-        let out = Command::new(redis_server_bin())
-            .args(["--port", "0", "--tls-port", "1", "--save", ""])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("{NOT_FOUND} ({e})"));
-        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-        !(text.contains("Failed finding TLS support") || text.contains("Bad directive"))
-    })
-}
-
-/// For a test that needs TLS: whether it may go on. Against the default server, always (a
-/// server without TLS fails the test, never skips it); against another server built without
-/// TLS, the test says why and is skipped.
-pub fn tls_or_skip() -> bool {
-    if server_has_tls() || !other_server() {
-        return true;
-    }
-    let test = std::thread::current().name().unwrap_or("this test").to_string();
-    eprintln!(
-        "skipped {test}: {} was built without TLS",
-        redis_server_bin().display()
-    );
-    false
 }
 
 /// `(major, minor, patch)` of the server the tests run, e.g. `(7, 0, 15)` (for a Valkey, its

@@ -99,6 +99,10 @@ fn the_cluster_check_costs_nothing_without_a_listing_and_needs_no_info_right() {
         .arg("LOG")
         .query(&mut server.conn())
         .expect("ACL LOG");
-    let allowed = if crate::common::redis_version().0 >= 7 { 0 } else { 1 };
+    let allowed = if crate::common::redis_version().0 >= 7 {
+        0
+    } else {
+        1
+    };
     assert!(log.len() <= allowed, "refused: {log:?}");
 }

@@ -259,11 +259,17 @@ fn acquire_without_a_write_right_grants_nothing_and_exits_77() {
         if !checks_rights_first() && out.code == 0 {
             // Redis 6 refuses a command only when it runs, and a first grant needs no ZADD
             // or PUBLISH; Redis 7 refuses every right a grant may need, in advance.
-            assert!(["zadd", "publish"].contains(&command), "without {command}:\n{out}");
+            assert!(
+                ["zadd", "publish"].contains(&command),
+                "without {command}:\n{out}"
+            );
             continue;
         }
         assert_fails(&out, 77, &["'h'", command, "ACL"]);
-        assert!(!server.exists(LOCK), "without {command}: the lock was granted");
+        assert!(
+            !server.exists(LOCK),
+            "without {command}: the lock was granted"
+        );
         if checks_rights_first() {
             assert_eq!(
                 snapshot(&server),

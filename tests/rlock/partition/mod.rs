@@ -590,7 +590,7 @@ mod cluster_split_brain {
 
     #[test]
     fn with_replicas_the_cut_off_holder_never_overlaps_the_next() {
-        if !RedisCluster::behind_proxies_or_skip() {
+        if !crate::common::proxied_cluster_or_skip() {
             return;
         }
         let (a, b, overlap) = split(true);
@@ -609,7 +609,7 @@ mod cluster_split_brain {
     /// a second.
     #[test]
     fn without_replicas_the_cut_off_master_stops_at_the_node_timeout_with_a_window() {
-        if !RedisCluster::behind_proxies_or_skip() {
+        if !crate::common::proxied_cluster_or_skip() {
             return;
         }
         let (a, b, overlap) = split(false);
