@@ -164,6 +164,7 @@ fn fault_code(kind: Fault) -> Code {
         | Fault::NotServing
         | Fault::NotRedis
         | Fault::Replicas
+        | Fault::TooOld
         | Fault::Other => Code::Unavailable,
         Fault::NoPassword | Fault::Auth | Fault::Denied => Code::NotPermitted,
         Fault::WrongType | Fault::Mismatch => Code::NotALock,

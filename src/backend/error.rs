@@ -49,6 +49,9 @@ pub enum Fault {
     /// A node of a Redis Cluster was used as a server on its own, where that would mislead (a
     /// listing of one node's keys).
     ClusterNode,
+    /// The server refused what rlock's scripts ask of it as no Redis it supports would: a
+    /// command or a form of it that came later (an HSET of several fields is Redis 4.0's).
+    TooOld,
     /// Anything else the server or the client library said.
     Other,
 }
@@ -126,6 +129,11 @@ impl Fault {
             "LOADING" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "BUSY"
         ) {
             Fault::NotServing
+        } else if lower.contains("wrong number of args calling redis command")
+            || lower.contains("unknown redis command called from")
+        {
+            // Redis before 4.0, inside a script; rlock's scripts call nothing else wrongly.
+            Fault::TooOld
         } else {
             Fault::Other
         }
@@ -223,6 +231,9 @@ impl NodeError {
                 "{about}: {self}; check the replicas and their links (INFO replication), or lower --replicas"
             ),
             Fault::Other => format!("Redis answered an error for {about}: {self}"),
+            Fault::TooOld => {
+                format!("Redis is too old for {about}: {self}; rlock needs Redis 5.0 or later")
+            }
             Fault::ClusterNode => format!(
                 "cannot list {about} from {self}; add --cluster (or set RLOCK_CLUSTER=1) to list the locks of every master"
             ),
@@ -296,6 +307,19 @@ mod tests {
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         let err = NodeError::from_redis("redis://127.0.0.1:1", &refused.into());
         assert!(err.is_transient(), "{err:?}");
+    }
+
+    #[test]
+    fn a_script_refused_as_by_redis_before_4_is_a_server_too_old() {
+        // Redis 3.2's words for an HSET of several fields inside a script.
+        let err = redis::RedisError::from((
+            redis::ErrorKind::Extension,
+            "ERR",
+            "Error running script (call to f_1d6a2b): @user_script:537: @user_script: 537: Wrong number of args calling Redis command From Lua script".to_string(),
+        ));
+        let err = NodeError::from_redis("redis://127.0.0.1:6379", &err);
+        assert_eq!(err.kind, Fault::TooOld);
+        assert!(!err.is_transient(), "no wait cures an old server");
     }
 
     #[test]

@@ -149,9 +149,11 @@ end
 -- a restart without persistence, a failover that lost writes), as long as the server's clock
 -- does not step back: it is at least the server's time in microseconds.
 fence = math.max(fence + 1, now_us)
-redis.call("SET", lock, token, "PX", ttl)
+-- The record before the lock: a server older than Redis 4.0 refuses an HSET of several fields,
+-- and then nothing is held.
 redis.call("HSET", state, "fence", fence, "token", token, "host", ARGV[6], "pid", ARGV[7],
   "user", ARGV[8], "cmd", ARGV[9], "since", now, "ttl", ttl, "renewed", now, "pidns", ARGV[12] or "")
+redis.call("SET", lock, token, "PX", ttl)
 redis.call("HDEL", state, "released", "broken", "next", "next_until")
 redis.call("ZREM", queue, token)
 keep_alive(state, ttl + KEEP_MS)

@@ -62,14 +62,16 @@ local function take_slot(r, kind)
         end
       end
     end
-    redis.call("ZADD", lock, now + r.ttl, token)
-    expire_with_last(lock, now)
-    -- (cjson writes numbers with 14 digits: the fence goes as a string.)
+    -- The record before the slot: a server older than Redis 4.0 refuses an HSET of several
+    -- fields, and then no slot is held. (cjson writes numbers with 14 digits: the fence goes as
+    -- a string.)
     local who = r.who
     redis.call("HSET", state, "fence", fence, "mode", r.mode, "limit", r.limit, "h:" .. token,
       cjson.encode({fence = string.format("%.0f", fence), host = who.host, pid = who.pid,
         user = who.user, cmd = who.cmd, since = now, ttl = r.ttl, renewed = now,
         pidns = who.pidns}))
+    redis.call("ZADD", lock, now + r.ttl, token)
+    expire_with_last(lock, now)
     redis.call("HDEL", state, "go:" .. token)
     if redis.call("HGET", state, "next") == token then
       redis.call("HDEL", state, "next", "next_until")
