@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::process::{RLOCK, fail};
-use crate::proxy::{Mode, Proxy};
+use crate::proxy::Proxy;
 use crate::server::RedisServer;
 
 // The tests' soak engine, and the generator it uses (as `super::rng`), which it uses in part.
@@ -23,18 +23,11 @@ pub fn run(grants: usize) {
         .prefix("rlock-bench-soak-")
         .tempdir()
         .expect("temp dir");
-    let switch = proxy.clone();
     let target = engine::Target {
         rlock: RLOCK.into(),
         port: redis.port(),
         rlock_port: Some(proxy.port()),
-        link: Some(engine::Link(Arc::new(move |cut| {
-            if cut {
-                switch.set(Mode::Blackhole);
-            } else {
-                switch.heal();
-            }
-        }))),
+        link: Some(engine::Link(Arc::new(proxy.blackhole_switch()))),
         redis_pid: redis.pid(),
         dir: dir.path().to_path_buf(),
     };

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{Mode, Proxy, RedisServer};
+use crate::common::{Proxy, RedisServer};
 
 #[test]
 fn holders_never_overlap_and_fences_rise_through_freezes_flushes_and_kills() {
@@ -156,18 +156,11 @@ fn holders_never_overlap_and_fences_rise_through_blackholed_links() {
         .prefix("rlock-partition-soak-")
         .tempdir()
         .expect("temp dir");
-    let switch = proxy.clone();
     let target = soak::Target {
         rlock: env!("CARGO_BIN_EXE_rlock").into(),
         port: server.port(),
         rlock_port: Some(proxy.port()),
-        link: Some(soak::Link(Arc::new(move |cut| {
-            if cut {
-                switch.set(Mode::Blackhole);
-            } else {
-                switch.heal();
-            }
-        }))),
+        link: Some(soak::Link(Arc::new(proxy.blackhole_switch()))),
         redis_pid: server.pid(),
         dir: dir.path().to_path_buf(),
     };

@@ -214,6 +214,19 @@ impl Proxy {
         });
     }
 
+    /// A switch for the soak engine's link: `true` blackholes the link both ways, `false` heals
+    /// it. The proxy lives as long as the switch.
+    pub fn blackhole_switch(self: &Arc<Self>) -> impl Fn(bool) + Send + Sync + 'static {
+        let proxy = Arc::clone(self);
+        move |cut| {
+            if cut {
+                proxy.set(Mode::Blackhole);
+            } else {
+                proxy.heal();
+            }
+        }
+    }
+
     /// How many connections are open through the proxy now.
     pub fn open_connections(&self) -> usize {
         let mut state = self.shared.state.lock().unwrap();
