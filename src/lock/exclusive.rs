@@ -9,7 +9,7 @@ use super::lease::drift;
 use super::locker::{Locker, Quorum, eval_as, no_quorum};
 use super::reply::{Crowd, Holder, KeyType, Refusal, ReleaseReply};
 use super::scripts::{ACQUIRE, FENCE, LEAVE, RELEASE, RENEW};
-use super::{CHECK_WITHOUT_EXPIRY, Grant, Released, Renewed, Request};
+use super::{CHECK_WITHOUT_EXPIRY, Grant, NotOwner, Released, Renewed, Request};
 use crate::backend::{Fault, Node, NodeError};
 use crate::exit::{About, Failure};
 
@@ -259,9 +259,7 @@ impl Locker {
             })
             .count();
         if self.quorum().lost_with(not_owner) {
-            return Ok(Renewed::NotOwner(
-                "a majority of the Redlock nodes no longer hold it",
-            ));
+            return Ok(Renewed::NotOwner(NotOwner::NoMajority));
         }
         let error = results
             .into_iter()
