@@ -86,9 +86,6 @@ pub enum Failure {
         nodes: usize,
         errors: Vec<NodeError>,
     },
-    /// The key holds something that is not a lock (e.g. a list); nothing was changed.
-    #[error("{0}")]
-    NotALock(String),
     /// A wait for the lock ended while Redis was out: what the last try said, how long the
     /// wait lasted and for how long of it Redis had been out.
     #[error("{}", lines::outage(.last, *.waited, *.down_for))]
@@ -148,7 +145,6 @@ impl Failure {
             Failure::Usage(_) => Code::Usage,
             Failure::Redis { error, .. } => fault_code(error.kind),
             Failure::NoQuorum { .. } => Code::Unavailable,
-            Failure::NotALock(_) => Code::NotALock,
             Failure::Outage { .. } => Code::Unavailable,
             Failure::Busy { .. } => Code::Busy,
             Failure::Lost { .. } => Code::Lost,
