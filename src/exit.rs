@@ -1,8 +1,15 @@
 //! The exit-code table of the contract, and the one error type of the library (`Failure`) that
 //! maps onto it, in one place.
 
+mod lines;
+
 use std::fmt;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+pub use lines::{Interruption, LostHow, Refused, Seen, Waited};
 
 use crate::backend::{Fault, NodeError};
 
@@ -29,7 +36,7 @@ pub enum Code {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     Code(u8),
-    Signal(nix::sys::signal::Signal),
+    Signal(Signal),
 }
 
 impl From<Code> for ExitCode {
@@ -79,29 +86,37 @@ pub enum Failure {
         nodes: usize,
         errors: Vec<NodeError>,
     },
-    /// The key holds something that is not a lock (e.g. a list); nothing was changed.
-    #[error("{0}")]
-    NotALock(String),
-    /// Cannot connect, timed out, no quorum.
-    #[error("{0}")]
-    Unavailable(String),
-    /// Not acquired in time; `code` is 75 unless `-E` said otherwise.
-    #[error("{message}")]
-    Busy { message: String, code: u8 },
-    /// The lock was lost while the child ran.
-    #[error("{0}")]
-    Lost(String),
-    /// The token does not own the lock, or Redis refused the credentials.
-    #[error("{0}")]
-    NotPermitted(String),
+    /// A wait for the lock ended while Redis was out: what the last try said, how long the
+    /// wait lasted and for how long of it Redis had been out.
+    #[error("{}", lines::outage(.last, *.waited, *.down_for))]
+    Outage {
+        last: Box<Failure>,
+        waited: Duration,
+        down_for: Duration,
+    },
+    /// Not acquired in time: what the last try found. `code` is 75 unless `-E` said otherwise.
+    #[error("{}", lines::busy(.about, .seen, *.waited))]
+    Busy {
+        about: About,
+        seen: Seen,
+        waited: Waited,
+        code: u8,
+    },
+    /// The lock was lost while the command ran, or before it started.
+    #[error("{}", lines::lost(.about, .how))]
+    Lost { about: About, how: LostHow },
+    /// The token does not own the lock. (Credentials Redis refused are a `Redis` fault.)
+    #[error("{}", lines::refused(.about, *.refused))]
+    NotPermitted { about: About, refused: Refused },
     /// Malformed URL, unreadable TLS or password file.
     #[error("{0}")]
     Config(String),
-    /// Interrupted by a signal while waiting: exits 128+N.
-    #[error("{message}")]
+    /// Interrupted by a signal before the command ran: exits 128+N.
+    #[error("{}", lines::interrupted(.about, *.signal, *.when))]
     Interrupted {
-        message: String,
-        signal: nix::sys::signal::Signal,
+        about: About,
+        signal: Signal,
+        when: Interruption,
     },
     /// Something went wrong in rlock itself (70).
     #[error("{0}")]
@@ -130,11 +145,10 @@ impl Failure {
             Failure::Usage(_) => Code::Usage,
             Failure::Redis { error, .. } => fault_code(error.kind),
             Failure::NoQuorum { .. } => Code::Unavailable,
-            Failure::NotALock(_) => Code::NotALock,
-            Failure::Unavailable(_) => Code::Unavailable,
+            Failure::Outage { .. } => Code::Unavailable,
             Failure::Busy { .. } => Code::Busy,
-            Failure::Lost(_) => Code::Lost,
-            Failure::NotPermitted(_) => Code::NotPermitted,
+            Failure::Lost { .. } => Code::Lost,
+            Failure::NotPermitted { .. } => Code::NotPermitted,
             Failure::Config(_) => Code::Config,
             Failure::Interrupted { .. } => return None,
             Failure::CannotRun { code, .. } => *code,
@@ -183,13 +197,9 @@ pub fn code_of(err: &anyhow::Error) -> u8 {
 
 /// The signal an expected failure means rlock should die of, after its message: a wait ended by
 /// Ctrl-C dies of SIGINT, as an interrupted command does. (Other signals exit 128+N.)
-pub fn dies_of(err: &anyhow::Error) -> Option<nix::sys::signal::Signal> {
+pub fn dies_of(err: &anyhow::Error) -> Option<Signal> {
     match err.downcast_ref::<Failure>() {
-        Some(Failure::Interrupted { signal, .. })
-            if *signal == nix::sys::signal::Signal::SIGINT =>
-        {
-            Some(*signal)
-        }
+        Some(Failure::Interrupted { signal, .. }) if *signal == Signal::SIGINT => Some(*signal),
         _ => None,
     }
 }
@@ -234,14 +244,17 @@ mod tests {
     #[test]
     fn busy_keeps_its_row_whatever_code_e_gives_it() {
         let busy = Failure::Busy {
-            message: "busy".into(),
+            about: About::Lock("jobs".into()),
+            seen: Seen::Handed,
+            waited: Waited::NotAtAll,
             code: 69,
         };
         assert_eq!(busy.exit_code(), 69);
         assert_eq!(busy.code(), Some(Code::Busy));
         let interrupted = Failure::Interrupted {
-            message: "interrupted".into(),
-            signal: nix::sys::signal::Signal::SIGTERM,
+            about: About::Lock("jobs".into()),
+            signal: Signal::SIGTERM,
+            when: Interruption::Waiting,
         };
         assert_eq!(interrupted.exit_code(), 143);
         assert_eq!(interrupted.code(), None);

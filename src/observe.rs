@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::exit::Failure;
+use crate::watchdog::RenewError;
 
 /// Something that happened that a user may want to hear of.
 #[derive(Debug)]
@@ -16,7 +17,7 @@ pub enum Note<'a> {
     /// Redis answers a waiter again after an outage of `after`.
     OutageEnded { key: &'a str, after: Duration },
     /// A renewal failed; it is retried while the lease lasts.
-    RenewalFailed { error: &'a str },
+    RenewalFailed { error: &'a RenewError },
 }
 
 /// Hears what happens.

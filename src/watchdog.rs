@@ -1,22 +1,59 @@
 //! The renewal thread and the lease deadline. No process code here: the watchdog only says
 //! when the lease ends; `supervise` decides what that means for the child.
 
+use std::io;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::backend::Fault;
+use crate::backend::{Fault, NodeError};
 use crate::exit::Failure;
-use crate::lock::{Grant, Lease, Locker, Renewed, deadline};
+use crate::lock::{Grant, Lease, Locker, NotOwner, Renewed, deadline};
 
 /// What the renewal thread tells the supervisor.
 #[derive(Debug)]
 pub enum Report {
     /// A renewal sent at some instant succeeded: the lease now ends at `deadline`.
     Renewed { deadline: Instant },
-    /// Redis says the token no longer owns the lock.
-    Lost(String),
+    /// Redis says the lock is no longer this token's (`Loss::NotOwner` or `Loss::Replaced`).
+    Lost(Loss),
     /// A renewal failed (timeout, connection): it will be retried.
-    Failed(String),
+    Failed(RenewError),
+}
+
+/// Why the lock was given up for lost while the command ran. (Its words are exit/lines.rs's.)
+#[derive(Debug)]
+pub enum Loss {
+    /// Redis says the token no longer owns the lock: it is gone, or another token's.
+    NotOwner(NotOwner),
+    /// The key was replaced by something that is not a lock (WRONGTYPE).
+    Replaced(NodeError),
+    /// No renewal succeeded in time: the lease would run out within `grace`. The last renewal's
+    /// error, if one failed.
+    RanOut {
+        grace: Duration,
+        last: Option<RenewError>,
+    },
+}
+
+/// Why a renewal did not happen; it is retried while the lease lasts.
+#[derive(Debug)]
+pub enum RenewError {
+    /// A Redis endpoint failed it.
+    Node(NodeError),
+    /// It failed otherwise (no quorum of a Redlock's masters).
+    Failed(Box<Failure>),
+    /// The renewal thread could not be started.
+    NoThread(io::Error),
+}
+
+impl From<Failure> for RenewError {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            // The node and what it said, not the whole line of a failure of rlock's.
+            Failure::Redis { error, .. } => RenewError::Node(error),
+            other => RenewError::Failed(Box::new(other)),
+        }
+    }
 }
 
 /// Renews `grant` every `lease.renew_every`, the first time `lease.renew_every` after the grant
@@ -54,25 +91,15 @@ pub fn renew_loop(
                 next = sent + lease.renew_every;
             }
             Ok(Renewed::NotOwner(why)) => {
-                report(Report::Lost(format!(
-                    "Redis says the token no longer owns it ({why})"
-                )));
+                report(Report::Lost(Loss::NotOwner(why)));
                 return;
             }
             Err(Failure::Redis { error, .. }) if error.kind == Fault::WrongType => {
-                report(Report::Lost(format!(
-                    "the key was replaced: {}",
-                    error.detail
-                )));
+                report(Report::Lost(Loss::Replaced(error)));
                 return;
             }
             Err(e) => {
-                // The node and what it said, not the whole line of a failure of rlock's.
-                let said = match &e {
-                    Failure::Redis { error, .. } => error.to_string(),
-                    other => other.to_string(),
-                };
-                report(Report::Failed(said));
+                report(Report::Failed(e.into()));
                 next = Instant::now() + lease.retry_every();
             }
         }

@@ -62,18 +62,19 @@ impl Single {
     }
 
     /// Where a subscriber connects, and as whom: what the redis client would use.
-    fn endpoint(&self) -> Result<Endpoint, String> {
+    fn endpoint(&self) -> Result<Endpoint, NodeError> {
         let info = self.client.get_connection_info();
         let addr = match info.addr() {
             redis::ConnectionAddr::Tcp(host, port) => Addr::Tcp(host.clone(), *port),
             redis::ConnectionAddr::TcpTls { host, port, .. } => {
                 let files = &self.tls_files;
                 let client = files.cert.as_deref().zip(files.key.as_deref());
-                let config = tls_config(files.ca.as_deref(), client).map_err(|e| e.to_string())?;
+                let config = tls_config(files.ca.as_deref(), client)
+                    .map_err(|e| self.cannot_subscribe(e.to_string()))?;
                 Addr::Tls(host.clone(), *port, config)
             }
             redis::ConnectionAddr::Unix(path) => Addr::Unix(path.clone()),
-            other => return Err(format!("cannot subscribe over {other}")),
+            other => return Err(self.cannot_subscribe(format!("cannot subscribe over {other}"))),
         };
         let redis = info.redis_settings();
         Ok(Endpoint {
@@ -89,6 +90,16 @@ impl Single {
         Single {
             replicas: n,
             ..self
+        }
+    }
+
+    /// A subscriber connection that could not be made: to a waiter, as a connection that
+    /// failed (it falls back to its lease's end).
+    fn cannot_subscribe(&self, detail: String) -> NodeError {
+        NodeError {
+            kind: Fault::Connect,
+            node: self.name.clone(),
+            detail,
         }
     }
 
@@ -428,13 +439,9 @@ impl Node for Single {
         channel: &str,
         timeout: Duration,
     ) -> Result<Subscriber, NodeError> {
-        let failed = |detail: String| NodeError {
-            kind: Fault::Connect,
-            node: self.name.clone(),
-            detail,
-        };
-        let endpoint = self.endpoint().map_err(failed)?;
-        Subscriber::subscribe(&endpoint, channel, timeout).map_err(|e| failed(e.to_string()))
+        let endpoint = self.endpoint()?;
+        Subscriber::subscribe(&endpoint, channel, timeout)
+            .map_err(|e| self.cannot_subscribe(e.to_string()))
     }
 
     fn name(&self) -> &str {

@@ -11,7 +11,7 @@ use nix::unistd::Pid;
 use super::nested::{self, EXEC_PID_VAR, inherited, inside_exec};
 use super::{Context, new_token};
 use crate::cli::ExecArgs;
-use crate::exit::{Code, Exit, Failure};
+use crate::exit::{About, Code, Exit, Failure, Interruption, LostHow};
 use crate::identity::Identity;
 use crate::lock::{Grant, Hooks, Interrupt, Lease, Locker, Renewed, Request, WaitPolicy, deadline};
 use crate::observe::{Note, Observer};
@@ -99,10 +99,10 @@ fn hold(
         match locker.renew(&grant.key, &grant.token, Some(lease.ttl), lease.op_timeout) {
             Ok(Renewed::Yes(_)) => grant.sent = sent,
             Ok(Renewed::NotOwner(why)) => {
-                return Err(Failure::Lost(format!(
-                    "lock '{}' inherited from the shell is no longer held ({why}); not running the command",
-                    key.name
-                )));
+                return Err(Failure::Lost {
+                    about: About::Lock(key.name.clone()),
+                    how: LostHow::Inherited(why),
+                });
             }
             Err(e) => return Err(e),
         }
@@ -126,12 +126,9 @@ fn hold(
     if let Some(signal) = interrupt(signals) {
         release(ctx, locker, &held);
         return Err(Failure::Interrupted {
-            message: format!(
-                "interrupted by {} before the command started; lock '{}' released",
-                signal.as_str(),
-                key.name
-            ),
+            about: About::Lock(key.name.clone()),
             signal,
+            when: Interruption::BeforeStart,
         });
     }
     Ok(held)
@@ -326,10 +323,10 @@ impl After {
     }
 }
 
-/// Step 4: the lock given back (when this process took it). Returns why it was lost, if the
+/// Step 4: the lock given back (when this process took it). Returns how it was lost, if the
 /// release found that out: broken or expired between two renewals, the command ran unprotected
 /// for a while, and that must not pass for success.
-fn give_back(ctx: &Context, locker: &Locker, held: &Held, outcome: &Outcome) -> Option<String> {
+fn give_back(ctx: &Context, locker: &Locker, held: &Held, outcome: &Outcome) -> Option<LostHow> {
     if held.owner != Owner::Us {
         return None;
     }
@@ -338,10 +335,7 @@ fn give_back(ctx: &Context, locker: &Locker, held: &Held, outcome: &Outcome) -> 
         // Already known lost: the owner-checked release only gives it back if it is, after
         // all, still ours.
         Err(_) if outcome.lost.is_some() => None,
-        Err(e) if e.code() == Some(Code::NotPermitted) => Some(
-            "it was no longer held by this token when the command ended (broken or expired between two renewals)"
-                .into(),
-        ),
+        Err(e) if e.code() == Some(Code::NotPermitted) => Some(LostHow::AtRelease),
         // Redis unreachable at the very end: the lock expires by itself.
         Err(e) => {
             ctx.note(format_args!("{e}; the lock will expire by itself"));
@@ -360,19 +354,14 @@ fn release(ctx: &Context, locker: &Locker, held: &Held) {
 }
 
 /// Step 5: the command's status, 76 for a lost lock, or death by SIGINT as the command's.
-fn exit(args: &ExecArgs, held: &Held, outcome: Outcome, lost: Option<String>) -> Result<Exit> {
-    let name = &held.grant.key.name;
-    if let Some(why) = outcome.lost {
-        return Err(Failure::Lost(format!(
-            "lost lock '{name}' while the command ran: {why}; sent SIG{} to the command's process group",
-            args.lost_signal.as_str().trim_start_matches("SIG")
-        ))
-        .into());
-    }
-    if let Some(why) = lost {
-        return Err(
-            Failure::Lost(format!("lost lock '{name}' while the command ran: {why}")).into(),
-        );
+fn exit(args: &ExecArgs, held: &Held, outcome: Outcome, lost: Option<LostHow>) -> Result<Exit> {
+    let how = outcome.lost.map(|loss| LostHow::Running {
+        loss,
+        signal: args.lost_signal,
+    });
+    if let Some(how) = how.or(lost) {
+        let about = About::Lock(held.grant.key.name.clone());
+        return Err(Failure::Lost { about, how }.into());
     }
     if outcome.signal == Some(Signal::SIGINT) {
         return Ok(Exit::Signal(Signal::SIGINT));

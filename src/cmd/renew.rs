@@ -4,7 +4,7 @@ use anyhow::Result;
 
 use super::{Context, required_token};
 use crate::cli::RenewArgs;
-use crate::exit::Failure;
+use crate::exit::{About, Failure, Refused};
 use crate::lock::Renewed;
 
 pub fn run(ctx: &Context, args: &RenewArgs) -> Result<u8> {
@@ -20,10 +20,10 @@ pub fn run(ctx: &Context, args: &RenewArgs) -> Result<u8> {
             ));
             Ok(0)
         }
-        Renewed::NotOwner(why) => Err(Failure::NotPermitted(format!(
-            "lock '{}' is not held by this token ({why}); it was not extended",
-            key.name
-        ))
+        Renewed::NotOwner(why) => Err(Failure::NotPermitted {
+            about: About::Lock(key.name),
+            refused: Refused::Renew(why),
+        }
         .into()),
     }
 }

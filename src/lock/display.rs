@@ -3,8 +3,7 @@
 use std::fmt;
 
 use super::Sharing;
-use super::key::LockKey;
-use super::reply::{Crowd, Holder};
+use super::reply::Holder;
 
 /// The kind of lock as a message names it: `a semaphore with --limit 3`.
 impl fmt::Display for Sharing {
@@ -49,51 +48,6 @@ pub fn human_ms(ms: i64) -> String {
         format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
     } else {
         format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
-    }
-}
-
-/// What the user sees for a busy lock: who holds it and when it expires.
-pub(super) fn busy_message(
-    key: &LockKey,
-    pttl: i64,
-    now_ms: i64,
-    holder: &Holder,
-    crowd: Option<Crowd>,
-) -> String {
-    let expiry = match pttl {
-        p if p >= 0 => format!("expires in {}", human_ms(p)),
-        -1 => "never expires".into(),
-        _ => "just released".into(),
-    };
-    let who = holder.describe(now_ms);
-    let others = |n: i64| match n {
-        ..=1 => String::new(),
-        2 => " and 1 other".to_string(),
-        n => format!(" and {} others", n - 1),
-    };
-    match crowd {
-        Some(Crowd {
-            holders,
-            limit: 0,
-            exclusive_ahead: true,
-        }) => format!(
-            "lock '{}' is busy (shared by {who}{}, and an exclusive request waits first: shared requests queue behind it; the last lease {expiry})",
-            key.name,
-            others(holders)
-        ),
-        Some(Crowd {
-            holders, limit: 0, ..
-        }) => format!(
-            "lock '{}' is busy (shared by {who}{}; the last lease {expiry})",
-            key.name,
-            others(holders)
-        ),
-        Some(Crowd { holders, limit, .. }) => format!(
-            "lock '{}' is busy (held {holders}/{limit}, by {who}{}; the first lease {expiry})",
-            key.name,
-            others(holders)
-        ),
-        None => format!("lock '{}' is busy (held by {who}, {expiry})", key.name),
     }
 }
 

@@ -9,9 +9,9 @@ use super::lease::drift;
 use super::locker::{Locker, Quorum, eval_as, no_quorum};
 use super::reply::{Crowd, Holder, KeyType, Refusal, ReleaseReply};
 use super::scripts::{ACQUIRE, FENCE, LEAVE, RELEASE, RENEW};
-use super::{CHECK_WITHOUT_EXPIRY, Grant, Released, Renewed, Request};
+use super::{CHECK_WITHOUT_EXPIRY, Grant, NotOwner, Released, Renewed, Request};
 use crate::backend::{Fault, Node, NodeError};
-use crate::exit::{About, Failure};
+use crate::exit::{About, Failure, Refused};
 
 /// One try at taking the lock: acquire.lua's reply, decoded in reply.rs.
 #[derive(Debug)]
@@ -183,15 +183,15 @@ impl Locker {
             }
         }
         if said(|r| matches!(r, ReleaseReply::Other)) > 0 {
-            return Err(Failure::NotPermitted(format!(
-                "lock '{}' is held by another owner, not by this token; nothing was changed (use --force to break it)",
-                key.name
-            )));
+            return Err(Failure::NotPermitted {
+                about: About::Lock(key.name.clone()),
+                refused: Refused::ReleaseHeldByOther,
+            });
         }
-        Err(Failure::NotPermitted(format!(
-            "lock '{}' is not held by this token: it expired or was broken before the release; nothing was changed",
-            key.name
-        )))
+        Err(Failure::NotPermitted {
+            about: About::Lock(key.name.clone()),
+            refused: Refused::ReleaseNotHeld,
+        })
     }
 
     /// Breaks the lock whoever holds it.
@@ -259,9 +259,7 @@ impl Locker {
             })
             .count();
         if self.quorum().lost_with(not_owner) {
-            return Ok(Renewed::NotOwner(
-                "a majority of the Redlock nodes no longer hold it",
-            ));
+            return Ok(Renewed::NotOwner(NotOwner::NoMajority));
         }
         let error = results
             .into_iter()

@@ -122,5 +122,26 @@ pub enum Renewed {
     /// Extended for this long.
     Yes(Duration),
     /// The token no longer owns the lock: free, or someone else's.
-    NotOwner(&'static str),
+    NotOwner(NotOwner),
+}
+
+/// Why a renewal found that the token no longer owns the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotOwner {
+    /// The key is gone: its lease ran out, or someone deleted it.
+    Gone,
+    /// Another token holds the lock.
+    Taken,
+    /// A majority of a Redlock's masters hold it no longer (for either reason).
+    NoMajority,
+}
+
+impl std::fmt::Display for NotOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NotOwner::Gone => "it expired or was deleted",
+            NotOwner::Taken => "another owner holds it",
+            NotOwner::NoMajority => "a majority of the Redlock nodes no longer hold it",
+        })
+    }
 }

@@ -10,7 +10,7 @@ use redis::Value;
 use super::exclusive::Attempt;
 use super::key::LockKey;
 use super::read::LockInfo;
-use super::{Grant, Renewed, Request, Sharing};
+use super::{Grant, NotOwner, Renewed, Request, Sharing};
 
 /// The Redis type of a lock key, as the scripts report it (`TYPE`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -332,8 +332,8 @@ impl Renewed {
         let reply = Reply::parse(r)?;
         Ok(match reply.word.as_str() {
             "renewed" => Renewed::Yes(millis(reply.fields.int("ttl").unwrap_or(0))),
-            "free" => Renewed::NotOwner("it expired or was deleted"),
-            "other" => Renewed::NotOwner("another owner holds it"),
+            "free" => Renewed::NotOwner(NotOwner::Gone),
+            "other" => Renewed::NotOwner(NotOwner::Taken),
             "wrongtype" => return Err(reply.wrong_type()),
             _ => return Err(Refusal::Unexpected),
         })

@@ -22,11 +22,10 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 
-use super::display::{busy_message, human_ms};
 use super::exclusive::Attempt;
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
-use crate::exit::{Code, Failure};
+use crate::exit::{About, Code, Failure, Interruption, Seen, Waited};
 use crate::observe::{Note, Observer};
 
 /// How long to wait for a busy lock.
@@ -104,8 +103,10 @@ impl Locker {
     /// the signal.
     fn try_once(&self, req: &Request, policy: &WaitPolicy, hooks: Hooks) -> Result<Grant, Failure> {
         let key = req.key;
-        let busy = |message: String| Failure::Busy {
-            message: format!("{message}; not waiting (-n)"),
+        let busy = |seen: Seen| Failure::Busy {
+            about: About::Lock(key.name.clone()),
+            seen,
+            waited: Waited::NotAtAll,
             code: policy.busy_code,
         };
         match self.attempt(req, false) {
@@ -119,11 +120,13 @@ impl Locker {
                 now_ms,
                 holder,
                 crowd,
-            }) => Err(busy(busy_message(key, pttl, now_ms, &holder, crowd))),
-            Ok(Attempt::Queued { .. }) => Err(busy(format!(
-                "lock '{}' is being handed to a process waiting for it",
-                key.name
-            ))),
+            }) => Err(busy(Seen::Held {
+                pttl,
+                now_ms,
+                holder: Box::new(holder),
+                crowd,
+            })),
+            Ok(Attempt::Queued { .. }) => Err(busy(Seen::Handed)),
         }
     }
 }
@@ -205,7 +208,7 @@ impl Waiter<'_> {
     /// come in between).
     fn after(&mut self, answer: Attempt) -> Step {
         let key = self.req.key;
-        let (sleep_for, why) = match answer {
+        let (sleep_for, seen) = match answer {
             Attempt::Granted(grant) => return Step::Granted(grant),
             Attempt::Busy {
                 pttl,
@@ -218,14 +221,16 @@ impl Waiter<'_> {
                 } else {
                     CHECK_WITHOUT_EXPIRY
                 },
-                busy_message(key, pttl, now_ms, &holder, crowd),
+                Seen::Held {
+                    pttl,
+                    now_ms,
+                    holder: Box::new(holder),
+                    crowd,
+                },
             ),
             Attempt::Queued { wait_ms } => (
                 Duration::from_millis(wait_ms.max(0) as u64) + CLAIM_SLACK,
-                format!(
-                    "lock '{}' is being handed to processes that waited longer",
-                    key.name
-                ),
+                Seen::Handed,
             ),
         };
         let mut until = Instant::now() + sleep_for;
@@ -236,7 +241,7 @@ impl Waiter<'_> {
         }
         if let Some(deadline) = self.deadline {
             if Instant::now() >= deadline {
-                return Step::GaveUp(self.gave_up(why));
+                return Step::GaveUp(self.busy(seen));
             }
             until = until.min(deadline);
         }
@@ -284,13 +289,17 @@ impl Waiter<'_> {
         };
         // Jitter, so that the waiters of a key do not all come back at once.
         let pause = outage.backoff.mul_f64(0.75) + jitter().min(outage.backoff / 4);
-        self.outage = Some(outage);
-        let next = Instant::now() + pause;
         if let Some(deadline) = self.deadline
             && Instant::now() >= deadline
         {
-            return Step::GaveUp(self.gave_up(String::new()));
+            return Step::GaveUp(Failure::Outage {
+                last: Box::new(outage.last),
+                waited: self.start.elapsed(),
+                down_for: outage.since.elapsed(),
+            });
         }
+        self.outage = Some(outage);
+        let next = Instant::now() + pause;
         let until = self.deadline.map_or(next, |d| next.min(d));
         // No subscription while Redis is out: the backoff is the poll's timeout.
         match sleep(&mut [], until, self.req.token, self.hooks.interrupt) {
@@ -309,19 +318,13 @@ impl Waiter<'_> {
         }
     }
 
-    /// The failure of a wait that ends now: busy (`why`), or unavailable during an outage.
-    fn gave_up(&mut self, why: String) -> Failure {
-        let waited = human_ms(self.start.elapsed().as_millis() as i64);
-        match self.outage.take() {
-            Some(o) => Failure::Unavailable(format!(
-                "{}; gave up after {waited}, Redis unavailable for the last {}",
-                o.last,
-                human_ms(o.since.elapsed().as_millis() as i64)
-            )),
-            None => Failure::Busy {
-                message: format!("{why}; gave up after {waited}"),
-                code: self.busy_code,
-            },
+    /// The failure of a wait that ends now with the lock busy, as the last try `seen` it.
+    fn busy(&self, seen: Seen) -> Failure {
+        Failure::Busy {
+            about: About::Lock(self.req.key.name.clone()),
+            seen,
+            waited: Waited::For(self.start.elapsed()),
+            code: self.busy_code,
         }
     }
 
@@ -332,12 +335,9 @@ impl Waiter<'_> {
 
 fn interrupted(key: &LockKey, signal: Signal) -> Failure {
     Failure::Interrupted {
-        message: format!(
-            "interrupted by {} while waiting for lock '{}'",
-            signal.as_str(),
-            key.name
-        ),
+        about: About::Lock(key.name.clone()),
         signal,
+        when: Interruption::Waiting,
     }
 }
 

@@ -28,7 +28,7 @@ use deadlines::Deadlines;
 use crate::exit::Code;
 use crate::observe::{Note, Observer};
 use crate::signals::Signals;
-use crate::watchdog::Report;
+use crate::watchdog::{Loss, RenewError, Report};
 
 /// How often a group whose leader has ended is looked at, besides SIGCHLD: a member that is
 /// not rlock's child (it left through a subreaper of its own) is reaped by someone else.
@@ -205,7 +205,7 @@ pub struct Outcome {
     /// The signal that killed the child, if one did.
     pub signal: Option<Signal>,
     /// Why the lock was lost, if it was.
-    pub lost: Option<String>,
+    pub lost: Option<Loss>,
 }
 
 /// What the supervisor asks of the renewal thread.
@@ -226,9 +226,9 @@ pub struct Supervisor<'a, R> {
     /// When the lost-signal and SIGKILL go.
     deadlines: Deadlines,
     /// Why the lock was lost, once it was.
-    lost: Option<String>,
+    lost: Option<Loss>,
     stopped: bool,
-    last_error: Option<String>,
+    last_error: Option<RenewError>,
     /// Set when rlock was stopped with its job and has been continued: whether it is in the
     /// terminal's foreground again (`fg`) or not (`bg`). The child is continued only after the
     /// deadline has been checked, so it never runs a moment on a lease that ran out meanwhile.
@@ -318,15 +318,11 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
     fn enforce_deadline(&mut self, now: Instant) {
         let due = self.deadlines.due(now);
         if due.runs_out {
-            let why = self
-                .last_error
-                .take()
-                .unwrap_or_else(|| "no renewal succeeded".into());
             // The lease has not run out yet: the command is stopped --grace before it can.
-            self.lost = Some(format!(
-                "could not renew it, and its lease runs out within {} ({why})",
-                humantime::format_duration(self.enforce.grace)
-            ));
+            self.lost = Some(Loss::RanOut {
+                grace: self.enforce.grace,
+                last: self.last_error.take(),
+            });
             self.term(true);
         }
         if due.kill {
@@ -343,7 +339,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
         {
             self.renew_at = None;
             if let Err(e) = (self.renewal)(Renewal::Start) {
-                self.last_error = Some(format!("cannot start the renewal thread: {e}"));
+                self.last_error = Some(RenewError::NoThread(e));
             }
         }
     }

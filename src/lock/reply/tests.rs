@@ -191,11 +191,11 @@ fn releases_and_renewals() {
     );
     assert_eq!(
         Renewed::from_reply(&reply("other", &[("pttl", Value::Int(9))])),
-        Ok(Renewed::NotOwner("another owner holds it"))
+        Ok(Renewed::NotOwner(NotOwner::Taken))
     );
     assert_eq!(
         Renewed::from_reply(&reply("free", &[])),
-        Ok(Renewed::NotOwner("it expired or was deleted"))
+        Ok(Renewed::NotOwner(NotOwner::Gone))
     );
     assert_eq!(
         Renewed::from_reply(&reply("wrongtype", &[])),

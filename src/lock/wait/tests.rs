@@ -179,8 +179,9 @@ fn a_bounded_wait_gives_up_busy_at_its_deadline() {
     };
     let (outcome, _, took) = acquire(vec![busy(60_000), busy(60_000), busy(60_000)], policy);
     match outcome {
-        Err(Failure::Busy { message, code }) => {
+        Err(busy @ Failure::Busy { code, .. }) => {
             assert_eq!(code, 75);
+            let message = busy.to_string();
             assert!(message.contains("gave up after"), "{message}");
         }
         other => panic!("expected busy, got {other:?}"),
@@ -202,7 +203,8 @@ fn a_wait_that_ends_during_an_outage_is_unavailable() {
         .collect();
     let (outcome, heard, _) = acquire(answers, policy);
     match outcome {
-        Err(Failure::Unavailable(message)) => {
+        Err(outage @ Failure::Outage { .. }) => {
+            let message = outage.to_string();
             assert!(
                 message.contains("Redis unavailable for the last"),
                 "{message}"
@@ -238,7 +240,8 @@ fn no_wait_answers_busy_at_once() {
     };
     let (outcome, heard, _) = acquire(vec![busy(60_000)], policy);
     match outcome {
-        Err(Failure::Busy { message, .. }) => {
+        Err(busy @ Failure::Busy { .. }) => {
+            let message = busy.to_string();
             assert!(message.ends_with("not waiting (-n)"), "{message}")
         }
         other => panic!("expected busy, got {other:?}"),

@@ -1,0 +1,214 @@
+//! The fields of the failures that end a use of a lock (busy, lost, refused, given up during an
+//! outage, interrupted), and the one line each makes. Every word of those lines is here, built
+//! from the fields where the line is printed; the layers below only say what happened.
+
+use std::fmt;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::{About, Failure};
+use crate::lock::{Crowd, Holder, NotOwner, human_ms};
+use crate::watchdog::{Loss, RenewError};
+
+/// What the last try at a busy lock found.
+#[derive(Debug, Clone)]
+pub enum Seen {
+    /// Held: the lease's time left (PTTL: -1 never expires, below that just released), the
+    /// server's clock, who holds it, and for a semaphore or shared lock how many do.
+    Held {
+        pttl: i64,
+        now_ms: i64,
+        holder: Box<Holder>,
+        crowd: Option<Crowd>,
+    },
+    /// Being handed to a process ahead in line.
+    Handed,
+}
+
+/// How long a busy request waited before it gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    /// Not at all (`-n`, or `--wait 0`).
+    NotAtAll,
+    For(Duration),
+}
+
+/// How the lock the command runs under was lost.
+#[derive(Debug)]
+pub enum LostHow {
+    /// While the command ran: why, and the signal the command's group was sent.
+    Running { loss: Loss, signal: Signal },
+    /// Found at the release, once the command had ended.
+    AtRelease,
+    /// Inherited from the shell, and no longer held when renewed before the command started.
+    Inherited(NotOwner),
+}
+
+/// What a token was refused, not owning the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// A release found the lock held by another token.
+    ReleaseHeldByOther,
+    /// A release found the lock free: it expired or was broken before.
+    ReleaseNotHeld,
+    /// A renewal found the token no longer owns the lock.
+    Renew(NotOwner),
+}
+
+/// When a signal ended rlock before its command ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interruption {
+    /// While waiting for the lock: nothing was left in Redis.
+    Waiting,
+    /// Between the grant and the start of the command: the lock was released.
+    BeforeStart,
+}
+
+/// `lock 'jobs' is busy (held by build-7 pid 4411 for 2m13s, expires in 28s); gave up after 5s`
+pub(super) fn busy(about: &About, seen: &Seen, waited: Waited) -> String {
+    let what = match (seen, waited) {
+        (
+            Seen::Held {
+                pttl,
+                now_ms,
+                holder,
+                crowd,
+            },
+            _,
+        ) => held(about, *pttl, *now_ms, holder, *crowd),
+        (Seen::Handed, Waited::NotAtAll) => {
+            format!("{about} is being handed to a process waiting for it")
+        }
+        (Seen::Handed, Waited::For(_)) => {
+            format!("{about} is being handed to processes that waited longer")
+        }
+    };
+    match waited {
+        Waited::NotAtAll => format!("{what}; not waiting (-n)"),
+        Waited::For(waited) => format!("{what}; gave up after {}", ms(waited)),
+    }
+}
+
+/// Who holds a busy lock and when its lease ends.
+fn held(about: &About, pttl: i64, now_ms: i64, holder: &Holder, crowd: Option<Crowd>) -> String {
+    let expiry = match pttl {
+        p if p >= 0 => format!("expires in {}", human_ms(p)),
+        -1 => "never expires".into(),
+        _ => "just released".into(),
+    };
+    let who = holder.describe(now_ms);
+    let others = |n: i64| match n {
+        ..=1 => String::new(),
+        2 => " and 1 other".to_string(),
+        n => format!(" and {} others", n - 1),
+    };
+    match crowd {
+        Some(Crowd {
+            holders,
+            limit: 0,
+            exclusive_ahead: true,
+        }) => format!(
+            "{about} is busy (shared by {who}{}, and an exclusive request waits first: shared requests queue behind it; the last lease {expiry})",
+            others(holders)
+        ),
+        Some(Crowd {
+            holders, limit: 0, ..
+        }) => format!(
+            "{about} is busy (shared by {who}{}; the last lease {expiry})",
+            others(holders)
+        ),
+        Some(Crowd { holders, limit, .. }) => format!(
+            "{about} is busy (held {holders}/{limit}, by {who}{}; the first lease {expiry})",
+            others(holders)
+        ),
+        None => format!("{about} is busy (held by {who}, {expiry})"),
+    }
+}
+
+pub(super) fn lost(about: &About, how: &LostHow) -> String {
+    match how {
+        LostHow::Running { loss, signal } => format!(
+            "lost {about} while the command ran: {loss}; sent {} to the command's process group",
+            signal.as_str()
+        ),
+        LostHow::AtRelease => format!(
+            "lost {about} while the command ran: it was no longer held by this token when the command ended (broken or expired between two renewals)"
+        ),
+        LostHow::Inherited(why) => format!(
+            "{about} inherited from the shell is no longer held ({why}); not running the command"
+        ),
+    }
+}
+
+pub(super) fn refused(about: &About, refused: Refused) -> String {
+    match refused {
+        Refused::ReleaseHeldByOther => format!(
+            "{about} is held by another owner, not by this token; nothing was changed (use --force to break it)"
+        ),
+        Refused::ReleaseNotHeld => format!(
+            "{about} is not held by this token: it expired or was broken before the release; nothing was changed"
+        ),
+        Refused::Renew(why) => {
+            format!("{about} is not held by this token ({why}); it was not extended")
+        }
+    }
+}
+
+/// A wait that ended while Redis was out: the last try's failure, and for how long.
+pub(super) fn outage(last: &Failure, waited: Duration, down_for: Duration) -> String {
+    format!(
+        "{last}; gave up after {}, Redis unavailable for the last {}",
+        ms(waited),
+        ms(down_for)
+    )
+}
+
+pub(super) fn interrupted(about: &About, signal: Signal, when: Interruption) -> String {
+    let signal = signal.as_str();
+    match when {
+        Interruption::Waiting => format!("interrupted by {signal} while waiting for {about}"),
+        Interruption::BeforeStart => {
+            format!("interrupted by {signal} before the command started; {about} released")
+        }
+    }
+}
+
+/// Why the watchdog gave the lock up, in the line of a lost lock.
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Loss::NotOwner(why) => write!(f, "Redis says the token no longer owns it ({why})"),
+            Loss::Replaced(error) => write!(f, "the key was replaced: {}", error.detail),
+            Loss::RanOut { grace, last } => {
+                let grace = humantime::format_duration(*grace);
+                write!(
+                    f,
+                    "could not renew it, and its lease runs out within {grace} ("
+                )?;
+                match last {
+                    Some(error) => write!(f, "{error})"),
+                    None => f.write_str("no renewal succeeded)"),
+                }
+            }
+        }
+    }
+}
+
+/// A renewal that failed: the node and what it said, not the whole line of a failure.
+impl fmt::Display for RenewError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RenewError::Node(error) => write!(f, "{error}"),
+            RenewError::Failed(failure) => write!(f, "{failure}"),
+            RenewError::NoThread(e) => write!(f, "cannot start the renewal thread: {e}"),
+        }
+    }
+}
+
+fn ms(d: Duration) -> String {
+    human_ms(d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests;
