@@ -182,7 +182,7 @@ fn fault_code(kind: Fault) -> Code {
         | Fault::Other => Code::Unavailable,
         Fault::NoPassword | Fault::Auth | Fault::Denied => Code::NotPermitted,
         Fault::WrongType | Fault::Mismatch => Code::NotALock,
-        Fault::Tls | Fault::ClusterNode | Fault::Config => Code::Config,
+        Fault::Tls(_) | Fault::ClusterNode | Fault::Config => Code::Config,
     }
 }
 
@@ -232,7 +232,10 @@ mod tests {
         assert_eq!(on_node(Fault::Auth).exit_code(), 77);
         assert_eq!(on_node(Fault::Denied).exit_code(), 77);
         assert_eq!(on_node(Fault::WrongType).exit_code(), 65);
-        assert_eq!(on_node(Fault::Tls).exit_code(), 78);
+        assert_eq!(
+            on_node(Fault::Tls(crate::backend::TlsRefusal::Untrusted)).exit_code(),
+            78
+        );
         assert!(on_node(Fault::Connect).is_transient());
         assert!(!on_node(Fault::Unresolved).is_transient());
         assert_eq!(

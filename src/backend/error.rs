@@ -43,9 +43,8 @@ pub enum Fault {
     Replicas,
     /// The server refuses what the URL asks for (a database number out of range).
     Config,
-    /// The TLS handshake failed for a reason no wait cures: a certificate that is not trusted
-    /// or not for the host, a client certificate the server wants or refuses.
-    Tls,
+    /// The TLS handshake failed for a reason no wait cures, and which one.
+    Tls(TlsRefusal),
     /// A node of a Redis Cluster was used as a server on its own, where that would mislead (a
     /// listing of one node's keys).
     ClusterNode,
@@ -54,6 +53,19 @@ pub enum Fault {
     TooOld,
     /// Anything else the server or the client library said.
     Other,
+}
+
+/// Why a TLS handshake failed, as rustls said it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsRefusal {
+    /// The server's certificate is not trusted, or not for the host ("invalid peer
+    /// certificate").
+    Untrusted,
+    /// The server wants a client certificate and was given none ("CertificateRequired").
+    ClientCertificateWanted,
+    /// The server ended the handshake with another fatal alert (it refuses the client
+    /// certificate, say).
+    Refused,
 }
 
 #[derive(Debug, Clone)]
@@ -109,8 +121,8 @@ impl Fault {
                 .any(|w| lower.contains(w))
         {
             Fault::Auth
-        } else if is_tls_refusal(&lower) {
-            Fault::Tls
+        } else if let Some(refusal) = tls_refusal(&lower) {
+            Fault::Tls(refusal)
         } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
             Fault::WrongType
         } else if lower.contains("db index is out of range") {
@@ -200,14 +212,17 @@ impl NodeError {
                     "Redis unavailable for {about}: {self}; check that the server is up and --url is right"
                 )
             }
-            Fault::Tls => {
-                let lower = self.detail.to_ascii_lowercase();
-                let hint = if lower.contains("certificaterequired") {
-                    "the server asks for a client certificate: give --tls-cert and --tls-key"
-                } else if lower.contains("invalid peer certificate") {
-                    "the server's TLS certificate was not trusted: check --tls-ca (and the host name in the URL)"
-                } else {
-                    "the server refused the TLS handshake: check --tls-cert, --tls-key and --tls-ca"
+            Fault::Tls(refusal) => {
+                let hint = match refusal {
+                    TlsRefusal::ClientCertificateWanted => {
+                        "the server asks for a client certificate: give --tls-cert and --tls-key"
+                    }
+                    TlsRefusal::Untrusted => {
+                        "the server's TLS certificate was not trusted: check --tls-ca (and the host name in the URL)"
+                    }
+                    TlsRefusal::Refused => {
+                        "the server refused the TLS handshake: check --tls-cert, --tls-key and --tls-ca"
+                    }
                 };
                 format!("cannot reach Redis securely for {about}: {self}; {hint}")
             }
@@ -246,10 +261,16 @@ impl NodeError {
 
 /// A TLS handshake that failed on trust or identity (rustls's "invalid peer certificate: …"), or
 /// that the server ended with a fatal alert (it wants a client certificate, or refuses ours).
-fn is_tls_refusal(lower: &str) -> bool {
-    lower.contains("invalid peer certificate")
-        || lower.contains("received fatal alert")
-        || lower.contains("certificaterequired")
+fn tls_refusal(lower: &str) -> Option<TlsRefusal> {
+    if lower.contains("certificaterequired") {
+        Some(TlsRefusal::ClientCertificateWanted)
+    } else if lower.contains("invalid peer certificate") {
+        Some(TlsRefusal::Untrusted)
+    } else if lower.contains("received fatal alert") {
+        Some(TlsRefusal::Refused)
+    } else {
+        None
+    }
 }
 
 /// How a message about a port that does not speak Redis begins.

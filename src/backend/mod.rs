@@ -16,7 +16,7 @@ mod subscriber;
 use std::time::Duration;
 
 pub use cluster::Cluster;
-pub use error::{Fault, NodeError};
+pub use error::{Fault, NodeError, TlsRefusal};
 pub use sentinel::Sentinel;
 pub use settings::{Settings, TlsFiles, split_urls, with_addr};
 pub use single::Single;

@@ -153,7 +153,7 @@ pub(super) fn no_quorum(about: About, n: usize, errors: Vec<NodeError>) -> Failu
     if let Some(refused) = errors.iter().position(|e| {
         matches!(
             e.kind,
-            Fault::Auth | Fault::NoPassword | Fault::Denied | Fault::Tls
+            Fault::Auth | Fault::NoPassword | Fault::Denied | Fault::Tls(_)
         )
     }) {
         let mut errors = errors;

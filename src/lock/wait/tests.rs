@@ -219,7 +219,7 @@ fn a_wait_that_ends_during_an_outage_is_unavailable() {
 fn an_error_that_never_heals_ends_the_wait_at_once() {
     let (outcome, heard, took) = acquire(
         vec![Err(fault(
-            Fault::Tls,
+            Fault::Tls(crate::backend::TlsRefusal::Untrusted),
             "invalid peer certificate: UnknownIssuer",
         ))],
         forever(),
