@@ -178,23 +178,18 @@ fn release(fifo: &Path) {
 /// A command that stamps its start, waits on its FIFO, and stamps its end (µs).
 const CHAINED: &str = r#"echo ${EPOCHREALTIME/./} > "$1/start-$2"; read x < "$1/fifo-$2"; echo ${EPOCHREALTIME/./} > "$1/end-$2""#;
 
-/// The median time (ms) from spawning `bash -c` to its first stamp: what every handoff
-/// figure includes besides the tools' own work.
-pub fn shell_cost(dir: &Path, runs: usize) -> f64 {
+/// One sample of the time (ms) from spawning `bash -c` to its first stamp: what every handoff
+/// figure includes besides the tools' own work. Taken between the handoffs, so that it sees the
+/// machine as they do.
+fn shell_cost(dir: &Path) -> f64 {
     let file = dir.join("shell-cost");
-    median(
-        (0..runs)
-            .map(|_| {
-                let before = now_us();
-                quiet(
-                    Command::new("bash")
-                        .args(["-c", r#"echo ${EPOCHREALTIME/./} > "$1""#, "bash"])
-                        .arg(&file),
-                );
-                (stamp(&file) - before) as f64 / 1e3
-            })
-            .collect(),
-    )
+    let before = now_us();
+    quiet(
+        Command::new("bash")
+            .args(["-c", r#"echo ${EPOCHREALTIME/./} > "$1""#, "bash"])
+            .arg(&file),
+    );
+    (stamp(&file) - before) as f64 / 1e3
 }
 
 fn now_us() -> i128 {
@@ -205,9 +200,14 @@ fn now_us() -> i128 {
 }
 
 /// `samples` handoffs with exactly one waiter queued: each holder's command runs until the
-/// next waiter is in line, then ends; the gap from its end stamp to the next command's start
-/// stamp, less `cost`, in ms.
-pub fn handoffs_one_queued(tool: &dyn Tool, dir: &Path, samples: usize, cost: f64) -> Spread {
+/// next waiter is in line, then ends; the gaps from its end stamp to the next command's start
+/// stamp, in ms. After each handoff one sample of bash's start-up goes to `costs`.
+fn handoffs_one_queued(
+    tool: &dyn Tool,
+    dir: &Path,
+    samples: usize,
+    costs: &mut Vec<f64>,
+) -> Vec<f64> {
     let d = fresh(dir, &format!("one-{}", tool.name().replace(' ', "-")));
     let key = format!("handoff-one-{}", std::process::id());
     let base = tool.in_line(&key);
@@ -242,26 +242,21 @@ pub fn handoffs_one_queued(tool: &dyn Tool, dir: &Path, samples: usize, cost: f6
         procs[i - 1].wait("a holder");
         let end = stamp(&d.join(format!("end-{}", i - 1)));
         let start = stamp(&d.join(format!("start-{i}")));
-        gaps.push((start - end) as f64 / 1e3 - cost);
+        gaps.push((start - end) as f64 / 1e3);
+        costs.push(shell_cost(dir));
     }
     release(&d.join(format!("fifo-{samples}")));
     for p in &mut procs {
         p.wait("a holder");
     }
-    Spread::of(gaps)
+    gaps
 }
 
 /// Handoffs through a line of `n` waiters queued behind a holder, in arrival order: each
 /// command stamps its start and its end at once; the gaps between one command's end and the
 /// next one's start, over the first `samples` handoffs (while most of the line still waits),
-/// less `cost`, in ms.
-pub fn handoffs_in_line(
-    tool: &dyn Tool,
-    dir: &Path,
-    n: usize,
-    samples: usize,
-    cost: f64,
-) -> Spread {
+/// in ms.
+fn handoffs_in_line(tool: &dyn Tool, dir: &Path, n: usize, samples: usize) -> Vec<f64> {
     let d = fresh(dir, &format!("line-{}", tool.name().replace(' ', "-")));
     let key = format!("handoff-line-{}", std::process::id());
     let base = tool.in_line(&key);
@@ -306,24 +301,24 @@ pub fn handoffs_in_line(
             ends.len()
         ));
     }
-    let gaps = (0..samples.min(n - 1))
-        .map(|k| (starts[k + 1] - ends[k]) as f64 / 1e3 - cost)
-        .collect();
-    Spread::of(gaps)
+    (0..samples.min(n - 1))
+        .map(|k| (starts[k + 1] - ends[k]) as f64 / 1e3)
+        .collect()
 }
 
-/// `CMD -- true` under the lock, `runs` times: median wall time in ms.
-pub fn exec_true(tool: &dyn Tool, runs: usize) -> f64 {
+/// `CMD -- true` under the lock, `runs` rounds of one run of each tool in turn: each tool's
+/// median wall time in ms.
+fn exec_true(tools: &[&dyn Tool], runs: usize) -> Vec<f64> {
     let key = format!("exec-true-{}", std::process::id());
-    median(
-        (0..runs)
-            .map(|_| {
-                let t = Instant::now();
-                quiet(&mut tool.under_lock(&key, "true", &[]));
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .collect(),
-    )
+    let mut times = vec![Vec::with_capacity(runs); tools.len()];
+    for _ in 0..runs {
+        for (tool, times) in tools.iter().zip(&mut times) {
+            let t = Instant::now();
+            quiet(&mut tool.under_lock(&key, "true", &[]));
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.into_iter().map(median).collect()
 }
 
 fn stamp(file: &Path) -> i128 {
@@ -366,24 +361,46 @@ pub fn table(b: &Bench, etcd: Option<&Etcd>) {
     print_table(&measure(b, &tools));
 }
 
+/// Rounds of handoffs with one waiter queued, each tool in turn, so that a machine that slows
+/// down or speeds up during the run weighs on every tool alike.
+const ROUNDS: usize = 3;
+
 fn measure(b: &Bench, tools: &[&dyn Tool]) -> Measured {
     let (runs, dir) = (b.cfg.runs, b.dir);
     let samples = runs.max(30);
-    let cost = shell_cost(dir, runs);
-    let each =
-        |f: &dyn Fn(&dyn Tool) -> Spread| -> Vec<Spread> { tools.iter().map(|t| f(*t)).collect() };
     let idle = tools
         .iter()
         .map(|t| idle_wakeups(*t, dir, b.cfg.idle))
         .collect();
-    let one = each(&|t| handoffs_one_queued(t, dir, samples, cost));
-    let line = each(&|t| handoffs_in_line(t, dir, 100 + samples, samples, cost));
-    let exec = tools.iter().map(|t| exec_true(*t, runs)).collect();
+    let mut costs = Vec::new();
+    let mut one = vec![Vec::new(); tools.len()];
+    for _ in 0..ROUNDS {
+        for (tool, gaps) in tools.iter().zip(&mut one) {
+            gaps.extend(handoffs_one_queued(
+                *tool,
+                dir,
+                samples.div_ceil(ROUNDS),
+                &mut costs,
+            ));
+        }
+    }
+    let line: Vec<Vec<f64>> = tools
+        .iter()
+        .map(|t| {
+            let gaps = handoffs_in_line(*t, dir, 100 + samples, samples);
+            costs.extend((0..samples / ROUNDS).map(|_| shell_cost(dir)));
+            gaps
+        })
+        .collect();
+    let exec = exec_true(tools, runs);
+    // Bash's start-up, sampled between the handoffs all along, is taken off every handoff.
+    let cost = median(costs);
+    let less = |gaps: Vec<f64>| Spread::of(gaps.into_iter().map(|g| g - cost).collect());
     Measured {
         names: tools.iter().map(|t| t.name()).collect(),
         idle,
-        one,
-        line,
+        one: one.into_iter().map(less).collect(),
+        line: line.into_iter().map(less).collect(),
         exec,
         samples,
         cost,
