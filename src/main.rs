@@ -4,6 +4,7 @@ use clap::{CommandFactory, FromArgMatches};
 use rlock::exit::Exit;
 
 fn main() -> ExitCode {
+    rlock::names::pin_builtin_services();
     let mut command = rlock::cli::Cli::command();
     let parsed = command
         .try_get_matches_from_mut(std::env::args_os())

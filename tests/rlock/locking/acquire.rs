@@ -327,3 +327,33 @@ fn acquire_that_cannot_print_its_token_releases_the_lock() {
         assert_fails(&out, 70, &["'jobs'", "released"]);
     }
 }
+
+/// A user the user database does not know (a container's arbitrary uid, say), with neither
+/// USER nor LOGNAME set, is recorded by number; rlock looks names up in /etc/passwd only
+/// (`src/names.rs`), so this is the same on every host.
+#[test]
+fn a_user_without_a_name_is_recorded_by_uid() {
+    let server = RedisServer::start();
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=54321", "--regid=54321", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_rlock"))
+        .args(["--url", &server.url(), "acquire", "-k", "nameless"])
+        .env_remove("USER")
+        .env_remove("LOGNAME");
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"RLOCK_") {
+            cmd.env_remove(name);
+        }
+    }
+    let out = run(&mut cmd);
+    assert_eq!(
+        out.code, 0,
+        "setpriv (util-linux) as root must run rlock as uid 54321: {out}"
+    );
+    let state = server.hgetall(&state_key("nameless"));
+    assert_eq!(
+        state.get("user").map(String::as_str),
+        Some("54321"),
+        "{state:?}"
+    );
+}
