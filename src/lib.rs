@@ -12,6 +12,7 @@ pub mod lock;
 pub mod names;
 pub mod observe;
 pub mod redact;
+pub mod runtime;
 pub mod signals;
 pub mod supervise;
 pub mod watchdog;

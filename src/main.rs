@@ -1,9 +1,24 @@
-use std::process::ExitCode;
+// Rust's start-up is skipped: `rlock::runtime` does the part of it rlock needs, for less.
+#![no_main]
+
+use std::ffi::{c_char, c_int};
 
 use clap::{CommandFactory, FromArgMatches};
 use rlock::exit::Exit;
 
-fn main() -> ExitCode {
+/// The C entry point: the arguments are read through `std::env::args_os`, which glibc's
+/// start-up fills before this runs.
+#[unsafe(no_mangle)]
+extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+    rlock::runtime::start();
+    // A panic is reported by the panic hook, and exits 101 as it would with Rust's start-up.
+    let code = std::panic::catch_unwind(run).unwrap_or(101);
+    rlock::runtime::finish();
+    c_int::from(code)
+}
+
+/// rlock's exit code.
+fn run() -> u8 {
     rlock::names::pin_builtin_services();
     let mut command = rlock::cli::Cli::command();
     let parsed = command
@@ -21,19 +36,19 @@ fn main() -> ExitCode {
             eprintln!(
                 "rlock: a subcommand is needed: acquire, release, renew, inspect or exec (see 'rlock --help')"
             );
-            return ExitCode::from(rlock::exit::Code::Usage as u8);
+            return rlock::exit::Code::Usage as u8;
         }
         Err(e) => {
             let args: Vec<_> = std::env::args_os().collect();
             let line = rlock::cli::usage::one_line(&e, &rlock::cli::Cli::command(), &args);
             eprintln!("rlock: {line}");
-            return ExitCode::from(rlock::exit::Code::Usage as u8);
+            return rlock::exit::Code::Usage as u8;
         }
     };
     let verbose = cli.global.verbose;
     // The one place rlock ends: with a code, or by the signal its command (or its wait) died of.
     match rlock::run(cli) {
-        Ok(Exit::Code(code)) => ExitCode::from(code),
+        Ok(Exit::Code(code)) => code,
         Ok(Exit::Signal(sig)) => die_by(sig),
         Err(err) => {
             let code = rlock::exit::code_of(&err);
@@ -46,14 +61,15 @@ fn main() -> ExitCode {
             }
             match rlock::exit::dies_of(&err) {
                 Some(sig) => die_by(sig),
-                None => ExitCode::from(code),
+                None => code,
             }
         }
     }
 }
 
 /// Dies of `sig`; should it not be fatal after all, exits 128+N as a shell would report it.
-fn die_by(sig: nix::sys::signal::Signal) -> ExitCode {
+fn die_by(sig: nix::sys::signal::Signal) -> u8 {
+    rlock::runtime::finish();
     rlock::signals::die_by(sig);
-    ExitCode::from(128u8.saturating_add(sig as u8))
+    128u8.saturating_add(sig as u8)
 }

@@ -221,3 +221,33 @@ fn a_parent_that_ignores_sigchld_does_not_lose_the_childs_status() {
     assert_eq!(out.code, 3, "{out}");
     assert!(!server.exists(LOCK), "lock not released");
 }
+
+/// A standard descriptor closed when rlock starts is /dev/null for rlock and its command, as
+/// for any Rust program: otherwise rlock's first socket would take its number, an `acquire`
+/// would print its token into the Redis connection, and the command would start without it.
+#[test]
+fn a_closed_standard_descriptor_is_dev_null_for_rlock_and_its_command() {
+    let server = RedisServer::start();
+    let out = run(crate::common::basic::sh(
+        r#"exec "$RL" --url "$URL" exec -k closed -- sh -c 'echo "$(readlink /proc/$$/fd/1)" >&2' >&-"#,
+    )
+    .env("URL", server.url()));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.stderr.trim(),
+        "/dev/null",
+        "the command's stdout\n{out}"
+    );
+
+    let out = run(
+        crate::common::basic::sh(r#"exec "$RL" --url "$URL" acquire -k closed <&- >&-"#)
+            .env("URL", server.url()),
+    );
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        server
+            .get(&crate::common::basic::lock_key("closed"))
+            .is_some(),
+        "acquire holds the lock"
+    );
+}
