@@ -6,8 +6,10 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueHint};
 use nix::sys::signal::Signal;
 
+mod parse;
 pub mod usage;
 mod values;
+pub use parse::parse;
 use values::{SignalParser, duration, non_empty, op_timeout, ttl_duration, watch_interval};
 
 const AFTER_HELP: &str = "\

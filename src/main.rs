@@ -3,7 +3,6 @@
 
 use std::ffi::{c_char, c_int};
 
-use clap::{CommandFactory, FromArgMatches};
 use rlock::exit::Exit;
 
 /// The C entry point: the arguments are read through `std::env::args_os`, which glibc's
@@ -20,27 +19,21 @@ extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
 /// rlock's exit code.
 fn run() -> u8 {
     rlock::names::pin_builtin_services();
-    let mut command = rlock::cli::Cli::command();
-    let parsed = command
-        .try_get_matches_from_mut(std::env::args_os())
-        .and_then(|mut matches| rlock::cli::Cli::from_arg_matches_mut(&mut matches));
-    // Freeing clap's description of every subcommand and option, one allocation at a time,
-    // costs more instructions than connecting to Redis (callgrind); the process ends soon and
-    // takes it all back at once.
-    std::mem::forget(command);
-    let cli = match parsed {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match rlock::cli::parse(&args) {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err((e, _)) if !e.use_stderr() => e.exit(), // --help, --version
         // `rlock` alone.
-        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+        Err((e, _))
+            if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
             eprintln!(
                 "rlock: a subcommand is needed: acquire, release, renew, inspect or exec (see 'rlock --help')"
             );
             return rlock::exit::Code::Usage as u8;
         }
-        Err(e) => {
-            let args: Vec<_> = std::env::args_os().collect();
-            let line = rlock::cli::usage::one_line(&e, &rlock::cli::Cli::command(), &args);
+        Err((e, command)) => {
+            let line = rlock::cli::usage::one_line(&e, &command, &args);
             eprintln!("rlock: {line}");
             return rlock::exit::Code::Usage as u8;
         }

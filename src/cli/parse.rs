@@ -1,0 +1,103 @@
+//! Parsing a command line without building clap's description of every subcommand.
+//!
+//! Clap's derive builds the whole tree (five subcommands, each given a copy of the thirteen
+//! global options) before it reads a word; that was a twentieth of an uncontended
+//! `exec -- true`. Most command lines name their subcommand plainly, so the tree is first built
+//! with that subcommand alone. Whatever that smaller tree does not accept as it is (`--help`,
+//! `--version`, a mistake, a word that is not a subcommand) is parsed again with the whole tree,
+//! so that help, version and every error come out as they always did.
+
+use std::ffi::OsString;
+
+use clap::{Args, Command, CommandFactory, FromArgMatches};
+
+use super::{AcquireArgs, Cli, ExecArgs, Global, InspectArgs, ReleaseArgs, RenewArgs};
+
+/// `args` (the program's name first) parsed, or clap's error with the whole tree that raised it.
+pub fn parse(args: &[OsString]) -> Result<Cli, (clap::Error, Box<Command>)> {
+    let global = Global::augment_args(Command::new("rlock"));
+    if let Some(sub) = subcommand_named(&global, args)
+        && let Ok(cli) = parse_with(with_one_subcommand(global, sub), args)
+    {
+        return Ok(cli);
+    }
+    let mut whole = Cli::command();
+    match parse_with_mut(&mut whole, args) {
+        Ok(cli) => Ok(cli),
+        Err(e) => Err((e, Box::new(whole))),
+    }
+}
+
+fn parse_with(mut command: Command, args: &[OsString]) -> Result<Cli, clap::Error> {
+    let parsed = parse_with_mut(&mut command, args);
+    // Freeing clap's description of every option, one allocation at a time, costs more than
+    // connecting to Redis (callgrind); the process ends soon and takes it all back at once.
+    std::mem::forget(command);
+    parsed
+}
+
+fn parse_with_mut(command: &mut Command, args: &[OsString]) -> Result<Cli, clap::Error> {
+    command
+        .try_get_matches_from_mut(args)
+        .and_then(|mut matches| Cli::from_arg_matches_mut(&mut matches))
+}
+
+/// `global` (rlock's global options) with the one subcommand `name`, as `Cli::command()`
+/// describes them (the help texts aside, which only the whole tree prints).
+fn with_one_subcommand(global: Command, name: &'static str) -> Command {
+    let sub = Command::new(name);
+    let sub = match name {
+        "acquire" => AcquireArgs::augment_args(sub),
+        "release" => ReleaseArgs::augment_args(sub),
+        "renew" => RenewArgs::augment_args(sub),
+        "inspect" => InspectArgs::augment_args(sub),
+        _ => ExecArgs::augment_args(sub),
+    };
+    global.subcommand_required(true).subcommand(sub)
+}
+
+const SUBCOMMANDS: [&str; 5] = ["acquire", "release", "renew", "inspect", "exec"];
+
+/// The subcommand `args` names: the first word that is neither a global option nor the value
+/// of one. None when there is none, or when it is not a subcommand's name.
+fn subcommand_named(global: &Command, args: &[OsString]) -> Option<&'static str> {
+    let takes_value = |arg: &clap::Arg| arg.get_action().takes_values();
+    let long_with_value = |name: &str| {
+        global
+            .get_arguments()
+            .any(|a| takes_value(a) && a.get_long() == Some(name))
+    };
+    let short_with_value = |c: char| {
+        global
+            .get_arguments()
+            .any(|a| takes_value(a) && a.get_short() == Some(c))
+    };
+    let mut words = args.iter().skip(1);
+    while let Some(word) = words.next() {
+        let word = word.to_str()?;
+        if word == "--" || word == "-" {
+            return None;
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            if !long.contains('=') && long_with_value(long) {
+                words.next();
+            }
+        } else if let Some(shorts) = word.strip_prefix('-') {
+            // A cluster (`-qv`), or a short option with its value attached (`-uURL`) or next.
+            for (i, c) in shorts.char_indices() {
+                if short_with_value(c) {
+                    if i + c.len_utf8() == shorts.len() {
+                        words.next();
+                    }
+                    break;
+                }
+            }
+        } else {
+            return SUBCOMMANDS.into_iter().find(|s| *s == word);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;
