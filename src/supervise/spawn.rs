@@ -260,7 +260,9 @@ impl Guardian {
     /// It shares rlock's memory (`clone` with CLONE_VM, as the command's vfork does, but
     /// without waiting for an exec that never comes): a `fork` would copy rlock's page tables,
     /// and every page rlock writes afterwards would have to be copied first, which cost more
-    /// than everything else this process does between the grant and the command's start.
+    /// than everything else this process does between the grant and the command's start. (One
+    /// limit: on Linux before 5.16, rlock dumping core would end every process sharing its
+    /// memory, the guardian too; the command itself still gets its parent-death signal.)
     pub fn arm(pgid: Pid) -> Option<Guardian> {
         let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
         // SAFETY: a fresh private anonymous mapping, checked below; never unmapped.
