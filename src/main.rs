@@ -1,26 +1,33 @@
 // Rust's start-up is skipped: `rlock::runtime` does the part of it rlock needs, for less.
 #![no_main]
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{CStr, OsStr, OsString, c_char, c_int};
+use std::os::unix::ffi::OsStrExt;
 
 use rlock::exit::Exit;
 
-/// The C entry point: the arguments are read through `std::env::args_os`, which glibc's
-/// start-up fills before this runs.
+/// The C entry point: `argv` holds `argc` NUL-terminated arguments, the program's name first.
 #[unsafe(no_mangle)]
-extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     rlock::runtime::start();
+    let args: Vec<OsString> = (0..usize::try_from(argc).unwrap_or(0))
+        .map(|i| {
+            // SAFETY: the C start-up passes `argc` valid pointers to NUL-terminated strings,
+            // which live as long as the process.
+            let arg = unsafe { CStr::from_ptr(*argv.add(i)) };
+            OsStr::from_bytes(arg.to_bytes()).to_owned()
+        })
+        .collect();
     // A panic is reported by the panic hook, and exits 101 as it would with Rust's start-up.
-    let code = std::panic::catch_unwind(run).unwrap_or(101);
+    let code = std::panic::catch_unwind(|| run(&args)).unwrap_or(101);
     rlock::runtime::finish();
     c_int::from(code)
 }
 
-/// rlock's exit code.
-fn run() -> u8 {
+/// rlock's exit code for the command line `args`.
+fn run(args: &[OsString]) -> u8 {
     rlock::names::pin_builtin_services();
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let cli = match rlock::cli::parse(&args) {
+    let cli = match rlock::cli::parse(args) {
         Ok(cli) => cli,
         Err((e, _)) if !e.use_stderr() => e.exit(), // --help, --version
         // `rlock` alone.
@@ -33,7 +40,7 @@ fn run() -> u8 {
             return rlock::exit::Code::Usage as u8;
         }
         Err((e, command)) => {
-            let line = rlock::cli::usage::one_line(&e, &command, &args);
+            let line = rlock::cli::usage::one_line(&e, &command, args);
             eprintln!("rlock: {line}");
             return rlock::exit::Code::Usage as u8;
         }

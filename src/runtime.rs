@@ -11,27 +11,7 @@ use std::io::Write;
 
 /// Run first thing in `main`.
 pub fn start() {
-    // A closed standard descriptor is opened on /dev/null, so that the first socket or pipe
-    // rlock opens does not become its stdout (or stdin, or stderr).
-    let mut fds = [0, 1, 2].map(|fd| nix::libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    });
-    // SAFETY: `fds` is an array of three initialised pollfd, and a zero timeout returns at once.
-    if unsafe { nix::libc::poll(fds.as_mut_ptr(), 3, 0) } >= 0 {
-        for pfd in fds {
-            if pfd.revents & nix::libc::POLLNVAL != 0 {
-                // The lowest free descriptor: the closed one, as they are looked at in order.
-                let _ = nix::fcntl::open(
-                    "/dev/null",
-                    nix::fcntl::OFlag::O_RDWR,
-                    nix::sys::stat::Mode::empty(),
-                )
-                .map(std::mem::forget::<std::os::fd::OwnedFd>);
-            }
-        }
-    }
+    open_closed_standard_descriptors();
     // A reader that went away (`rlock inspect | head`) is an error to handle (EPIPE), not death.
     // SAFETY: SIG_IGN is no handler: nothing runs in signal context.
     unsafe {
@@ -39,6 +19,41 @@ pub fn start() {
             nix::sys::signal::Signal::SIGPIPE,
             nix::sys::signal::SigHandler::SigIgn,
         );
+    }
+}
+
+/// A closed standard descriptor is opened on /dev/null, so that the first socket or pipe rlock
+/// opens does not become its stdout (or stdin, or stderr); as Rust's start-up does, rlock aborts
+/// when it cannot be.
+fn open_closed_standard_descriptors() {
+    use nix::libc;
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: `fds` is an array of three initialised pollfd, and a zero timeout returns at once.
+    let polled = unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } >= 0;
+    for pfd in fds {
+        let closed = if polled {
+            pfd.revents & libc::POLLNVAL != 0
+        } else {
+            // poll can fail (no memory, or a descriptor limit below 3): ask each one.
+            // SAFETY: F_GETFD reads a descriptor's flags and changes nothing.
+            let flags = unsafe { libc::fcntl(pfd.fd, libc::F_GETFD) };
+            flags == -1 && nix::errno::Errno::last() == nix::errno::Errno::EBADF
+        };
+        if closed {
+            // The lowest free descriptor: the closed one, as they are looked at in order.
+            match nix::fcntl::open(
+                "/dev/null",
+                nix::fcntl::OFlag::O_RDWR,
+                nix::sys::stat::Mode::empty(),
+            ) {
+                Ok(fd) => std::mem::forget::<std::os::fd::OwnedFd>(fd),
+                Err(_) => std::process::abort(),
+            }
+        }
     }
 }
 

@@ -402,6 +402,13 @@ mod sentinel_split_brain {
                 .cmd(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
             s.server(0)
                 .cmd(&["CONFIG", "SET", "min-replicas-max-lag", "1"]);
+            // The replica counts once it has acknowledged within the lag: until then M refuses
+            // every write, A's grant included (NOREPLICAS, which rlock does not wait out).
+            wait_until("M to count its replica", Duration::from_secs(10), || {
+                s.server(0)
+                    .try_cmd(&["SET", "probe-good-replicas", "1"])
+                    .is_ok()
+            });
         }
         let dir = tempfile::tempdir().expect("temp dir");
         let d = dir.path();
