@@ -310,15 +310,18 @@ fn handoffs_in_line(tool: &dyn Tool, dir: &Path, n: usize, samples: usize) -> Ve
 }
 
 /// `CMD -- true` under the lock, `runs` rounds of one run of each tool in turn: each tool's
-/// median wall time in ms.
+/// median wall time in ms. Each round starts with the next tool, so that every tool follows
+/// every other as often: etcd goes on working for a while after `etcdctl lock` exits (its lease
+/// revoked, its log written), and the tool that always ran next paid for it.
 fn exec_true(tools: &[&dyn Tool], runs: usize) -> Vec<f64> {
     let key = format!("exec-true-{}", std::process::id());
     let mut times = vec![Vec::with_capacity(runs); tools.len()];
-    for _ in 0..runs {
-        for (tool, times) in tools.iter().zip(&mut times) {
+    for round in 0..runs {
+        for k in 0..tools.len() {
+            let i = (round + k) % tools.len();
             let t = Instant::now();
-            quiet(&mut tool.under_lock(&key, "true", &[]));
-            times.push(t.elapsed().as_secs_f64() * 1e3);
+            quiet(&mut tools[i].under_lock(&key, "true", &[]));
+            times[i].push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
     times.into_iter().map(median).collect()
