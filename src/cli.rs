@@ -423,6 +423,19 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub label: LabelArg,
 
+    /// How everything the command starts is kept under the lock: `auto` runs it in a cgroup v2
+    /// of its own where rlock may make one (root, or a delegated systemd slice), else in the
+    /// process tree below rlock's guardian; `tree` never makes a cgroup; `cgroup` makes one or
+    /// fails (78). `-v` says which is in use.
+    #[arg(
+        long,
+        value_name = "HOW",
+        env = "RLOCK_CONTAIN",
+        default_value = "auto",
+        value_enum
+    )]
+    pub contain: crate::supervise::Containment,
+
     /// The command and its arguments, run directly (no shell).
     #[arg(
         value_name = "CMD",

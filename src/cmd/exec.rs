@@ -8,7 +8,7 @@ use anyhow::Result;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::nested::{self, EXEC_PID_VAR, inherited, inside_exec};
+use super::nested::{self, inherited, inside_exec};
 use super::{Context, new_token};
 use crate::cli::ExecArgs;
 use crate::exit::{About, Code, Exit, Failure, Interruption, LostHow};
@@ -18,7 +18,8 @@ use crate::observe::{Note, Observer};
 use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
-    self, Enforce, Guardian, Outcome, Renewal, ReportReceiver, ReportSender, Supervisor, Terminal,
+    self, Cgroup, Containment, Enforce, Guardian, Launched, Outcome, Renewal, ReportReceiver,
+    ReportSender, Supervisor, Terminal,
 };
 use crate::watchdog;
 
@@ -63,7 +64,7 @@ struct Held {
 struct Child {
     pgid: Pid,
     terminal: Option<Terminal>,
-    guardian: Option<Guardian>,
+    guardian: Guardian,
     reports: ReportReceiver,
     report_tx: ReportSender,
 }
@@ -219,28 +220,47 @@ fn interrupt(signals: &Signals) -> Option<Signal> {
 }
 
 /// Step 2: the command, in a process group of its own, given the terminal when rlock has it,
-/// with a guardian that kills its group should rlock be killed.
+/// started by the guardian, which keeps everything the command starts below itself (and in a
+/// cgroup of its own where one can be made) and kills all of it should rlock be killed.
 fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result<Child, Failure> {
     let grant = &held.grant;
     let renewer_pid = match held.owner {
-        Owner::OuterExec => std::env::var(EXEC_PID_VAR).unwrap_or_default(),
-        _ => std::process::id().to_string(),
+        Owner::OuterExec => nested::enclosing_exec(&grant.token).unwrap_or(0),
+        _ => std::process::id(),
     };
-    let env = nested::child_env(grant, renewer_pid);
+    let env = nested::child_env(ctx, grant, renewer_pid.to_string());
     // The renewal thread's reports (it starts once the first renewal is due).
     let (report_tx, reports) = supervise::reports().map_err(|e| {
         release(ctx, locker, held);
         Failure::Internal(format!("cannot make a pipe: {e}"))
     })?;
+    let (cgroup, why_not) = match args.contain {
+        Containment::Tree => (None, Some("--contain tree".to_string())),
+        Containment::Auto | Containment::Cgroup => match Cgroup::create() {
+            Ok(cgroup) => (Some(cgroup), None),
+            Err(why) if args.contain == Containment::Cgroup => {
+                release(ctx, locker, held);
+                return Err(Failure::Config(format!(
+                    "--contain cgroup: {why}; the command was not started (--contain auto falls back to the process tree)"
+                )));
+            }
+            Err(why) => (None, Some(why)),
+        },
+    };
     supervise::adopt_orphans();
     let terminal = Terminal::foreground();
-    let pgid = supervise::spawn(&args.command, &env, terminal).inspect_err(|_| {
+    let Launched {
+        guardian,
+        pgid,
+        containment,
+    } = supervise::launch(&args.command, &env, terminal, cgroup, why_not).inspect_err(|_| {
         release(ctx, locker, held);
     })?;
+    ctx.say(format_args!("the command runs contained by {containment}"));
     Ok(Child {
         pgid,
         terminal,
-        guardian: Guardian::arm(pgid),
+        guardian,
         reports,
         report_tx,
     })
@@ -260,7 +280,7 @@ fn supervise(
     let Child {
         pgid,
         terminal,
-        guardian,
+        mut guardian,
         reports,
         report_tx,
     } = child;
@@ -291,7 +311,16 @@ fn supervise(
                 Ok(())
             }
         };
-        Supervisor::new(pgid, signals, &reports, enforce, terminal, ctx, renewal).run()
+        Supervisor::new(
+            &mut guardian,
+            signals,
+            &reports,
+            enforce,
+            terminal,
+            ctx,
+            renewal,
+        )
+        .run()
     });
     (
         outcome,
@@ -307,19 +336,18 @@ fn supervise(
 struct After {
     pgid: Pid,
     terminal: Option<Terminal>,
-    guardian: Option<Guardian>,
+    guardian: Guardian,
 }
 
 impl After {
-    /// The terminal back to rlock's group, and the guardian told to leave the (empty) group
-    /// alone.
+    /// The terminal back to rlock's group. The guardian, once it has told that nothing of the
+    /// command runs, has left by itself; should anything still run (a process SIGKILL could not
+    /// end at once), its request pipe closing tells it to kill it again.
     fn tidy(self) {
         if let Some(t) = self.terminal {
             t.take_back_from(self.pgid);
         }
-        if let Some(g) = self.guardian {
-            g.stand_down();
-        }
+        drop(self.guardian);
     }
 }
 

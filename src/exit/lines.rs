@@ -129,7 +129,7 @@ fn held(about: &About, pttl: i64, now_ms: i64, holder: &Holder, crowd: Option<Cr
 pub(super) fn lost(about: &About, how: &LostHow) -> String {
     match how {
         LostHow::Running { loss, signal } => format!(
-            "lost {about} while the command ran: {loss}; sent {} to the command's process group",
+            "lost {about} while the command ran: {loss}; sent {} to everything the command started",
             signal.as_str()
         ),
         LostHow::AtRelease => format!(

@@ -1,8 +1,10 @@
 //! The child as a job: the supervisor that passes signals on to the command's process group,
-//! stops the whole group before the lease can run out, stops what the command left running,
-//! and reports how the run ended. Every `kill` rlock sends is in this module.
+//! stops everything the command started before the lease can run out, stops what the command
+//! left running, and reports how the run ended. Every `kill` rlock sends is in this module.
 
+mod contain;
 mod deadlines;
+mod guardian;
 mod spawn;
 mod terminal;
 
@@ -20,22 +22,23 @@ use nix::sys::time::TimeSpec;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-pub use spawn::{Guardian, runnable, spawn};
+pub use contain::{Cgroup, Mode as Containment};
+pub use guardian::{Guardian, Launched, launch};
+pub use spawn::runnable;
 pub use terminal::Terminal;
 
 use deadlines::Deadlines;
 
-use crate::exit::Code;
 use crate::observe::{Note, Observer};
 use crate::signals::Signals;
 use crate::watchdog::{Loss, RenewError, Report};
 
-/// How often a group whose leader has ended is looked at, besides SIGCHLD: a member that is
-/// not rlock's child (it left through a subreaper of its own) is reaped by someone else.
-const GROUP_POLL: Duration = Duration::from_millis(20);
+/// How long rlock waits, after the final SIGKILL, for what it killed to be gone: a process
+/// that SIGKILL cannot end at once (stuck in the kernel) runs no code of its own meanwhile.
+const AFTER_KILL: Duration = Duration::from_secs(2);
 
-/// Makes rlock the reaper of the orphans its command leaves (`sh -c 'cmd &'`): they stay
-/// rlock's children, so their end is a SIGCHLD here rather than news to init only.
+/// Makes rlock the reaper of the orphans of its guardian, should the guardian be killed: they
+/// stay below rlock, which then stops them itself.
 pub fn adopt_orphans() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
 }
@@ -84,15 +87,17 @@ enum Event {
     Continued,
     /// The child ended: its status as a shell reports it, and the signal that killed it.
     Exited(u8, Option<Signal>),
+    /// Nothing the command started runs any more.
+    Empty,
     Watchdog(Report),
 }
 
-/// Where the supervisor gets its events: the signalfd (signals, and SIGCHLD for the child's
-/// changes, which `waitpid` then tells) and the renewal thread's reports.
+/// Where the supervisor gets its events: the signalfd (signals, and SIGCHLD when the guardian
+/// ends), the guardian's events (the command's changes), and the renewal thread's reports.
 struct Inbox<'a> {
-    child: Pid,
-    /// The child's end has been reaped: only orphans are left to reap.
-    child_reaped: bool,
+    guardian: &'a mut Guardian,
+    /// The guardian ended or was killed: rlock contains what is left itself.
+    guardian_gone: bool,
     signals: &'a Signals,
     reports: &'a ReportReceiver,
     pending: VecDeque<Event>,
@@ -106,7 +111,7 @@ impl Inbox<'_> {
                 return Some(event);
             }
             // Once the renewal thread is gone (the channel says so; its pipe may never reach end
-            // of file, as the guardian holds a copy of it), only signals are left to wait for.
+            // of file, as the guardian holds a copy of it), it is not waited for.
             let renewing = match self.reports.rx.try_recv() {
                 Ok(report) => return Some(Event::Watchdog(report)),
                 Err(TryRecvError::Empty) => true,
@@ -114,11 +119,12 @@ impl Inbox<'_> {
             };
             while let Some(sig) = self.signals.try_next() {
                 if sig == Signal::SIGCHLD {
-                    self.reap();
+                    reap_orphans();
                 } else {
                     self.pending.push_back(Event::Signal(sig));
                 }
             }
+            self.read_guardian();
             if !self.pending.is_empty() {
                 continue;
             }
@@ -126,63 +132,75 @@ impl Inbox<'_> {
             if now >= until {
                 return None;
             }
-            let mut fds = [
-                PollFd::new(self.signals.as_fd(), PollFlags::POLLIN),
-                PollFd::new(self.reports.wake.as_fd(), PollFlags::POLLIN),
-            ];
-            let watched = if renewing { 2 } else { 1 };
+            let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            if !self.guardian_gone {
+                fds.push(PollFd::new(self.guardian.events_fd(), PollFlags::POLLIN));
+            }
+            if renewing {
+                fds.push(PollFd::new(self.reports.wake.as_fd(), PollFlags::POLLIN));
+            }
             let left = TimeSpec::from_duration(until - now);
-            let _ = nix::poll::ppoll(&mut fds[..watched], Some(left), None);
+            let _ = nix::poll::ppoll(&mut fds, Some(left), None);
             let mut drain = [0u8; 64];
             while matches!(nix::unistd::read(&self.reports.wake, &mut drain), Ok(n) if n > 0) {}
         }
     }
 
-    /// Queues every change of the child that waitpid has to tell, up to its end, and reaps the
-    /// orphans rlock adopted.
-    fn reap(&mut self) {
-        let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
-        while !self.child_reaped {
-            let event = match waitpid(self.child, Some(flags)) {
-                Ok(WaitStatus::StillAlive) => break,
-                Ok(WaitStatus::Stopped(_, sig)) => Event::Stopped(sig),
-                Ok(WaitStatus::Continued(_)) => Event::Continued,
-                Ok(status) => match ended(status) {
-                    Some(event) => event,
-                    None => continue,
-                },
-                Err(Errno::EINTR) => continue,
-                Err(_) => Event::Exited(Code::Internal as u8, None),
-            };
-            self.child_reaped = matches!(event, Event::Exited(..));
-            self.pending.push_back(event);
-        }
-        // Orphans of the command (rlock is their subreaper), whose status means nothing here;
-        // the child itself, should it have ended since the loop above, is told as above.
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
-                Ok(status) if status.pid() == Some(self.child) => {
-                    if let Some(event) = ended(status) {
-                        self.child_reaped = true;
-                        self.pending.push_back(event);
+    /// Queues what the guardian told; once it is gone without having said that everything
+    /// ended (someone killed it), stops what is left itself.
+    fn read_guardian(&mut self) {
+        while !self.guardian_gone {
+            match self.guardian.next_event() {
+                guardian::Next::Event(event) => self.pending.push_back(match event {
+                    guardian::Event::Stopped(sig) => Event::Stopped(sig),
+                    guardian::Event::Continued => Event::Continued,
+                    guardian::Event::Exited(code, sig) => Event::Exited(code, sig),
+                    guardian::Event::Empty => Event::Empty,
+                    guardian::Event::Started { .. } | guardian::Event::NotStarted(_) => continue,
+                }),
+                guardian::Next::Nothing => return,
+                guardian::Next::Gone => {
+                    self.guardian_gone = true;
+                    if !self.pending.iter().any(|e| matches!(e, Event::Empty)) {
+                        self.contain_without_guardian();
                     }
                 }
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(_) => break,
             }
         }
     }
+
+    /// The guardian was killed: the command got its parent-death SIGKILL, and what it started
+    /// came to rlock (a subreaper too). rlock kills that, and says the command ended by SIGKILL.
+    fn contain_without_guardian(&mut self) {
+        let me = nix::unistd::getpid().as_raw();
+        if let Some(cgroup) = self.guardian.cgroup() {
+            let _ = std::fs::write(cgroup.join("cgroup.kill"), "1");
+        }
+        let until = Instant::now() + AFTER_KILL;
+        loop {
+            contain::kill_tree(me);
+            reap_orphans();
+            if !contain::tree_alive(me) || Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.pending.push_back(Event::Exited(
+            128 + Signal::SIGKILL as u8,
+            Some(Signal::SIGKILL),
+        ));
+        self.pending.push_back(Event::Empty);
+    }
 }
 
-/// The child's end, as a shell reports it: its code, or 128+N for death by signal N.
-fn ended(status: WaitStatus) -> Option<Event> {
-    match status {
-        WaitStatus::Exited(_, code) => Some(Event::Exited(code as u8, None)),
-        WaitStatus::Signaled(_, sig, _) => {
-            Some(Event::Exited(128u8.wrapping_add(sig as u8), Some(sig)))
+/// Reaps whatever of rlock's children ended: the guardian, or what it left should it be killed.
+fn reap_orphans() {
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => break,
         }
-        _ => None,
     }
 }
 
@@ -233,8 +251,12 @@ pub struct Supervisor<'a, R> {
     /// terminal's foreground again (`fg`) or not (`bg`). The child is continued only after the
     /// deadline has been checked, so it never runs a moment on a lease that ran out meanwhile.
     resumed: Option<bool>,
-    /// The leader's status, once it ended; the group may still have members.
+    /// The leader's status, once it ended; what it started may still run.
     ended: Option<(u8, Option<Signal>)>,
+    /// Nothing the command started runs any more.
+    empty: bool,
+    /// When the final SIGKILL went, if it did.
+    killed_at: Option<Instant>,
 }
 
 impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
@@ -243,7 +265,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
     /// lost. `terminal` is the terminal the child was given, if any: a child stopped at it
     /// (Ctrl-Z) stops rlock too, as a shell's job.
     pub fn new(
-        pgid: Pid,
+        guardian: &'a mut Guardian,
         signals: &'a Signals,
         reports: &'a ReportReceiver,
         enforce: Enforce,
@@ -252,10 +274,10 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
         renewal: R,
     ) -> Self {
         Supervisor {
-            pgid,
+            pgid: guardian.pgid(),
             inbox: Inbox {
-                child: pgid,
-                child_reaped: false,
+                guardian,
+                guardian_gone: false,
                 signals,
                 reports,
                 pending: VecDeque::new(),
@@ -271,15 +293,18 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
             last_error: None,
             resumed: None,
             ended: None,
+            empty: false,
+            killed_at: None,
         }
     }
 
-    /// Waits for the command's whole process group to end, passing signals on to it and
-    /// stopping it before the lease can run out: `lost_signal` by deadline − grace, SIGKILL at
-    /// the deadline (or `grace` after Redis said the lock is no longer ours). When the leader
-    /// ends and members of its group run on, they are stopped the same way (`lost_signal`, then
-    /// SIGKILL `grace` later) while the lock is still renewed: nothing of the command runs on
-    /// unprotected. Returns once the group is empty, or right after its SIGKILL.
+    /// Waits for everything the command started to end, passing signals on to its process
+    /// group and stopping all of it (every group, wherever it moved) before the lease can run
+    /// out: `lost_signal` by deadline − grace, SIGKILL at the deadline (or `grace` after Redis
+    /// said the lock is no longer ours). When the leader ends and what it started runs on, that
+    /// is stopped the same way (`lost_signal`, then SIGKILL `grace` later) while the lock is
+    /// still renewed: nothing of the command runs on unprotected. Returns once nothing of it
+    /// runs (or, for a process SIGKILL cannot end at once, `AFTER_KILL` after the SIGKILL).
     pub fn run(mut self) -> Outcome {
         loop {
             let now = Instant::now();
@@ -296,11 +321,15 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
         }
     }
 
-    /// A stopped process acts on no signal but SIGKILL until it is continued.
-    fn send(&self, sig: Signal) {
-        let _ = killpg(self.pgid, sig);
-        if self.stopped && sig != Signal::SIGKILL && sig != Signal::SIGCONT {
-            let _ = killpg(self.pgid, Signal::SIGCONT);
+    /// `sig` to everything the command started, wherever it moved (the guardian's tree, or
+    /// its cgroup); SIGKILL also to its group at once, from here, not waiting for the guardian.
+    /// A stopped process is continued, to act on it.
+    fn send_all(&self, sig: Signal) {
+        if sig == Signal::SIGKILL {
+            let _ = killpg(self.pgid, sig);
+        }
+        if !self.inbox.guardian_gone {
+            self.inbox.guardian.signal_all(sig);
         }
     }
 
@@ -311,7 +340,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
             let _ = (self.renewal)(Renewal::Stop);
         }
         if self.deadlines.signal_once() {
-            self.send(self.enforce.lost_signal);
+            self.send_all(self.enforce.lost_signal);
         }
     }
 
@@ -326,7 +355,8 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
             self.term(true);
         }
         if due.kill {
-            self.send(Signal::SIGKILL);
+            self.send_all(Signal::SIGKILL);
+            self.killed_at = Some(now);
         }
     }
 
@@ -355,16 +385,19 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
         }
     }
 
-    /// The outcome, once the leader has ended and its group is empty (or was just killed).
+    /// The outcome, once the leader has ended and nothing it started runs (or it was killed).
     fn finished(&mut self) -> Option<Outcome> {
         let (code, signal) = self.ended?;
-        let group_alive = killpg(self.pgid, None) != Err(Errno::ESRCH);
-        if group_alive && !self.deadlines.killed() {
-            // The command ended and left part of its group running: stop it while the lock
-            // is still held, as for a lost lock but `grace` from now.
-            self.term(false);
-            self.deadlines.group_outlives_leader(Instant::now());
-            return None;
+        if !self.empty {
+            if !self.deadlines.killed() {
+                // The command ended and left something running: stop it while the lock is
+                // still held, as for a lost lock but `grace` from now.
+                self.term(false);
+                self.deadlines.group_outlives_leader(Instant::now());
+            }
+            if self.killed_at.is_none_or(|at| at.elapsed() < AFTER_KILL) {
+                return None;
+            }
         }
         Some(Outcome {
             code,
@@ -374,8 +407,8 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
     }
 
     fn next_wake_up(&self, now: Instant) -> Instant {
-        let group_check = self.ended.map(|_| now + GROUP_POLL);
-        [self.deadlines.next(), self.renew_at, group_check]
+        let give_up = self.killed_at.map(|at| at + AFTER_KILL);
+        [self.deadlines.next(), self.renew_at, give_up]
             .into_iter()
             .flatten()
             .min()
@@ -385,6 +418,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
     fn handle(&mut self, event: Event) {
         match event {
             Event::Exited(code, signal) => self.ended = Some((code, signal)),
+            Event::Empty => self.empty = true,
             Event::Signal(sig) => {
                 let _ = killpg(self.pgid, sig);
                 if self.stopped && sig != Signal::SIGTSTP && sig != Signal::SIGKILL {

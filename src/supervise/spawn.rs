@@ -1,5 +1,5 @@
-//! Starting the command, and the guardian that kills its group if rlock dies. Every `unsafe`
-//! block of process creation is in this file.
+//! Starting the command (from the guardian, `guardian.rs`). Every `unsafe` block of starting
+//! the command is in this file.
 //!
 //! Two invariants make the blocks below sound, and `exec` keeps them:
 //! - **No signal handlers are installed.** rlock blocks the signals it acts on and reads them
@@ -12,41 +12,19 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use nix::sched::CloneFlags;
-use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, killpg, sigprocmask};
+use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::sys::wait::waitpid;
-use nix::unistd::{Pid, getpgrp, getpid, getppid, setpgid};
+use nix::unistd::{Pid, getpid, getppid, setpgid};
 
 use super::terminal::Terminal;
 use crate::exit::{Code, Failure};
 
-/// Spawns `argv` directly (no shell, searching PATH) as the leader of a new process group,
-/// with the terminal's foreground when rlock had it, SIGKILL on rlock's death, no blocked
-/// signals, and rlock's environment plus `env`. Returns the child's pid.
-///
-/// The child is started as `posix_spawn` does, sharing rlock's memory until it execs (vfork):
-/// rlock's page tables are not copied, and none of its pages has to be copied on write
-/// afterwards. So the child only makes async-signal-safe system calls on memory prepared
-/// before, and reports a failed exec through `exec_errno`.
-///
-/// Must be called from the thread that lives as long as rlock: the parent-death signal fires
-/// when the *thread* that forked the child exits.
-pub fn spawn(
-    argv: &[OsString],
-    env: &[(&str, String)],
-    terminal: Option<Terminal>,
-) -> Result<Pid, Failure> {
-    let prepared = Prepared::new(argv, env)?;
-    let started = start(&prepared, terminal);
-    settle(started, &argv[0], terminal)
-}
-
 /// What the vfork child execs, built before it runs: it may not allocate.
-struct Prepared {
+pub(super) struct Prepared {
     /// Owners of the strings the pointer arrays point into.
     _strings: (Vec<CString>, Vec<CString>),
     /// Null-terminated arrays of pointers into those strings, for execvpe.
@@ -56,7 +34,7 @@ struct Prepared {
 
 impl Prepared {
     /// `argv`, and rlock's environment with `env` added (replacing variables of those names).
-    fn new(argv: &[OsString], env: &[(&str, String)]) -> Result<Self, Failure> {
+    pub(super) fn new(argv: &[OsString], env: &[(&str, String)]) -> Result<Self, Failure> {
         let c_string = |bytes: Vec<u8>| {
             CString::new(bytes)
                 .map_err(|_| Failure::Usage("the command has a NUL byte in it".into()))
@@ -92,15 +70,37 @@ impl Prepared {
     }
 }
 
-/// Starts the child, sharing rlock's memory until it execs: Ok with its pid once it has
-/// exec'd, or the error of its exec (or of the clone).
-fn start(prepared: &Prepared, terminal: Option<Terminal>) -> Result<Pid, io::Error> {
+/// Starts `argv` directly (no shell, searching PATH) as the leader of a new process group, with
+/// the terminal's foreground when rlock had it, SIGKILL on its parent's death, no blocked
+/// signals, rlock's environment plus `env`, and, first of all, in the cgroup whose
+/// `cgroup.procs` is open as `cgroup_procs`. Ok with its pid once it has exec'd, and whether it
+/// joined the cgroup; or the error of its exec (or of the clone).
+///
+/// The child is started as `posix_spawn` does, sharing its parent's memory until it execs
+/// (vfork): the page tables are not copied, and no page has to be copied on write afterwards.
+/// So the child only makes async-signal-safe system calls on memory prepared before, and
+/// reports a failed exec through `exec_errno`.
+///
+/// Must be called from a thread that lives as long as its process: the parent-death signal
+/// fires when the *thread* that forked the child exits.
+pub(super) fn start(
+    prepared: &Prepared,
+    terminal: Option<Terminal>,
+    cgroup_procs: Option<i32>,
+) -> Result<(Pid, bool), io::Error> {
     let (argp, envp) = (&prepared.argp, &prepared.envp);
     let parent = getpid();
     // Resolved here: the child may not touch Rust's standard handles (they allocate on first use).
     let tty = terminal.map(Terminal::raw_fd);
     let exec_errno = AtomicI32::new(0);
+    let joined = AtomicBool::new(false);
     let child = Box::new(|| -> isize {
+        if let Some(fd) = cgroup_procs {
+            // SAFETY: write(2) of two bytes from a static string to a descriptor the parent
+            // opened and keeps open until the exec.
+            let n = unsafe { nix::libc::write(fd, b"0\n".as_ptr().cast(), 2) };
+            joined.store(n == 2, Ordering::Relaxed);
+        }
         let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
         if let Some(fd) = tty {
             take_terminal(fd, getpid());
@@ -143,37 +143,12 @@ fn start(prepared: &Prepared, terminal: Option<Terminal>) -> Result<Pid, io::Err
         )
     }?;
     match exec_errno.load(Ordering::Relaxed) {
-        0 => Ok(pid),
+        0 => Ok((pid, joined.load(Ordering::Relaxed))),
         errno => {
             let _ = waitpid(pid, None);
             Err(io::Error::from_raw_os_error(errno))
         }
     }
-}
-
-/// After the start: the child leads its group and has the terminal, or the failure to run it
-/// is mapped to 126/127 (and the terminal taken back, which the child may have taken before
-/// its exec failed).
-fn settle(
-    started: Result<Pid, io::Error>,
-    program: &OsString,
-    terminal: Option<Terminal>,
-) -> Result<Pid, Failure> {
-    let pid = match started {
-        Ok(pid) => pid,
-        Err(e) => {
-            if let Some(t) = terminal {
-                t.hand_to(getpgrp());
-            }
-            return Err(cannot_run(program, &e));
-        }
-    };
-    // Also from the parent, as a shell does, so neither order of events leaves a gap.
-    let _ = setpgid(pid, pid);
-    if let Some(t) = terminal {
-        t.hand_to(pid);
-    }
-    Ok(pid)
 }
 
 /// `Terminal::hand_to` for the vfork child, on a raw descriptor: async-signal-safe system
@@ -215,7 +190,7 @@ pub fn runnable(program: &OsString) -> Result<(), String> {
     Err(format!("command '{name}' not found on PATH{hint}"))
 }
 
-fn cannot_run(program: &OsString, e: &io::Error) -> Failure {
+pub(super) fn cannot_run(program: &OsString, e: &io::Error) -> Failure {
     let name = program.to_string_lossy();
     match e.kind() {
         io::ErrorKind::NotFound if name.contains(char::is_whitespace) => Failure::CannotRun {
@@ -232,77 +207,5 @@ fn cannot_run(program: &OsString, e: &io::Error) -> Failure {
             message: format!("cannot run '{name}': {e}"),
             code: Code::CannotRun,
         },
-    }
-}
-
-/// Kills the child's whole process group if rlock dies without saying goodbye (kill -9): the
-/// parent-death signal reaches only the child itself, not what it started (`sh -c`'s
-/// commands), which would otherwise run on with nobody renewing the lock.
-pub struct Guardian {
-    goodbye: OwnedFd,
-}
-
-impl Guardian {
-    /// Forks a small process that waits on a pipe: a byte means "done, stand down"; end of file
-    /// (rlock died) means SIGKILL to the group `pgid`. It ignores job-control and terminal
-    /// signals and lives in a process group of its own, so nothing meant for rlock stops it.
-    ///
-    /// A forked copy, not a process sharing rlock's memory (`clone` with CLONE_VM), though that
-    /// starts about 0.06 ms sooner: the kernel kills every process that shares the memory of
-    /// one the OOM killer picks (and, before Linux 5.16, of one that dumps core), so the
-    /// guardian would die with rlock in the very cases it is there for.
-    pub fn arm(pgid: Pid) -> Option<Guardian> {
-        let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
-        // SAFETY: no other thread exists (see the top of this file), so the child's copy of
-        // rlock's memory holds no lock another thread had taken; the child makes only
-        // async-signal-safe system calls (sigaction, setpgid, close, read, kill, _exit) and
-        // allocates nothing.
-        match unsafe { nix::unistd::fork() }.ok()? {
-            nix::unistd::ForkResult::Child => {
-                for sig in [
-                    Signal::SIGINT,
-                    Signal::SIGTERM,
-                    Signal::SIGHUP,
-                    Signal::SIGQUIT,
-                    Signal::SIGUSR1,
-                    Signal::SIGUSR2,
-                    Signal::SIGTSTP,
-                    Signal::SIGTTIN,
-                    Signal::SIGTTOU,
-                    Signal::SIGPIPE,
-                ] {
-                    // SAFETY: SIG_IGN is not a handler function: nothing runs in signal context.
-                    unsafe {
-                        let _ = nix::sys::signal::signal(sig, SigHandler::SigIgn);
-                    }
-                }
-                let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
-                // Our copy of the write end goes, so that rlock's death is end of file.
-                drop(write_end);
-                let mut byte = [0u8; 1];
-                loop {
-                    match nix::unistd::read(&read_end, &mut byte) {
-                        Ok(0) => {
-                            let _ = killpg(pgid, Signal::SIGKILL);
-                            break;
-                        }
-                        Err(nix::errno::Errno::EINTR) => continue,
-                        _ => break,
-                    }
-                }
-                // SAFETY: leaving without running anything of the parent's (no atexit, no
-                // destructors).
-                unsafe { nix::libc::_exit(0) }
-            }
-            nix::unistd::ForkResult::Parent { .. } => {
-                drop(read_end);
-                Some(Guardian { goodbye: write_end })
-            }
-        }
-    }
-
-    /// The child is gone and the lock dealt with: the guardian leaves the group alone.
-    pub fn stand_down(self) {
-        let _ = nix::unistd::write(&self.goodbye, b"x");
     }
 }

@@ -104,14 +104,14 @@ fn a_lost_lock_says_why_and_what_the_command_was_sent() {
     };
     assert_eq!(
         lost(running(Loss::NotOwner(NotOwner::Taken))),
-        "lost lock 'jobs' while the command ran: Redis says the token no longer owns it (another owner holds it); sent SIGTERM to the command's process group"
+        "lost lock 'jobs' while the command ran: Redis says the token no longer owns it (another owner holds it); sent SIGTERM to everything the command started"
     );
     assert_eq!(
         lost(running(Loss::Replaced(node(
             Fault::WrongType,
             "WRONGTYPE Operation against a key"
         )))),
-        "lost lock 'jobs' while the command ran: the key was replaced: WRONGTYPE Operation against a key; sent SIGTERM to the command's process group"
+        "lost lock 'jobs' while the command ran: the key was replaced: WRONGTYPE Operation against a key; sent SIGTERM to everything the command started"
     );
     let ran_out = |last| Loss::RanOut {
         grace: Duration::from_secs(2),
@@ -119,12 +119,12 @@ fn a_lost_lock_says_why_and_what_the_command_was_sent() {
     };
     assert_eq!(
         lost(running(ran_out(None))),
-        "lost lock 'jobs' while the command ran: could not renew it, and its lease runs out within 2s (no renewal succeeded); sent SIGTERM to the command's process group"
+        "lost lock 'jobs' while the command ran: could not renew it, and its lease runs out within 2s (no renewal succeeded); sent SIGTERM to everything the command started"
     );
     let timeout = RenewError::from(node(Fault::Timeout, "timed out").into_failure("jobs"));
     assert_eq!(
         lost(running(ran_out(Some(timeout)))),
-        "lost lock 'jobs' while the command ran: could not renew it, and its lease runs out within 2s (redis://h:6379: timed out); sent SIGTERM to the command's process group"
+        "lost lock 'jobs' while the command ran: could not renew it, and its lease runs out within 2s (redis://h:6379: timed out); sent SIGTERM to everything the command started"
     );
     assert_eq!(
         lost(LostHow::AtRelease),

@@ -9,6 +9,7 @@
 //! group of rlock's child, whose pid the child writes to `$D/pid`) is killed on drop, so a
 //! failing test leaks nothing.
 
+mod containment;
 mod job_control;
 mod lock_loss;
 mod mutual_exclusion;

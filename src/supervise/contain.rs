@@ -1,0 +1,441 @@
+//! Everything the command started, found by the kernel's own bookkeeping, and stopped without
+//! races: a cgroup v2 of its own where rlock may make one, else the process tree below the
+//! guardian (a subreaper, so every orphan of the command is reparented to it whatever it does
+//! to its process group or session).
+//!
+//! Nothing here decides *when* to stop the command (the supervisor and the guardian do); this
+//! is only *how*.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+/// How the command is contained, as `--contain` asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// A cgroup where rlock may make one, else the process tree.
+    Auto,
+    /// A cgroup, or the command does not start (exit 78).
+    Cgroup,
+    /// The process tree below the guardian, never a cgroup.
+    Tree,
+}
+
+/// A cgroup v2 made for one command, removed once it is empty.
+#[derive(Debug)]
+pub struct Cgroup {
+    dir: PathBuf,
+    /// `cgroup.procs`, opened before the command starts: the command's first act is to write
+    /// itself into it, so it never runs outside it, not even for an instant.
+    procs: OwnedFd,
+}
+
+impl Cgroup {
+    /// Makes a cgroup for the command below the one rlock runs in. Err says why not (no cgroup
+    /// v2 mounted, a read-only or foreign hierarchy, no right to write it).
+    pub fn create() -> Result<Cgroup, String> {
+        let mount = v2_mount().ok_or("no cgroup v2 hierarchy is mounted")?;
+        let own = own_cgroup().ok_or("this process is in no cgroup v2")?;
+        let parent = mount.join(own.trim_start_matches('/'));
+        let pid = std::process::id();
+        let mut last = None;
+        for n in 0..8 {
+            let dir = match n {
+                0 => parent.join(format!("rlock-{pid}")),
+                n => parent.join(format!("rlock-{pid}-{n}")),
+            };
+            match fs::create_dir(&dir) {
+                Ok(()) => {
+                    let procs = fs::OpenOptions::new()
+                        .write(true)
+                        .open(dir.join("cgroup.procs"))
+                        .map_err(|e| {
+                            let _ = fs::remove_dir(&dir);
+                            format!("cannot open {}: {e}", dir.join("cgroup.procs").display())
+                        })?;
+                    return Ok(Cgroup {
+                        dir,
+                        procs: procs.into(),
+                    });
+                }
+                // Left by an rlock of the same pid whose guardian was killed too: reuse the
+                // name once it is empty.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    let _ = fs::remove_dir(&dir);
+                    last = Some(e);
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "cannot create a cgroup in {}: {e}",
+                        parent.display()
+                    ));
+                }
+            }
+        }
+        Err(format!(
+            "cannot create a cgroup in {}: {}",
+            parent.display(),
+            last.map_or_else(String::new, |e| e.to_string())
+        ))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The raw descriptor of `cgroup.procs`, for the command to write "0" into before it execs.
+    pub fn procs_fd(&self) -> i32 {
+        self.procs.as_raw_fd()
+    }
+
+    /// Whether any process is left in the cgroup or below it.
+    pub fn populated(&self) -> bool {
+        fs::read_to_string(self.dir.join("cgroup.events"))
+            .map(|events| events.lines().any(|l| l == "populated 1"))
+            .unwrap_or(false)
+    }
+
+    /// `sig` to every process of the cgroup, none of which can fork away meanwhile: SIGKILL by
+    /// `cgroup.kill` (Linux 5.14), which reaches what is forked while it runs; any other signal
+    /// with the cgroup frozen (5.2), followed by SIGCONT so that a stopped process acts on it.
+    pub fn signal(&self, sig: Signal) {
+        if sig == Signal::SIGKILL && write_file(&self.dir.join("cgroup.kill"), b"1").is_ok() {
+            return;
+        }
+        let frozen = self.freeze(true);
+        for pid in self.pids() {
+            send(pid, None, sig);
+            if sig != Signal::SIGKILL {
+                send(pid, None, Signal::SIGCONT);
+            }
+        }
+        if frozen {
+            self.freeze(false);
+        }
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        let mut pids = Vec::new();
+        let mut dirs = vec![self.dir.clone()];
+        while let Some(dir) = dirs.pop() {
+            if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+                pids.extend(procs.lines().filter_map(|l| l.parse::<i32>().ok()));
+            }
+            dirs.extend(subdirs(&dir));
+        }
+        pids
+    }
+
+    /// Freezes (or thaws) the cgroup; true once it is frozen, within a short bound (a frozen
+    /// cgroup still takes signals, so a late freeze costs only the fork race it closes).
+    fn freeze(&self, on: bool) -> bool {
+        let flag: &[u8] = if on { b"1" } else { b"0" };
+        if write_file(&self.dir.join("cgroup.freeze"), flag).is_err() {
+            return false;
+        }
+        if !on {
+            return true;
+        }
+        let until = Instant::now() + Duration::from_millis(100);
+        loop {
+            let events = fs::read_to_string(self.dir.join("cgroup.events")).unwrap_or_default();
+            if events.lines().any(|l| l == "frozen 1") {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Removes the cgroup (and any an rlock inside it left behind), once it is empty. An rmdir
+    /// can fail for a moment after the last process ended (EBUSY): it is tried again, briefly.
+    pub fn remove(&self) {
+        let until = Instant::now() + Duration::from_secs(1);
+        loop {
+            remove_tree(&self.dir);
+            if !self.dir.exists() || Instant::now() >= until {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+fn remove_tree(dir: &Path) {
+    for sub in subdirs(dir) {
+        remove_tree(&sub);
+    }
+    let _ = fs::remove_dir(dir);
+}
+
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .write_all(data)
+}
+
+/// Where the cgroup v2 hierarchy is mounted, from /proc/self/mountinfo: `/sys/fs/cgroup` on
+/// unified hosts, `/sys/fs/cgroup/unified` on hybrid ones.
+fn v2_mount() -> Option<PathBuf> {
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|line| {
+        let (fields, after) = line.split_once(" - ")?;
+        if after.split(' ').next()? != "cgroup2" {
+            return None;
+        }
+        let mut fields = fields.split(' ');
+        let root = fields.nth(3)?;
+        let point = fields.next()?;
+        // Only a mount of the hierarchy's root maps cgroup paths onto directories as they are.
+        (root == "/").then(|| PathBuf::from(unescape_mount(point)))
+    })
+}
+
+/// mountinfo writes space, tab, newline and backslash as octal escapes (`\040`).
+fn unescape_mount(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 4 <= bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The cgroup v2 this process is in: the `0::PATH` line of /proc/self/cgroup.
+fn own_cgroup() -> Option<String> {
+    let cgroups = fs::read_to_string("/proc/self/cgroup").ok()?;
+    cgroups
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(str::to_string)
+}
+
+/// One process as /proc tells it.
+#[derive(Debug, Clone, Copy)]
+struct Proc {
+    pid: i32,
+    ppid: i32,
+    zombie: bool,
+    /// Start time (clock ticks after boot): with the pid, names one process for ever.
+    start: u64,
+}
+
+/// Every process's parent, from field 4 of each `/proc/PID/stat` (the children lists of
+/// /proc/PID/task/*/children need CONFIG_PROC_CHILDREN, which not every kernel has).
+fn scan() -> Vec<Proc> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(stat)
+        .collect()
+}
+
+fn stat(pid: i32) -> Option<Proc> {
+    // One read: the kernel makes the whole line at once (a few hundred bytes).
+    let mut buf = [0u8; 1024];
+    let n = io::Read::read(
+        &mut fs::File::open(format!("/proc/{pid}/stat")).ok()?,
+        &mut buf,
+    )
+    .ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    // pid (comm) state ppid ...; comm may hold blanks and parentheses.
+    let mut rest = text[text.rfind(')')? + 2..].split(' ');
+    let state = rest.next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    // Fields 5..21 come between the parent (4) and the start time (22).
+    let start = rest.nth(17)?.parse().ok()?;
+    Some(Proc {
+        pid,
+        ppid,
+        zombie: state == "Z" || state == "X",
+        start,
+    })
+}
+
+/// The living (not zombie) descendants of `root`, parents before their children.
+fn descendants(root: i32) -> Vec<Proc> {
+    let procs = scan();
+    let mut children: HashMap<i32, Vec<Proc>> = HashMap::new();
+    for p in procs {
+        children.entry(p.ppid).or_default().push(p);
+    }
+    let mut out = Vec::new();
+    let mut next = vec![root];
+    while let Some(parent) = next.pop() {
+        for child in children.remove(&parent).unwrap_or_default() {
+            next.push(child.pid);
+            if !child.zombie {
+                out.push(child);
+            }
+        }
+    }
+    out
+}
+
+/// How many rounds a tree walk may take. Each round finds what was forked since the last one;
+/// a tree that still forks faster than it is walked after this many is not stopped by walking
+/// (the final SIGKILL rounds bound it the same way).
+const MAX_ROUNDS: usize = 1000;
+
+/// `sig` to every process below `root`, none of which can fork away meanwhile: first every one
+/// is stopped with SIGSTOP, walking again until a walk finds none that is not yet stopped (a
+/// stopped process forks no more, so only what was forked before its stop can turn up, and the
+/// walk ends once a round finds nothing new), then each gets `sig`, then SIGCONT.
+pub fn signal_tree(root: i32, sig: Signal) {
+    if sig == Signal::SIGKILL {
+        return kill_tree(root);
+    }
+    let mut stopped: HashSet<(i32, u64)> = HashSet::new();
+    for _ in 0..MAX_ROUNDS {
+        let fresh: Vec<Proc> = descendants(root)
+            .into_iter()
+            .filter(|p| !stopped.contains(&(p.pid, p.start)))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for p in fresh {
+            send(p.pid, Some(p.start), Signal::SIGSTOP);
+            stopped.insert((p.pid, p.start));
+        }
+    }
+    for &(pid, start) in &stopped {
+        send(pid, Some(start), sig);
+    }
+    for &(pid, start) in &stopped {
+        send(pid, Some(start), Signal::SIGCONT);
+    }
+}
+
+/// SIGKILL to every process below `root`, walking again until a walk finds none that was not
+/// killed already. A process with SIGKILL pending completes no fork, so only children forked
+/// before their parent's kill can turn up, each round one generation: the walk ends once a
+/// round finds nothing new.
+pub fn kill_tree(root: i32) {
+    let mut killed: HashSet<(i32, u64)> = HashSet::new();
+    for _ in 0..MAX_ROUNDS {
+        let fresh: Vec<Proc> = descendants(root)
+            .into_iter()
+            .filter(|p| !killed.contains(&(p.pid, p.start)))
+            .collect();
+        if fresh.is_empty() {
+            return;
+        }
+        for p in fresh {
+            send(p.pid, Some(p.start), Signal::SIGKILL);
+            killed.insert((p.pid, p.start));
+        }
+    }
+}
+
+/// Whether anything runs below `root` (zombies aside).
+pub fn tree_alive(root: i32) -> bool {
+    !descendants(root).is_empty()
+}
+
+/// `sig` to exactly the process walked, never to another that reused its pid: through a pidfd
+/// (Linux 5.3), opened and then checked against the start time the walk saw. Without pidfds,
+/// a plain kill.
+fn send(pid: i32, start: Option<u64>, sig: Signal) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+        return;
+    }
+    // SAFETY: a descriptor pidfd_open just returned, owned here alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    if let Some(start) = start
+        && stat(pid).is_none_or(|p| p.start != start)
+    {
+        return;
+    }
+    // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo, no flags.
+    unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig as i32,
+            std::ptr::null::<nix::libc::siginfo_t>(),
+            0,
+        )
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_are_unescaped() {
+        assert_eq!(unescape_mount(r"/sys/fs/cgroup"), "/sys/fs/cgroup");
+        assert_eq!(unescape_mount(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(unescape_mount(r"/x\\"), r"/x\\");
+    }
+
+    #[test]
+    fn this_process_is_found_with_its_parent_and_start_time() {
+        let me = stat(std::process::id() as i32).expect("own stat");
+        assert_eq!(me.ppid as u32, std::os::unix::process::parent_id());
+        assert!(me.start > 0);
+        assert!(!me.zombie);
+    }
+
+    #[test]
+    fn a_tree_is_walked_and_killed_whatever_its_groups() {
+        use std::os::unix::process::CommandExt;
+        // A child in a process group of its own, with a child of its own.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .process_group(0)
+            .spawn()
+            .expect("sh");
+        let sh = child.id() as i32;
+        let until = Instant::now() + Duration::from_secs(10);
+        while descendants(sh).is_empty() {
+            assert!(Instant::now() < until, "the sleep never showed");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(tree_alive(sh));
+        kill_tree(sh);
+        let status = child.wait().expect("wait");
+        assert!(!status.success());
+    }
+}

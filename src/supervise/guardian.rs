@@ -1,0 +1,430 @@
+//! The guardian: a small forked copy of rlock that starts the command, is its parent and its
+//! subreaper, and stops everything the command started if rlock dies.
+//!
+//! **Why the guardian is the command's parent.** The orphans of a subreaper that dies move on up
+//! to the next subreaper or to init, where nothing can tell them from anyone else's. A guardian
+//! that only watched rlock (as before this release) could find the command's first process
+//! group after `kill -9` of rlock, but not what had moved to a group of its own (`timeout`,
+//! `set -m` jobs). As the command's parent and subreaper, the guardian keeps every process the
+//! command started below itself, whatever they do to their group or session, for as long as
+//! it lives; and it outlives rlock, by design: rlock's death is end of file on a pipe only rlock
+//! writes. Where a cgroup v2 could be made, the command also runs in a cgroup of its own, and
+//! stopping it is `cgroup.kill`.
+//!
+//! **Its own name.** The guardian is called `rl-guardian` (`PR_SET_NAME`), so that `killall
+//! rlock` and `pkill rlock`, which match the name, do not reach it: killing rlock by name leaves
+//! the guardian to stop the command.
+//!
+//! rlock talks to the guardian over two pipes, in fixed 12-byte messages (well under PIPE_BUF,
+//! so each is written and read whole): requests down (signal the whole tree, kill it), events up
+//! (the command started or could not, stopped, continued, ended; everything it started is gone).
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid, getpgrp, getpid, setpgid};
+
+use super::contain::{self, Cgroup};
+use super::spawn::{Prepared, cannot_run, start};
+use super::terminal::Terminal;
+use crate::exit::Failure;
+
+/// The name `ps`, `killall` and `pkill` see: without "rlock" in it.
+pub const NAME: &std::ffi::CStr = c"rl-guardian";
+
+/// What the guardian tells rlock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The command runs, with this pid (its process group's id too); in the cgroup or not.
+    Started {
+        pid: Pid,
+        in_cgroup: bool,
+    },
+    /// The command could not be exec'd: this errno.
+    NotStarted(Errno),
+    /// The command stopped, by this signal.
+    Stopped(Signal),
+    Continued,
+    /// The command ended: its status as a shell reports it, and the signal that killed it.
+    Exited(u8, Option<Signal>),
+    /// The command has ended and nothing it started runs any more.
+    Empty,
+}
+
+const STARTED: i32 = 1;
+const NOT_STARTED: i32 = 2;
+const STOPPED: i32 = 3;
+const CONTINUED: i32 = 4;
+const EXITED: i32 = 5;
+const EMPTY: i32 = 6;
+/// The one request: this signal to every process the command started.
+const SIGNAL: i32 = 7;
+
+fn encode(tag: i32, a: i32, b: i32) -> [u8; 12] {
+    let mut out = [0u8; 12];
+    out[..4].copy_from_slice(&tag.to_ne_bytes());
+    out[4..8].copy_from_slice(&a.to_ne_bytes());
+    out[8..].copy_from_slice(&b.to_ne_bytes());
+    out
+}
+
+fn decode(msg: &[u8]) -> (i32, i32, i32) {
+    let word = |i: usize| i32::from_ne_bytes(msg[i..i + 4].try_into().expect("4 bytes"));
+    (word(0), word(4), word(8))
+}
+
+impl Event {
+    fn encode(self) -> [u8; 12] {
+        match self {
+            Event::Started { pid, in_cgroup } => encode(STARTED, pid.as_raw(), in_cgroup as i32),
+            Event::NotStarted(errno) => encode(NOT_STARTED, errno as i32, 0),
+            Event::Stopped(sig) => encode(STOPPED, sig as i32, 0),
+            Event::Continued => encode(CONTINUED, 0, 0),
+            Event::Exited(code, sig) => encode(EXITED, code as i32, sig.map_or(0, |s| s as i32)),
+            Event::Empty => encode(EMPTY, 0, 0),
+        }
+    }
+
+    fn decode(msg: &[u8]) -> Option<Event> {
+        let (tag, a, b) = decode(msg);
+        let signal = |n: i32| Signal::try_from(n).ok();
+        Some(match tag {
+            STARTED => Event::Started {
+                pid: Pid::from_raw(a),
+                in_cgroup: b != 0,
+            },
+            NOT_STARTED => Event::NotStarted(Errno::from_raw(a)),
+            STOPPED => Event::Stopped(signal(a)?),
+            CONTINUED => Event::Continued,
+            EXITED => Event::Exited(a as u8, signal(b)),
+            EMPTY => Event::Empty,
+            _ => return None,
+        })
+    }
+}
+
+/// What the guardian's pipe holds now.
+pub enum Next {
+    Event(Event),
+    /// Nothing yet.
+    Nothing,
+    /// The guardian is gone.
+    Gone,
+}
+
+/// rlock's side of the guardian.
+pub struct Guardian {
+    pid: Pid,
+    /// The command's pid, which leads its process group (once it started).
+    pgid: Pid,
+    /// Requests down; closed (rlock gone, or done) means: stop everything, then leave.
+    requests: OwnedFd,
+    /// Events up, non-blocking.
+    events: OwnedFd,
+    /// Bytes of a message read in part (never, in practice: messages are written whole).
+    partial: Vec<u8>,
+    cgroup: Option<std::path::PathBuf>,
+}
+
+/// How the command was started.
+pub struct Launched {
+    pub guardian: Guardian,
+    /// The command's pid, which leads its process group.
+    pub pgid: Pid,
+    /// What contains it, said with `-v`.
+    pub containment: String,
+}
+
+/// Starts the guardian, which starts `argv` (as `spawn` describes) as its child, in `cgroup`
+/// when there is one. If the guardian cannot be started, neither is the command (exit 70).
+pub fn launch(
+    argv: &[OsString],
+    env: &[(&str, String)],
+    terminal: Option<Terminal>,
+    cgroup: Option<Cgroup>,
+    why_no_cgroup: Option<String>,
+) -> Result<Launched, Failure> {
+    let prepared = Prepared::new(argv, env)?;
+    let cannot = |what: &str, e: Errno| {
+        Failure::Internal(format!(
+            "cannot start the guardian ({what}: {e}); the command was not started"
+        ))
+    };
+    let (req_read, req_write) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| cannot("pipe", e))?;
+    let (ev_read, ev_write) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| cannot("pipe", e))?;
+    let rlock_pgrp = getpgrp();
+    // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
+    // no lock another thread had taken; the child runs `guard`, which never returns.
+    match unsafe { nix::unistd::fork() }.map_err(|e| cannot("fork", e))? {
+        ForkResult::Child => {
+            drop(req_write);
+            drop(ev_read);
+            guard(&prepared, terminal, rlock_pgrp, cgroup, req_read, ev_write)
+        }
+        ForkResult::Parent { child } => {
+            drop(req_read);
+            drop(ev_write);
+            let _ = nix::fcntl::fcntl(&ev_read, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+            let mut guardian = Guardian {
+                pid: child,
+                pgid: child,
+                requests: req_write,
+                events: ev_read,
+                partial: Vec::new(),
+                cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
+            };
+            let first = guardian.first_event();
+            match first {
+                Some(Event::Started { pid, in_cgroup }) => {
+                    guardian.pgid = pid;
+                    let containment = match (&guardian.cgroup, in_cgroup) {
+                        (Some(dir), true) => format!("its own cgroup, {}", dir.display()),
+                        (Some(dir), false) => format!(
+                            "the process tree below the guardian (it could not join cgroup {})",
+                            dir.display()
+                        ),
+                        (None, _) => format!(
+                            "the process tree below the guardian ({})",
+                            why_no_cgroup.as_deref().unwrap_or("no cgroup")
+                        ),
+                    };
+                    Ok(Launched {
+                        guardian,
+                        pgid: pid,
+                        containment,
+                    })
+                }
+                Some(Event::NotStarted(errno)) => {
+                    if let Some(t) = terminal {
+                        t.hand_to(rlock_pgrp);
+                    }
+                    Err(cannot_run(&argv[0], &io::Error::from(errno)))
+                }
+                _ => Err(Failure::Internal(
+                    "the guardian ended before the command started; the command was not started"
+                        .into(),
+                )),
+            }
+        }
+    }
+}
+
+impl Guardian {
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// The command's pid, which leads its process group.
+    pub fn pgid(&self) -> Pid {
+        self.pgid
+    }
+
+    /// The first event, waited for: the command started, or could not be.
+    fn first_event(&mut self) -> Option<Event> {
+        loop {
+            match self.next_event() {
+                Next::Event(event) => return Some(event),
+                Next::Nothing => {
+                    let mut fds = [PollFd::new(self.events.as_fd(), PollFlags::POLLIN)];
+                    let _ = nix::poll::poll(&mut fds, PollTimeout::NONE);
+                }
+                Next::Gone => return None,
+            }
+        }
+    }
+
+    /// The next event, if one came, or that the guardian is gone (end of file).
+    pub fn next_event(&mut self) -> Next {
+        loop {
+            if self.partial.len() >= 12 {
+                let msg: Vec<u8> = self.partial.drain(..12).collect();
+                match Event::decode(&msg) {
+                    Some(event) => return Next::Event(event),
+                    None => continue,
+                }
+            }
+            let mut buf = [0u8; 120];
+            match nix::unistd::read(&self.events, &mut buf) {
+                Ok(0) => return Next::Gone,
+                Ok(n) => self.partial.extend_from_slice(&buf[..n]),
+                Err(Errno::EINTR) => {}
+                Err(_) => return Next::Nothing,
+            }
+        }
+    }
+
+    /// Readable when an event came, or the guardian is gone.
+    pub fn events_fd(&self) -> BorrowedFd<'_> {
+        self.events.as_fd()
+    }
+
+    /// `sig` to every process the command started, wherever it moved (the guardian freezes
+    /// them first, so that none forks away meanwhile).
+    pub fn signal_all(&self, sig: Signal) {
+        let _ = nix::unistd::write(&self.requests, &encode(SIGNAL, sig as i32, 0));
+    }
+
+    /// The cgroup the command was meant to run in, if one was made.
+    pub fn cgroup(&self) -> Option<&std::path::Path> {
+        self.cgroup.as_deref()
+    }
+}
+
+/// The guardian's life: start the command, then pass its changes up, reap what it leaves,
+/// signal everything below on request, and once rlock is gone (end of file on `requests`)
+/// SIGKILL everything below and leave. Never returns.
+fn guard(
+    prepared: &Prepared,
+    terminal: Option<Terminal>,
+    rlock_pgrp: Pid,
+    cgroup: Option<Cgroup>,
+    requests: OwnedFd,
+    events: OwnedFd,
+) -> ! {
+    let _ = nix::sys::prctl::set_name(NAME);
+    // Orphans of the command come here, whatever their group or session.
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    // A group of its own: nothing sent to rlock's job reaches it. Every signal rlock acts on
+    // stays blocked here (the mask is inherited), so none can end it but SIGKILL.
+    let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+    let say = |event: Event| {
+        let _ = nix::unistd::write(&events, &event.encode());
+    };
+    let mut sigchld = SigSet::empty();
+    sigchld.add(Signal::SIGCHLD);
+    let chld = SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
+    let _ = nix::fcntl::fcntl(&requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+    let procs = cgroup.as_ref().map(Cgroup::procs_fd);
+    let (leader, in_cgroup) = match start(prepared, terminal, procs) {
+        Ok((pid, in_cgroup)) => {
+            let _ = setpgid(pid, pid);
+            if let Some(t) = terminal {
+                t.hand_to(pid);
+            }
+            say(Event::Started { pid, in_cgroup });
+            (pid, in_cgroup)
+        }
+        Err(e) => {
+            if let Some(t) = terminal {
+                t.hand_to(rlock_pgrp);
+            }
+            say(Event::NotStarted(Errno::from_raw(
+                e.raw_os_error().unwrap_or(0),
+            )));
+            if let Some(c) = &cgroup {
+                c.remove();
+            }
+            // SAFETY: leaving without running anything of rlock's (no atexit, no destructors).
+            unsafe { nix::libc::_exit(0) }
+        }
+    };
+    let me = getpid().as_raw();
+    // The cgroup when the command is in it (a process cannot leave it), else the tree.
+    let stop_all = |sig: Signal| match cgroup.as_ref().filter(|_| in_cgroup) {
+        Some(c) => c.signal(sig),
+        None => contain::signal_tree(me, sig),
+    };
+    let mut leader_done = false;
+    let mut rlock_gone = false;
+    loop {
+        // What changed below: the leader's changes go up; everything else is only reaped.
+        let mut no_children = false;
+        loop {
+            let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
+            match waitpid(None, Some(flags)) {
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(status) if status.pid() == Some(leader) && !leader_done => match status {
+                    WaitStatus::Exited(_, code) => {
+                        leader_done = true;
+                        say(Event::Exited(code as u8, None));
+                    }
+                    WaitStatus::Signaled(_, sig, _) => {
+                        leader_done = true;
+                        say(Event::Exited(128u8.wrapping_add(sig as u8), Some(sig)));
+                    }
+                    WaitStatus::Stopped(_, sig) => say(Event::Stopped(sig)),
+                    WaitStatus::Continued(_) => say(Event::Continued),
+                    _ => {}
+                },
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => {
+                    no_children = true;
+                    break;
+                }
+            }
+        }
+        if no_children && leader_done {
+            // Nothing below any more. With a cgroup, whatever is still in it (moved in from
+            // outside the tree) goes too.
+            if let Some(c) = &cgroup
+                && c.populated()
+            {
+                c.signal(Signal::SIGKILL);
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while c.populated() && std::time::Instant::now() < until {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            }
+            say(Event::Empty);
+            if let Some(c) = &cgroup {
+                c.remove();
+            }
+            // SAFETY: as above.
+            unsafe { nix::libc::_exit(0) }
+        }
+        // Without a signalfd for SIGCHLD, children are looked at every 20 ms; once rlock is
+        // gone, every 100 ms too, with a new SIGKILL round for anything forked meanwhile.
+        let timeout = match (&chld, rlock_gone) {
+            (_, true) => PollTimeout::from(100u8),
+            (Ok(_), false) => PollTimeout::NONE,
+            (Err(_), false) => PollTimeout::from(20u8),
+        };
+        let mut fds = Vec::with_capacity(2);
+        if let Ok(fd) = &chld {
+            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+        }
+        if !rlock_gone {
+            fds.push(PollFd::new(requests.as_fd(), PollFlags::POLLIN));
+        }
+        let _ = nix::poll::poll(&mut fds, timeout);
+        if let Ok(fd) = &chld {
+            while let Ok(Some(_)) = fd.read_signal() {}
+        }
+        if rlock_gone {
+            stop_all(Signal::SIGKILL);
+            continue;
+        }
+        let mut buf = [0u8; 12];
+        match nix::unistd::read(&requests, &mut buf) {
+            Ok(12) => {
+                let (tag, sig, _) = decode(&buf);
+                if tag == SIGNAL
+                    && let Ok(sig) = Signal::try_from(sig)
+                {
+                    stop_all(sig);
+                }
+            }
+            // rlock is gone (or done): nothing it started may run on unwatched.
+            Ok(0) => {
+                rlock_gone = true;
+                stop_all(Signal::SIGKILL);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl AsRawFd for Guardian {
+    fn as_raw_fd(&self) -> i32 {
+        self.events.as_raw_fd()
+    }
+}
