@@ -96,9 +96,16 @@ fg %1 2>/dev/null || wait $!
     session.ready(d);
     let child = wait_for_pid(d.join("pid"));
     let outer: i32 = read(d.join("rlock.pid")).trim().parse().unwrap();
-    let inner: i32 = read(format!("/proc/{outer}/task/{outer}/children"))
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
+    // The inner rlock is the child of the outer one's guardian (rl-guardian).
+    let children = |pid: i32| -> Vec<i32> {
+        read(format!("/proc/{pid}/task/{pid}/children"))
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let inner: i32 = children(outer)
+        .into_iter()
+        .flat_map(children)
         .find(|&p: &i32| read(format!("/proc/{p}/comm")).trim() == "rlock")
         .unwrap_or_else(|| panic!("no inner rlock under {outer}; terminal:\n{}", shown()));
     let outer_pgrp = proc_state(outer).1;

@@ -89,3 +89,45 @@ exit 0"#;
     assert_eq!(out.code, 0, "{out}");
     assert!(!server.exists(LOCK), "lock not released");
 }
+
+/// Every lock the enclosing execs hold is recognised, not only the innermost: A > B > A runs the
+/// command at once (with `-n` it would be busy, without it would wait on itself for ever), and
+/// the innermost exec leaves A to the outermost one, which still holds it afterwards.
+#[test]
+fn a_lock_held_two_execs_up_is_recognised() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let d = dir.path();
+    let script = r#""$RL" --url "$URL" exec -k b -- "$RL" --url "$URL" exec -n -k k -- sh -c 'echo "$RLOCK_TOKEN" > "$D/inner"'
+echo $? > "$D/inner_rc"
+"$RL" --url "$URL" inspect -q -k k; echo $? > "$D/held_after""#;
+    let started = Instant::now();
+    let out = run(&mut exec_sh(&server, d, &[], script));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(read(d.join("inner_rc")).trim(), "0", "A > B > A: {out}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "A > B > A took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        read(d.join("held_after")).trim(),
+        "0",
+        "A was released early"
+    );
+    assert!(!server.exists(LOCK), "the outer exec did not release A");
+    assert!(!server.exists("rlock:b"), "B was not released");
+    // Another Redis is another lock: a key of the same name there is taken anew.
+    let other = RedisServer::start();
+    let script = format!(
+        r#""$RL" --url "{}" exec -n -k k -- sh -c 'echo "$RLOCK_TOKEN" > "$D/other"'"#,
+        other.url()
+    );
+    let out = run(&mut exec_sh(&server, d, &[], &script));
+    assert_eq!(out.code, 0, "{out}");
+    assert_ne!(
+        read(d.join("other")),
+        read(d.join("inner")),
+        "a lock on another Redis was taken for the one held here"
+    );
+}
