@@ -434,8 +434,16 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(tree_alive(sh));
+        let below = descendants(sh);
         kill_tree(sh);
-        let status = child.wait().expect("wait");
-        assert!(!status.success());
+        // sh's `wait` returns once the sleep is killed; sh itself was not below itself.
+        child.wait().expect("wait");
+        for p in below {
+            assert!(
+                stat(p.pid).is_none_or(|now| now.zombie || now.start != p.start),
+                "{} runs on after kill_tree",
+                p.pid
+            );
+        }
     }
 }

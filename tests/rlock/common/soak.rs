@@ -15,7 +15,8 @@
 //! Each command is `sh -c` that appends, with O_APPEND, one line per sign of life:
 //! `KIND FENCE NANOS TOKEN LEFT`, KIND being `start`, `hb` (every ~20 ms) or `end`, NANOS from
 //! `date +%s%N`, FENCE and TOKEN from the command's environment, LEFT how many `hb` are still to
-//! come (so a `start` line says how long the command means to run). A line's stamp is taken before it is written, and a killed command writes nothing more,
+//! come (so a `start` line says how long the command means to run). Commands take turns at
+//! running the loop as themselves, under `timeout` and as a `set -m` job (`WRAP`). A line's stamp is taken before it is written, and a killed command writes nothing more,
 //! so any stamp of one holder at or after the next holder's `start` is a real overlap.
 #![allow(dead_code)]
 
@@ -48,6 +49,17 @@ while [ "$n" -gt 0 ]; do
   echo "hb $RLOCK_FENCE $(date +%s%N) $RLOCK_TOKEN $n" >> "$log"
 done
 echo "end $RLOCK_FENCE $(date +%s%N) $RLOCK_TOKEN 0" >> "$log""#;
+
+/// How a command runs its heartbeat loop, in turn: as itself, under coreutils `timeout` (which
+/// moves into a process group of its own), and as a bash `set -m` job (a group of its own too); the
+/// lost-lock signals must reach the loop all the same. `$4` is SCRIPT.
+const WRAP: &str = r#"case $3 in
+timeout) timeout 600 sh -c "$4" soak "$1" "$2" ;;
+setm) set -m; sh -c "$4" soak "$1" "$2" & wait ;;
+*) sh -c "$4" soak "$1" "$2" ;;
+esac"#;
+const WAYS: [&str; 3] = ["plain", "timeout", "setm"];
+static NEXT_WAY: AtomicUsize = AtomicUsize::new(0);
 
 /// An `rlock exec` that runs longer than this is taken as hung: killed and counted as exit -9.
 const EXEC_LIMIT: Duration = Duration::from_secs(120);
@@ -402,9 +414,11 @@ fn exec_once(target: &Target, cfg: &Config, log: &Path, beats: u32, stderr: &Pat
         .args(["exec", "-k", KEY, "--ttl"])
         .arg(format!("{}ms", cfg.ttl.as_millis()))
         .args(cfg.limit.map(|n| format!("--limit={n}")))
-        .args(["-w", "60s", "--", "sh", "-c", SCRIPT, "soak"])
+        .args(["-w", "60s", "--", "bash", "-c", WRAP, "soak"])
         .arg(log)
         .arg(beats.to_string())
+        .arg(WAYS[NEXT_WAY.fetch_add(1, Ordering::Relaxed) % WAYS.len()])
+        .arg(SCRIPT)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(err);
