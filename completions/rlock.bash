@@ -280,7 +280,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__exec)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --label --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --label --contain --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -365,6 +365,10 @@ _rlock__options() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --contain)
+                    COMPREPLY=($(compgen -W "auto cgroup tree" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -877,7 +881,7 @@ _rlock() {
         else
             case $word in
                 --) (( w < COMP_CWORD )) && start=$i; break ;;
-                --conflict-exit-code|--grace|--key|--label|--limit|--lost-signal|--op-timeout|--password-file|--prefix|--renew-every|--replicas|--sentinel|--tls-ca|--tls-cert|--tls-key|--ttl|--url|--user|--wait|-E|-k|-u|-w) (( eq )) || skip=1 ;;
+                --conflict-exit-code|--contain|--grace|--key|--label|--limit|--lost-signal|--op-timeout|--password-file|--prefix|--renew-every|--replicas|--sentinel|--tls-ca|--tls-cert|--tls-key|--ttl|--url|--user|--wait|-E|-k|-u|-w) (( eq )) || skip=1 ;;
                 -[!-]?*) _rlock__cluster "$word" Ekuw || skip=1 ;;
                 -*) ;;
                 *) start=$w; break ;;

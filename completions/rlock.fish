@@ -136,6 +136,9 @@ USR2\t''
 ALRM\t''"
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l grace -d 'Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4]' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l contain -d 'How everything the command starts is kept under the lock: `auto` runs it in a cgroup v2 of its own where rlock may make one (root, or a delegated systemd slice), else in the process tree below rlock\'s guardian; `tree` never makes a cgroup; `cgroup` makes one or fails (78). `-v` says which is in use' -r -f -a "auto\t'A cgroup where rlock may make one, else the process tree'
+cgroup\t'A cgroup, or the command does not start (exit 78)'
+tree\t'The process tree below the guardian, never a cgroup'"
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
@@ -151,7 +154,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_e
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s v -l verbose -d 'Say what rlock does, on stderr'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s h -l help -d 'Print help'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "acquire" -d 'Take the lock and return; it lives for --ttl unless renewed or released'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "release" -d 'Give the lock back, if the token still owns it (or break it with --force)'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "renew" -d 'Extend the lock, if the token still owns it'
@@ -167,7 +170,7 @@ complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew insp
 # an option's value), or after `--`, complete it as that command's, as `complete -C` of the
 # command's words would. (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
 function __fish_rlock_exec_optspecs
-    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= label= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= replicas= v/verbose q/quiet h/help
+    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= label= contain= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= replicas= v/verbose q/quiet h/help
 end
 
 # Prints the command's words before the one being completed; fails outside the command.

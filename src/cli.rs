@@ -431,6 +431,7 @@ pub struct ExecArgs {
         long,
         value_name = "HOW",
         env = "RLOCK_CONTAIN",
+        hide_env_values = true,
         default_value = "auto",
         value_enum
     )]

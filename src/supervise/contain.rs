@@ -30,6 +30,8 @@ pub enum Mode {
 #[derive(Debug)]
 pub struct Cgroup {
     dir: PathBuf,
+    /// The directory itself, open: the command is cloned into it (`CLONE_INTO_CGROUP`).
+    dir_fd: OwnedFd,
     /// `cgroup.procs`, opened before the command starts: the command's first act is to write
     /// itself into it, so it never runs outside it, not even for an instant.
     procs: OwnedFd,
@@ -58,8 +60,13 @@ impl Cgroup {
                             let _ = fs::remove_dir(&dir);
                             format!("cannot open {}: {e}", dir.join("cgroup.procs").display())
                         })?;
+                    let dir_fd = fs::File::open(&dir).map_err(|e| {
+                        let _ = fs::remove_dir(&dir);
+                        format!("cannot open {}: {e}", dir.display())
+                    })?;
                     return Ok(Cgroup {
                         dir,
+                        dir_fd: dir_fd.into(),
                         procs: procs.into(),
                     });
                 }
@@ -88,9 +95,13 @@ impl Cgroup {
         &self.dir
     }
 
-    /// The raw descriptor of `cgroup.procs`, for the command to write "0" into before it execs.
-    pub fn procs_fd(&self) -> i32 {
-        self.procs.as_raw_fd()
+    /// The raw descriptors of the directory (to clone the command into it) and of
+    /// `cgroup.procs` (for the command to write "0" into before it execs, where clone3 cannot).
+    pub(super) fn fds(&self) -> super::spawn::CgroupFds {
+        super::spawn::CgroupFds {
+            dir: self.dir_fd.as_raw_fd(),
+            procs: self.procs.as_raw_fd(),
+        }
     }
 
     /// Whether any process is left in the cgroup or below it.

@@ -303,7 +303,7 @@ fn guard(
     sigchld.add(Signal::SIGCHLD);
     let chld = SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
     let _ = nix::fcntl::fcntl(&requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
-    let procs = cgroup.as_ref().map(Cgroup::procs_fd);
+    let procs = cgroup.as_ref().map(Cgroup::fds);
     let (leader, in_cgroup) = match start(prepared, terminal, procs) {
         Ok((pid, in_cgroup)) => {
             let _ = setpgid(pid, pid);
