@@ -11,6 +11,7 @@ pub mod identity;
 pub mod lock;
 pub mod names;
 pub mod observe;
+pub mod output;
 pub mod redact;
 pub mod runtime;
 pub mod signals;

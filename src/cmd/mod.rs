@@ -73,17 +73,18 @@ impl Context {
         Ok(Locker::new(nodes, self.settings.op_timeout))
     }
 
-    /// A diagnostic line on stderr, with --verbose only.
+    /// A diagnostic line on stderr, with --verbose only: escaped, and never a panic when
+    /// stderr is gone (`crate::output::message`).
     pub fn say(&self, msg: std::fmt::Arguments) {
         if self.global.verbose {
-            eprintln!("rlock: {msg}");
+            crate::output::message(&msg.to_string());
         }
     }
 
     /// A note on stderr, unless --quiet.
     pub fn note(&self, msg: std::fmt::Arguments) {
         if !self.global.quiet {
-            eprintln!("rlock: {msg}");
+            crate::output::message(&msg.to_string());
         }
     }
 }

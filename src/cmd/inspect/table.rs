@@ -6,6 +6,7 @@ use std::io::Write;
 use super::stale;
 use crate::cmd::hint::shell_quote;
 use crate::lock::{Holder, HolderLease, KeyType, LockInfo, human_ms};
+use crate::output::escape_max;
 
 const COLUMNS: usize = 9;
 
@@ -75,7 +76,7 @@ pub(super) fn notes(locks: &[LockInfo], rlock: &str) -> Vec<String> {
             notes.extend(stale_note(l, None, rlock));
         }
     }
-    notes.iter().map(|n| escaped(n, NOTE_MAX)).collect()
+    notes.iter().map(|n| escape_max(n, NOTE_MAX)).collect()
 }
 
 /// A lock with one holder (or none, or another client's).
@@ -209,30 +210,7 @@ const NOTE_MAX: usize = 1000;
 /// `text` fit for one cell of a one-line row: control characters escaped (`\n`, `\x1b`), and
 /// cut to `CELL_MAX` characters with a `…` where it was cut.
 fn cell(text: &str) -> String {
-    escaped(text, CELL_MAX)
-}
-
-/// `text` on one line of at most `max` characters (and a `…` where it was cut).
-fn escaped(text: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (n, c) in text.chars().enumerate() {
-        if n == max {
-            out.push('…');
-            break;
-        }
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
-            // Line separators and bidirectional overrides, which would reorder the row.
-            '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {
-                out.push_str(&format!("\\u{{{:04x}}}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out
+    escape_max(text, CELL_MAX)
 }
 
 #[cfg(test)]

@@ -94,16 +94,16 @@ fn print(
     locks: &[crate::lock::LockInfo],
     again: bool,
 ) -> Result<()> {
-    let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", json_doc(args, locks))?;
+        crate::output::json(&json_doc(args, locks))?;
     } else {
+        let mut out = std::io::stdout().lock();
         if again {
             writeln!(out)?;
         }
         table::write(&mut out, locks)?;
+        out.flush()?;
     }
-    out.flush()?;
     if !args.json {
         if locks.is_empty() {
             ctx.note(format_args!("{}", nothing_held(ctx)));
