@@ -2,3 +2,4 @@
 //! that must run as printed, files that are not files.
 
 mod failed_writes;
+mod foreign_bytes;
