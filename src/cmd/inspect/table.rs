@@ -4,9 +4,9 @@
 use std::io::Write;
 
 use super::stale;
-use crate::cmd::hint::shell_quote;
+use crate::cmd::hint::option;
 use crate::lock::{Holder, HolderLease, KeyType, LockInfo, human_ms};
-use crate::output::escape_max;
+use crate::output::{escape, escape_max};
 
 const COLUMNS: usize = 9;
 
@@ -61,8 +61,8 @@ pub(super) fn write(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result
 }
 
 /// How to break the lock of each stale holder among `locks`, one line each, with `rlock` the
-/// command line that reaches them (`Context::rlock_line`). Escaped as a cell is, but whole up
-/// to a long key: each is a command to copy.
+/// command line that reaches them (`Context::rlock_line`). Escaped as a cell is, but never cut:
+/// each is a command to copy, and runs as printed.
 pub(super) fn notes(locks: &[LockInfo], rlock: &str) -> Vec<String> {
     let mut notes = Vec::new();
     for l in locks {
@@ -76,7 +76,7 @@ pub(super) fn notes(locks: &[LockInfo], rlock: &str) -> Vec<String> {
             notes.extend(stale_note(l, None, rlock));
         }
     }
-    notes.iter().map(|n| escape_max(n, NOTE_MAX)).collect()
+    notes.iter().map(|n| escape(n)).collect()
 }
 
 /// A lock with one holder (or none, or another client's).
@@ -184,28 +184,25 @@ fn stale_note(l: &LockInfo, one: Option<&HolderLease>, rlock: &str) -> Option<St
         .pid
         .as_ref()
         .map_or_else(|| "?".to_string(), ToString::to_string);
-    let key = shell_quote(&l.name);
+    let key = option("-k", "--key", &l.name);
     Some(match (one, &l.token) {
         (None, Some(token)) => format!(
-            "stale: pid {pid} is gone on this host; break it with: {rlock} release -k {key} --force (or --token {} instead of --force, to break only this holder's lease)",
-            shell_quote(token)
+            "stale: pid {pid} is gone on this host; break it with: {rlock} release {key} --force (or {} instead of --force, to break only this holder's lease)",
+            option("--token", "--token", token)
         ),
         (None, None) => format!(
-            "stale: pid {pid} is gone on this host; break it with: {rlock} release -k {key} --force"
+            "stale: pid {pid} is gone on this host; break it with: {rlock} release {key} --force"
         ),
         (Some(h), _) => format!(
-            "stale: pid {pid} is gone on this host; free its place in '{}' with: {rlock} release -k {key} --token {}",
+            "stale: pid {pid} is gone on this host; free its place in '{}' with: {rlock} release {key} {}",
             l.name,
-            shell_quote(&h.token)
+            option("--token", "--token", &h.token)
         ),
     })
 }
 
 /// The longest a table cell may be, in characters; the JSON output keeps every value whole.
 const CELL_MAX: usize = 120;
-
-/// The longest a stale holder's note may be.
-const NOTE_MAX: usize = 1000;
 
 /// `text` fit for one cell of a one-line row: control characters escaped (`\n`, `\x1b`), and
 /// cut to `CELL_MAX` characters with a `…` where it was cut.
