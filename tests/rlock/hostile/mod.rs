@@ -2,4 +2,5 @@
 //! that must run as printed, files that are not files.
 
 mod failed_writes;
+mod files;
 mod foreign_bytes;
