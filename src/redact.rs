@@ -33,8 +33,10 @@ pub fn redact(url: &str) -> String {
         } else {
             // No '@', yet something after a ':' that is not a port: what is left of a broken
             // URL may be a password ("redis://:secret"). Hide it.
+            // The authority ends at a path, a query, or where the URL does (a blank or a quote
+            // around it in a message): `h:1 ` and `h:1'` end in a port, not in a password.
             let authority_end = out[rest_start..]
-                .find(['/', '?'])
+                .find(|c: char| "/?#'\"".contains(c) || c.is_whitespace())
                 .map_or(out.len(), |i| rest_start + i);
             if let Some(colon) = out[rest_start..authority_end].rfind(':') {
                 let after = &out[rest_start + colon + 1..authority_end];
@@ -105,5 +107,14 @@ mod tests {
         // No scheme: what stands before an '@' may still be a password.
         assert_eq!(redact("u:s3cret@h:1"), "u:***@h:1");
         assert_eq!(redact("s3cret@h"), "***@h");
+        // Blanks or quotes around a URL are not part of its port.
+        assert_eq!(redact(" redis://h:6379"), " redis://h:6379");
+        assert_eq!(redact("redis://h:6379 "), "redis://h:6379 ");
+        assert_eq!(redact("redis://h:6379'"), "redis://h:6379'");
+        assert_eq!(redact("  redis://:s3cret "), "  redis://:*** ");
+        assert_eq!(
+            redact_text("malformed URL 'redis://127.0.0.1:1 ' here"),
+            "malformed URL 'redis://127.0.0.1:1 ' here"
+        );
     }
 }

@@ -55,7 +55,7 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
         "acquired lock '{}' (fence {}, ttl {})",
         key.name,
         grant.fence,
-        humantime::format_duration(grant.ttl)
+        crate::lock::human_duration(grant.ttl)
     ));
     if let Err(e) = print(&grant, args) {
         // Nobody got the token, so nobody could release the lock: give it back now (unless it

@@ -67,7 +67,7 @@ impl Context {
             self.say(format_args!(
                 "a grant or renewal counts once {} replica(s) have it (WAIT, within {})",
                 self.settings.replicas,
-                humantime::format_duration(self.settings.op_timeout)
+                crate::lock::human_duration(self.settings.op_timeout)
             ));
         }
         Ok(Locker::new(nodes, self.settings.op_timeout))

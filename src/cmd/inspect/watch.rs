@@ -119,7 +119,7 @@ fn print(
 fn header(every: Duration) -> String {
     format!(
         "rlock inspect, every {}: {}",
-        humantime::format_duration(every),
+        crate::lock::human_duration(every),
         humantime::format_rfc3339_seconds(SystemTime::now())
     )
 }

@@ -4,3 +4,4 @@
 mod failed_writes;
 mod files;
 mod foreign_bytes;
+mod smaller;
