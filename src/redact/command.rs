@@ -139,9 +139,12 @@ impl Line {
                 self.next = Next::Secret;
                 return word.to_string();
             }
-            Next::Secret => return MASK.into(),
-            Next::SecretUnlessOption if !is_option => return MASK.into(),
-            Next::User if !is_option => return user_pass(&mask_urls(word)),
+            Next::Secret => return self.masked(word),
+            Next::SecretUnlessOption if !is_option => return self.masked(word),
+            Next::User if !is_option => {
+                let value = self.value(&mask_urls(word), depth);
+                return user_pass(&value);
+            }
             Next::Script => return self.nested(word, depth),
             _ => {}
         }
@@ -153,7 +156,14 @@ impl Line {
         if self.program_next && !is_option && !word.contains('=') {
             self.program = word.rsplit('/').next().unwrap_or_default().to_string();
             self.program_next = WRAPPERS.contains(&self.program.as_str());
-            return word;
+            // A program's name is a path; anything else in its place is masked as a value.
+            if word
+                .chars()
+                .all(|c| c.is_alphanumeric() || "/._-+".contains(c))
+            {
+                return word;
+            }
+            return self.value(&word, depth);
         }
         if let Some(long) = word.strip_prefix("--") {
             return self.long_option(long, depth);
@@ -169,6 +179,19 @@ impl Line {
             self.next = Next::SecretUnlessOption;
         }
         masked
+    }
+
+    /// A secret masked. One that looks like an option may have been one, which takes the next
+    /// word (`--password --password X`, `--password -u me:X`): over-masking is fine.
+    fn masked(&mut self, word: &str) -> String {
+        if word.len() > 1 && word.starts_with('-') {
+            self.next = if looks_secret(word) {
+                Next::Secret
+            } else {
+                Next::SecretUnlessOption
+            };
+        }
+        MASK.into()
     }
 
     /// `--name=value` or `--name` (whose value is the next word).
@@ -274,7 +297,13 @@ impl Line {
         }
         let words = shell::words(word);
         let words: Vec<&str> = words.iter().map(String::as_str).collect();
-        Line::default().words(&words, depth + 1).join(" ")
+        let mut inner = Line::default();
+        let masked = inner.words(&words, depth + 1).join(" ");
+        // A word that ends wanting a value (`sh -c --password X`) passes that on.
+        if inner.next != Next::Plain {
+            self.next = inner.next;
+        }
+        masked
     }
 
     /// An option whose value is a secret; not rlock's own `--key`, which names a lock.
