@@ -5,6 +5,8 @@
 //! shell command line (`sh -c '…'`) are split as the shell would and masked word by word.
 //! Where it cannot tell, it masks: a masked port is harmless, a leaked password is not.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::shell;
 
 const MASK: &str = "***";
@@ -93,9 +95,23 @@ pub fn looks_secret(name: &str) -> bool {
             .any(|part| SECRET_WORDS.contains(&part))
 }
 
-/// The command line `words` (an argv) with its secrets masked, its words joined by blanks.
+/// Set once for the run by `--program-only`: a command line is recorded as its program's name.
+static PROGRAM_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// `--program-only`: from now on `redact_command` gives the program's name alone.
+pub fn record_program_only() {
+    PROGRAM_ONLY.store(true, Ordering::Relaxed);
+}
+
+/// The command line `words` (an argv) with its secrets masked, its words joined by blanks; or,
+/// with `--program-only`, the first word's file name alone.
 pub fn redact_command<S: AsRef<str>>(words: &[S]) -> String {
     let words: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
+    if PROGRAM_ONLY.load(Ordering::Relaxed) {
+        let first = words.first().copied().unwrap_or_default();
+        let name = first.rsplit('/').next().unwrap_or_default();
+        return Line::default().words(&[name], 0).join(" ");
+    }
     Line::default().words(&words, 0).join(" ")
 }
 

@@ -119,3 +119,41 @@ fn secrets_in_an_execs_command_are_masked_in_every_form() {
         let _ = child.wait();
     }
 }
+
+#[test]
+fn program_only_records_the_programs_name_and_nothing_else() {
+    let server = RedisServer::start();
+    let out = run(rlock_at(&server).args([
+        "exec",
+        "--program-only",
+        "-k",
+        "p1",
+        "--",
+        "sh",
+        "-c",
+        "rlock inspect >/dev/null; : --opaque-secret-form S3C",
+    ]));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(server.hgetall(&state_key("p1"))["cmd"], "sh");
+    let script = format!(
+        "\"$RL\" -u {} acquire -k p2 >/dev/null; : S3C",
+        server.url()
+    );
+    let out = run(sh(&script).env("RLOCK_PROGRAM_ONLY", "1"));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(server.hgetall(&state_key("p2"))["cmd"], "sh");
+    // A label still wins.
+    let out = run(rlock_at(&server).args([
+        "exec",
+        "--program-only",
+        "--label",
+        "nightly",
+        "-k",
+        "p3",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(server.hgetall(&state_key("p3"))["cmd"], "nightly");
+    assert_nowhere("Redis", &dump_everything(&server));
+}
