@@ -173,3 +173,32 @@ fn release_force_into_a_pipe_closed_early_breaks_the_lock_and_exits_0() {
     assert_eq!(out.stdout.trim(), "0", "{out}");
     assert!(!server.exists(&lock_key(&key)));
 }
+
+#[test]
+fn a_verbose_exec_whose_stderr_reader_left_still_exits_76_when_redis_freezes() {
+    let server = RedisServer::start();
+    let (read, write) = nix::unistd::pipe().expect("pipe");
+    drop(read);
+    let mut cmd = rlock_at(&server);
+    cmd.args([
+        "-v", "exec", "-k", "frozen", "--ttl", "2s", "--", "sleep", "30",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::from(write));
+    let mut child = cmd.spawn().expect("spawn");
+    crate::common::wait_until("exec holds the lock", Duration::from_secs(10), || {
+        server.exists(&lock_key("frozen"))
+    });
+    server.freeze();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "exec did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    server.thaw();
+    assert_eq!(status.code(), Some(76), "{status:?}");
+}
