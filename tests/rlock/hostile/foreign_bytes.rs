@@ -71,4 +71,8 @@ fn hostile_bytes_in_any_field_or_key_are_escaped_in_every_message() {
     server.cmd(&["HSET", &odd_state, "pid", "1", "cmd", HOSTILE, "fence", "3"]);
     assert_eq!(server.get(&lock_key("plain")), Some(token));
     assert_every_view_escaped(&server, "plain");
+    // A fence that is no number: the scripts quote it in their refusal.
+    acquire(&server, "fenced", &["--ttl", "1h"]);
+    server.cmd(&["HSET", &state_key("fenced"), "fence", &format!("7{HOSTILE}")]);
+    assert_every_view_escaped(&server, "fenced");
 }
