@@ -73,6 +73,11 @@ fn hostile_bytes_in_any_field_or_key_are_escaped_in_every_message() {
     assert_every_view_escaped(&server, "plain");
     // A fence that is no number: the scripts quote it in their refusal.
     acquire(&server, "fenced", &["--ttl", "1h"]);
-    server.cmd(&["HSET", &state_key("fenced"), "fence", &format!("7{HOSTILE}")]);
+    server.cmd(&[
+        "HSET",
+        &state_key("fenced"),
+        "fence",
+        &format!("7{HOSTILE}"),
+    ]);
     assert_every_view_escaped(&server, "fenced");
 }
