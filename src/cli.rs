@@ -334,6 +334,17 @@ pub struct LabelArg {
     /// URL, say).
     #[arg(long, value_name = "TEXT", env = "RLOCK_LABEL", hide_env_values = true, value_hint = ValueHint::Other)]
     pub label: Option<String>,
+
+    /// Record only the program's name (`mysql`) as the holder's command, none of its arguments,
+    /// masked or not: for sites where any argument is too much to show. --label still wins.
+    #[arg(
+        long,
+        env = "RLOCK_PROGRAM_ONLY",
+        hide_env_values = true,
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub program_only: bool,
 }
 
 #[derive(Debug, Args, Clone)]

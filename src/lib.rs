@@ -11,6 +11,7 @@ pub mod identity;
 pub mod lock;
 pub mod names;
 pub mod observe;
+pub mod output;
 pub mod redact;
 pub mod runtime;
 pub mod signals;
@@ -25,6 +26,16 @@ use exit::Exit;
 /// Runs one parsed command line; Ok is how rlock ends, carried out by `main` alone.
 pub fn run(cli: Cli) -> Result<Exit> {
     let ctx = cmd::Context::new(cli.global)?;
+    // `--program-only` holds for every command line this run records (the calling shell's for
+    // acquire, the command's for exec).
+    let label = match &cli.command {
+        Command::Acquire(args) => Some(&args.label),
+        Command::Exec(args) => Some(&args.label),
+        _ => None,
+    };
+    if label.is_some_and(|l| l.program_only) {
+        redact::record_program_only();
+    }
     match &cli.command {
         Command::Acquire(args) => cmd::acquire::run(&ctx, args).map(Exit::Code),
         Command::Release(args) => cmd::release::run(&ctx, args).map(Exit::Code),

@@ -34,14 +34,14 @@ fn run(args: &[OsString]) -> u8 {
         Err((e, _))
             if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
         {
-            eprintln!(
-                "rlock: a subcommand is needed: acquire, release, renew, inspect or exec (see 'rlock --help')"
+            rlock::output::message(
+                "a subcommand is needed: acquire, release, renew, inspect or exec (see 'rlock --help')",
             );
             return rlock::exit::Code::Usage as u8;
         }
         Err((e, command)) => {
             let line = rlock::cli::usage::one_line(&e, &command, args);
-            eprintln!("rlock: {line}");
+            rlock::output::message(&line);
             return rlock::exit::Code::Usage as u8;
         }
     };
@@ -57,7 +57,7 @@ fn run(args: &[OsString]) -> u8 {
             if code != 0 || (verbose && !rlock::exit::is_broken_pipe(&err)) {
                 // One line: what happened and, where it helps, what to do.
                 let msg = format!("{err:#}").replace('\n', " ");
-                eprintln!("rlock: {msg}");
+                rlock::output::message(&msg);
             }
             match rlock::exit::dies_of(&err) {
                 Some(sig) => die_by(sig),

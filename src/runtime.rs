@@ -8,6 +8,17 @@
 //! does not risk, would end it by SIGSEGV without Rust's one-line message.)
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The standard descriptors (bit 0 stdin, 1 stdout, 2 stderr) that were closed when rlock
+/// started, and that it opened on /dev/null.
+static CLOSED: AtomicU8 = AtomicU8::new(0);
+
+/// True when descriptor `fd` (0, 1 or 2) was closed when rlock started (`rlock acquire >&-`):
+/// what is written to it now goes to /dev/null.
+pub fn was_closed(fd: u8) -> bool {
+    fd < 8 && CLOSED.load(Ordering::Relaxed) & (1 << fd) != 0
+}
 
 /// Run first thing in `main`.
 pub fn start() {
@@ -44,6 +55,7 @@ fn open_closed_standard_descriptors() {
             flags == -1 && nix::errno::Errno::last() == nix::errno::Errno::EBADF
         };
         if closed {
+            CLOSED.fetch_or(1 << pfd.fd, Ordering::Relaxed);
             // The lowest free descriptor: the closed one, as they are looked at in order.
             match nix::fcntl::open(
                 "/dev/null",

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod error;
+mod files;
 mod probe;
 mod sentinel;
 mod settings;

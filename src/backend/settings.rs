@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
+use super::files::{PASSWORD_MAX, TLS_MAX, read_bounded};
 use super::{Cluster, Node, Sentinel, Single};
 use crate::exit::Failure;
 use crate::redact::{redact, redact_text};
@@ -37,9 +38,10 @@ impl Settings {
     /// The password from --password-file, else $RLOCK_PASSWORD, else $REDISCLI_AUTH.
     pub fn resolve_password(file: Option<&Path>) -> Result<Option<String>, Failure> {
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path).map_err(|e| {
+            let bytes = read_bounded("password file", path, PASSWORD_MAX)?;
+            let text = String::from_utf8(bytes).map_err(|_| {
                 Failure::Config(format!(
-                    "cannot read password file '{}': {e}",
+                    "password file '{}' is not UTF-8 text",
                     path.display()
                 ))
             })?;
@@ -170,11 +172,7 @@ impl Settings {
 
     /// The certificates of --tls-ca, --tls-cert and --tls-key, if any were given.
     pub fn tls_certificates(&self) -> Result<Option<redis::TlsCertificates>, Failure> {
-        let read = |what: &str, path: &Path| {
-            std::fs::read(path).map_err(|e| {
-                Failure::Config(format!("cannot read {what} '{}': {e}", path.display()))
-            })
-        };
+        let read = |what: &str, path: &Path| read_bounded(what, path, TLS_MAX);
         let root_cert = match &self.tls.ca {
             Some(p) => Some(read("--tls-ca", p)?),
             None => None,

@@ -1,7 +1,5 @@
 //! `rlock acquire`: take the lock and print the token.
 
-use std::io::Write;
-
 use anyhow::Result;
 
 use super::hint::shell_quote;
@@ -11,6 +9,7 @@ use crate::cli::AcquireArgs;
 use crate::exit::Failure;
 use crate::identity::Identity;
 use crate::lock::{Grant, Hooks, Request, WaitPolicy};
+use crate::output;
 use crate::redact::redact_command;
 use crate::signals::Signals;
 
@@ -56,7 +55,7 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
         "acquired lock '{}' (fence {}, ttl {})",
         key.name,
         grant.fence,
-        humantime::format_duration(grant.ttl)
+        crate::lock::human_duration(grant.ttl)
     ));
     if let Err(e) = print(&grant, args) {
         // Nobody got the token, so nobody could release the lock: give it back now (unless it
@@ -77,25 +76,29 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
 }
 
 fn print(grant: &Grant, args: &AcquireArgs) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
+    // `acquire >&-`: rlock's start-up put /dev/null where stdout was, so the write would
+    // succeed and the token go nowhere.
+    if crate::runtime::was_closed(1) {
+        return Err(std::io::Error::other("stdout is closed"));
+    }
     if args.export {
-        writeln!(out, "{KEY_VAR}={}", shell_quote(&grant.key.name))?;
-        writeln!(out, "{TOKEN_VAR}={}", shell_quote(&grant.token))?;
-        writeln!(out, "{FENCE_VAR}={}", grant.fence)?;
-        writeln!(out, "export {KEY_VAR} {TOKEN_VAR} {FENCE_VAR}")?;
+        output::data(&format!(
+            "{KEY_VAR}={}\n{TOKEN_VAR}={}\n{FENCE_VAR}={}\nexport {KEY_VAR} {TOKEN_VAR} {FENCE_VAR}",
+            shell_quote(&grant.key.name),
+            shell_quote(&grant.token),
+            grant.fence
+        ))
     } else if args.json {
-        let json = serde_json::json!({
+        output::json(&serde_json::json!({
             "key": grant.key.name,
             "redis_key": grant.key.redis_key,
             "token": grant.token,
             "fence": grant.fence,
             "ttl_ms": grant.ttl.as_millis() as u64,
-        });
-        writeln!(out, "{json}")?;
+        }))
     } else {
-        writeln!(out, "{}", grant.token)?;
+        output::data(&grant.token)
     }
-    out.flush()
 }
 
 /// The command line of the process that ran rlock, for `inspect` to show, with the secrets on

@@ -16,10 +16,12 @@ impl Context {
         let mut line = String::from("rlock");
         let mut add = |flag: &str, value: Option<&str>| {
             line.push(' ');
-            line.push_str(flag);
-            if let Some(v) = value {
-                line.push(' ');
-                line.push_str(&shell_quote(v));
+            match value {
+                Some(v) => {
+                    let long = if flag == "-u" { "--url" } else { flag };
+                    line.push_str(&option(flag, long, v))
+                }
+                None => line.push_str(flag),
             }
         };
         let env_urls = std::env::var("RLOCK_URL").ok().map(|v| split_urls(&v));
@@ -59,6 +61,17 @@ impl Context {
             add("--prefix", Some(&g.prefix));
         }
         line
+    }
+}
+
+/// An option and its value on a command line rlock prints, to run as printed: `-k jobs`, but
+/// `--key=-x` for a value that begins with `-` (which `-k -x` would take for an option), the
+/// value shell-quoted.
+pub fn option(flag: &str, long: &str, value: &str) -> String {
+    if value.starts_with('-') {
+        format!("{long}={}", shell_quote(value))
+    } else {
+        format!("{flag} {}", shell_quote(value))
     }
 }
 

@@ -23,15 +23,15 @@ pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     if ctx.global.quiet {
         return Ok(Exit::Code(code as u8));
     }
-    let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", json_doc(args, &locks))?;
+        crate::output::json(&json_doc(args, &locks))?;
     } else if locks.is_empty() {
         ctx.note(format_args!("{}", nothing_held(ctx)));
     } else {
+        let mut out = std::io::stdout().lock();
         table::write(&mut out, &locks)?;
+        out.flush()?;
     }
-    out.flush()?;
     // Hints are not data: stdout carries the table alone, so `rlock inspect | tail -n +2`
     // counts locks, and a script reading it never parses a hint as a row.
     if !args.json {

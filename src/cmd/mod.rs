@@ -67,23 +67,24 @@ impl Context {
             self.say(format_args!(
                 "a grant or renewal counts once {} replica(s) have it (WAIT, within {})",
                 self.settings.replicas,
-                humantime::format_duration(self.settings.op_timeout)
+                crate::lock::human_duration(self.settings.op_timeout)
             ));
         }
         Ok(Locker::new(nodes, self.settings.op_timeout))
     }
 
-    /// A diagnostic line on stderr, with --verbose only.
+    /// A diagnostic line on stderr, with --verbose only: escaped, and never a panic when
+    /// stderr is gone (`crate::output::message`).
     pub fn say(&self, msg: std::fmt::Arguments) {
         if self.global.verbose {
-            eprintln!("rlock: {msg}");
+            crate::output::message(&msg.to_string());
         }
     }
 
     /// A note on stderr, unless --quiet.
     pub fn note(&self, msg: std::fmt::Arguments) {
         if !self.global.quiet {
-            eprintln!("rlock: {msg}");
+            crate::output::message(&msg.to_string());
         }
     }
 }

@@ -12,8 +12,9 @@ pub fn run(ctx: &Context, args: &ReleaseArgs) -> Result<u8> {
         let locker = ctx.locker()?;
         match locker.force_release(&key)? {
             // What was broken is news, not data: -q (only errors) keeps it quiet.
+            // The lock is broken whether or not the line can be written (`| head -c 10`).
             Released::Broken(Some(who)) if !ctx.global.quiet => {
-                println!("broke lock '{}' held by {who}", key.name)
+                let _ = crate::output::print(&format!("broke lock '{}' held by {who}", key.name));
             }
             Released::Broken(Some(_)) => {}
             _ => ctx.note(format_args!(

@@ -16,7 +16,7 @@ pub fn run(ctx: &Context, args: &RenewArgs) -> Result<u8> {
             ctx.say(format_args!(
                 "renewed lock '{}' for {}",
                 key.name,
-                humantime::format_duration(ttl)
+                crate::lock::human_duration(ttl)
             ));
             Ok(0)
         }

@@ -181,10 +181,12 @@ impl fmt::Display for Loss {
             Loss::NotOwner(why) => write!(f, "Redis says the token no longer owns it ({why})"),
             Loss::Replaced(error) => write!(f, "the key was replaced: {}", error.detail),
             Loss::RanOut { grace, last } => {
-                let grace = humantime::format_duration(*grace);
+                let grace = crate::lock::human_duration(*grace);
+                // Not "runs out within": when rlock was stopped or the machine slept, the lease
+                // may have run out already; this is true either way.
                 write!(
                     f,
-                    "could not renew it, and its lease runs out within {grace} ("
+                    "could not renew it before the last {grace} of its lease (--grace) ("
                 )?;
                 match last {
                     Some(error) => write!(f, "{error})"),

@@ -59,6 +59,20 @@ local function keep_alive(key, ms)
   end
 end
 
+-- What a grant with the default --ttl (30 s) leaves behind once released: its state, for
+-- KEEP_MS after its lease. After a release nothing rlock keeps for the key lives longer, whatever
+-- TTL earlier grants or renewals asked for (`renew --ttl 365d` made the state live a year).
+local AFTER_RELEASE_MS = 30000 + KEEP_MS
+
+-- Lets `key` live at most `ms` longer, never lengthening a shorter life; a key with no TTL gets
+-- one. Nothing happens to a key that does not exist.
+local function keep_at_most(key, ms)
+  local left = redis.call("PTTL", key)
+  if left == -1 or left > ms then
+    redis.call("PEXPIRE", key, ms)
+  end
+end
+
 -- Stops the script (WRONGTYPE, nothing written) unless rlock's helper key `key` is absent or a
 -- `want`.
 local function expect_type(key, want, what)

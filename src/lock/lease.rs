@@ -43,22 +43,22 @@ impl Lease {
         if defaults && (grace >= usable || renew_every >= usable - grace) {
             return Err(Failure::Usage(format!(
                 "--ttl {} is too short for exec: less the drift allowance (1% and 2ms) it leaves no room to renew before the lease ends; give a longer --ttl (seconds, in practice)",
-                humantime::format_duration(ttl)
+                crate::lock::human_duration(ttl)
             )));
         }
         if grace >= usable {
             return Err(Failure::Usage(format!(
                 "--grace {} leaves no lease: it must be shorter than --ttl {} minus 1% and 2ms",
-                humantime::format_duration(grace),
-                humantime::format_duration(ttl)
+                crate::lock::human_duration(grace),
+                crate::lock::human_duration(ttl)
             )));
         }
         if renew_every >= usable - grace {
             return Err(Failure::Usage(format!(
                 "--renew-every {} is too slow for --ttl {}: renewals must come before the lease ends minus --grace ({})",
-                humantime::format_duration(renew_every),
-                humantime::format_duration(ttl),
-                humantime::format_duration(grace)
+                crate::lock::human_duration(renew_every),
+                crate::lock::human_duration(ttl),
+                crate::lock::human_duration(grace)
             )));
         }
         Ok(Lease {

@@ -10,7 +10,7 @@ local now = now_ms()
 expect_type(state, "hash", "state")
 expect_type(queue, "zset", "queue")
 expect_rights({{"ZREM", queue, token}, {"HDEL", state, "next"}, {"DEL", lock},
-  {"HSET", state, "released", "1"}, {"PUBLISH", channel, "*"}})
+  {"HSET", state, "released", "1"}, {"PEXPIRE", state, "1"}, {"PUBLISH", channel, "*"}})
 local was_next = redis.call("HGET", state, "next") == token
 redis.call("ZREM", queue, token)
 redis.call("HDEL", state, "go:" .. token)
@@ -24,6 +24,7 @@ if multi_mode(redis.call("TYPE", lock)["ok"], state) then
   end
   after_leaving(lock, state, queue, channel, now)
   if held then
+    shorten_state(lock, state, now)
     return "released"
   end
   return "left"
@@ -38,6 +39,7 @@ if released or (was_next and redis.call("TYPE", lock)["ok"] == "none") then
   hand_off(queue, state, channel, now)
 end
 if released then
+  keep_at_most(state, AFTER_RELEASE_MS)
   return "released"
 end
 return "left"

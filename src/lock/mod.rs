@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use crate::identity::Identity;
 
-pub use display::human_ms;
+pub use display::{human_duration, human_ms};
 pub use key::LockKey;
 pub use lease::{Lease, deadline, drift};
 pub use locker::Locker;

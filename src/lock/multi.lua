@@ -35,6 +35,17 @@ local function expire_with_last(lock, now)
   end
 end
 
+-- After a holder left or was broken: the state lives as long as a default grant leaves it
+-- (AFTER_RELEASE_MS), or as long as the last remaining lease needs its record, if longer.
+local function shorten_state(lock, state, now)
+  local last = redis.call("ZRANGE", lock, -1, -1, "WITHSCORES")
+  local need = AFTER_RELEASE_MS
+  if last[2] then
+    need = math.max(need, math.ceil(tonumber(last[2]) - now) + KEEP_MS)
+  end
+  keep_at_most(state, need)
+end
+
 -- When the first lease of the lock ends, in ms from now (-2 when nobody holds it).
 local function first_end(lock, now)
   local first = redis.call("ZRANGE", lock, 0, 0, "WITHSCORES")

@@ -31,7 +31,7 @@ end
 expect_type(state, "hash", "state")
 expect_type(queue, "zset", "queue")
 expect_rights({{"DEL", lock}, {"HSET", state, "released", "1"}, {"HDEL", state, "released"},
-  {"ZREM", queue, token}, {"PUBLISH", channel, "*"}})
+  {"PEXPIRE", state, "1"}, {"ZREM", queue, token}, {"PUBLISH", channel, "*"}})
 
 if multi then
   expect_rights({{"ZREM", lock, token}, {"HDEL", state, "h:"}})
@@ -47,6 +47,7 @@ if multi then
     redis.call("DEL", lock)
     redis.call("HSET", state, "broken", now)
     hand_off(queue, state, channel, now)
+    keep_at_most(state, AFTER_RELEASE_MS)
     return reply("brokenall", "now", now, "holders", holders_field(holders))
   end
   local ends = tonumber(redis.call("ZSCORE", lock, token))
@@ -56,9 +57,11 @@ if multi then
     if ends > now then
       redis.call("HSET", state, "left", token)
       after_leaving(lock, state, queue, channel, now)
+      shorten_state(lock, state, now)
       return reply("released")
     end
     after_leaving(lock, state, queue, channel, now)
+    shorten_state(lock, state, now)
   elseif redis.call("HGET", state, "left") == token then
     return reply("already")
   end
@@ -84,6 +87,7 @@ if force then
     h = {}
   end
   hand_off(queue, state, channel, now)
+  keep_at_most(state, AFTER_RELEASE_MS)
   return reply("broken", "type", kind, "pttl", pttl, "value", value, "host", h[2], "pid", h[3],
     "user", h[4], "since", h[5], "cmd", h[6], "now", now)
 end
@@ -93,6 +97,7 @@ if current == token then
   redis.call("DEL", lock)
   redis.call("HSET", state, "released", now)
   hand_off(queue, state, channel, now)
+  keep_at_most(state, AFTER_RELEASE_MS)
   return reply("released")
 end
 if current then

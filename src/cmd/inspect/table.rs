@@ -4,8 +4,9 @@
 use std::io::Write;
 
 use super::stale;
-use crate::cmd::hint::shell_quote;
+use crate::cmd::hint::option;
 use crate::lock::{Holder, HolderLease, KeyType, LockInfo, human_ms};
+use crate::output::{escape, escape_max};
 
 const COLUMNS: usize = 9;
 
@@ -60,8 +61,8 @@ pub(super) fn write(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result
 }
 
 /// How to break the lock of each stale holder among `locks`, one line each, with `rlock` the
-/// command line that reaches them (`Context::rlock_line`). Escaped as a cell is, but whole up
-/// to a long key: each is a command to copy.
+/// command line that reaches them (`Context::rlock_line`). Escaped as a cell is, but never cut:
+/// each is a command to copy, and runs as printed.
 pub(super) fn notes(locks: &[LockInfo], rlock: &str) -> Vec<String> {
     let mut notes = Vec::new();
     for l in locks {
@@ -75,7 +76,7 @@ pub(super) fn notes(locks: &[LockInfo], rlock: &str) -> Vec<String> {
             notes.extend(stale_note(l, None, rlock));
         }
     }
-    notes.iter().map(|n| escaped(n, NOTE_MAX)).collect()
+    notes.iter().map(|n| escape(n)).collect()
 }
 
 /// A lock with one holder (or none, or another client's).
@@ -183,19 +184,19 @@ fn stale_note(l: &LockInfo, one: Option<&HolderLease>, rlock: &str) -> Option<St
         .pid
         .as_ref()
         .map_or_else(|| "?".to_string(), ToString::to_string);
-    let key = shell_quote(&l.name);
+    let key = option("-k", "--key", &l.name);
     Some(match (one, &l.token) {
         (None, Some(token)) => format!(
-            "stale: pid {pid} is gone on this host; break it with: {rlock} release -k {key} --force (or --token {} instead of --force, to break only this holder's lease)",
-            shell_quote(token)
+            "stale: pid {pid} is gone on this host; break it with: {rlock} release {key} --force (or {} instead of --force, to break only this holder's lease)",
+            option("--token", "--token", token)
         ),
         (None, None) => format!(
-            "stale: pid {pid} is gone on this host; break it with: {rlock} release -k {key} --force"
+            "stale: pid {pid} is gone on this host; break it with: {rlock} release {key} --force"
         ),
         (Some(h), _) => format!(
-            "stale: pid {pid} is gone on this host; free its place in '{}' with: {rlock} release -k {key} --token {}",
+            "stale: pid {pid} is gone on this host; free its place in '{}' with: {rlock} release {key} {}",
             l.name,
-            shell_quote(&h.token)
+            option("--token", "--token", &h.token)
         ),
     })
 }
@@ -203,36 +204,10 @@ fn stale_note(l: &LockInfo, one: Option<&HolderLease>, rlock: &str) -> Option<St
 /// The longest a table cell may be, in characters; the JSON output keeps every value whole.
 const CELL_MAX: usize = 120;
 
-/// The longest a stale holder's note may be.
-const NOTE_MAX: usize = 1000;
-
 /// `text` fit for one cell of a one-line row: control characters escaped (`\n`, `\x1b`), and
 /// cut to `CELL_MAX` characters with a `…` where it was cut.
 fn cell(text: &str) -> String {
-    escaped(text, CELL_MAX)
-}
-
-/// `text` on one line of at most `max` characters (and a `…` where it was cut).
-fn escaped(text: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (n, c) in text.chars().enumerate() {
-        if n == max {
-            out.push('…');
-            break;
-        }
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
-            // Line separators and bidirectional overrides, which would reorder the row.
-            '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {
-                out.push_str(&format!("\\u{{{:04x}}}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out
+    escape_max(text, CELL_MAX)
 }
 
 #[cfg(test)]

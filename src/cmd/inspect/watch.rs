@@ -94,16 +94,16 @@ fn print(
     locks: &[crate::lock::LockInfo],
     again: bool,
 ) -> Result<()> {
-    let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", json_doc(args, locks))?;
+        crate::output::json(&json_doc(args, locks))?;
     } else {
+        let mut out = std::io::stdout().lock();
         if again {
             writeln!(out)?;
         }
         table::write(&mut out, locks)?;
+        out.flush()?;
     }
-    out.flush()?;
     if !args.json {
         if locks.is_empty() {
             ctx.note(format_args!("{}", nothing_held(ctx)));
@@ -119,7 +119,7 @@ fn print(
 fn header(every: Duration) -> String {
     format!(
         "rlock inspect, every {}: {}",
-        humantime::format_duration(every),
+        crate::lock::human_duration(every),
         humantime::format_rfc3339_seconds(SystemTime::now())
     )
 }

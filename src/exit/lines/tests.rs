@@ -119,12 +119,12 @@ fn a_lost_lock_says_why_and_what_the_command_was_sent() {
     };
     assert_eq!(
         lost(running(ran_out(None))),
-        "lost lock 'jobs' while the command ran: could not renew it, and its lease runs out within 2s (no renewal succeeded); sent SIGTERM to everything the command started"
+        "lost lock 'jobs' while the command ran: could not renew it before the last 2s of its lease (--grace) (no renewal succeeded); sent SIGTERM to everything the command started"
     );
     let timeout = RenewError::from(node(Fault::Timeout, "timed out").into_failure("jobs"));
     assert_eq!(
         lost(running(ran_out(Some(timeout)))),
-        "lost lock 'jobs' while the command ran: could not renew it, and its lease runs out within 2s (redis://h:6379: timed out); sent SIGTERM to everything the command started"
+        "lost lock 'jobs' while the command ran: could not renew it before the last 2s of its lease (--grace) (redis://h:6379: timed out); sent SIGTERM to everything the command started"
     );
     assert_eq!(
         lost(LostHow::AtRelease),

@@ -225,6 +225,7 @@ fn a_parent_that_ignores_sigchld_does_not_lose_the_childs_status() {
 /// A standard descriptor closed when rlock starts is /dev/null for rlock and its command, as
 /// for any Rust program: otherwise rlock's first socket would take its number, an `acquire`
 /// would print its token into the Redis connection, and the command would start without it.
+/// (An `acquire` whose stdout was closed has nowhere to print its token: it gives the lock back.)
 #[test]
 fn a_closed_standard_descriptor_is_dev_null_for_rlock_and_its_command() {
     let server = RedisServer::start();
@@ -243,11 +244,14 @@ fn a_closed_standard_descriptor_is_dev_null_for_rlock_and_its_command() {
         crate::common::basic::sh(r#"exec "$RL" --url "$URL" acquire -k closed <&- >&-"#)
             .env("URL", server.url()),
     );
-    assert_eq!(out.code, 0, "{out}");
+    // The token went nowhere: the lock is given back, and rlock says so (70), as for a stdout
+    // on a full disk.
+    assert_eq!(out.code, 70, "{out}");
+    assert!(out.stderr.contains("stdout is closed"), "{out}");
     assert!(
         server
             .get(&crate::common::basic::lock_key("closed"))
-            .is_some(),
-        "acquire holds the lock"
+            .is_none(),
+        "acquire gave the lock back"
     );
 }

@@ -219,3 +219,37 @@ fn a_stale_holder_of_a_semaphore_is_told_to_give_back_its_own_place() {
     assert_eq!(json["holders"].as_array().map(Vec::len), Some(1), "{json}");
     assert_eq!(json["holders"][0]["pid"], live.pid() as i64, "{json}");
 }
+
+#[test]
+fn every_hint_runs_as_printed_whatever_the_key() {
+    let server = RedisServer::start();
+    for key in ["-x", "--force", "-k", "a b'c $(false)", &"long".repeat(400)] {
+        // A lock left by a shell that exited, and a place in a semaphore left the same way.
+        for (limit, hint_word) in [("", "break it with"), ("--limit 2", "free its place")] {
+            let script = format!(
+                r#"eval "$("$RL" --url "$URL" acquire --export --key="$K" {limit} --ttl 1h)"; true"#
+            );
+            let out = run(shell(&server, &script).env("K", key));
+            assert_eq!(out.code, 0, "{key:?}: {out}");
+            let out = run(rlock_at(&server).args(["inspect", &format!("--key={key}")]));
+            assert_eq!(out.code, 0, "{out}");
+            let hint = stale_hint(&out);
+            assert!(hint.contains(hint_word), "{hint}");
+            let out = run(&mut paste(&server, hint));
+            assert_eq!(
+                out.code, 0,
+                "{key:?}: the hint does not run:\n{hint}\n{out}"
+            );
+            let out = run(rlock_at(&server).args(["inspect", "--json", &format!("--key={key}")]));
+            assert_eq!(out.code, 1, "{hint}: the lock is still held\n{out}");
+        }
+    } // A prefix that begins with '-' is named in the hint so that it runs too.
+    let script =
+        r#"eval "$("$RL" --url "$URL" --prefix=-team: acquire --export -k j --ttl 1h)"; true"#;
+    assert_eq!(run(&mut shell(&server, script)).code, 0);
+    let out = run(rlock_at(&server).args(["--prefix=-team:", "inspect", "-k", "j"]));
+    let hint = stale_hint(&out);
+    assert!(hint.contains("--prefix=-team:"), "{hint}");
+    let out = run(&mut paste(&server, hint));
+    assert_eq!(out.code, 0, "the hint does not run:\n{hint}\n{out}");
+}

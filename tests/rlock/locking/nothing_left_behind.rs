@@ -177,3 +177,52 @@ fn a_lock_with_no_holder_and_no_waiter_leaves_nothing_after_its_ttl_and_a_minute
     assert_eq!(out.code, 0, "{out}");
     assert_eq!(out.stdout, "", "inspect lists locks nobody holds:\n{out}");
 }
+
+/// What a grant with the default --ttl (30 s) leaves after its release: the helper keys for
+/// KEEP_MS after the lease.
+const DEFAULT_LEAVES_MS: i64 = 30_000 + KEEP_MS;
+
+#[test]
+fn after_a_release_nothing_outlives_what_a_default_grant_leaves_whatever_the_ttl() {
+    let server = RedisServer::start();
+    let ok = |args: &[&str]| {
+        let out = run(rlock_at(&server).args(args));
+        assert_eq!(out.code, 0, "{args:?}: {out}");
+        out.stdout.trim().to_string()
+    };
+    // Renewed for a year, then released; granted for a year, then released; and broken.
+    let (token, _) = grant(&server, "renewed", "30s");
+    ok(&["renew", "-k", "renewed", "--token", &token, "--ttl", "365d"]);
+    release(&server, "renewed", &token);
+    assert_all_expire(
+        &server,
+        DEFAULT_LEAVES_MS,
+        "a release after renew --ttl 365d",
+    );
+    let (token, _) = grant(&server, "long", "365d");
+    release(&server, "long", &token);
+    assert_all_expire(&server, DEFAULT_LEAVES_MS, "a release of a 365d grant");
+    let (token, _) = grant(&server, "broken", "30s");
+    ok(&["renew", "-k", "broken", "--token", &token, "--ttl", "365d"]);
+    ok(&["release", "-k", "broken", "--force"]);
+    assert_all_expire(
+        &server,
+        DEFAULT_LEAVES_MS,
+        "release --force after renew 365d",
+    );
+    ok(&["exec", "-k", "ran", "--ttl", "365d", "--", "true"]);
+    assert_all_expire(&server, DEFAULT_LEAVES_MS, "exec --ttl 365d");
+    // A semaphore: its state lives on while a holder does, and no longer after the last.
+    for sharing in [&["--limit", "2"][..], &["--shared"]] {
+        let a = ok(&[&["acquire", "-k", "sem", "--ttl", "365d"], sharing].concat());
+        let b = ok(&[&["acquire", "-k", "sem"], sharing].concat());
+        ok(&["release", "-k", "sem", "--token", &a]);
+        let state = "{rlock:sem}:state";
+        assert!(
+            server.pttl(state) > 25_000,
+            "the holder left needs its record"
+        );
+        ok(&["release", "-k", "sem", "--token", &b]);
+        assert_all_expire(&server, DEFAULT_LEAVES_MS, "the last holder's release");
+    }
+}

@@ -1,6 +1,8 @@
 //! Secrets are never stored or shown: passwords on the holder's command line, in `RLOCK_URL`
 //! (with commas or slashes), in `--help`; a label replaces the command in inspect.
 
+mod forms;
+
 use crate::common::basic::*;
 use crate::common::{RedisServer, rlock, rlock_at, run, wait_for_file};
 use std::time::Duration;
