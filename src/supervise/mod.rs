@@ -185,6 +185,9 @@ impl Inbox<'_> {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        if let Some(cgroup) = self.guardian.cgroup() {
+            contain::remove_cgroup(cgroup);
+        }
         self.pending.push_back(Event::Exited(
             128 + Signal::SIGKILL as u8,
             Some(Signal::SIGKILL),

@@ -558,3 +558,38 @@ fn what_escapes_when_rlock_and_its_guardian_are_both_killed() {
         }
     }
 }
+
+/// The README's way to stop a job at once: kill its guardian. The command dies with it (parent-
+/// death signal), rlock stops what the command started itself (it is a subreaper too, and
+/// has the cgroup), removes the cgroup, releases the lock and exits 137.
+#[test]
+fn killing_the_guardian_stops_everything_and_rlock_releases() {
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    let mut rl = exec(
+        &server,
+        d,
+        Way::Cgroup,
+        &["--ttl", "30s"],
+        Escape::Setsid,
+        "sleep 600",
+    );
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(d).is_some()
+    });
+    let top = rl.pid();
+    let guardian = descendants(top)
+        .into_iter()
+        .find(|&pid| comm(pid).as_deref() == Some("rl-guardian"))
+        .expect("a guardian");
+    let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
+    let (out, _) = rl.finish(Duration::from_secs(10));
+    let exited = now_ns();
+    assert_eq!(out.code, 137, "{out}");
+    assert_silent_after(d, exited, "rlock's exit after its guardian was killed");
+    assert!(!server.exists(LOCK), "the lock was not released");
+    assert!(!cgroup_of(top).exists(), "the cgroup was left behind");
+}
