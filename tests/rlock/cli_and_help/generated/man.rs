@@ -55,7 +55,11 @@ pub(super) const EXIT_STATUS: Section = Section {
              out an outage, trying again at most 1 s apart and saying on stderr when it began \
              and ended, and exits 69 only if the wait ends during it.",
         ),
-        Item("`70`", "Internal error."),
+        Item(
+            "`70`",
+            "Internal error; also an `exec` whose guardian could not be started (no process \
+             left under `ulimit -u`): the command is not started and the lock is given back.",
+        ),
         Item(
             "`75`",
             "Lock busy: not acquired within `--wait` (or at once with `-n`). `-E` sets another \
@@ -162,12 +166,17 @@ pub(super) const SIGNALS: Section = Section {
              stopped command is followed by SIGCONT, so that it takes effect.",
         ),
         P(
-            "If rlock itself is killed (SIGKILL), the command gets SIGKILL at once (the Linux \
-             parent-death signal), and so does everything it started: a small guardian process \
-             kills the command's whole process group when rlock dies without standing it down. \
-             The lock then expires within `--ttl`. SIGSTOP sent to rlock alone cannot be caught: \
-             the command runs on while rlock cannot renew, so do not stop rlock without its \
-             command.",
+            "The command is started by rlock's guardian (named rl-guardian), a small process that \
+             is its parent and its subreaper: everything the command starts stays below it, \
+             whatever it does to its process group or session, and, where rlock may make one, in \
+             a cgroup v2 of its own (`--contain`). When the lock is lost, and when the command \
+             ends leaving processes behind, `--lost-signal` and SIGKILL reach all of them before \
+             rlock exits 76 or releases. If rlock itself is killed (SIGKILL, also `killall -9 \
+             rlock`, which does not match the guardian's name), the guardian SIGKILLs all of \
+             them at once, and the lock expires within `--ttl`. If the guardian cannot be \
+             started, the command is not started either (exit 70). SIGSTOP sent to rlock alone \
+             cannot be caught: the command runs on while rlock cannot renew, so do not stop \
+             rlock without its command.",
         ),
         P(
             "A command killed by SIGINT (Ctrl-C) makes rlock die of SIGINT too, after the lock \
