@@ -200,21 +200,23 @@ pub(super) const LOCK_LOSS: Section = Section {
         P(
             "rlock keeps the lease's deadline on its own monotonic clock: the moment the last \
              successful renewal was sent (at first, the acquire), plus TTL, minus a drift \
-             allowance of 1% of TTL plus 2ms. If renewals keep failing, the command's process \
-             group gets `--lost-signal` (default TERM) at the deadline minus `--grace` (default \
+             allowance of 1% of TTL plus 2ms. If renewals keep failing, everything the command \
+             started gets `--lost-signal` (default TERM) at the deadline minus `--grace` (default \
              TTL/4), and SIGKILL at the deadline. If Redis answers that the token no longer owns \
-             the lock (it expired, was deleted, was broken with `release --force`), the \
-             command's group gets `--lost-signal` at once and SIGKILL `--grace` later.",
+             the lock (it expired, was deleted, was broken with `release --force`), everything \
+             the command started gets `--lost-signal` at once and SIGKILL `--grace` later.",
         ),
         P(
-            "The lost-lock signals reach every process of the command's group, also once the \
-             command itself has exited; what a command that ended normally left running in its \
-             group gets `--lost-signal`, and SIGKILL `--grace` later, before the lock is \
-             released. rlock is the child subreaper of its command. A process that left the \
-             group (setsid, a daemon) is beyond the lock.",
+            "The lost-lock signals reach every process the command started, wherever it moved \
+             (another process group, a session of its own, a daemon), also once the command \
+             itself has exited; what a command that ended normally left running gets \
+             `--lost-signal`, and SIGKILL `--grace` later, before the lock is released. They are \
+             found below rlock's guardian, the command's parent and subreaper, or in the \
+             command's own cgroup (`--contain`). Beyond reach: a process started through another \
+             service (systemd-run, at), which is not the command's descendant.",
         ),
         P(
-            "Either way rlock stops renewing, waits for the group to be empty (or SIGKILLed), \
+            "Either way rlock stops renewing, waits until nothing the command started runs, \
              makes a best-effort owner-checked release (which \
              can take up to `--op-timeout` when Redis does not answer), and exits 76, whatever \
              the command's own status. A lost lock is never taken again behind the command's \
