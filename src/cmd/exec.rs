@@ -19,7 +19,7 @@ use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
     self, Cgroup, Containment, Enforce, Guardian, Launched, Outcome, Renewal, ReportReceiver,
-    ReportSender, Supervisor, Terminal,
+    ReportSender, Terminal,
 };
 use crate::watchdog;
 
@@ -311,7 +311,7 @@ fn supervise(
                 Ok(())
             }
         };
-        Supervisor::new(
+        supervise::supervise(
             &mut guardian,
             signals,
             &reports,
@@ -320,7 +320,6 @@ fn supervise(
             ctx,
             renewal,
         )
-        .run()
     });
     (
         outcome,
