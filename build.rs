@@ -21,6 +21,8 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ("LEAVE", &["common.lua", "multi.lua", "leave.lua"]),
     ("INSPECT", &["common.lua", "multi.lua", "inspect.lua"]),
     ("FENCE", &["common.lua", "fence.lua"]),
+    ("RECORD", &["common.lua", "record.lua"]),
+    ("HISTORY", &["common.lua", "history.lua"]),
 ];
 
 fn main() {

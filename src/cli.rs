@@ -391,6 +391,65 @@ pub struct InspectArgs {
         value_parser = watch_interval
     )]
     pub watch: Option<Duration>,
+
+    /// Show the runs on record instead, newest first: the KEYs' last runs (-n of them), or,
+    /// without -k, the last run of every lock under the prefix.
+    #[arg(long, conflicts_with = "watch")]
+    pub history: bool,
+
+    /// How many runs of each KEY --history shows.
+    #[arg(
+        short = 'n',
+        long,
+        value_name = "COUNT",
+        requires = "history",
+        value_hint = ValueHint::Other,
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u32).range(1..=100_000)
+    )]
+    pub count: u32,
+}
+
+/// What `exec` keeps of each run: the history in Redis beside the lock, and a metrics file.
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "History and metrics")]
+pub struct RecordArgs {
+    /// How many runs the lock's history in Redis keeps (see `inspect --history`); 0 records
+    /// nothing.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "RLOCK_HISTORY_LIMIT",
+        hide_env_values = true,
+        value_hint = ValueHint::Other,
+        default_value_t = 100,
+        value_parser = clap::value_parser!(u32).range(0..=100_000)
+    )]
+    pub history_limit: u32,
+
+    /// How long the history lives after its last run.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "RLOCK_HISTORY_TTL",
+        hide_env_values = true,
+        value_hint = ValueHint::Other,
+        default_value = "30d",
+        value_parser = ttl_duration,
+        allow_hyphen_values = true
+    )]
+    pub history_ttl: Duration,
+
+    /// At the end of the run, write this key's last run as Prometheus text (node_exporter's
+    /// textfile collector), keeping the other keys' lines in the file.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "RLOCK_METRICS_FILE",
+        hide_env_values = true,
+        value_hint = ValueHint::FilePath
+    )]
+    pub metrics_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -422,6 +481,9 @@ pub struct ExecArgs {
 
     #[command(flatten)]
     pub label: LabelArg,
+
+    #[command(flatten)]
+    pub record: RecordArgs,
 
     /// The command and its arguments, run directly (no shell).
     #[arg(
