@@ -213,7 +213,7 @@ fn cell(text: &str) -> String {
 }
 
 /// `text` on one line of at most `max` characters (and a `…` where it was cut).
-fn escaped(text: &str, max: usize) -> String {
+pub(super) fn escaped(text: &str, max: usize) -> String {
     let mut out = String::new();
     for (n, c) in text.chars().enumerate() {
         if n == max {
