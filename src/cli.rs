@@ -232,12 +232,17 @@ released or handed over, a holder joining or leaving, a new fence, another numbe
 a holder found stale. The clocks alone (expires in, held for, renewed) are no change. A look that
 fails after the first is reported on stderr, and the watch goes on. --watch with -q exits 2.
 
+--history shows the runs `rlock exec` recorded instead, newest first: when each ended, the host,
+how long it waited and held the lock, how it ended, the command. --json prints an array of runs.
+
 Examples:
   rlock inspect                        # every lock under the prefix
   rlock inspect -q -k jobs && echo locked
   rlock inspect -k jobs --json
   rlock inspect --watch                # redraw every 2s until Ctrl-C
-  rlock inspect --watch 500ms --json | jq -c '.[] | {key, fence}'")]
+  rlock inspect --watch 500ms --json | jq -c '.[] | {key, fence}'
+  rlock inspect -k nightly --history -n 5   # the last five runs of the nightly job
+  rlock inspect --history                   # the last run of every lock")]
     Inspect(InspectArgs),
 
     /// Run a command under the lock, renewing it while the command runs.
@@ -247,11 +252,15 @@ its environment. TERM, INT, HUP, QUIT, USR1 and USR2 sent to rlock are passed on
 lock cannot be renewed, the command gets --lost-signal by the lease deadline minus --grace and
 SIGKILL at the deadline, and rlock exits 76. Otherwise rlock exits with the command's status.
 
+Each run is recorded in the lock's history in Redis when it ends (see `rlock inspect --history`);
+a history or metrics write that fails changes nothing else (-v says so).
+
 Examples:
   rlock exec -k nightly -n -- ./cron.sh
   rlock exec -k deploy -w 15m --ttl 1m -- ./deploy.sh production
   rlock exec -k builds --limit 3 -- ./build.sh     # at most three builds at once
-  rlock exec -k db --shared -- ./report.sh         # readers together, never beside a writer")]
+  rlock exec -k db --shared -- ./report.sh         # readers together, never beside a writer
+  rlock exec -k nightly --metrics-file /var/lib/node_exporter/rlock.prom -- ./backup.sh")]
     Exec(ExecArgs),
 }
 
