@@ -159,11 +159,11 @@ impl<'a> Recorder<'a> {
 
     /// Writes the run: to the history, then to the metrics file.
     fn keep(&self, outcome: Outcome, code: i64, signal: Option<Signal>) {
-        if !self.ours {
+        let record = &self.args.record;
+        if !self.ours || (record.history_limit == 0 && record.metrics_file.is_none()) {
             return;
         }
         let run = self.record(outcome, code, signal);
-        let record = &self.args.record;
         if record.history_limit > 0 {
             let keep = Keep {
                 runs: record.history_limit,
