@@ -145,10 +145,12 @@ fn a_history_write_the_acl_refuses_changes_nothing_else() {
     );
     let out = run(as_locker().args(["-v", "exec", "-k", "k", "--", "true"]));
     assert_eq!(out.code, 0, "{out}");
+    // Redis 7 names the command (the script asks first); Redis 6 says only that it was refused.
+    let named = crate::common::redis_version().0 < 7 || out.stderr.contains("xadd");
     assert!(
         out.stderr
             .contains("not recorded in the history of lock 'k'")
-            && out.stderr.contains("xadd"),
+            && named,
         "{out}"
     );
     // The locker still reads the history.
