@@ -1,8 +1,9 @@
 //! The history on a Redis Cluster (in the lock's slot, on the lock's master, listed across
-//! masters) and on Redlock (on every master that answers, read back merged).
+//! masters), behind Sentinels (on the master they name), and on Redlock (on every master that
+//! answers, read back merged).
 
 use super::*;
-use crate::common::{RedisCluster, rlock};
+use crate::common::{RedisCluster, Sentinels, rlock};
 
 fn clustered(cluster: &RedisCluster) -> Command {
     let mut cmd = rlock();
@@ -102,4 +103,23 @@ fn on_redlock_every_master_that_answers_keeps_the_run_and_a_reading_merges_them(
     assert_eq!(outcomes(&runs), ["failed", "ok"]);
     let runs = history_of(redlock(&nodes), "k", 1);
     assert_eq!(outcomes(&runs), ["failed"], "-n counts runs, not entries");
+}
+
+#[test]
+fn behind_sentinels_the_history_is_on_the_master_they_name() {
+    let set = Sentinels::start("locks");
+    let via_sentinels = || {
+        let mut cmd = rlock();
+        cmd.arg("--sentinel").arg(set.name());
+        for url in set.urls() {
+            cmd.arg("--url").arg(url);
+        }
+        cmd
+    };
+    let out = run(via_sentinels().args(["exec", "-k", "k", "--", "sh", "-c", "exit 6"]));
+    assert_eq!(out.code, 6, "{out}");
+    assert_eq!(xlen(set.server(0), "{rlock:k}:history"), 1, "on the master");
+    let runs = history_of(via_sentinels(), "k", 10);
+    assert_eq!(outcomes(&runs), ["failed"]);
+    assert_eq!(runs[0]["code"], 6);
 }
