@@ -36,7 +36,7 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let mut record = Recorder::asked(ctx, &locker, &key, args);
 
     let held = hold(ctx, &locker, &key, args, &signals).inspect_err(|e| record.failed(e))?;
-    record.granted(&held.grant, held.owner == Owner::Us);
+    record.granted(&held.grant, held.owner != Owner::OuterExec);
     let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
     let died_of = outcome.signal;

@@ -102,8 +102,8 @@ pub struct Recorder<'a> {
     asked: Instant,
     /// When the lock was granted, and its fence.
     granted: Option<(Instant, i64)>,
-    /// False when the lock is an enclosing rlock's (nested, or a shell's `acquire`): that run is
-    /// the one on record, not this one.
+    /// False when the lock is an enclosing `rlock exec`'s (nested): that run is the one on
+    /// record, not this one. (A lock a shell took with `acquire` is this run's to record.)
     ours: bool,
 }
 
@@ -127,7 +127,7 @@ impl<'a> Recorder<'a> {
         }
     }
 
-    /// The lock is held; `ours` when this process took it.
+    /// The lock is held; `ours` unless an enclosing `rlock exec` holds it.
     pub fn granted(&mut self, grant: &Grant, ours: bool) {
         self.granted = Some((Instant::now(), grant.fence));
         self.ours = ours;

@@ -185,7 +185,8 @@ fn every_way_a_run_ends_is_on_record_newest_first() {
 }
 
 #[test]
-fn a_run_that_cannot_start_its_command_is_on_record_and_a_nested_run_is_not() {
+fn a_run_that_cannot_start_its_command_is_on_record_and_a_nested_run_is_not_but_one_under_a_shells_lock_is()
+ {
     let server = RedisServer::start();
     let out = exec(&server, "k", &["--", "/nonexistent/cmd"]);
     assert_eq!(out.code, 127, "{out}");
@@ -205,16 +206,28 @@ fn a_run_that_cannot_start_its_command_is_on_record_and_a_nested_run_is_not() {
         "true",
     ]));
     assert_eq!(out.code, 0, "{out}");
+    // Under a lock a shell took (`acquire --export`), the exec's run is the run on record.
+    let script = r#"eval "$("$RL" --url "$URL" acquire --export -k k)" || exit 9
+"$RL" --url "$URL" exec -k k -- sh -c 'exit 4'; code=$?
+"$RL" --url "$URL" release -k k; exit $code"#;
+    let out = run(crate::common::basic::sh(script).env("URL", server.url()));
+    assert_eq!(out.code, 4, "{out}");
     let runs = history_of(rlock_at(&server), "k", 10);
-    assert_eq!(outcomes(&runs), ["ok", "not-run"], "{runs:#?}");
-    assert_eq!(runs[1]["code"], 127);
+    assert_eq!(outcomes(&runs), ["failed", "ok", "not-run"], "{runs:#?}");
+    let waited = runs[0]["wait_ms"].as_i64().unwrap();
     assert!(
-        runs[0]["command"]
+        waited < 1000,
+        "the shell held the lock already: {}",
+        runs[0]
+    );
+    assert_eq!(runs[2]["code"], 127);
+    assert!(
+        runs[1]["command"]
             .as_str()
             .unwrap()
             .contains("exec -k k -- true"),
         "{}",
-        runs[0]
+        runs[1]
     );
 }
 
