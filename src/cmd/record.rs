@@ -169,7 +169,10 @@ impl<'a> Recorder<'a> {
                 runs: record.history_limit,
                 ttl: record.history_ttl,
             };
-            for e in self.locker.record(self.key, keep, &run) {
+            // On Redlock, a master that does not answer costs what it costs a grant (TTL/10 at
+            // most), not a whole --op-timeout at the end of every run.
+            let timeout = self.locker.node_timeout(self.args.ttl);
+            for e in self.locker.record(self.key, keep, &run, timeout) {
                 self.ctx.say(format_args!(
                     "the run was not recorded in the history of lock '{}': {e}",
                     self.key.name

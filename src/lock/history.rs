@@ -139,15 +139,21 @@ pub struct LastRun {
 }
 
 impl Locker {
-    /// Appends `run` to `key`'s history on every node (each Redlock master that answers). The
-    /// errors of the nodes that did not take it; none when every one did.
-    pub fn record(&self, key: &LockKey, keep: Keep, run: &RunRecord) -> Vec<NodeError> {
+    /// Appends `run` to `key`'s history on every node (each Redlock master that answers), each
+    /// within `timeout`. The errors of the nodes that did not take it; none when every one did.
+    pub fn record(
+        &self,
+        key: &LockKey,
+        keep: Keep,
+        run: &RunRecord,
+        timeout: Duration,
+    ) -> Vec<NodeError> {
         let limit = keep.runs.max(1).to_string();
         let ttl = keep.ttl.as_millis().max(1).to_string();
         let fields = run.fields();
         let mut args: Vec<&str> = vec![&limit, &ttl];
         args.extend(fields.iter().map(String::as_str));
-        self.on_all(|n| n.eval(&RECORD, &[&key.history], &args, self.op_timeout))
+        self.on_all(|n| n.eval(&RECORD, &[&key.history], &args, timeout))
             .into_iter()
             .filter_map(Result::err)
             .collect()

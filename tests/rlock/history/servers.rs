@@ -123,3 +123,33 @@ fn behind_sentinels_the_history_is_on_the_master_they_name() {
     assert_eq!(outcomes(&runs), ["failed"]);
     assert_eq!(runs[0]["code"], 6);
 }
+
+#[test]
+fn on_redlock_a_frozen_master_costs_the_record_a_tenth_of_the_ttl_not_the_op_timeout() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    // Every script cached on every master first, so that the frozen one fails by its timeout.
+    let out = run(redlock(&nodes).args(["exec", "-k", "k", "--", "true"]));
+    assert_eq!(out.code, 0, "{out}");
+    nodes[2].freeze();
+    let timed = |extra: &[&str]| {
+        let started = std::time::Instant::now();
+        let out = run(redlock(&nodes)
+            .args(["exec", "-k", "k", "--ttl", "3s"])
+            .args(extra)
+            .args(["--", "true"]));
+        assert_eq!(out.code, 0, "{out}");
+        started.elapsed()
+    };
+    let without = timed(&["--history-limit", "0"]);
+    let with = timed(&[]);
+    nodes[2].thaw();
+    // The record waits at most TTL/10 = 300 ms for the frozen master; a whole --op-timeout
+    // (2 s) would show.
+    assert!(
+        with < without + Duration::from_millis(1000),
+        "exec took {with:?} with its record, {without:?} without"
+    );
+    for n in &nodes[..2] {
+        assert_eq!(xlen(n, "{rlock:k}:history"), 2);
+    }
+}
