@@ -41,7 +41,7 @@ fn parser_python() -> PathBuf {
                 "--quiet",
                 "--disable-pip-version-check",
             ])
-            .arg("prometheus_client")
+            .arg("prometheus_client==0.26.0")
             .output()
             .expect("run pip");
         assert!(
