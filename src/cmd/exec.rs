@@ -9,6 +9,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::nested::{self, inherited, inside_exec};
+use super::record::Recorder;
 use super::{Context, new_token};
 use crate::cli::ExecArgs;
 use crate::exit::{About, Code, Exit, Failure, Interruption, LostHow};
@@ -32,14 +33,20 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // Checked before any Redis traffic, with the TTL asked for.
     lease(ctx, args, args.ttl)?;
     let locker = ctx.locker()?;
+    // The run on record (history, metrics): written once it has ended, never before the start.
+    let mut record = Recorder::asked(ctx, &locker, &key, args);
 
-    let held = hold(ctx, &locker, &key, args, &signals)?;
-    let child = start(ctx, &locker, &held, args)?;
+    let held = hold(ctx, &locker, &key, args, &signals).inspect_err(|e| record.failed(e))?;
+    record.granted(&held.grant, held.owner != Owner::OuterExec);
+    let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
+    let died_of = outcome.signal;
     // The lock first: the next holder waits for nothing else.
     let lost = give_back(ctx, &locker, &held, &outcome);
     after.tidy();
-    exit(args, &held, outcome, lost)
+    let exit = exit(args, &held, outcome, lost);
+    record.ended(&exit, died_of);
+    exit
 }
 
 /// Who looks after the lock while the command runs.

@@ -9,6 +9,7 @@ mod common;
 mod cli_and_help;
 mod connection_errors;
 mod exec_and_signals;
+mod history;
 mod hostile;
 mod inspect;
 mod locking;
