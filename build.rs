@@ -21,6 +21,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ("LEAVE", &["common.lua", "multi.lua", "leave.lua"]),
     ("INSPECT", &["common.lua", "multi.lua", "inspect.lua"]),
     ("FENCE", &["common.lua", "fence.lua"]),
+    ("IDENTITY", &["identity.lua"]),
 ];
 
 fn main() {

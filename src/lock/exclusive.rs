@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::key::LockKey;
 use super::lease::drift;
 use super::locker::{Locker, Quorum, eval_as, no_quorum};
+use super::redlock::release_verdict;
 use super::reply::{Crowd, Holder, KeyType, Refusal, ReleaseReply};
 use super::scripts::{ACQUIRE, FENCE, LEAVE, RELEASE, RENEW};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, NotOwner, Released, Renewed, Request};
@@ -66,8 +67,16 @@ impl Locker {
             &who.pidns,
         ];
         let timeout = self.node_timeout(ttl);
+        // Redlock: one vote per server, whatever names reach it (redlock.rs).
+        let unidentified = match self.is_quorum() {
+            true => self.identify(timeout)?,
+            false => vec![None],
+        };
         let sent = Instant::now();
-        let results = self.on_all(|n| attempt_on(n, req, &args, timeout, sent));
+        let results = self.on_each(|i, n| match &unidentified[i] {
+            Some(e) => Err(e.clone()),
+            None => attempt_on(n, req, &args, timeout, sent),
+        });
         if !self.is_quorum() {
             let mut result = results.into_iter().next().expect("one node");
             if let Err(e) = &mut result
@@ -88,7 +97,11 @@ impl Locker {
             }
             return result.map_err(|e| e.into_failure(&key.name));
         }
-        self.combine_attempts(key, token, ttl, sent, results)
+        let attempt = self.combine_attempts(key, token, ttl, sent, results);
+        if let Ok(Attempt::Granted(_)) = &attempt {
+            self.remember_grant(token, &args);
+        }
+        attempt
     }
 
     /// Redlock: a grant needs a majority of nodes *and* time left of the TTL after the
@@ -167,31 +180,21 @@ impl Locker {
                 ReleaseReply::decode,
             )
         });
-        let said = |what: fn(&ReleaseReply) -> bool| {
-            results
-                .iter()
-                .filter(|r| r.as_ref().is_ok_and(what))
-                .count()
-        };
-        if said(|r| matches!(r, ReleaseReply::Released | ReleaseReply::Already)) > 0 {
-            return Ok(Released::Done);
+        if self.is_quorum() {
+            return release_verdict(self.quorum(), key, results);
         }
-        if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
-            let answered = results.iter().filter(|r| r.is_ok()).count();
-            if e.kind == Fault::WrongType || answered == 0 || !self.is_quorum() {
-                return Err(e.clone().into_failure(&key.name));
-            }
-        }
-        if said(|r| matches!(r, ReleaseReply::Other)) > 0 {
-            return Err(Failure::NotPermitted {
+        match results.into_iter().next().expect("one node") {
+            Ok(ReleaseReply::Released | ReleaseReply::Already) => Ok(Released::Done),
+            Err(e) => Err(e.into_failure(&key.name)),
+            Ok(ReleaseReply::Other) => Err(Failure::NotPermitted {
                 about: About::Lock(key.name.clone()),
                 refused: Refused::ReleaseHeldByOther,
-            });
+            }),
+            Ok(_) => Err(Failure::NotPermitted {
+                about: About::Lock(key.name.clone()),
+                refused: Refused::ReleaseNotHeld,
+            }),
         }
-        Err(Failure::NotPermitted {
-            about: About::Lock(key.name.clone()),
-            refused: Refused::ReleaseNotHeld,
-        })
     }
 
     /// Breaks the lock whoever holds it.
@@ -249,6 +252,7 @@ impl Locker {
             })
             .collect();
         if self.quorum().reached_by(renewed.len()) {
+            self.repair(key, token, &ttl_ms, &results, timeout);
             return Ok(Renewed::Yes(renewed.into_iter().min().unwrap_or_default()));
         }
         let not_owner = results

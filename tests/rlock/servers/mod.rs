@@ -13,6 +13,7 @@ mod acl;
 mod cluster;
 mod cluster_failover;
 mod redlock;
+mod redlock_losses;
 mod replicas;
 mod sentinel;
 mod tls;
