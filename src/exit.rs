@@ -182,7 +182,7 @@ fn fault_code(kind: Fault) -> Code {
         | Fault::Other => Code::Unavailable,
         Fault::NoPassword | Fault::Auth | Fault::Denied => Code::NotPermitted,
         Fault::WrongType | Fault::Mismatch => Code::NotALock,
-        Fault::Tls(_) | Fault::ClusterNode | Fault::Config => Code::Config,
+        Fault::Tls(_) | Fault::ClusterNode | Fault::Config | Fault::WrongMode => Code::Config,
     }
 }
 

@@ -87,6 +87,7 @@ impl Cluster {
             candidates.sort_by_key(|url| url == avoid);
         }
         let mut last = None;
+        let mut standalone = None;
         for url in candidates {
             let reply: Result<Vec<Value>, NodeError> = self
                 .node(&url)
@@ -101,8 +102,19 @@ impl Cluster {
                         return Ok(());
                     }
                 }
+                Err(e) if e.detail.contains("cluster support disabled") => {
+                    standalone = Some(NodeError {
+                        kind: Fault::WrongMode,
+                        detail: "is not a node of a Redis Cluster (its cluster support is disabled); drop --cluster (and RLOCK_CLUSTER) to lock on it as a server on its own".into(),
+                        ..e
+                    });
+                }
                 Err(e) => last = Some(e),
             }
+        }
+        // No seed knows the slots, and one is a Redis on its own: a mistake no wait cures.
+        if let Some(e) = standalone {
+            return Err(e);
         }
         Err(last.unwrap_or_else(|| NodeError {
             kind: Fault::NotServing,

@@ -48,6 +48,10 @@ pub enum Fault {
     /// A node of a Redis Cluster was used as a server on its own, where that would mislead (a
     /// listing of one node's keys).
     ClusterNode,
+    /// The URLs name another kind of deployment than the flags say: a `--sentinel` URL that is
+    /// not a Sentinel, `--cluster` against a Redis that is not a cluster, a node of a cluster
+    /// (MOVED) without `--cluster`. The detail says which flag to add or drop. No wait cures it.
+    WrongMode,
     /// The server refused what rlock's scripts ask of it as no Redis it supports would: a
     /// command or a form of it that came later (an HSET of several fields is Redis 4.0's).
     TooOld,
@@ -249,6 +253,7 @@ impl NodeError {
             Fault::TooOld => {
                 format!("Redis is too old for {about}: {self}; rlock needs Redis 5.0 or later")
             }
+            Fault::WrongMode => format!("wrong kind of server for {about}: {self}"),
             Fault::ClusterNode => format!(
                 "cannot list {about} from {self}; add --cluster (or set RLOCK_CLUSTER=1) to list the locks of every master"
             ),

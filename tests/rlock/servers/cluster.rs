@@ -153,12 +153,13 @@ fn cluster_one_seed_is_enough_and_rlock_cluster_env_is_the_flag() {
         printed_fence_above(&out, env_fence);
         assert!(!here(node, &lock));
 
-        // Without cluster mode the seed is one Redis, which refuses a key it does not serve.
+        // Without cluster mode the seed is one Redis, which refuses a key it does not serve: a
+        // configuration mistake (78), which says to add --cluster.
         let out = run(rlock()
             .env("RLOCK_URL", &seed)
             .args(["acquire", "-n", "-k", &name]));
         assert!(
-            out.code == 69 && out.stderr.to_lowercase().contains("moved"),
+            out.code == 78 && out.stderr.contains("MOVED") && out.stderr.contains("--cluster"),
             "a single-Redis acquire of a key served elsewhere must fail with MOVED: {out}"
         );
         assert!(!here(node, &lock));

@@ -15,7 +15,9 @@ mod cluster_failover;
 mod redlock;
 mod redlock_losses;
 mod replicas;
+mod scale_out_mistakes;
 mod sentinel;
+mod sentinel_faults;
 mod tls;
 
 use crate::common::{
