@@ -37,7 +37,16 @@ impl Locker {
     /// that got no usable answer fails; `Failure::is_transient` says whether time may cure it
     /// (an outage, which a waiter rides out) or not (a refusal, a key that is not a lock, a URL
     /// that does not resolve).
-    pub(super) fn attempt(&self, req: &Request, join_queue: bool) -> Result<Attempt, Failure> {
+    ///
+    /// `within`: what is left of a bounded wait. The try, and the give-back after a try whose
+    /// reply never came, each end within it (at most --op-timeout each).
+    pub(super) fn attempt(
+        &self,
+        req: &Request,
+        join_queue: bool,
+        within: Option<Duration>,
+    ) -> Result<Attempt, Failure> {
+        let began = Instant::now();
         let Request {
             key,
             token,
@@ -66,7 +75,7 @@ impl Locker {
             &limit,
             &who.pidns,
         ];
-        let timeout = self.node_timeout(ttl);
+        let timeout = capped(self.node_timeout(ttl), within);
         // Redlock: one vote per server, whatever names reach it (redlock.rs).
         let unidentified = match self.is_quorum() {
             true => self.identify(timeout)?,
@@ -90,7 +99,10 @@ impl Locker {
                 // WAIT after it): a failover could lose it. Give it back so it does not sit out
                 // its whole TTL. (A script the ACL refused wrote nothing: the give-back finds
                 // nothing to give.)
-                let given_back = self.leave(key, token).is_ok();
+                let left = within.map(|w| w.saturating_sub(began.elapsed()));
+                let given_back = self
+                    .leave_within(key, token, capped(self.op_timeout, left))
+                    .is_ok();
                 if e.kind == Fault::Replicas && given_back {
                     e.detail.push_str("; the grant was given back");
                 }
@@ -159,8 +171,17 @@ impl Locker {
 
     /// Leaves the wait queue, giving back a grant that raced with giving up. Best effort.
     pub fn leave(&self, key: &LockKey, token: &str) -> Result<(), Failure> {
-        let results =
-            self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], self.op_timeout));
+        self.leave_within(key, token, self.op_timeout)
+    }
+
+    /// As `leave`, each node within `timeout`.
+    pub(super) fn leave_within(
+        &self,
+        key: &LockKey,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<(), Failure> {
+        let results = self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], timeout));
         match results.into_iter().find_map(Result::err) {
             Some(e) if !self.is_quorum() => Err(e.into_failure(&key.name)),
             _ => Ok(()),
@@ -275,6 +296,13 @@ impl Locker {
             });
         Err(error.into_failure(&key.name))
     }
+}
+
+/// `timeout`, no longer than `within` when given (and never zero, which a socket refuses).
+pub(super) fn capped(timeout: Duration, within: Option<Duration>) -> Duration {
+    within
+        .map_or(timeout, |w| timeout.min(w))
+        .max(Duration::from_millis(1))
 }
 
 fn attempt_on(
