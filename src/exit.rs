@@ -176,6 +176,9 @@ fn fault_code(kind: Fault) -> Code {
         | Fault::Timeout
         | Fault::Io
         | Fault::NotServing
+        | Fault::Migrating
+        | Fault::NoMaster
+        | Fault::ClusterDown
         | Fault::NotRedis
         | Fault::Replicas
         | Fault::TooOld

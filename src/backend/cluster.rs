@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
@@ -25,8 +25,13 @@ use super::{Fault, Node, NodeError, Script, Settings, Single, Subscriber, key_sl
 use crate::exit::Failure;
 use crate::redact::{redact, redact_all};
 
-/// How many redirections one request may follow (a MOVED, then an ASK, then some slack).
+/// How many redirections one request follows at least (a MOVED, then an ASK, then some slack);
+/// more while --op-timeout lasts (a slot in migration sends a request back and forth).
 const MAX_REDIRECTS: usize = 4;
+/// The first pause before a request that a master asked to retry (TRYAGAIN, CLUSTERDOWN) is
+/// sent again, doubled after each, up to MAX_PAUSE.
+const FIRST_PAUSE: Duration = Duration::from_millis(5);
+const MAX_PAUSE: Duration = Duration::from_millis(100);
 
 pub struct Cluster {
     settings: Settings,
@@ -211,25 +216,52 @@ impl Node for Cluster {
         args: &[&str],
         timeout: Duration,
     ) -> Result<Value, NodeError> {
+        // Redirections and replies that ask for a retry (TRYAGAIN while the slot's keys are
+        // split between two masters, CLUSTERDOWN until a failover ends) are followed until
+        // --op-timeout is spent: a slot in migration is not a failed request.
+        let deadline = Instant::now() + timeout;
+        let left = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        };
         let slot = key_slot(keys.first().copied().unwrap_or(""));
         let mut url = self.master_url_for(slot, timeout)?;
         let mut asking = false;
         let mut asked_again = false;
-        for _ in 0..MAX_REDIRECTS {
+        let mut redirects = 0;
+        let mut pause = FIRST_PAUSE;
+        loop {
             let routed = self
                 .node(&url)
-                .and_then(|target| target.eval_routed(script, keys, args, timeout, asking));
+                .and_then(|target| target.eval_routed(script, keys, args, left(), asking));
             match routed {
                 Ok(Routed::Done(v)) => return Ok(v),
                 Ok(Routed::Moved(addr)) => {
                     // The slot map is stale: learn the new one, and go where we were sent.
-                    let _ = self.refresh(timeout);
+                    let _ = self.refresh(left());
                     url = self.url_of(&addr);
                     asking = false;
+                    redirects += 1;
                 }
                 Ok(Routed::Ask(addr)) => {
                     url = self.url_of(&addr);
                     asking = true;
+                    redirects += 1;
+                }
+                Err(e) if matches!(e.kind, Fault::Migrating | Fault::ClusterDown) => {
+                    if Instant::now() + pause >= deadline {
+                        return Err(e);
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(MAX_PAUSE);
+                    if e.kind == Fault::ClusterDown {
+                        let _ = self.refresh(left());
+                    }
+                    // From the slot's master again: it sends the request on (ASK) once the
+                    // keys have moved.
+                    url = self.master_url_for(slot, left())?;
+                    asking = false;
                 }
                 Err(e) if e.is_transport() && !asked_again => {
                     // The master may be gone and its replica promoted: ask the others.
@@ -247,12 +279,16 @@ impl Node for Cluster {
                 }
                 Err(e) => return Err(e),
             }
+            if redirects > MAX_REDIRECTS && Instant::now() >= deadline {
+                return Err(NodeError {
+                    kind: Fault::Migrating,
+                    node: self.name.clone(),
+                    detail: format!(
+                        "slot {slot} kept moving ({redirects} redirections within --op-timeout)"
+                    ),
+                });
+            }
         }
-        Err(NodeError {
-            kind: Fault::NotServing,
-            node: self.name.clone(),
-            detail: format!("slot {slot} kept moving (more than {MAX_REDIRECTS} redirections)"),
-        })
     }
 
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError> {

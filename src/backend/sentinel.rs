@@ -128,15 +128,19 @@ impl Sentinel {
     fn none_named(&self, answers: Vec<(usize, Answer)>) -> NodeError {
         let mut problems = Vec::new();
         let mut lasting = None;
+        let mut unknown = false;
         for (i, answer) in answers {
             let sentinel = &self.sentinels[i];
             match answer {
                 Ok(Some(_)) => {}
-                Ok(None) => problems.push(format!(
-                    "{}: does not know master '{}' (check the name given to --sentinel)",
-                    sentinel.name(),
-                    self.master
-                )),
+                Ok(None) => {
+                    unknown = true;
+                    problems.push(format!(
+                        "{}: does not know master '{}'",
+                        sentinel.name(),
+                        self.master
+                    ));
+                }
                 Err(e) if not_a_sentinel(&e) => {
                     let answered = match e.kind {
                         Fault::NotRedis => e.detail.clone(),
@@ -162,7 +166,11 @@ impl Sentinel {
             return e;
         }
         self.fail(
-            Fault::Connect,
+            if unknown {
+                Fault::NoMaster
+            } else {
+                Fault::Connect
+            },
             format!("no Sentinel named the master: {}", problems.join("; ")),
         )
     }

@@ -168,7 +168,7 @@ fn cluster_one_seed_is_enough_and_rlock_cluster_env_is_the_flag() {
 
 /// Starts moving `slot` from master `from` to master `to`: IMPORTING on `to`, MIGRATING on
 /// `from` (what `redis-cli --cluster reshard` does first).
-fn begin_migration(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
+pub(super) fn begin_migration(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
     let slot = slot.to_string();
     let (from_id, to_id) = (cluster.node_id(from), cluster.node_id(to));
     cluster
@@ -180,7 +180,7 @@ fn begin_migration(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
 }
 
 /// Moves `keys` from master `from` to master `to` with one MIGRATE.
-fn move_keys(cluster: &RedisCluster, from: usize, to: usize, keys: &[&str]) {
+pub(super) fn move_keys(cluster: &RedisCluster, from: usize, to: usize, keys: &[&str]) {
     let port = cluster.node(to).port().to_string();
     let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
     args.extend_from_slice(keys);
@@ -189,7 +189,7 @@ fn move_keys(cluster: &RedisCluster, from: usize, to: usize, keys: &[&str]) {
 }
 
 /// Ends the move: every master is told that `to` serves `slot`, the new owner first.
-fn end_migration(cluster: &RedisCluster, slot: u16, to: usize) {
+pub(super) fn end_migration(cluster: &RedisCluster, slot: u16, to: usize) {
     let slot = slot.to_string();
     let to_id = cluster.node_id(to);
     let mut order: Vec<usize> = (0..cluster.nodes().len()).collect();

@@ -12,6 +12,7 @@
 mod acl;
 mod cluster;
 mod cluster_failover;
+mod cluster_migration;
 mod redlock;
 mod redlock_losses;
 mod replicas;
