@@ -40,6 +40,9 @@ pub struct Cluster {
     slots: Mutex<Vec<(u16, u16, String)>>,
     /// One node (one reused connection) per server URL.
     nodes: Mutex<HashMap<String, Arc<Single>>>,
+    /// A master that failed a request too late in its --op-timeout to ask for the slot map
+    /// then: the next request asks first, this one last (it may have failed over).
+    suspect: Mutex<Option<String>>,
 }
 
 impl Cluster {
@@ -52,6 +55,7 @@ impl Cluster {
             name: format!("cluster {}", redact_all(&settings.urls)),
             slots: Mutex::new(Vec::new()),
             nodes: Mutex::new(HashMap::new()),
+            suspect: Mutex::new(None),
         })
     }
 
@@ -83,7 +87,10 @@ impl Cluster {
     }
 
     /// As `refresh`, asking the node `avoid` (one that just failed) last.
+    /// Every node asked shares `timeout`: a frozen one costs what is left of it, not a whole
+    /// timeout each.
     fn refresh_avoiding(&self, avoid: Option<&str>, timeout: Duration) -> Result<(), NodeError> {
+        let deadline = Instant::now() + timeout;
         let mut candidates = self.settings.urls.clone();
         candidates.extend(self.masters_known());
         candidates.sort();
@@ -94,9 +101,13 @@ impl Cluster {
         let mut last = None;
         let mut standalone = None;
         for url in candidates {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
             let reply: Result<Vec<Value>, NodeError> = self
                 .node(&url)
-                .and_then(|n| n.query(redis::cmd("CLUSTER").arg("SLOTS"), timeout));
+                .and_then(|n| n.query(redis::cmd("CLUSTER").arg("SLOTS"), left));
             match reply {
                 Ok(ranges) => {
                     let map = parse_slots(&ranges, &url, |h, p| {
@@ -226,7 +237,16 @@ impl Node for Cluster {
                 .max(Duration::from_millis(1))
         };
         let slot = key_slot(keys.first().copied().unwrap_or(""));
-        let mut url = self.master_url_for(slot, timeout)?;
+        let suspect = self
+            .suspect
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(suspect) = suspect {
+            // The last request's master failed it: it may have failed over since.
+            let _ = self.refresh_avoiding(Some(&suspect), timeout / 2);
+        }
+        let mut url = self.master_url_for(slot, left())?;
         let mut asking = false;
         let mut asked_again = false;
         let mut redirects = 0;
@@ -264,11 +284,17 @@ impl Node for Cluster {
                     asking = false;
                 }
                 Err(e) if e.is_transport() && !asked_again => {
-                    // The master may be gone and its replica promoted: ask the others.
+                    // The master may be gone and its replica promoted: ask the others, now if
+                    // --op-timeout leaves time for it (a refused connection), else at the next
+                    // request (a frozen master took it all).
                     asked_again = true;
+                    if deadline.saturating_duration_since(Instant::now()) < timeout / 4 {
+                        *self.suspect.lock().unwrap_or_else(|p| p.into_inner()) = Some(url);
+                        return Err(e);
+                    }
                     let moved = self
-                        .refresh_avoiding(Some(&url), timeout)
-                        .and_then(|()| self.master_url_for(slot, timeout));
+                        .refresh_avoiding(Some(&url), left())
+                        .and_then(|()| self.master_url_for(slot, left()));
                     match moved {
                         Ok(new) if new != url => {
                             url = new;

@@ -469,6 +469,38 @@ fn cluster_a_frozen_master_costs_at_most_the_op_timeout() {
 }
 
 #[test]
+fn cluster_the_final_release_takes_at_most_the_op_timeout_with_every_master_frozen() {
+    let cluster = RedisCluster::start();
+    let name = key_on(&cluster, 0);
+    let dir = tempdir();
+    let mut rl = Bg::spawn_group(
+        "exec",
+        dir.path(),
+        clustered(&cluster)
+            .args(["--op-timeout", "1s", "exec", "-k", &name, "--ttl", "60s"])
+            .args(["--", "sh", "-c"])
+            .arg(HOLD_UNTIL_STOP),
+    );
+    rl.ready();
+    // The lock's master, and the nodes asked for the slot map after it fails.
+    for node in cluster.nodes() {
+        node.freeze();
+    }
+    let stopped = Instant::now();
+    touch(dir.path().join("stop"));
+    let (out, at) = rl.finish(FINISH);
+    for node in cluster.nodes() {
+        node.thaw();
+    }
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        at - stopped < Duration::from_millis(1000 + 600),
+        "the final release took {:?} with --op-timeout 1s: {out}",
+        at - stopped
+    );
+}
+
+#[test]
 fn cluster_waiter_wakes_on_release() {
     let cluster = RedisCluster::start();
     // Not on the first seed, where the waiter subscribes: the wake-up crosses the cluster bus.
