@@ -75,12 +75,14 @@ impl Locker {
             &limit,
             &who.pidns,
         ];
-        let timeout = capped(self.node_timeout(ttl), within);
+        // What is left of the wait, after what this try has taken so far.
+        let left = || within.map(|w| w.saturating_sub(began.elapsed()));
         // Redlock: one vote per server, whatever names reach it (redlock.rs).
         let unidentified = match self.is_quorum() {
-            true => self.identify(timeout)?,
+            true => self.identify(capped(self.node_timeout(ttl), left()))?,
             false => vec![None],
         };
+        let timeout = capped(self.node_timeout(ttl), left());
         let sent = Instant::now();
         let results = self.on_each(|i, n| match &unidentified[i] {
             Some(e) => Err(e.clone()),
@@ -99,9 +101,8 @@ impl Locker {
                 // WAIT after it): a failover could lose it. Give it back so it does not sit out
                 // its whole TTL. (A script the ACL refused wrote nothing: the give-back finds
                 // nothing to give.)
-                let left = within.map(|w| w.saturating_sub(began.elapsed()));
                 let given_back = self
-                    .leave_within(key, token, capped(self.op_timeout, left))
+                    .leave_within(key, token, capped(self.op_timeout, left()))
                     .is_ok();
                 if e.kind == Fault::Replicas && given_back {
                     e.detail.push_str("; the grant was given back");
@@ -109,7 +110,10 @@ impl Locker {
             }
             return result.map_err(|e| e.into_failure(&key.name));
         }
-        let attempt = self.combine_attempts(key, token, ttl, sent, results);
+        // A master that did not say who it is was sent no grant: nothing to give back there.
+        let asked: Vec<bool> = unidentified.iter().map(Option::is_none).collect();
+        let give_back = capped(self.node_timeout(ttl), left());
+        let attempt = self.combine_attempts(req, sent, results, &asked, give_back);
         if let Ok(Attempt::Granted(_)) = &attempt {
             self.remember_grant(token, &args);
         }
@@ -118,15 +122,16 @@ impl Locker {
 
     /// Redlock: a grant needs a majority of nodes *and* time left of the TTL after the
     /// round trip (validity = TTL − elapsed − drift). Anything less is given back on every
-    /// node, including those that did not answer.
+    /// node that was `asked`, including those that did not answer, each within `give_back`.
     fn combine_attempts(
         &self,
-        key: &LockKey,
-        token: &str,
-        ttl: Duration,
+        req: &Request,
         sent: Instant,
         results: Vec<NodeAttempt>,
+        asked: &[bool],
+        give_back: Duration,
     ) -> Result<Attempt, Failure> {
+        let (key, token, ttl) = (req.key, req.token, req.ttl);
         let timeout = self.node_timeout(ttl);
         if let Some(fence) = majority_fence(self.quorum(), &results)
             && let Some(validity) = validity(ttl, sent.elapsed())
@@ -140,8 +145,12 @@ impl Locker {
                 sent,
             }));
         }
-        // No grant: give back what was granted, everywhere, each node within its timeout.
-        self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], timeout));
+        // No grant: give back what was granted, everywhere it was asked.
+        self.on_each(|i, n| {
+            if asked[i] {
+                let _ = n.eval(&LEAVE, &key.keys(), &[token, &key.channel], give_back);
+            }
+        });
         no_grant(self.quorum(), key, results)
     }
 

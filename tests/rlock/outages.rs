@@ -137,6 +137,26 @@ fn a_bounded_wait_is_a_deadline_against_a_frozen_server() {
         );
     }
     server.thaw();
+
+    // Redlock with a frozen majority: each try asks every master who it is, then for the lock,
+    // then gives back; all of it within what is left of the wait.
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    masters[1].freeze();
+    masters[2].freeze();
+    let mut cmd = rlock();
+    for m in &masters {
+        cmd.arg("-u").arg(m.url());
+    }
+    let started = Instant::now();
+    let out = run(cmd.args(["acquire", "-w", "5s", "-k", KEY]));
+    let took = started.elapsed();
+    masters[1].thaw();
+    masters[2].thaw();
+    assert_eq!(out.code, 69, "{out}");
+    assert!(
+        took >= Duration::from_millis(4900) && took < Duration::from_millis(5000 + 700),
+        "Redlock took {took:?} for -w 5s with a frozen majority: {out}"
+    );
 }
 
 #[test]

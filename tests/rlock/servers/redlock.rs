@@ -91,8 +91,7 @@ fn redlock_three_of_five_frozen_is_69_and_every_partial_grant_is_given_back() {
     );
 
     // The frozen nodes never said which server they are (each master is asked before the
-    // grant: one server, one vote), so no grant was sent to them; the give-back was, and runs
-    // when they thaw.
+    // grant: one server, one vote), so no grant was sent to them (and no give-back needed).
     for n in &nodes[2..] {
         n.thaw();
     }
