@@ -163,12 +163,13 @@ pub(super) fn eval_as<T>(
 }
 
 /// A Redlock request about `about` that too few of its `n` masters answered: the first refusal
-/// among their errors (a wrong password, the ACL, TLS), which no wait cures, else no quorum.
+/// among their errors (a wrong password, the ACL, TLS, a node of a Redis Cluster), which no wait
+/// cures, else no quorum.
 pub(super) fn no_quorum(about: About, n: usize, errors: Vec<NodeError>) -> Failure {
     if let Some(refused) = errors.iter().position(|e| {
         matches!(
             e.kind,
-            Fault::Auth | Fault::NoPassword | Fault::Denied | Fault::Tls(_)
+            Fault::Auth | Fault::NoPassword | Fault::Denied | Fault::Tls(_) | Fault::WrongMode
         )
     }) {
         let mut errors = errors;

@@ -91,4 +91,18 @@ fn a_cluster_node_without_cluster_is_78_at_once() {
             &["MOVED", "add --cluster"],
         );
     }
+    // Every node of the cluster given as a Redlock master: the two that do not serve the slot
+    // answer MOVED, a mistake, not two masters down.
+    let mut redlock = rlock();
+    for url in cluster.urls() {
+        redlock.arg("-u").arg(url);
+    }
+    refused_at_once(
+        redlock.args(["acquire", "-k", &name]),
+        &["MOVED", "add --cluster"],
+    );
+    assert!(
+        !here(cluster.node(1), &format!("rlock:{name}")),
+        "given back"
+    );
 }
