@@ -225,6 +225,16 @@ impl Sentinel {
     }
 }
 
+impl Sentinel {
+    /// The master, asked for within half of `timeout`, and what is left of `timeout` for the
+    /// request to it: the question and the request share --op-timeout.
+    fn master_within(&self, timeout: Duration) -> Result<(Arc<Single>, Duration), NodeError> {
+        let start = Instant::now();
+        let master = self.master(timeout / 2)?;
+        Ok((master, timeout.saturating_sub(start.elapsed()).max(LEAST)))
+    }
+}
+
 impl Node for Sentinel {
     fn eval(
         &self,
@@ -233,15 +243,13 @@ impl Node for Sentinel {
         args: &[&str],
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        // The question and the request share --op-timeout: the question takes at most half.
-        let start = Instant::now();
-        let master = self.master(timeout / 2)?;
-        let left = timeout.saturating_sub(start.elapsed()).max(LEAST);
+        let (master, left) = self.master_within(timeout)?;
         master.eval(script, keys, args, left)
     }
 
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError> {
-        self.master(timeout)?.scan(pattern, timeout)
+        let (master, left) = self.master_within(timeout)?;
+        master.scan(pattern, left)
     }
 
     fn subscriber(
@@ -250,7 +258,8 @@ impl Node for Sentinel {
         channel: &str,
         timeout: Duration,
     ) -> Result<Subscriber, NodeError> {
-        self.master(timeout)?.subscriber(key, channel, timeout)
+        let (master, left) = self.master_within(timeout)?;
+        master.subscriber(key, channel, left)
     }
 
     fn name(&self) -> &str {
