@@ -157,6 +157,14 @@ pub(super) fn refused(about: &About, refused: Refused) -> String {
 
 /// A wait that ended while Redis was out: the last try's failure, and for how long.
 pub(super) fn outage(last: &Failure, waited: Duration, down_for: Duration) -> String {
+    // The outage is counted from the start of the try that first failed: from the wait's
+    // start when Redis never answered.
+    if down_for >= waited {
+        return format!(
+            "{last}; gave up after {}, Redis unavailable throughout",
+            ms(waited)
+        );
+    }
     format!(
         "{last}; gave up after {}, Redis unavailable for the last {}",
         ms(waited),

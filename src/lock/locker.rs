@@ -2,11 +2,13 @@
 //! quorum of independent masters, with what every kind of lock needs of it: running a script on
 //! every node (in parallel), counting a majority, and subscribing to a wake channel.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use redis::Value;
 
 use super::key::LockKey;
+use super::redlock::Relock;
 use super::reply::Refusal;
 use crate::backend::{Fault, Node, NodeError, Script, Subscriber};
 use crate::exit::{About, Failure};
@@ -16,6 +18,9 @@ use crate::exit::{About, Failure};
 pub struct Locker {
     pub(super) nodes: Vec<Box<dyn Node>>,
     pub(super) op_timeout: Duration,
+    /// Redlock: the last grant's token and acquire arguments, with which a renewal writes the
+    /// lock again on a master that lost it (see `redlock.rs`).
+    pub(super) relock: Mutex<Option<Relock>>,
 }
 
 /// How many of the nodes must agree: all of one, or a majority of a Redlock's masters.
@@ -54,7 +59,11 @@ impl Quorum {
 impl Locker {
     pub fn new(nodes: Vec<Box<dyn Node>>, op_timeout: Duration) -> Self {
         assert!(!nodes.is_empty(), "a Locker needs at least one node");
-        Locker { nodes, op_timeout }
+        Locker {
+            nodes,
+            op_timeout,
+            relock: Mutex::new(None),
+        }
     }
 
     pub fn op_timeout(&self) -> Duration {
@@ -82,15 +91,21 @@ impl Locker {
 
     /// Runs `f` on every node, in parallel when there are several.
     pub(super) fn on_all<T: Send>(&self, f: impl Fn(&dyn Node) -> T + Sync) -> Vec<T> {
+        self.on_each(|_, n| f(n))
+    }
+
+    /// As `on_all`, telling `f` which node (its place in the URLs) it runs on.
+    pub(super) fn on_each<T: Send>(&self, f: impl Fn(usize, &dyn Node) -> T + Sync) -> Vec<T> {
         if self.nodes.len() == 1 {
-            return vec![f(self.nodes[0].as_ref())];
+            return vec![f(0, self.nodes[0].as_ref())];
         }
         let f = &f;
         std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .nodes
                 .iter()
-                .map(|n| s.spawn(move || f(n.as_ref())))
+                .enumerate()
+                .map(|(i, n)| s.spawn(move || f(i, n.as_ref())))
                 .collect();
             handles
                 .into_iter()
@@ -148,12 +163,13 @@ pub(super) fn eval_as<T>(
 }
 
 /// A Redlock request about `about` that too few of its `n` masters answered: the first refusal
-/// among their errors (a wrong password, the ACL, TLS), which no wait cures, else no quorum.
+/// among their errors (a wrong password, the ACL, TLS, a node of a Redis Cluster), which no wait
+/// cures, else no quorum.
 pub(super) fn no_quorum(about: About, n: usize, errors: Vec<NodeError>) -> Failure {
     if let Some(refused) = errors.iter().position(|e| {
         matches!(
             e.kind,
-            Fault::Auth | Fault::NoPassword | Fault::Denied | Fault::Tls(_)
+            Fault::Auth | Fault::NoPassword | Fault::Denied | Fault::Tls(_) | Fault::WrongMode
         )
     }) {
         let mut errors = errors;

@@ -15,8 +15,9 @@
 //! The rooms: `key.rs` names the keys, `scripts.rs` holds the scripts, `reply.rs` decodes their
 //! answers by name, `locker.rs` is the deployment (fan-out to every node, the Redlock majority),
 //! `lease.rs` the lease arithmetic, `display.rs` the text. The operations sit on the `Locker`:
-//! `exclusive.rs` (one try at taking, release, renewal), `read.rs` (inspect, list), `wait.rs`
-//! (waiting without polling), `history.rs` (the runs on record).
+//! `exclusive.rs` (one try at taking, release, renewal), `redlock.rs` (one vote per server, a
+//! release by majority, a renewal that repairs a master restarted empty), `read.rs` (inspect,
+//! list), `wait.rs` (waiting without polling), `history.rs` (the runs on record).
 //!
 //! A semaphore (`--limit N`) or shared lock (`--shared`) is the same protocol with another value
 //! at the lock key: a sorted set of holders (`multi.lua`). The scripts branch on the key's type,
@@ -30,6 +31,7 @@ mod key;
 mod lease;
 mod locker;
 mod read;
+mod redlock;
 mod reply;
 mod scripts;
 mod wait;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 
-use super::exclusive::Attempt;
+use super::exclusive::{Attempt, capped};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
 use crate::exit::{About, Code, Failure, Interruption, Seen, Waited};
@@ -94,6 +94,7 @@ impl Locker {
             outage: None,
             subs: Vec::new(),
             subscribed: false,
+            heard: false,
         };
         waiter.wait()
     }
@@ -109,7 +110,7 @@ impl Locker {
             waited: Waited::NotAtAll,
             code: policy.busy_code,
         };
-        match self.attempt(req, false) {
+        match self.attempt(req, false, None) {
             Err(e) => Err(hooks
                 .interrupt
                 .take()
@@ -146,6 +147,8 @@ struct Waiter<'a> {
     /// Subscribed since the lock was first found busy (the first try needs no subscription:
     /// an uncontended lock costs one round trip).
     subscribed: bool,
+    /// Some try has been answered.
+    heard: bool,
 }
 
 /// What one try and the sleep after it came to.
@@ -172,8 +175,13 @@ impl Waiter<'_> {
                 Step::GaveUp(failure) => {
                     // A waiter that gives up leaves nothing behind. (When Redis did not
                     // answer, the failed attempt has already tried that; once is enough.)
+                    // Within what is left of a bounded wait: nothing (the script is sent,
+                    // and runs, even when its reply is not waited for).
                     if failure.code() != Some(Code::Unavailable) {
-                        let _ = self.locker.leave(self.req.key, self.req.token);
+                        let timeout = capped(self.locker.op_timeout(), self.left());
+                        let _ = self
+                            .locker
+                            .leave_within(self.req.key, self.req.token, timeout);
                     }
                     return Err(failure);
                 }
@@ -188,13 +196,15 @@ impl Waiter<'_> {
         if let Some(signal) = self.hooks.interrupt.take() {
             return Step::GaveUp(interrupted(key, signal));
         }
-        let attempt = self.locker.attempt(self.req, true);
+        // Counted from the try's start: a try that fails may have taken --op-timeout.
+        let tried = Instant::now();
+        let attempt = self.locker.attempt(self.req, true, self.left());
         if let Some(signal) = self.hooks.interrupt.take() {
             // (A grant that raced with the signal is given back by `wait`'s leave.)
             return Step::GaveUp(interrupted(key, signal));
         }
         match attempt {
-            Err(failure) if failure.is_transient() => self.ride_out(failure),
+            Err(failure) if failure.is_transient() => self.ride_out(failure, tried),
             Err(failure) => Step::GaveUp(failure),
             Ok(answer) => {
                 self.answered();
@@ -267,7 +277,7 @@ impl Waiter<'_> {
 
     /// A try got no answer that time may cure: the outage begins or goes on, and the next try
     /// comes after a backoff (or the wait ends at its deadline).
-    fn ride_out(&mut self, failure: Failure) -> Step {
+    fn ride_out(&mut self, failure: Failure, tried: Instant) -> Step {
         let key = &self.req.key.name;
         let outage = match self.outage.take() {
             Some(mut o) => {
@@ -281,7 +291,8 @@ impl Waiter<'_> {
                     failure: &failure,
                 });
                 Outage {
-                    since: Instant::now(),
+                    // Down all along when no try has been answered yet.
+                    since: if self.heard { tried } else { self.start },
                     last: failure,
                     backoff: Duration::from_millis(50),
                 }
@@ -308,8 +319,15 @@ impl Waiter<'_> {
         }
     }
 
+    /// What is left of a bounded wait.
+    fn left(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
     /// A try got an answer: an outage under way is over.
     fn answered(&mut self) {
+        self.heard = true;
         if let Some(o) = self.outage.take() {
             self.hooks.observer.observe(Note::OutageEnded {
                 key: &self.req.key.name,

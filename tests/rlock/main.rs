@@ -20,4 +20,5 @@ mod secrets;
 mod servers;
 mod sharing;
 mod soak;
+mod soak_redlock;
 mod waiting;

@@ -12,9 +12,13 @@
 mod acl;
 mod cluster;
 mod cluster_failover;
+mod cluster_migration;
 mod redlock;
+mod redlock_losses;
 mod replicas;
+mod scale_out_mistakes;
 mod sentinel;
+mod sentinel_faults;
 mod tls;
 
 use crate::common::{
