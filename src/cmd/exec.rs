@@ -346,14 +346,14 @@ struct After {
 }
 
 impl After {
-    /// The terminal back to rlock's group. The guardian, once it has told that nothing of the
-    /// command runs, has left by itself; should anything still run (a process SIGKILL could not
-    /// end at once), its request pipe closing tells it to kill it again.
+    /// The terminal back to rlock's group, and the guardian reaped: once it has told that
+    /// nothing of the command runs, it leaves by itself; should anything still run (a process
+    /// SIGKILL could not end at once), its request pipe closing tells it to kill it again.
     fn tidy(self) {
         if let Some(t) = self.terminal {
             t.take_back_from(self.pgid);
         }
-        drop(self.guardian);
+        self.guardian.reap();
     }
 }
 
@@ -361,6 +361,11 @@ impl After {
 /// release found that out: broken or expired between two renewals, the command ran unprotected
 /// for a while, and that must not pass for success.
 fn give_back(ctx: &Context, locker: &Locker, held: &Held, outcome: &Outcome) -> Option<LostHow> {
+    if outcome.leftovers {
+        // Something the command started may still run: the lock must not be granted again
+        // before its lease ends.
+        return Some(LostHow::Unstoppable(supervise::AFTER_KILL));
+    }
     if held.owner != Owner::Us {
         return None;
     }
@@ -393,7 +398,12 @@ fn exit(args: &ExecArgs, held: &Held, outcome: Outcome, lost: Option<LostHow>) -
         loss,
         signal: args.lost_signal,
     });
-    if let Some(how) = how.or(lost) {
+    // Not released since something may still run: that says more than why the lock was lost.
+    let how = match lost {
+        Some(unstoppable @ LostHow::Unstoppable(_)) => Some(unstoppable),
+        lost => how.or(lost),
+    };
+    if let Some(how) = how {
         let about = About::Lock(held.grant.key.name.clone());
         return Err(Failure::Lost { about, how }.into());
     }

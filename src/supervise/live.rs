@@ -25,6 +25,8 @@ pub(super) struct Inbox<'a> {
     pub guardian: &'a mut Guardian,
     /// The guardian ended or was killed: rlock contains what is left itself.
     pub guardian_gone: bool,
+    /// The guardian told the leader's end.
+    pub leader_ended: bool,
     pub signals: &'a Signals,
     pub reports: &'a ReportReceiver,
     pub pending: VecDeque<Event>,
@@ -81,7 +83,10 @@ impl Inbox<'_> {
                 guardian::Next::Event(event) => self.pending.push_back(match event {
                     guardian::Event::Stopped(sig) => Event::Stopped(sig),
                     guardian::Event::Continued => Event::Continued,
-                    guardian::Event::Exited(code, sig) => Event::Exited(code, sig),
+                    guardian::Event::Exited(code, sig) => {
+                        self.leader_ended = true;
+                        Event::Exited(code, sig)
+                    }
                     guardian::Event::Empty => Event::Empty,
                     guardian::Event::Started { .. } | guardian::Event::NotStarted(_) => continue,
                 }),
@@ -115,10 +120,13 @@ impl Inbox<'_> {
         if let Some(cgroup) = self.guardian.cgroup() {
             contain::remove_cgroup(cgroup);
         }
-        self.pending.push_back(Event::Exited(
-            128 + Signal::SIGKILL as u8,
-            Some(Signal::SIGKILL),
-        ));
+        // The command died with its guardian, unless it had ended before.
+        if !self.leader_ended {
+            self.pending.push_back(Event::Exited(
+                128 + Signal::SIGKILL as u8,
+                Some(Signal::SIGKILL),
+            ));
+        }
         self.pending.push_back(Event::Empty);
     }
 }
@@ -169,7 +177,13 @@ impl World for Live<'_> {
     }
 
     fn stop_like_a_job(&mut self, sig: Signal) -> Option<bool> {
-        self.terminal.map(|t| t.stop_like_a_job(self.pgid, sig))
+        let terminal = self.terminal?;
+        // The whole job stops, not only the command's group: what moved to other groups or
+        // sessions must not run on while rlock, stopped, cannot renew.
+        if !self.inbox.guardian_gone {
+            self.inbox.guardian.signal_all(Signal::SIGSTOP);
+        }
+        Some(terminal.stop_like_a_job(self.pgid, sig))
     }
 
     fn resume(&mut self, foreground: bool) {
@@ -177,5 +191,8 @@ impl World for Live<'_> {
             t.hand_to(self.pgid);
         }
         let _ = killpg(self.pgid, Signal::SIGCONT);
+        if !self.inbox.guardian_gone {
+            self.inbox.guardian.signal_all(Signal::SIGCONT);
+        }
     }
 }

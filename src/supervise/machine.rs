@@ -203,6 +203,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>, W: World> Supervisor<'a, R, W> {
             code,
             signal,
             lost: self.lost.take(),
+            leftovers: !self.empty,
         })
     }
 

@@ -29,7 +29,7 @@ use crate::watchdog::{Loss, Report};
 
 /// How long rlock waits, after the final SIGKILL, for what it killed to be gone: a process
 /// that SIGKILL cannot end at once (stuck in the kernel) runs no code of its own meanwhile.
-const AFTER_KILL: Duration = Duration::from_secs(2);
+pub const AFTER_KILL: Duration = Duration::from_secs(2);
 
 /// Makes rlock the reaper of the orphans of its guardian, should the guardian be killed: they
 /// stay below rlock, which then stops them itself.
@@ -91,6 +91,9 @@ pub struct Outcome {
     pub signal: Option<Signal>,
     /// Why the lock was lost, if it was.
     pub lost: Option<Loss>,
+    /// Something the command started was still there `AFTER_KILL` after its SIGKILL: the lock
+    /// must not be released.
+    pub leftovers: bool,
 }
 
 /// What the supervisor asks of the renewal thread.
@@ -115,6 +118,7 @@ pub fn supervise<R: FnMut(Renewal) -> io::Result<()>>(
         inbox: live::Inbox {
             guardian,
             guardian_gone: false,
+            leader_ended: false,
             signals,
             reports,
             pending: std::collections::VecDeque::new(),

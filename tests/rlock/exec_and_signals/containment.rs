@@ -599,3 +599,39 @@ fn killing_the_guardian_stops_everything_and_rlock_releases() {
     assert!(!server.exists(LOCK), "the lock was not released");
     assert!(!cgroup_of(top).exists(), "the cgroup was left behind");
 }
+
+/// A process whose name the kernel cut inside a character (15 bytes of `ÄÄÄÄÄÄÄÄ.sh`) is found
+/// by the tree walk like any other, and so is everything below it.
+#[test]
+fn a_name_cut_inside_a_character_does_not_hide_a_process() {
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    let script = d.join("ÄÄÄÄÄÄÄÄ.sh");
+    fs::write(&script, format!("#!/bin/sh\n{LOOP}\n")).expect("write the script");
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut cmd = rlock_at(&server);
+    cmd.args([
+        "exec",
+        "--contain",
+        "tree",
+        "-k",
+        KEY,
+        "--ttl",
+        "3s",
+        "--grace",
+        "300ms",
+    ])
+    .args(["--", "bash", "-c", r#"setsid "$D/ÄÄÄÄÄÄÄÄ.sh" & sleep 600"#]);
+    let mut rl = Bg::spawn_group("rlock", d, &mut cmd);
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(d).is_some()
+    });
+    server.cmd(&["DEL", LOCK]);
+    let (out, _) = rl.finish(Duration::from_secs(10));
+    let exited = now_ns();
+    assert_eq!(out.code, 76, "{out}");
+    assert_silent_after(d, exited, "a process with a cut name");
+}
