@@ -43,9 +43,11 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let died_of = outcome.signal;
     // The lock first: the next holder waits for nothing else.
     let lost = give_back(ctx, &locker, &held, &outcome);
-    after.tidy();
+    let guardian = after.tidy();
     let exit = exit(args, &held, outcome, lost);
     record.ended(&exit, died_of);
+    // Last: by now the guardian has long removed the cgroup and left.
+    guardian.reap();
     exit
 }
 
@@ -346,14 +348,14 @@ struct After {
 }
 
 impl After {
-    /// The terminal back to rlock's group, and the guardian reaped: once it has told that
-    /// nothing of the command runs, it leaves by itself; should anything still run (a process
-    /// SIGKILL could not end at once), its request pipe closing tells it to kill it again.
-    fn tidy(self) {
+    /// The terminal back to rlock's group. The guardian, once it has told that nothing of the
+    /// command runs, leaves by itself: it is reaped last (should anything still run, a process
+    /// SIGKILL could not end at once, its request pipe closing then tells it to kill it again).
+    fn tidy(self) -> Guardian {
         if let Some(t) = self.terminal {
             t.take_back_from(self.pgid);
         }
-        self.guardian.reap();
+        self.guardian
     }
 }
 
