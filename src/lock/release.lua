@@ -42,11 +42,24 @@ local function whole(x)
   return string.format("%.0f", n)
 end
 
+-- A field of a holder record as text, or nil when it is not a string or a number (a record
+-- another client wrote): the history is never handed what XADD would refuse.
+local function text(x)
+  if type(x) == "string" then
+    return x
+  end
+  if type(x) == "number" then
+    return whole(x)
+  end
+  return nil
+end
+
 -- Appends to the history the hold of holder `h` (the holder record: since, host, pid, user, cmd,
 -- fence), ended at `ended` (server ms) as `outcome`, as record.lua appends an exec's run; `run`
 -- tells the entries of several holders apart. What keeps it from writing goes in `unrecorded`.
 local function record_hold(h, outcome, ended, run)
-  if not recording or not h.since then
+  local since = tonumber(h.since)
+  if not recording or not since then
     return
   end
   local kind = redis.call("TYPE", history)["ok"]
@@ -65,10 +78,9 @@ local function record_hold(h, outcome, ended, run)
       end
     end
   end
-  local since = tonumber(h.since)
   local fields = named("run", run or ARGV[6], "granted_ms", whole(since), "ended_ms", whole(ended),
-    "held_ms", whole(math.max(0, ended - since)), "host", h.host, "user", h.user,
-    "pid", h.pid, "command", h.cmd, "fence", whole(h.fence), "outcome", outcome,
+    "held_ms", whole(math.max(0, ended - since)), "host", text(h.host), "user", text(h.user),
+    "pid", text(h.pid), "command", text(h.cmd), "fence", whole(h.fence), "outcome", outcome,
     "by", outcome == "broken" and ARGV[7] or nil)
   local id = redis.pcall("XADD", history, "MAXLEN", tostring(keep_runs), "*", unpack(fields))
   if type(id) == "table" and id.err then

@@ -306,3 +306,31 @@ exit 3'"#;
         "one grant, two runs on record"
     );
 }
+
+#[test]
+fn a_history_key_of_another_type_or_an_odd_holder_record_changes_nothing_in_the_release() {
+    let server = RedisServer::start();
+    server.set(HISTORY, "not a stream");
+    let token = acquire(&server, "k", &[]);
+    let out = release_with(&server, "k", &token, &[]);
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""), "{out}");
+    assert!(!server.exists(&lock_key("k")), "released");
+    let token = acquire(&server, "k", &[]);
+    let out = run(rlock_at(&server).args(["-v", "release", "-k", "k", "--token", &token]));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr
+            .contains("release was not recorded in the history of lock 'k'")
+            && out.stderr.contains("WRONGTYPE"),
+        "{out}"
+    );
+    assert_eq!(server.get(HISTORY).as_deref(), Some("not a stream"));
+
+    // A holder record rlock did not write as it does (a `since` that is no number): released as
+    // ever, and nothing made up for the history.
+    let token = acquire(&server, "odd", &[]);
+    server.cmd(&["HSET", "{rlock:odd}:state", "since", "yesterday"]);
+    let out = release_with(&server, "odd", &token, &[]);
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""), "{out}");
+    assert!(!server.exists("{rlock:odd}:history"));
+}
