@@ -205,6 +205,11 @@ Examples:
 Releasing a lock the same token already released succeeds again (retries are safe);
 releasing one that expired or was broken exits 77.
 
+The hold that ends is recorded in the lock's history (see `rlock inspect --history`), in the same
+script as the release: released, lost (its lease ran out first) or broken (--force, and by whom),
+with when it was granted and the holder's fields, never how the script did. A release by a token
+whose hold rlock no longer knows records nothing; a record that fails changes nothing (-v says so).
+
 Examples:
   rlock release -k jobs --token \"$token\"
   rlock release -k jobs --force        # an operator breaking a stale lock")]
@@ -232,8 +237,9 @@ released or handed over, a holder joining or leaving, a new fence, another numbe
 a holder found stale. The clocks alone (expires in, held for, renewed) are no change. A look that
 fails after the first is reported on stderr, and the watch goes on. --watch with -q exits 2.
 
---history shows the runs `rlock exec` recorded instead, newest first: when each ended, the host,
-how long it waited and held the lock, how it ended, the command. --json prints an array of runs.
+--history shows the runs `rlock exec` recorded, and the holds `rlock release` ended, instead,
+newest first: when each ended, the host, how long it waited and held the lock, how it ended, the
+command. --json prints an array of runs.
 
 Examples:
   rlock inspect                        # every lock under the prefix
@@ -374,6 +380,10 @@ pub struct ReleaseArgs {
     /// Break the lock whoever holds it, and say who did.
     #[arg(long)]
     pub force: bool,
+
+    /// The history: the hold that ends is recorded there (see `inspect --history`).
+    #[command(flatten, next_help_heading = "History")]
+    pub history: HistoryArgs,
 }
 
 #[derive(Debug, Args)]
@@ -434,6 +444,25 @@ pub struct InspectArgs {
 #[derive(Debug, Args, Clone)]
 #[command(next_help_heading = "History and metrics")]
 pub struct RecordArgs {
+    #[command(flatten)]
+    pub history: HistoryArgs,
+
+    /// At the end of the run, write this key's last run as Prometheus text (node_exporter's
+    /// textfile collector), keeping the other keys' lines in the file.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "RLOCK_METRICS_FILE",
+        hide_env_values = true,
+        value_hint = ValueHint::FilePath
+    )]
+    pub metrics_file: Option<PathBuf>,
+}
+
+/// The lock's history in Redis: how much of it a run (`exec`) or a hold (`acquire` ... `release`)
+/// that ends keeps.
+#[derive(Debug, Args, Clone)]
+pub struct HistoryArgs {
     /// How many runs the lock's history in Redis keeps (see `inspect --history`); 0 records
     /// nothing.
     #[arg(
@@ -459,17 +488,6 @@ pub struct RecordArgs {
         allow_hyphen_values = true
     )]
     pub history_ttl: Duration,
-
-    /// At the end of the run, write this key's last run as Prometheus text (node_exporter's
-    /// textfile collector), keeping the other keys' lines in the file.
-    #[arg(
-        long,
-        value_name = "PATH",
-        env = "RLOCK_METRICS_FILE",
-        hide_env_values = true,
-        value_hint = ValueHint::FilePath
-    )]
-    pub metrics_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -160,14 +160,14 @@ impl<'a> Recorder<'a> {
     /// Writes the run: to the history, then to the metrics file.
     fn keep(&self, outcome: Outcome, code: i64, signal: Option<Signal>) {
         let record = &self.args.record;
-        if !self.ours || (record.history_limit == 0 && record.metrics_file.is_none()) {
+        if !self.ours || (record.history.history_limit == 0 && record.metrics_file.is_none()) {
             return;
         }
         let run = self.record(outcome, code, signal);
-        if record.history_limit > 0 {
+        if record.history.history_limit > 0 {
             let keep = Keep {
-                runs: record.history_limit,
-                ttl: record.history_ttl,
+                runs: record.history.history_limit,
+                ttl: record.history.history_ttl,
             };
             // On Redlock, a master that does not answer costs what it costs a grant (TTL/10 at
             // most), not a whole --op-timeout at the end of every run.
@@ -223,6 +223,7 @@ impl<'a> Recorder<'a> {
             outcome: Some(outcome.as_str().into()),
             code: Some(code),
             signal: signal.map(|s| s.as_str().trim_start_matches("SIG").to_string()),
+            by: None,
         }
     }
 }
