@@ -114,7 +114,9 @@ impl Cgroup {
         let mut dirs = vec![self.dir.clone()];
         while let Some(dir) = dirs.pop() {
             if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs"))
-                && procs.lines().any(|l| l.parse::<i32>().is_ok_and(|p| p != me))
+                && procs
+                    .lines()
+                    .any(|l| l.parse::<i32>().is_ok_and(|p| p != me))
             {
                 return true;
             }
