@@ -186,7 +186,12 @@ impl<'a> Recorder<'a> {
             };
             // On Redlock, a master that does not answer costs what it costs a grant (TTL/10 at
             // most), not a whole --op-timeout at the end of every run.
-            let timeout = self.locker.node_timeout(self.args.ttl);
+            let mut timeout = self.locker.node_timeout(self.args.ttl);
+            if outcome == Outcome::Unavailable {
+                // The run ended because Redis did not answer: the record is tried, briefly (a
+                // bounded wait must end when it said, not a whole --op-timeout later).
+                timeout = timeout.min(std::time::Duration::from_millis(200));
+            }
             for e in self.locker.record(self.key, keep, &run, timeout) {
                 self.ctx.say(format_args!(
                     "the run was not recorded in the history of lock '{}': {e}",

@@ -507,7 +507,14 @@ mod sentinel_split_brain {
         let o = split(false, true);
         assert_eq!(o.b.code, 0, "B: {}", o.b);
         assert_eq!(o.a.code, 76, "{}", o.a);
-        assert!(o.a.stderr.contains("Not enough good replicas"), "{}", o.a);
+        // The master's refusal (NOREPLICAS) is what stops A's renewals; under load the last
+        // error A reports may be its cut-off Sentinels timing out on a later try instead.
+        assert!(
+            o.a.stderr.contains("Not enough good replicas")
+                || o.a.stderr.contains("no Sentinel named the master"),
+            "{}",
+            o.a
+        );
         assert!(
             o.overlap_ms < 3500.0,
             "the window must be bounded by the lag (1 s), Redis's one-second count and one renewal: A's last beat {:.0} ms after B's start",
