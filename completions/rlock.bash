@@ -59,7 +59,7 @@ _rlock__options() {
 
     case "${cmd}" in
         rlock)
-            opts="-u -v -q -h -V --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help --version acquire release renew inspect exec help"
+            opts="-u -v -q -h -V --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help --version acquire release renew inspect exec help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -123,6 +123,13 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --replicas)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -138,7 +145,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__acquire)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --program-only --export --json --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --program-only --export --json --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -265,6 +272,13 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --replicas)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -280,7 +294,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__exec)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --label --program-only --contain --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --label --program-only --contain --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -429,6 +443,13 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --replicas)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -542,7 +563,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__inspect)
-            opts="-k -u -v -q -h --key --json --watch --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
+            opts="-k -u -v -q -h --key --json --watch --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -627,6 +648,13 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --replicas)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -642,7 +670,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__release)
-            opts="-k -u -v -q -h --key --token --force --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
+            opts="-k -u -v -q -h --key --token --force --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -727,6 +755,13 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --replicas)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -742,7 +777,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__renew)
-            opts="-k -u -v -q -h --key --token --ttl --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --replicas --verbose --quiet --help"
+            opts="-k -u -v -q -h --key --token --ttl --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -834,6 +869,13 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --replicas)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -872,7 +914,7 @@ _rlock() {
         fi
         if [[ -z $sub ]]; then
             case $word in
-                -u|--url|--sentinel|--password-file|--user|--tls-ca|--tls-cert|--tls-key|--prefix|--op-timeout|--replicas) (( eq )) || skip=1 ;;
+                -u|--url|--sentinel|--password-file|--user|--tls-ca|--tls-cert|--tls-key|--prefix|--op-timeout|--connect-timeout|--replicas) (( eq )) || skip=1 ;;
                 -[!-]?*) _rlock__cluster "$word" u || skip=1 ;;
                 -*) ;;
                 exec) sub=$word ;;
@@ -881,7 +923,7 @@ _rlock() {
         else
             case $word in
                 --) (( w < COMP_CWORD )) && start=$i; break ;;
-                --conflict-exit-code|--contain|--grace|--key|--label|--limit|--lost-signal|--op-timeout|--password-file|--prefix|--renew-every|--replicas|--sentinel|--tls-ca|--tls-cert|--tls-key|--ttl|--url|--user|--wait|-E|-k|-u|-w) (( eq )) || skip=1 ;;
+                --conflict-exit-code|--connect-timeout|--contain|--grace|--key|--label|--limit|--lost-signal|--op-timeout|--password-file|--prefix|--renew-every|--replicas|--sentinel|--tls-ca|--tls-cert|--tls-key|--ttl|--url|--user|--wait|-E|-k|-u|-w) (( eq )) || skip=1 ;;
                 -[!-]?*) _rlock__cluster "$word" Ekuw || skip=1 ;;
                 -*) ;;
                 *) start=$w; break ;;

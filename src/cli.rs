@@ -165,6 +165,22 @@ pub struct Global {
     )]
     pub op_timeout: Duration,
 
+    /// How long a run that has not reached Redis yet keeps trying to, before it exits 69: a
+    /// mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out
+    /// outages for as long as the wait lasts.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "RLOCK_CONNECT_TIMEOUT",
+        hide_env_values = true,
+        value_hint = ValueHint::Other,
+        default_value = "30s",
+        value_parser = duration,
+        allow_hyphen_values = true,
+        global = true
+    )]
+    pub connect_timeout: Duration,
+
     /// After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N
     /// replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a
     /// renewal fewer acknowledged counts as failed, and the lease deadline rules.

@@ -16,7 +16,12 @@ use crate::exit::{About, Failure};
 pub struct Locker {
     pub(super) nodes: Vec<Box<dyn Node>>,
     pub(super) op_timeout: Duration,
+    /// How long a wait that has had no answer from Redis yet keeps trying (--connect-timeout).
+    first_contact: Duration,
 }
+
+/// How long a run that has never reached Redis keeps trying, unless told otherwise.
+pub const FIRST_CONTACT: Duration = Duration::from_secs(30);
 
 /// How many of the nodes must agree: all of one, or a majority of a Redlock's masters.
 #[derive(Debug, Clone, Copy)]
@@ -54,11 +59,27 @@ impl Quorum {
 impl Locker {
     pub fn new(nodes: Vec<Box<dyn Node>>, op_timeout: Duration) -> Self {
         assert!(!nodes.is_empty(), "a Locker needs at least one node");
-        Locker { nodes, op_timeout }
+        Locker {
+            nodes,
+            op_timeout,
+            first_contact: FIRST_CONTACT,
+        }
+    }
+
+    /// The same, trying for `first_contact` at most to reach Redis a first time.
+    pub fn with_first_contact(self, first_contact: Duration) -> Self {
+        Locker {
+            first_contact,
+            ..self
+        }
     }
 
     pub fn op_timeout(&self) -> Duration {
         self.op_timeout
+    }
+
+    pub fn first_contact(&self) -> Duration {
+        self.first_contact
     }
 
     /// True in Redlock mode (several independent masters).

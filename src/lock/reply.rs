@@ -231,6 +231,7 @@ impl Attempt {
                     limit: f.int("limit").unwrap_or(0),
                     exclusive_ahead: f.int("ahead") == Some(1),
                 }),
+                place: f.int("place"),
             },
             "queued" => Attempt::Queued {
                 wait_ms: f.int("wait").unwrap_or(0),
