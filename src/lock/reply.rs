@@ -333,6 +333,7 @@ impl Renewed {
         let reply = Reply::parse(r)?;
         Ok(match reply.word.as_str() {
             "renewed" => Renewed::Yes(millis(reply.fields.int("ttl").unwrap_or(0))),
+            "free" if reply.fields.int("broken") == Some(1) => Renewed::NotOwner(NotOwner::Broken),
             "free" => Renewed::NotOwner(NotOwner::Gone),
             "other" => Renewed::NotOwner(NotOwner::Taken),
             "wrongtype" => return Err(reply.wrong_type()),

@@ -203,6 +203,10 @@ fn releases_and_renewals() {
         Ok(Renewed::NotOwner(NotOwner::Gone))
     );
     assert_eq!(
+        Renewed::from_reply(&reply("free", &[("broken", Value::Int(1))])),
+        Ok(Renewed::NotOwner(NotOwner::Broken))
+    );
+    assert_eq!(
         Renewed::from_reply(&reply("wrongtype", &[])),
         Err(Refusal::WrongType("value of another type".into()))
     );
