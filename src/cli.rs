@@ -1,4 +1,5 @@
-//! The command-line interface: every option of `../shared/contract.md`, and nothing else.
+//! The command-line interface: every option rlock has (the README and docs/ describe them), and
+//! nothing else.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -196,7 +197,8 @@ pub struct Global {
     )]
     pub replicas: u32,
 
-    /// Say what rlock does, on stderr.
+    /// Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in
+    /// line, then at least once a minute), the grant, renewals that failed.
     #[arg(short, long, global = true, conflicts_with = "quiet")]
     pub verbose: bool,
 
@@ -209,7 +211,9 @@ pub struct Global {
 pub enum Command {
     /// Take the lock and return; it lives for --ttl unless renewed or released.
     #[command(after_help = "\
-Prints the owner token; `release` and `renew` need it (--token or $RLOCK_TOKEN).
+Prints the owner token, a random UUID that says whose the lock is: `release` and `renew` need it
+(--token or $RLOCK_TOKEN). The fencing token (RLOCK_FENCE, with --export or --json) is another
+thing: a number that rises with every grant, for the storage the lock protects to check.
 
 Examples:
   token=$(rlock acquire -k jobs --ttl 5m -n) || exit
@@ -258,10 +262,17 @@ Examples:
 
     /// Run a command under the lock, renewing it while the command runs.
     #[command(after_help = "\
-The command runs in a process group of its own with RLOCK_KEY, RLOCK_TOKEN and RLOCK_FENCE in
-its environment. TERM, INT, HUP, QUIT, USR1 and USR2 sent to rlock are passed on to it. If the
-lock cannot be renewed, the command gets --lost-signal by the lease deadline minus --grace and
-SIGKILL at the deadline, and rlock exits 76. Otherwise rlock exits with the command's status.
+The command runs in a process group of its own with RLOCK_KEY, RLOCK_TOKEN (the owner token)
+and RLOCK_FENCE (the fencing token: a number that rises with every grant) in its environment.
+TERM, INT, HUP, QUIT, USR1 and USR2 sent to rlock are passed on to it. If the lock cannot be
+renewed, the command gets --lost-signal by the lease deadline minus --grace and SIGKILL at the
+deadline, and rlock exits 76. Otherwise rlock exits with the command's status.
+
+Exit codes: the command's own status when it ran; 75 busy (-n, or -w ran out; -E sets another),
+76 the lock was lost while the command ran (it was stopped), 65 the key is not a lock (or
+another kind of lock), 69 Redis unavailable, 70 internal error, 77 Redis refused the password or
+the ACL, 78 configuration (URL, TLS, files), 2 usage, 126 the command cannot run, 127 not found,
+128+N the command or rlock's wait ended by signal N.
 
 Examples:
   rlock exec -k nightly -n -- ./cron.sh
@@ -365,7 +376,7 @@ pub struct LabelArg {
 
 #[derive(Debug, Args, Clone)]
 pub struct TokenArg {
-    /// Owner token printed by `acquire`.
+    /// The owner token `acquire` printed (a UUID; not the fencing token RLOCK_FENCE).
     #[arg(long, value_name = "T", env = "RLOCK_TOKEN", hide_env_values = true, value_hint = ValueHint::Other)]
     pub token: Option<String>,
 }

@@ -53,7 +53,9 @@ pub(super) const EXIT_STATUS: Section = Section {
             "`69`",
             "Redis unavailable: cannot connect, timed out, no quorum. A wait (no `-n`) rides \
              out an outage, trying again at most 1 s apart and saying on stderr when it began \
-             and ended, and exits 69 only if the wait ends during it.",
+             and ended, and exits 69 only if the wait ends during it. A run that has never \
+             reached Redis tries for `--connect-timeout` (30 s by default), then exits 69 naming \
+             the address: a typo in a port never hangs a cron job.",
         ),
         Item("`70`", "Internal error."),
         Item(
@@ -72,7 +74,11 @@ pub(super) const EXIT_STATUS: Section = Section {
         ),
         Item(
             "`78`",
-            "Configuration error: malformed URL, unreadable TLS or password file.",
+            "Configuration error: malformed URL, unreadable TLS or password file (or one that \
+             is not a regular file, or too large), a TLS certificate that is not trusted or not \
+             for the host, a client certificate refused or missing; `inspect` without `-k` on \
+             one node of a Redis Cluster without `--cluster`; `--contain cgroup` where no cgroup \
+             can be made.",
         ),
         Item("`126`", "`exec`: the command is not executable."),
         Item("`127`", "`exec`: the command was not found."),
@@ -111,6 +117,11 @@ pub(super) const ENVIRONMENT: Section = Section {
         Item(
             "`RLOCK_OP_TIMEOUT`",
             "As `--op-timeout`: connect and per-command timeout. Default `2s`.",
+        ),
+        Item(
+            "`RLOCK_CONNECT_TIMEOUT`",
+            "As `--connect-timeout`: how long a run that has not reached Redis yet keeps trying \
+             to. Default `30s`.",
         ),
         Item(
             "`RLOCK_TOKEN`",
@@ -314,26 +325,30 @@ pub(super) const SAFETY: Section = Section {
         Item(
             "Redis",
             "Redis replicates asynchronously. If a master fails over, or restarts without \
-             persistence, before a grant reached a replica or the disk, the lock (and the fence \
-             counter) can be lost and a second holder can take it. Use `appendonly yes` with \
-             `appendfsync always` if that matters.",
+             persistence, before a grant reached a replica or the disk, the lock can be lost and \
+             a second holder can take it (the fence still rises: it rests on the clock); \
+             `--replicas N` narrows that window. Use `appendonly yes` with `appendfsync always` \
+             if that matters.",
         ),
         Item(
             "Fencing",
-            "`RLOCK_FENCE` strictly increases with every grant on one Redis (Sentinel, Cluster: \
-             as long as a failover kept the data). It is the only protection against a paused or \
-             partitioned former holder, and only if the protected resource checks it.",
+            "`RLOCK_FENCE` strictly increases with every grant of a key, on one Redis, with \
+             Sentinel or Cluster, also after the data was lost: each grant mints the greater of \
+             the last fence + 1 and the server's TIME in microseconds, so it rests on the \
+             server's clock, as long as that clock does not step back. It is the only protection \
+             against a paused or partitioned former holder, and only if the protected resource \
+             checks it.",
         ),
         Item(
             "Redlock",
             "With several `--url` (3, 5, ...), a lock needs a majority of independent masters \
              within its validity time (TTL minus the time acquiring took minus the drift \
              allowance), and partial grants are released. It survives the loss of a minority of \
-                          masters, but it assumes bounded clock drift, network delay and process pauses. Its \
-             fence is the highest counter of the granting majority, and the granting masters' \
-             counters are raised to it, so it increases while the masters keep their data; a \
-             master that restarts empty forgets its counter, so treat `RLOCK_FENCE` as advisory \
-             there.",
+             masters, but it assumes bounded clock drift, network delay and process pauses; a \
+             master that restarts empty can break exclusion. Its fence is the highest of the \
+             granting majority, and the granting masters' counters are raised to it, so it keeps \
+             rising across a master that restarts empty while the masters' clocks agree to \
+             within the time between two grants.",
         ),
     ],
 };
