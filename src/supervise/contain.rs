@@ -168,14 +168,20 @@ impl Cgroup {
     /// Removes the cgroup (and any an rlock inside it left behind), once it is empty. An rmdir
     /// can fail for a moment after the last process ended (EBUSY): it is tried again, briefly.
     pub fn remove(&self) {
-        let until = Instant::now() + Duration::from_secs(1);
-        loop {
-            remove_tree(&self.dir);
-            if !self.dir.exists() || Instant::now() >= until {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        remove_cgroup(&self.dir);
+    }
+}
+
+/// Removes the cgroup at `dir` and any below it, once they are empty, trying briefly again
+/// while an rmdir fails (EBUSY for a moment after the last process ended).
+pub fn remove_cgroup(dir: &Path) {
+    let until = Instant::now() + Duration::from_secs(1);
+    loop {
+        remove_tree(dir);
+        if !dir.exists() || Instant::now() >= until {
+            return;
         }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

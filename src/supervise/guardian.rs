@@ -296,9 +296,6 @@ fn guard(
     // A group of its own: nothing sent to rlock's job reaches it. Every signal rlock acts on
     // stays blocked here (the mask is inherited), so none can end it but SIGKILL.
     let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
-    let say = |event: Event| {
-        let _ = nix::unistd::write(&events, &event.encode());
-    };
     let mut sigchld = SigSet::empty();
     sigchld.add(Signal::SIGCHLD);
     let chld = SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
@@ -310,16 +307,15 @@ fn guard(
             if let Some(t) = terminal {
                 t.hand_to(pid);
             }
-            say(Event::Started { pid, in_cgroup });
+            tell(&events, &[Event::Started { pid, in_cgroup }]);
             (pid, in_cgroup)
         }
         Err(e) => {
             if let Some(t) = terminal {
                 t.hand_to(rlock_pgrp);
             }
-            say(Event::NotStarted(Errno::from_raw(
-                e.raw_os_error().unwrap_or(0),
-            )));
+            let errno = Errno::from_raw(e.raw_os_error().unwrap_or(0));
+            tell(&events, &[Event::NotStarted(errno)]);
             if let Some(c) = &cgroup {
                 c.remove();
             }
@@ -336,7 +332,10 @@ fn guard(
     let mut leader_done = false;
     let mut rlock_gone = false;
     loop {
-        // What changed below: the leader's changes go up; everything else is only reaped.
+        // What changed below: the leader's changes go up; everything else is only reaped. They
+        // go up in one write, with Empty when nothing is left: rlock never sees the leader's
+        // end alone when nothing else runs, and so never takes it for leftovers to stop.
+        let mut news: Vec<Event> = Vec::new();
         let mut no_children = false;
         loop {
             let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
@@ -345,14 +344,14 @@ fn guard(
                 Ok(status) if status.pid() == Some(leader) && !leader_done => match status {
                     WaitStatus::Exited(_, code) => {
                         leader_done = true;
-                        say(Event::Exited(code as u8, None));
+                        news.push(Event::Exited(code as u8, None));
                     }
                     WaitStatus::Signaled(_, sig, _) => {
                         leader_done = true;
-                        say(Event::Exited(128u8.wrapping_add(sig as u8), Some(sig)));
+                        news.push(Event::Exited(128u8.wrapping_add(sig as u8), Some(sig)));
                     }
-                    WaitStatus::Stopped(_, sig) => say(Event::Stopped(sig)),
-                    WaitStatus::Continued(_) => say(Event::Continued),
+                    WaitStatus::Stopped(_, sig) => news.push(Event::Stopped(sig)),
+                    WaitStatus::Continued(_) => news.push(Event::Continued),
                     _ => {}
                 },
                 Ok(_) | Err(Errno::EINTR) => {}
@@ -362,7 +361,8 @@ fn guard(
                 }
             }
         }
-        if no_children && leader_done {
+        let done = no_children && leader_done;
+        if done {
             // Nothing below any more. With a cgroup, whatever is still in it (moved in from
             // outside the tree) goes too.
             if let Some(c) = &cgroup
@@ -374,7 +374,10 @@ fn guard(
                     std::thread::sleep(std::time::Duration::from_millis(2));
                 }
             }
-            say(Event::Empty);
+            news.push(Event::Empty);
+        }
+        tell(&events, &news);
+        if done {
             if let Some(c) = &cgroup {
                 c.remove();
             }
@@ -421,6 +424,15 @@ fn guard(
             _ => {}
         }
     }
+}
+
+/// Events up to rlock, in one write (a few of them stay far below PIPE_BUF, so it is whole).
+fn tell(events: &OwnedFd, news: &[Event]) {
+    if news.is_empty() {
+        return;
+    }
+    let bytes: Vec<u8> = news.iter().flat_map(|e| e.encode()).collect();
+    let _ = nix::unistd::write(events, &bytes);
 }
 
 impl AsRawFd for Guardian {

@@ -185,6 +185,9 @@ impl Inbox<'_> {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        if let Some(cgroup) = self.guardian.cgroup() {
+            contain::remove_cgroup(cgroup);
+        }
         self.pending.push_back(Event::Exited(
             128 + Signal::SIGKILL as u8,
             Some(Signal::SIGKILL),
@@ -388,6 +391,10 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>> Supervisor<'a, R> {
     /// The outcome, once the leader has ended and nothing it started runs (or it was killed).
     fn finished(&mut self) -> Option<Outcome> {
         let (code, signal) = self.ended?;
+        // Events already told (the Empty that came with the leader's end) are read first.
+        if !self.inbox.pending.is_empty() {
+            return None;
+        }
         if !self.empty {
             if !self.deadlines.killed() {
                 // The command ended and left something running: stop it while the lock is

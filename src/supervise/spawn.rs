@@ -160,8 +160,10 @@ fn become_the_command(prepared: &Prepared, tty: Option<i32>, parent: Pid) -> i32
     }
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     if getppid() != parent {
-        // The parent died before the parent-death signal was armed.
-        let _ = nix::sys::signal::raise(Signal::SIGKILL);
+        // The parent died before the parent-death signal was armed. kill(getpid()), not
+        // raise(): raise signals the thread glibc believes it is, and a child of a raw clone3
+        // still carries its parent's thread id there.
+        let _ = nix::sys::signal::kill(getpid(), Signal::SIGKILL);
     }
     // SAFETY: restoring the default disposition of SIGPIPE (Rust's runtime ignores it in rlock;
     // the command must get it as usual). SIG_DFL is no handler, and the child has a signal table

@@ -498,3 +498,98 @@ fn without_a_guardian_the_command_does_not_start() {
 }
 
 use std::os::unix::process::CommandExt;
+
+/// What the README says still escapes, both ways: when rlock *and* its guardian are both
+/// SIGKILLed, nobody is left to stop what the command started. The command itself dies with its
+/// parent, the guardian (parent-death signal); a loop in a session of its own runs on.
+#[test]
+fn what_escapes_when_rlock_and_its_guardian_are_both_killed() {
+    for way in [Way::Cgroup, Way::Tree] {
+        if way == Way::Cgroup {
+            requires_root();
+        }
+        let server = RedisServer::start();
+        let dir = open_dir();
+        let d = dir.path();
+        let _reaper = Reaper(d);
+        let then = r#"echo $$ > "$D/leader"; sleep 600"#;
+        let mut rl = exec(&server, d, way, &["--ttl", "30s"], Escape::Setsid, then);
+        rl.wait_for("heartbeats", Duration::from_secs(10), || {
+            heartbeat(d).is_some()
+        });
+        let top = rl.pid();
+        let guardian = descendants(top)
+            .into_iter()
+            .find(|&pid| comm(pid).as_deref() == Some("rl-guardian"))
+            .expect("a guardian");
+        let leader: i32 = fs::read_to_string(d.join("leader"))
+            .expect("leader pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        // Both at once: stopped first, so that neither sees the other die and acts.
+        for sig in [Signal::SIGSTOP, Signal::SIGKILL] {
+            let _ = kill(Pid::from_raw(guardian), sig);
+            let _ = kill(Pid::from_raw(top), sig);
+        }
+        let _ = rl.finish(Duration::from_secs(5));
+        wait_until(
+            "the command to die with its guardian",
+            Duration::from_secs(5),
+            || !crate::common::pid_alive(leader),
+        );
+        let before = heartbeat(d).expect("heartbeats");
+        wait_until(
+            "a heartbeat of the escaped loop",
+            Duration::from_secs(5),
+            || heartbeat(d).is_some_and(|hb| hb > before),
+        );
+        assert!(
+            crate::common::pid_alive(esc_pid(d)),
+            "{way:?}: the loop in a session of its own was stopped after all; the README says it escapes"
+        );
+        let _ = kill(Pid::from_raw(esc_pid(d)), Signal::SIGKILL);
+        if way == Way::Cgroup {
+            // Nobody was left to remove it either.
+            let cgroup = cgroup_of(top);
+            wait_until("the cgroup to empty", Duration::from_secs(5), || {
+                fs::remove_dir(&cgroup).is_ok() || !cgroup.exists()
+            });
+        }
+    }
+}
+
+/// The README's way to stop a job at once: kill its guardian. The command dies with it (parent-
+/// death signal), rlock stops what the command started itself (it is a subreaper too, and
+/// has the cgroup), removes the cgroup, releases the lock and exits 137.
+#[test]
+fn killing_the_guardian_stops_everything_and_rlock_releases() {
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    let mut rl = exec(
+        &server,
+        d,
+        Way::Cgroup,
+        &["--ttl", "30s"],
+        Escape::Setsid,
+        "sleep 600",
+    );
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(d).is_some()
+    });
+    let top = rl.pid();
+    let guardian = descendants(top)
+        .into_iter()
+        .find(|&pid| comm(pid).as_deref() == Some("rl-guardian"))
+        .expect("a guardian");
+    let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
+    let (out, _) = rl.finish(Duration::from_secs(10));
+    let exited = now_ns();
+    assert_eq!(out.code, 137, "{out}");
+    assert_silent_after(d, exited, "rlock's exit after its guardian was killed");
+    assert!(!server.exists(LOCK), "the lock was not released");
+    assert!(!cgroup_of(top).exists(), "the cgroup was left behind");
+}

@@ -57,7 +57,11 @@ pub(super) const EXIT_STATUS: Section = Section {
              reached Redis tries for `--connect-timeout` (30 s by default), then exits 69 naming \
              the address: a typo in a port never hangs a cron job.",
         ),
-        Item("`70`", "Internal error."),
+        Item(
+            "`70`",
+            "Internal error; also an `exec` whose guardian could not be started (no process \
+             left under `ulimit -u`): the command is not started and the lock is given back.",
+        ),
         Item(
             "`75`",
             "Lock busy: not acquired within `--wait` (or at once with `-n`). `-E` sets another \
@@ -173,12 +177,17 @@ pub(super) const SIGNALS: Section = Section {
              stopped command is followed by SIGCONT, so that it takes effect.",
         ),
         P(
-            "If rlock itself is killed (SIGKILL), the command gets SIGKILL at once (the Linux \
-             parent-death signal), and so does everything it started: a small guardian process \
-             kills the command's whole process group when rlock dies without standing it down. \
-             The lock then expires within `--ttl`. SIGSTOP sent to rlock alone cannot be caught: \
-             the command runs on while rlock cannot renew, so do not stop rlock without its \
-             command.",
+            "The command is started by rlock's guardian (named rl-guardian), a small process that \
+             is its parent and its subreaper: everything the command starts stays below it, \
+             whatever it does to its process group or session, and, where rlock may make one, in \
+             a cgroup v2 of its own (`--contain`). When the lock is lost, and when the command \
+             ends leaving processes behind, `--lost-signal` and SIGKILL reach all of them before \
+             rlock exits 76 or releases. If rlock itself is killed (SIGKILL, also `killall -9 \
+             rlock`, which does not match the guardian's name), the guardian SIGKILLs all of \
+             them at once, and the lock expires within `--ttl`. If the guardian cannot be \
+             started, the command is not started either (exit 70). SIGSTOP sent to rlock alone \
+             cannot be caught: the command runs on while rlock cannot renew, so do not stop \
+             rlock without its command.",
         ),
         P(
             "A command killed by SIGINT (Ctrl-C) makes rlock die of SIGINT too, after the lock \
@@ -202,21 +211,23 @@ pub(super) const LOCK_LOSS: Section = Section {
         P(
             "rlock keeps the lease's deadline on its own monotonic clock: the moment the last \
              successful renewal was sent (at first, the acquire), plus TTL, minus a drift \
-             allowance of 1% of TTL plus 2ms. If renewals keep failing, the command's process \
-             group gets `--lost-signal` (default TERM) at the deadline minus `--grace` (default \
+             allowance of 1% of TTL plus 2ms. If renewals keep failing, everything the command \
+             started gets `--lost-signal` (default TERM) at the deadline minus `--grace` (default \
              TTL/4), and SIGKILL at the deadline. If Redis answers that the token no longer owns \
-             the lock (it expired, was deleted, was broken with `release --force`), the \
-             command's group gets `--lost-signal` at once and SIGKILL `--grace` later.",
+             the lock (it expired, was deleted, was broken with `release --force`), everything \
+             the command started gets `--lost-signal` at once and SIGKILL `--grace` later.",
         ),
         P(
-            "The lost-lock signals reach every process of the command's group, also once the \
-             command itself has exited; what a command that ended normally left running in its \
-             group gets `--lost-signal`, and SIGKILL `--grace` later, before the lock is \
-             released. rlock is the child subreaper of its command. A process that left the \
-             group (setsid, a daemon) is beyond the lock.",
+            "The lost-lock signals reach every process the command started, wherever it moved \
+             (another process group, a session of its own, a daemon), also once the command \
+             itself has exited; what a command that ended normally left running gets \
+             `--lost-signal`, and SIGKILL `--grace` later, before the lock is released. They are \
+             found below rlock's guardian, the command's parent and subreaper, or in the \
+             command's own cgroup (`--contain`). Beyond reach: a process started through another \
+             service (systemd-run, at), which is not the command's descendant.",
         ),
         P(
-            "Either way rlock stops renewing, waits for the group to be empty (or SIGKILLed), \
+            "Either way rlock stops renewing, waits until nothing the command started runs, \
              makes a best-effort owner-checked release (which \
              can take up to `--op-timeout` when Redis does not answer), and exits 76, whatever \
              the command's own status. A lost lock is never taken again behind the command's \
