@@ -151,7 +151,7 @@ pub fn required_token(token: &Option<String>, what: &str) -> Result<String, Fail
 }
 
 /// The kind of lock `--limit`/`--shared` ask for. Redlock (several URLs) takes only exclusive
-/// locks: independent masters could each admit a different N holders (see the README).
+/// locks: independent masters could each admit a different N holders (see docs/sharing.md).
 pub fn sharing(locker: &Locker, args: &SharingArgs) -> Result<Sharing, Failure> {
     let sharing = Sharing::from_args(args.limit, args.shared);
     if sharing != Sharing::Exclusive && locker.is_quorum() {

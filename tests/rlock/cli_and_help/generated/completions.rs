@@ -283,7 +283,7 @@ pub(super) fn main_page(cmd: &clap::Command) -> Vec<u8> {
         REENTRANCY,
         FENCING,
         REDIS_KEYS,
-        SAFETY,
+        safety(),
         EXAMPLES,
     ] {
         page.prose(section);

@@ -316,53 +316,69 @@ pub(super) const REDIS_KEYS: Section = Section {
     ],
 };
 
-pub(super) const SAFETY: Section = Section {
-    title: "SAFETY",
-    blocks: &[
-        P(
-            "What rlock promises, and what it cannot. Acquire is one atomic script, release and \
-             renew are owner-checked scripts, and retries are idempotent for the same token.",
-        ),
-        Item(
-            "TTL",
-            "A lock is a lease. While Redis keeps its data, two holders never overlap, and a \
-             holder that dies leaves the lock behind for at most `--ttl`. A holder that is only \
-             slow (stopped, swapping, a suspended VM) can outlive its lease without knowing it: \
-             `rlock exec` stops the command at its local deadline, but a process frozen across \
-             that deadline wakes up after someone else may have taken the lock. rlock measures \
-             time on the local monotonic clock and Redis expires keys by its own clock; the \
-             drift allowance covers ordinary rate differences, not a jump of the server's clock.",
-        ),
-        Item(
-            "Redis",
-            "Redis replicates asynchronously. If a master fails over, or restarts without \
-             persistence, before a grant reached a replica or the disk, the lock can be lost and \
-             a second holder can take it (the fence still rises: it rests on the clock); \
-             `--replicas N` narrows that window. Use `appendonly yes` with `appendfsync always` \
-             if that matters.",
-        ),
-        Item(
-            "Fencing",
-            "`RLOCK_FENCE` strictly increases with every grant of a key, on one Redis, with \
-             Sentinel or Cluster, also after the data was lost: each grant mints the greater of \
-             the last fence + 1 and the server's TIME in microseconds, so it rests on the \
-             server's clock, as long as that clock does not step back. It is the only protection \
-             against a paused or partitioned former holder, and only if the protected resource \
-             checks it.",
-        ),
-        Item(
-            "Redlock",
-            "With several `--url` (3, 5, ...), a lock needs a majority of independent masters \
-             within its validity time (TTL minus the time acquiring took minus the drift \
-             allowance), and partial grants are released. It survives the loss of a minority of \
-             masters, but it assumes bounded clock drift, network delay and process pauses; a \
-             master that restarts empty can break exclusion. Its fence is the highest of the \
-             granting majority, and the granting masters' counters are raised to it, so it keeps \
-             rising across a master that restarts empty while the masters' clocks agree to \
-             within the time between two grants.",
-        ),
-    ],
-};
+/// SAFETY is docs/safety.md's opening and its list of what rlock promises, so that the man page
+/// and the docs say the same (markdown links become their text).
+pub(super) fn safety() -> Section {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/safety.md");
+    let text = std::fs::read_to_string(&path).expect("docs/safety.md");
+    let (intro, rest) = text
+        .split_once("\n## What rlock promises\n")
+        .expect("docs/safety.md: a section '## What rlock promises'");
+    let intro = intro
+        .lines()
+        .skip_while(|l| !l.starts_with("# "))
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let list = rest.split("\n## ").next().unwrap_or("");
+    let mut blocks = vec![P(leak(unlink(intro.trim())))];
+    let mut item = String::new();
+    for line in list.lines().chain(std::iter::once("- ")) {
+        if line.starts_with("- ") && !item.is_empty() {
+            let (title, body) = item
+                .trim_start_matches("- **")
+                .split_once("**")
+                .expect("each promise starts with its **title.**");
+            blocks.push(Item(
+                leak(title.trim_end_matches('.')),
+                leak(unlink(body.trim())),
+            ));
+            item.clear();
+        }
+        if !line.trim().is_empty() {
+            item.push_str(line.trim());
+            item.push(' ');
+        }
+    }
+    item.clear();
+    Section {
+        title: "SAFETY",
+        blocks: Box::leak(blocks.into_boxed_slice()),
+    }
+}
+
+fn leak(s: impl Into<String>) -> &'static str {
+    Box::leak(s.into().into_boxed_str())
+}
+
+/// Markdown links as their text: `[fencing](#fencing)` is `fencing`.
+fn unlink(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let Some(mid) = rest[open..].find("](") else {
+            break;
+        };
+        let Some(close) = rest[open + mid..].find(')') else {
+            break;
+        };
+        out.push_str(&rest[..open]);
+        out.push_str(&rest[open + 1..open + mid]);
+        rest = &rest[open + mid + close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
 
 pub(super) const EXAMPLES: Section = Section {
     title: "EXAMPLES",
