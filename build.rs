@@ -8,7 +8,8 @@ use std::path::Path;
 /// Each script, as the files of `src/lock` it is made of: common.lua (the server clock, replies
 /// by name, telling a multi-holder lock, waking the next waiter) goes in front of every script,
 /// and multi.lua (the holders and line of a lock with several) after it where they are needed;
-/// slot.lua, acquire's grant of such a lock, only in front of acquire.lua. LEAVE is sent whole
+/// slot.lua, acquire's grant of such a lock, only in front of acquire.lua. RECORD, sent at the end
+/// of every exec, stands alone: common.lua's definitions would cost more than its work. LEAVE is sent whole
 /// (EVAL) to servers that may be frozen: it stays under Redis's 16 KB read buffer, so that it is
 /// read, and runs, at once when the server thaws, not one turn of its loop later.
 const SCRIPTS: &[(&str, &[&str])] = &[
@@ -21,6 +22,9 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ("LEAVE", &["common.lua", "multi.lua", "leave.lua"]),
     ("INSPECT", &["common.lua", "multi.lua", "inspect.lua"]),
     ("FENCE", &["common.lua", "fence.lua"]),
+    ("RECORD", &["record.lua"]),
+    ("HISTORY", &["common.lua", "history.lua"]),
+    ("IDENTITY", &["identity.lua"]),
 ];
 
 fn main() {

@@ -2,8 +2,8 @@
 //! (`SET key token NX PX` to take, an `EVAL` compare-and-delete to give back), printed as one
 //! table with targets and ratios: what starting a process costs, the handoff from one holder to
 //! the next, what an idle waiter asks of Redis, an uncontended `exec`, contention on one key and
-//! through a semaphore, a holder's memory, five Redlock nodes against one, and what
-//! `--replicas 1` adds to an `exec`.
+//! through a semaphore, a holder's memory, five Redlock nodes against one, and what recording
+//! the run (the history) and `--replicas 1` add to an `exec`.
 //!
 //! Everything runs against `redis-server` processes this program starts on free ports of
 //! 127.0.0.1 and kills at the end, with the tests' own harness (`tests/rlock/common`, included
@@ -18,7 +18,9 @@
 //! - `RLOCK_BENCH_LINE`      the longer line of the waiting table (default 300; the shorter is a
 //!   third of it)
 //! - `RLOCK_BENCH_ONLY=host` only the table of what waiting costs on the host and the handoff
-//!   (`compare/host.rs`), for a quick look; `RLOCK_BENCH_ONLY=soak` only the long soak
+//!   (`compare/host.rs`), for a quick look; `RLOCK_BENCH_ONLY=soak` only the long soak;
+//!   `RLOCK_BENCH_ONLY=history` only `exec -- true` with its run on record and without, and
+//!   the handoff, side by side
 //!
 //! The Redlock figure starts four more servers and puts each of the five behind the tests' fault
 //! proxy, set to delay `RLOCK_BENCH_LATENCY_MS` (default 5) each way, so the network counts as it
@@ -130,6 +132,14 @@ fn main() {
             soak::run(cfg.soak_grants.max(1));
             return;
         }
+        Some(Only::History) => {
+            let mut table = Table::default();
+            table.add(exec::history(&b));
+            table.add(handoff::figure(&b));
+            println!();
+            table.print();
+            return;
+        }
         None => {}
     }
 
@@ -141,6 +151,7 @@ fn main() {
     let exec_true = exec::uncontended(&b);
     let peer = exec_true.rows[0].clone();
     first.add(exec_true);
+    first.add(exec::history(&b));
     first.add(contention::one_key(&b));
     first.add(contention::semaphore(&b));
     first.add(memory::figure(&b));

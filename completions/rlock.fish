@@ -110,6 +110,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand renew" -s q -l quiet -d 'Say
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s h -l help -d 'Print help'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s k -l key -d 'Locks to show (repeatable); without any, list every lock under the prefix' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l watch -d 'Show the locks again every DUR until interrupted; elsewhere than on a terminal, and with --json, only when they changed [default: 2s; at least 100ms]' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s n -l count -d 'How many runs of each KEY --history shows' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
@@ -122,6 +123,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l op-timeout -d 'C
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l json -d 'Print JSON: one object for a single -k, an array of objects otherwise'
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l history -d 'Show the runs on record instead, newest first: the KEYs\' last runs (-n of them), or, without -k, the last run of every lock under the prefix'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
@@ -145,6 +147,9 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_e
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l contain -d 'How everything the command starts is kept under the lock: `auto` runs it in a cgroup v2 of its own where rlock may make one (root, or a delegated systemd slice), else in the process tree below rlock\'s guardian; `tree` never makes a cgroup; `cgroup` makes one or fails (78). `-v` says which is in use' -r -f -a "auto\t'A cgroup where rlock may make one, else the process tree'
 cgroup\t'A cgroup, or the command does not start (exit 78)'
 tree\t'The process tree below the guardian, never a cgroup'"
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l history-limit -d 'How many runs the lock\'s history in Redis keeps (see `inspect --history`); 0 records nothing' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l history-ttl -d 'How long the history lives after its last run' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l metrics-file -d 'At the end of the run, write this key\'s last run as Prometheus text (node_exporter\'s textfile collector), keeping the other keys\' lines in the file' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
@@ -178,7 +183,7 @@ complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew insp
 # an option's value), or after `--`, complete it as that command's, as `complete -C` of the
 # command's words would. (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
 function __fish_rlock_exec_optspecs
-    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= label= program-only contain= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet h/help
+    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= label= program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet h/help
 end
 
 # Prints the command's words before the one being completed; fails outside the command.

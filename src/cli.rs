@@ -252,12 +252,17 @@ released or handed over, a holder joining or leaving, a new fence, another numbe
 a holder found stale. The clocks alone (expires in, held for, renewed) are no change. A look that
 fails after the first is reported on stderr, and the watch goes on. --watch with -q exits 2.
 
+--history shows the runs `rlock exec` recorded instead, newest first: when each ended, the host,
+how long it waited and held the lock, how it ended, the command. --json prints an array of runs.
+
 Examples:
   rlock inspect                        # every lock under the prefix
   rlock inspect -q -k jobs && echo locked
   rlock inspect -k jobs --json
   rlock inspect --watch                # redraw every 2s until Ctrl-C
-  rlock inspect --watch 500ms --json | jq -c '.[] | {key, fence}'")]
+  rlock inspect --watch 500ms --json | jq -c '.[] | {key, fence}'
+  rlock inspect -k nightly --history -n 5   # the last five runs of the nightly job
+  rlock inspect --history                   # the last run of every lock")]
     Inspect(InspectArgs),
 
     /// Run a command under the lock, renewing it while the command runs.
@@ -274,11 +279,15 @@ another kind of lock), 69 Redis unavailable, 70 internal error, 77 Redis refused
 the ACL, 78 configuration (URL, TLS, files), 2 usage, 126 the command cannot run, 127 not found,
 128+N the command or rlock's wait ended by signal N.
 
+Each run is recorded in the lock's history in Redis when it ends (see `rlock inspect --history`);
+a history or metrics write that fails changes nothing else (-v says so).
+
 Examples:
   rlock exec -k nightly -n -- ./cron.sh
   rlock exec -k deploy -w 15m --ttl 1m -- ./deploy.sh production
   rlock exec -k builds --limit 3 -- ./build.sh     # at most three builds at once
-  rlock exec -k db --shared -- ./report.sh         # readers together, never beside a writer")]
+  rlock exec -k db --shared -- ./report.sh         # readers together, never beside a writer
+  rlock exec -k nightly --metrics-file /var/lib/node_exporter/rlock.prom -- ./backup.sh")]
     Exec(ExecArgs),
 }
 
@@ -429,6 +438,65 @@ pub struct InspectArgs {
         value_parser = watch_interval
     )]
     pub watch: Option<Duration>,
+
+    /// Show the runs on record instead, newest first: the KEYs' last runs (-n of them), or,
+    /// without -k, the last run of every lock under the prefix.
+    #[arg(long, conflicts_with = "watch")]
+    pub history: bool,
+
+    /// How many runs of each KEY --history shows.
+    #[arg(
+        short = 'n',
+        long,
+        value_name = "COUNT",
+        requires = "history",
+        value_hint = ValueHint::Other,
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u32).range(1..=100_000)
+    )]
+    pub count: u32,
+}
+
+/// What `exec` keeps of each run: the history in Redis beside the lock, and a metrics file.
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "History and metrics")]
+pub struct RecordArgs {
+    /// How many runs the lock's history in Redis keeps (see `inspect --history`); 0 records
+    /// nothing.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "RLOCK_HISTORY_LIMIT",
+        hide_env_values = true,
+        value_hint = ValueHint::Other,
+        default_value_t = 100,
+        value_parser = clap::value_parser!(u32).range(0..=100_000)
+    )]
+    pub history_limit: u32,
+
+    /// How long the history lives after its last run.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "RLOCK_HISTORY_TTL",
+        hide_env_values = true,
+        value_hint = ValueHint::Other,
+        default_value = "30d",
+        value_parser = ttl_duration,
+        allow_hyphen_values = true
+    )]
+    pub history_ttl: Duration,
+
+    /// At the end of the run, write this key's last run as Prometheus text (node_exporter's
+    /// textfile collector), keeping the other keys' lines in the file.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "RLOCK_METRICS_FILE",
+        hide_env_values = true,
+        value_hint = ValueHint::FilePath
+    )]
+    pub metrics_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -474,6 +542,9 @@ pub struct ExecArgs {
         value_enum
     )]
     pub contain: crate::supervise::Containment,
+
+    #[command(flatten)]
+    pub record: RecordArgs,
 
     /// The command and its arguments, run directly (no shell).
     #[arg(

@@ -184,13 +184,16 @@ fn fault_code(kind: Fault) -> Code {
         | Fault::Timeout
         | Fault::Io
         | Fault::NotServing
+        | Fault::Migrating
+        | Fault::NoMaster
+        | Fault::ClusterDown
         | Fault::NotRedis
         | Fault::Replicas
         | Fault::TooOld
         | Fault::Other => Code::Unavailable,
         Fault::NoPassword | Fault::Auth | Fault::Denied => Code::NotPermitted,
         Fault::WrongType | Fault::Mismatch => Code::NotALock,
-        Fault::Tls(_) | Fault::ClusterNode | Fault::Config => Code::Config,
+        Fault::Tls(_) | Fault::ClusterNode | Fault::Config | Fault::WrongMode => Code::Config,
     }
 }
 

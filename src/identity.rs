@@ -19,27 +19,37 @@ pub struct Identity {
 impl Identity {
     /// `pid` and `command` are the holder's: rlock itself for `exec`, the calling shell for
     /// `acquire` (which exits at once).
+    ///
+    /// The host, user and pid namespace are looked up once per process: `exec` asks again for
+    /// the record of its run (`cmd/record.rs`), at its end, where each lookup would lengthen it.
     pub fn current(pid: u32, command: String) -> Self {
-        let host = host_name();
-        // $USER, or $LOGNAME (what cron and login set), before asking the user database.
-        let user = ["USER", "LOGNAME"]
-            .iter()
-            .find_map(|var| std::env::var(var).ok().filter(|u| !u.is_empty()))
-            .or_else(|| {
-                nix::unistd::User::from_uid(nix::unistd::getuid())
-                    .ok()
-                    .flatten()
-                    .map(|u| u.name)
-            })
-            .unwrap_or_else(|| nix::unistd::getuid().to_string());
+        static MACHINE: OnceLock<(String, String, String)> = OnceLock::new();
+        let (host, user, pidns) = MACHINE
+            .get_or_init(|| (host_name(), user_name(), pid_namespace()))
+            .clone();
         Identity {
             host,
             pid,
             user,
             command,
-            pidns: pid_namespace(),
+            pidns,
         }
     }
+}
+
+/// Who runs rlock: $USER, or $LOGNAME (what cron and login set), before asking the user
+/// database; the uid when it has no name.
+fn user_name() -> String {
+    ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|var| std::env::var(var).ok().filter(|u| !u.is_empty()))
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+        })
+        .unwrap_or_else(|| nix::unistd::getuid().to_string())
 }
 
 /// This machine's name, as a holder records it.

@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod exit;
 pub mod identity;
 pub mod lock;
+pub mod metrics;
 pub mod names;
 pub mod observe;
 pub mod output;

@@ -1,6 +1,7 @@
 //! The rows of the first table that time one command start to finish: process start-up
-//! (`--version`), an uncontended `exec -- true`, and the same exec with `--replicas 1` (a WAIT
-//! for one replica after the grant).
+//! (`--version`), an uncontended `exec -- true`, the same exec with its run on record and
+//! without (`--history-limit 0`), and with `--replicas 1` (a WAIT for one replica after the
+//! grant).
 
 use std::process::Command;
 
@@ -80,6 +81,50 @@ pub fn uncontended(b: &Bench) -> Figure {
              the machine's drift weighs on all three alike."
                 .into(),
         ),
+    }
+}
+
+/// What recording the run costs: `exec -- true` as it is (its run appended to the lock's history
+/// at the end), the same with `--history-limit 0`, and flock, run by run.
+pub fn history(b: &Bench) -> Figure {
+    let lockfile = b.dir.join("history.lock");
+    let exec = |extra: &[&str]| {
+        let args: Vec<&str> = ["exec", "-k", "hist"]
+            .iter()
+            .chain(extra)
+            .chain(&["--", "true"])
+            .copied()
+            .collect();
+        ms(wall(|| quiet(&mut rlock(b.redis, &args))))
+    };
+    let [h_on, h_off, h_flock] = interleaved(
+        b.cfg.runs,
+        [
+            &mut || exec(&[]),
+            &mut || exec(&["--history-limit", "0"]),
+            &mut || {
+                ms(wall(|| {
+                    quiet(Command::new(b.flock).arg(&lockfile).arg("true"))
+                }))
+            },
+        ],
+    );
+    Figure {
+        rows: vec![Row {
+            figure: format!(
+                "`exec -- true` with its run on record, median (--history-limit 0: {h_off:.2} ms, {:.2}× flock; history costs {:+.2} ms)",
+                h_off / h_flock,
+                h_on - h_off
+            ),
+            unit: "ms",
+            rlock: h_on,
+            flock: Some(h_flock),
+            cli: None,
+            target: "≤ 1.3× flock".into(),
+            met: Some(h_on <= 1.3 * h_flock),
+            decimals: 2,
+        }],
+        note: None,
     }
 }
 

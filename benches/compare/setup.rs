@@ -15,6 +15,8 @@ pub enum Only {
     Host,
     /// The long soak.
     Soak,
+    /// What the history of runs costs: `exec -- true` with and without it, and the handoff.
+    History,
 }
 
 pub struct Config {
@@ -53,8 +55,9 @@ impl Config {
                 Err(_) => None,
                 Ok(v) if v == "host" => Some(Only::Host),
                 Ok(v) if v == "soak" => Some(Only::Soak),
+                Ok(v) if v == "history" => Some(Only::History),
                 Ok(v) => exit_with(&format!(
-                    "RLOCK_BENCH_ONLY={v}: the choices are 'host' and 'soak'"
+                    "RLOCK_BENCH_ONLY={v}: the choices are 'host', 'soak' and 'history'"
                 )),
             },
             soak_grants: match std::env::var("RLOCK_BENCH_SOAK_GRANTS") {

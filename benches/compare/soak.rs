@@ -30,6 +30,7 @@ pub fn run(grants: usize) {
         link: Some(engine::Link(Arc::new(proxy.blackhole_switch()))),
         redis_pid: redis.pid(),
         dir: dir.path().to_path_buf(),
+        more_ports: Vec::new(),
     };
     let cfg = engine::Config::long(grants);
     println!();

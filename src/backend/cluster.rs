@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
@@ -25,8 +25,13 @@ use super::{Fault, Node, NodeError, Script, Settings, Single, Subscriber, key_sl
 use crate::exit::Failure;
 use crate::redact::{redact, redact_all};
 
-/// How many redirections one request may follow (a MOVED, then an ASK, then some slack).
+/// How many redirections one request follows at least (a MOVED, then an ASK, then some slack);
+/// more while --op-timeout lasts (a slot in migration sends a request back and forth).
 const MAX_REDIRECTS: usize = 4;
+/// The first pause before a request that a master asked to retry (TRYAGAIN, CLUSTERDOWN) is
+/// sent again, doubled after each, up to MAX_PAUSE.
+const FIRST_PAUSE: Duration = Duration::from_millis(5);
+const MAX_PAUSE: Duration = Duration::from_millis(100);
 
 pub struct Cluster {
     settings: Settings,
@@ -35,6 +40,9 @@ pub struct Cluster {
     slots: Mutex<Vec<(u16, u16, String)>>,
     /// One node (one reused connection) per server URL.
     nodes: Mutex<HashMap<String, Arc<Single>>>,
+    /// A master that failed a request too late in its --op-timeout to ask for the slot map
+    /// then: the next request asks first, this one last (it may have failed over).
+    suspect: Mutex<Option<String>>,
 }
 
 impl Cluster {
@@ -47,6 +55,7 @@ impl Cluster {
             name: format!("cluster {}", redact_all(&settings.urls)),
             slots: Mutex::new(Vec::new()),
             nodes: Mutex::new(HashMap::new()),
+            suspect: Mutex::new(None),
         })
     }
 
@@ -78,7 +87,10 @@ impl Cluster {
     }
 
     /// As `refresh`, asking the node `avoid` (one that just failed) last.
+    /// Every node asked shares `timeout`: a frozen one costs what is left of it, not a whole
+    /// timeout each.
     fn refresh_avoiding(&self, avoid: Option<&str>, timeout: Duration) -> Result<(), NodeError> {
+        let deadline = Instant::now() + timeout;
         let mut candidates = self.settings.urls.clone();
         candidates.extend(self.masters_known());
         candidates.sort();
@@ -87,10 +99,15 @@ impl Cluster {
             candidates.sort_by_key(|url| url == avoid);
         }
         let mut last = None;
+        let mut standalone = None;
         for url in candidates {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
             let reply: Result<Vec<Value>, NodeError> = self
                 .node(&url)
-                .and_then(|n| n.query(redis::cmd("CLUSTER").arg("SLOTS"), timeout));
+                .and_then(|n| n.query(redis::cmd("CLUSTER").arg("SLOTS"), left));
             match reply {
                 Ok(ranges) => {
                     let map = parse_slots(&ranges, &url, |h, p| {
@@ -101,8 +118,19 @@ impl Cluster {
                         return Ok(());
                     }
                 }
+                Err(e) if e.detail.contains("cluster support disabled") => {
+                    standalone = Some(NodeError {
+                        kind: Fault::WrongMode,
+                        detail: "is not a node of a Redis Cluster (its cluster support is disabled); drop --cluster (and RLOCK_CLUSTER) to lock on it as a server on its own".into(),
+                        ..e
+                    });
+                }
                 Err(e) => last = Some(e),
             }
+        }
+        // No seed knows the slots, and one is a Redis on its own: a mistake no wait cures.
+        if let Some(e) = standalone {
+            return Err(e);
         }
         Err(last.unwrap_or_else(|| NodeError {
             kind: Fault::NotServing,
@@ -199,32 +227,74 @@ impl Node for Cluster {
         args: &[&str],
         timeout: Duration,
     ) -> Result<Value, NodeError> {
+        // Redirections and replies that ask for a retry (TRYAGAIN while the slot's keys are
+        // split between two masters, CLUSTERDOWN until a failover ends) are followed until
+        // --op-timeout is spent: a slot in migration is not a failed request.
+        let deadline = Instant::now() + timeout;
+        let left = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        };
         let slot = key_slot(keys.first().copied().unwrap_or(""));
-        let mut url = self.master_url_for(slot, timeout)?;
+        let suspect = self
+            .suspect
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(suspect) = suspect {
+            // The last request's master failed it: it may have failed over since.
+            let _ = self.refresh_avoiding(Some(&suspect), timeout / 2);
+        }
+        let mut url = self.master_url_for(slot, left())?;
         let mut asking = false;
         let mut asked_again = false;
-        for _ in 0..MAX_REDIRECTS {
+        let mut redirects = 0;
+        let mut pause = FIRST_PAUSE;
+        loop {
             let routed = self
                 .node(&url)
-                .and_then(|target| target.eval_routed(script, keys, args, timeout, asking));
+                .and_then(|target| target.eval_routed(script, keys, args, left(), asking));
             match routed {
                 Ok(Routed::Done(v)) => return Ok(v),
                 Ok(Routed::Moved(addr)) => {
                     // The slot map is stale: learn the new one, and go where we were sent.
-                    let _ = self.refresh(timeout);
+                    let _ = self.refresh(left());
                     url = self.url_of(&addr);
                     asking = false;
+                    redirects += 1;
                 }
                 Ok(Routed::Ask(addr)) => {
                     url = self.url_of(&addr);
                     asking = true;
+                    redirects += 1;
+                }
+                Err(e) if matches!(e.kind, Fault::Migrating | Fault::ClusterDown) => {
+                    if Instant::now() + pause >= deadline {
+                        return Err(e);
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(MAX_PAUSE);
+                    if e.kind == Fault::ClusterDown {
+                        let _ = self.refresh(left());
+                    }
+                    // From the slot's master again: it sends the request on (ASK) once the
+                    // keys have moved.
+                    url = self.master_url_for(slot, left())?;
+                    asking = false;
                 }
                 Err(e) if e.is_transport() && !asked_again => {
-                    // The master may be gone and its replica promoted: ask the others.
+                    // The master may be gone and its replica promoted: ask the others, now if
+                    // --op-timeout leaves time for it (a refused connection), else at the next
+                    // request (a frozen master took it all).
                     asked_again = true;
+                    if deadline.saturating_duration_since(Instant::now()) < timeout / 4 {
+                        *self.suspect.lock().unwrap_or_else(|p| p.into_inner()) = Some(url);
+                        return Err(e);
+                    }
                     let moved = self
-                        .refresh_avoiding(Some(&url), timeout)
-                        .and_then(|()| self.master_url_for(slot, timeout));
+                        .refresh_avoiding(Some(&url), left())
+                        .and_then(|()| self.master_url_for(slot, left()));
                     match moved {
                         Ok(new) if new != url => {
                             url = new;
@@ -235,12 +305,16 @@ impl Node for Cluster {
                 }
                 Err(e) => return Err(e),
             }
+            if redirects > MAX_REDIRECTS && Instant::now() >= deadline {
+                return Err(NodeError {
+                    kind: Fault::Migrating,
+                    node: self.name.clone(),
+                    detail: format!(
+                        "slot {slot} kept moving ({redirects} redirections within --op-timeout)"
+                    ),
+                });
+            }
         }
-        Err(NodeError {
-            kind: Fault::NotServing,
-            node: self.name.clone(),
-            detail: format!("slot {slot} kept moving (more than {MAX_REDIRECTS} redirections)"),
-        })
     }
 
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError> {

@@ -24,6 +24,15 @@ pub enum Fault {
     Io,
     /// The server answers but cannot serve now (LOADING, READONLY, MASTERDOWN, ...).
     NotServing,
+    /// The Sentinels answer, and none of them names a master by the name given to
+    /// --sentinel (a wrong name, or a master not yet monitored).
+    NoMaster,
+    /// TRYAGAIN: the lock's slot is being moved between masters of a Redis Cluster and its keys
+    /// are split between them for now.
+    Migrating,
+    /// CLUSTERDOWN: the Redis Cluster cannot serve the slot now (a master down, not failed over
+    /// yet).
+    ClusterDown,
     /// The server refused the credentials rlock gave (WRONGPASS): a wrong password, an unknown
     /// or disabled user.
     Auth,
@@ -48,6 +57,10 @@ pub enum Fault {
     /// A node of a Redis Cluster was used as a server on its own, where that would mislead (a
     /// listing of one node's keys).
     ClusterNode,
+    /// The URLs name another kind of deployment than the flags say: a `--sentinel` URL that is
+    /// not a Sentinel, `--cluster` against a Redis that is not a cluster, a node of a cluster
+    /// (MOVED) without `--cluster`. The detail says which flag to add or drop. No wait cures it.
+    WrongMode,
     /// The server refused what rlock's scripts ask of it as no Redis it supports would: a
     /// command or a form of it that came later (an HSET of several fields is Redis 4.0's).
     TooOld,
@@ -136,10 +149,11 @@ impl Fault {
             Fault::Connect
         } else if err.is_io_error() || err.is_connection_dropped() {
             Fault::Io
-        } else if matches!(
-            code,
-            "LOADING" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "BUSY"
-        ) {
+        } else if code == "TRYAGAIN" {
+            Fault::Migrating
+        } else if code == "CLUSTERDOWN" {
+            Fault::ClusterDown
+        } else if matches!(code, "LOADING" | "READONLY" | "MASTERDOWN" | "BUSY") {
             Fault::NotServing
         } else if lower.contains("wrong number of args calling redis command")
             || lower.contains("unknown redis command called from")
@@ -189,7 +203,14 @@ impl NodeError {
     pub fn is_transport(&self) -> bool {
         matches!(
             self.kind,
-            Fault::Connect | Fault::Unresolved | Fault::Timeout | Fault::Io | Fault::NotServing
+            Fault::Connect
+                | Fault::Unresolved
+                | Fault::Timeout
+                | Fault::Io
+                | Fault::NotServing
+                | Fault::NoMaster
+                | Fault::Migrating
+                | Fault::ClusterDown
         )
     }
 
@@ -226,6 +247,15 @@ impl NodeError {
                 };
                 format!("cannot reach Redis securely for {about}: {self}; {hint}")
             }
+            Fault::NoMaster => format!(
+                "no Sentinel names a master for {about}: {self}; check the master's name given to --sentinel (a Sentinel's 'sentinel monitor NAME')"
+            ),
+            Fault::Migrating => format!(
+                "Redis Cluster is moving the slot of {about} between masters (TRYAGAIN): {self}; retried for --op-timeout; it passes when the migration (redis-cli --cluster reshard) moves the lock's keys"
+            ),
+            Fault::ClusterDown => format!(
+                "Redis Cluster cannot serve {about} now (CLUSTERDOWN): {self}; a master of the cluster is down and not yet failed over; check CLUSTER INFO"
+            ),
             Fault::NotRedis => format!("Redis unavailable for {about}: {self}"),
             Fault::NoPassword => format!("Redis refused rlock for {about}: {self}"),
             Fault::Auth => format!(
@@ -249,6 +279,7 @@ impl NodeError {
             Fault::TooOld => {
                 format!("Redis is too old for {about}: {self}; rlock needs Redis 5.0 or later")
             }
+            Fault::WrongMode => format!("wrong kind of server for {about}: {self}"),
             Fault::ClusterNode => format!(
                 "cannot list {about} from {self}; add --cluster (or set RLOCK_CLUSTER=1) to list the locks of every master"
             ),
@@ -328,6 +359,20 @@ mod tests {
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         let err = NodeError::from_redis("redis://127.0.0.1:1", &refused.into());
         assert!(err.is_transient(), "{err:?}");
+    }
+
+    #[test]
+    fn replies_that_ask_for_a_retry_have_kinds_of_their_own() {
+        for (code, kind) in [
+            ("TRYAGAIN", Fault::Migrating),
+            ("CLUSTERDOWN", Fault::ClusterDown),
+            ("LOADING", Fault::NotServing),
+        ] {
+            let err = redis::make_extension_error(code.to_string(), Some("some words".into()));
+            let err = NodeError::from_redis("redis://127.0.0.1:7000", &err);
+            assert_eq!(err.kind, kind, "{code}: {err:?}");
+            assert!(err.is_transient(), "{code} is waited on");
+        }
     }
 
     #[test]

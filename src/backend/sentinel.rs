@@ -1,16 +1,22 @@
-//! A master watched by Sentinels. Before every request rlock asks the Sentinels (in order, each
-//! within --op-timeout) where the master is, and checks a newly named master with ROLE. A
-//! failover can leave the old master answering as one for seconds, so asking only after an
-//! error is not enough: a renewal on the old master would keep a lock that the new master has
-//! already let expire. Asking each time, rlock talks to the new master as soon as the Sentinels
-//! name it, and a lock that did not survive the failover is found not owned there: lost.
+//! A master watched by Sentinels. Before every request rlock asks the Sentinels where the master
+//! is, and checks a newly named master with ROLE. A failover can leave the old master answering
+//! as one for seconds, so asking only after an error is not enough: a renewal on the old master
+//! would keep a lock that the new master has already let expire. Asking each time, rlock talks
+//! to the new master as soon as the Sentinels name it, and a lock that did not survive the
+//! failover is found not owned there: lost.
+//!
+//! A silent Sentinel (frozen, cut off) must cost no more than a refusing one: the Sentinel that
+//! answered last is asked alone, with half of the question's budget; only when it fails are the
+//! others asked, all at once, with what is left (and all at once from the start, until one has
+//! answered). The request to the master gets whatever the question left of --op-timeout, so a
+//! request through Sentinels never takes longer than --op-timeout.
 //!
 //! rlock asks the Sentinels itself rather than through the redis crate's sync Sentinel API,
-//! which connects with no timeout: a frozen Sentinel would hang rlock. Each question here is
-//! bounded by --op-timeout, and the next Sentinel is asked.
+//! which connects with no timeout: a frozen Sentinel would hang rlock.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
@@ -26,7 +32,16 @@ pub struct Sentinel {
     sentinels: Vec<Single>,
     /// The master last named, by address, and its node.
     current: Mutex<Option<(String, Arc<Single>)>>,
+    /// The Sentinel that answered last (its place in `sentinels`), asked first; none yet:
+    /// `usize::MAX`.
+    last_good: AtomicUsize,
 }
+
+/// What one Sentinel said: where the master is, None when it does not know that master.
+type Answer = Result<Option<(String, u16)>, NodeError>;
+
+/// The least time a request is given, however little is left of its budget.
+const LEAST: Duration = Duration::from_millis(1);
 
 impl Sentinel {
     pub fn new(settings: &Settings, master: &str) -> Result<Self, Failure> {
@@ -47,6 +62,7 @@ impl Sentinel {
             ),
             sentinels,
             current: Mutex::new(None),
+            last_good: AtomicUsize::new(usize::MAX),
         })
     }
 
@@ -58,42 +74,112 @@ impl Sentinel {
         }
     }
 
-    /// Where the Sentinels say the master is: the first Sentinel that knows answers.
-    fn ask(&self, timeout: Duration) -> Result<(String, u16), NodeError> {
-        let mut problems = Vec::new();
-        // A Sentinel whose name does not resolve makes the failure one no wait cures.
-        let mut kind = Fault::Connect;
-        for sentinel in &self.sentinels {
-            let reply: Result<Option<(String, u16)>, NodeError> = sentinel.query(
-                redis::cmd("SENTINEL")
-                    .arg("GET-MASTER-ADDR-BY-NAME")
-                    .arg(&self.master),
-                timeout,
-            );
-            match reply {
+    fn ask_one(&self, i: usize, timeout: Duration) -> Answer {
+        self.sentinels[i].query(
+            redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(&self.master),
+            timeout.max(LEAST),
+        )
+    }
+
+    /// Where the Sentinels say the master is, within `budget`: the Sentinel that answered
+    /// last, alone, with half of it; then every other at once with what is left.
+    fn ask(&self, budget: Duration) -> Result<(String, u16), NodeError> {
+        let start = Instant::now();
+        let n = self.sentinels.len();
+        let last = self.last_good.load(Ordering::Relaxed);
+        let mut answers: Vec<(usize, Answer)> = Vec::new();
+        if last < n && n > 1 {
+            match self.ask_one(last, budget / 2) {
                 Ok(Some(addr)) => return Ok(addr),
-                Ok(None) => problems.push(format!(
-                    "{}: does not know master '{}'",
-                    sentinel.name(),
-                    self.master
-                )),
+                other => answers.push((last, other)),
+            }
+        }
+        let left = budget.saturating_sub(start.elapsed());
+        let others: Vec<usize> = (0..n)
+            .filter(|i| answers.iter().all(|(a, _)| a != i))
+            .collect();
+        let asked: Vec<(usize, Answer)> = std::thread::scope(|s| {
+            let handles: Vec<_> = others
+                .iter()
+                .map(|&i| s.spawn(move || (i, self.ask_one(i, left))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a Sentinel worker panicked"))
+                .collect()
+        });
+        answers.extend(asked);
+        answers.sort_by_key(|(i, _)| *i);
+        if let Some((i, addr)) = answers.iter().find_map(|(i, a)| match a {
+            Ok(Some(addr)) => Some((*i, addr.clone())),
+            _ => None,
+        }) {
+            self.last_good.store(i, Ordering::Relaxed);
+            return Ok(addr);
+        }
+        Err(self.none_named(answers))
+    }
+
+    /// Why no Sentinel named the master: a URL that is not a Sentinel (78) or a refusal that
+    /// no wait cures comes first; else an outage, or a master no Sentinel knows (both of which
+    /// a wait rides out).
+    fn none_named(&self, answers: Vec<(usize, Answer)>) -> NodeError {
+        let mut problems = Vec::new();
+        let mut lasting = None;
+        let mut unknown = false;
+        for (i, answer) in answers {
+            let sentinel = &self.sentinels[i];
+            match answer {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    unknown = true;
+                    problems.push(format!(
+                        "{}: does not know master '{}'",
+                        sentinel.name(),
+                        self.master
+                    ));
+                }
+                Err(e) if not_a_sentinel(&e) => {
+                    let answered = match e.kind {
+                        Fault::NotRedis => e.detail.clone(),
+                        _ => format!("it answered '{}'", e.detail),
+                    };
+                    return NodeError {
+                        kind: Fault::WrongMode,
+                        detail: format!(
+                            "is not a Sentinel ({answered}); give --sentinel the Sentinels' URLs (port 26379 unless set otherwise), or drop --sentinel to lock on a Redis server itself"
+                        ),
+                        ..e
+                    };
+                }
                 Err(e) => {
-                    if e.kind == Fault::Unresolved {
-                        kind = Fault::Unresolved;
+                    if !e.is_transient() && lasting.is_none() {
+                        lasting = Some(e.clone());
                     }
                     problems.push(e.to_string());
                 }
             }
         }
-        Err(self.fail(
-            kind,
+        if let Some(e) = lasting {
+            return e;
+        }
+        self.fail(
+            if unknown {
+                Fault::NoMaster
+            } else {
+                Fault::Connect
+            },
             format!("no Sentinel named the master: {}", problems.join("; ")),
-        ))
+        )
     }
 
     /// The master as the Sentinels name it now, confirmed with ROLE when it is a new one.
     fn master(&self, timeout: Duration) -> Result<Arc<Single>, NodeError> {
+        let start = Instant::now();
         let (host, port) = self.ask(timeout)?;
+        let timeout = timeout.saturating_sub(start.elapsed()).max(LEAST);
         let addr = format!("{host}:{port}");
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((known, node)) = current.as_ref()
@@ -139,6 +225,16 @@ impl Sentinel {
     }
 }
 
+impl Sentinel {
+    /// The master, asked for within half of `timeout`, and what is left of `timeout` for the
+    /// request to it: the question and the request share --op-timeout.
+    fn master_within(&self, timeout: Duration) -> Result<(Arc<Single>, Duration), NodeError> {
+        let start = Instant::now();
+        let master = self.master(timeout / 2)?;
+        Ok((master, timeout.saturating_sub(start.elapsed()).max(LEAST)))
+    }
+}
+
 impl Node for Sentinel {
     fn eval(
         &self,
@@ -147,11 +243,13 @@ impl Node for Sentinel {
         args: &[&str],
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        self.master(timeout)?.eval(script, keys, args, timeout)
+        let (master, left) = self.master_within(timeout)?;
+        master.eval(script, keys, args, left)
     }
 
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError> {
-        self.master(timeout)?.scan(pattern, timeout)
+        let (master, left) = self.master_within(timeout)?;
+        master.scan(pattern, left)
     }
 
     fn subscriber(
@@ -160,10 +258,18 @@ impl Node for Sentinel {
         channel: &str,
         timeout: Duration,
     ) -> Result<Subscriber, NodeError> {
-        self.master(timeout)?.subscriber(key, channel, timeout)
+        let (master, left) = self.master_within(timeout)?;
+        master.subscriber(key, channel, left)
     }
 
     fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// A Sentinel URL's answer that says it is no Sentinel: a Redis server without the SENTINEL
+/// command, or something that does not speak Redis at all.
+fn not_a_sentinel(e: &NodeError) -> bool {
+    e.kind == Fault::NotRedis
+        || (e.kind == Fault::Other && e.detail.to_ascii_lowercase().contains("unknown command"))
 }

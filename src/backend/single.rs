@@ -417,10 +417,10 @@ impl Node for Single {
         match self.eval_routed(script, keys, args, timeout, false)? {
             Routed::Done(v) => Ok(v),
             Routed::Moved(to) | Routed::Ask(to) => Err(NodeError {
-                kind: Fault::Other,
+                kind: Fault::WrongMode,
                 node: self.name.clone(),
                 detail: format!(
-                    "the server answered MOVED/ASK {to}: it is part of a Redis Cluster (use --cluster)"
+                    "the server answered MOVED {to}: it is a node of a Redis Cluster; add --cluster (or set RLOCK_CLUSTER=1)"
                 ),
             }),
         }

@@ -9,6 +9,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::nested::{self, inherited, inside_exec};
+use super::record::Recorder;
 use super::{Context, new_token};
 use crate::cli::ExecArgs;
 use crate::exit::{About, Code, Exit, Failure, Interruption, LostHow};
@@ -19,7 +20,7 @@ use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
     self, Cgroup, Containment, Enforce, Guardian, Launched, Outcome, Renewal, ReportReceiver,
-    ReportSender, Supervisor, Terminal,
+    ReportSender, Terminal,
 };
 use crate::watchdog;
 
@@ -32,14 +33,20 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // Checked before any Redis traffic, with the TTL asked for.
     lease(ctx, args, args.ttl)?;
     let locker = ctx.locker()?;
+    // The run on record (history, metrics): written once it has ended, never before the start.
+    let mut record = Recorder::asked(ctx, &locker, &key, args);
 
-    let held = hold(ctx, &locker, &key, args, &signals)?;
-    let child = start(ctx, &locker, &held, args)?;
+    let held = hold(ctx, &locker, &key, args, &signals).inspect_err(|e| record.failed(e))?;
+    record.granted(&held.grant, held.owner != Owner::OuterExec);
+    let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
+    let died_of = outcome.signal;
     // The lock first: the next holder waits for nothing else.
     let lost = give_back(ctx, &locker, &held, &outcome);
     after.tidy();
-    exit(args, &held, outcome, lost)
+    let exit = exit(args, &held, outcome, lost);
+    record.ended(&exit, died_of);
+    exit
 }
 
 /// Who looks after the lock while the command runs.
@@ -315,7 +322,7 @@ fn supervise(
                 Ok(())
             }
         };
-        Supervisor::new(
+        supervise::supervise(
             &mut guardian,
             signals,
             &reports,
@@ -324,7 +331,6 @@ fn supervise(
             ctx,
             renewal,
         )
-        .run()
     });
     (
         outcome,
@@ -344,14 +350,14 @@ struct After {
 }
 
 impl After {
-    /// The terminal back to rlock's group. The guardian, once it has told that nothing of the
-    /// command runs, has left by itself; should anything still run (a process SIGKILL could not
-    /// end at once), its request pipe closing tells it to kill it again.
+    /// The terminal back to rlock's group, and the guardian reaped: once it has told that
+    /// nothing of the command runs, it leaves by itself; should anything still run (a process
+    /// SIGKILL could not end at once), its request pipe closing tells it to kill it again.
     fn tidy(self) {
         if let Some(t) = self.terminal {
             t.take_back_from(self.pgid);
         }
-        drop(self.guardian);
+        self.guardian.reap();
     }
 }
 
@@ -359,6 +365,11 @@ impl After {
 /// release found that out: broken or expired between two renewals, the command ran unprotected
 /// for a while, and that must not pass for success.
 fn give_back(ctx: &Context, locker: &Locker, held: &Held, outcome: &Outcome) -> Option<LostHow> {
+    if outcome.leftovers {
+        // Something the command started may still run: the lock must not be granted again
+        // before its lease ends.
+        return Some(LostHow::Unstoppable(supervise::AFTER_KILL));
+    }
     if held.owner != Owner::Us {
         return None;
     }
@@ -391,7 +402,12 @@ fn exit(args: &ExecArgs, held: &Held, outcome: Outcome, lost: Option<LostHow>) -
         loss,
         signal: args.lost_signal,
     });
-    if let Some(how) = how.or(lost) {
+    // Not released since something may still run: that says more than why the lock was lost.
+    let how = match lost {
+        Some(unstoppable @ LostHow::Unstoppable(_)) => Some(unstoppable),
+        lost => how.or(lost),
+    };
+    if let Some(how) = how {
         let about = About::Lock(held.grant.key.name.clone());
         return Err(Failure::Lost { about, how }.into());
     }

@@ -1,5 +1,6 @@
 //! `rlock inspect`: who holds which lock.
 
+mod history;
 mod table;
 mod watch;
 
@@ -15,6 +16,9 @@ use crate::identity::process_gone;
 use crate::lock::{Holder, HolderPid, LockInfo, Locker};
 
 pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
+    if args.history {
+        return history::run(ctx, args);
+    }
     if let Some(every) = args.watch {
         return watch::run(ctx, args, every);
     }

@@ -140,40 +140,47 @@ pub fn environment_names(key: &LockKey, token: &str) -> bool {
             .any(|h| h.key == key.name && h.token == token)
 }
 
-/// The token this process tree holds `key` with, if any: one of the enclosing execs' locks on
-/// this Redis target, else `$RLOCK_KEY`/`$RLOCK_TOKEN` (an exported `acquire`).
-fn inherited_token(ctx: &Context, key: &LockKey) -> Option<String> {
-    let here = target(ctx);
-    if let Some(held) = held_locks()
+/// The tokens this process tree may hold `key` with: those of the enclosing execs' locks of
+/// that name (whatever the target is called: `localhost` and `127.0.0.1` are one Redis, so only
+/// Redis decides), then `$RLOCK_KEY`/`$RLOCK_TOKEN` (an exported `acquire`).
+fn inherited_tokens(key: &LockKey) -> Vec<String> {
+    let mut tokens: Vec<String> = held_locks()
         .into_iter()
-        .find(|h| h.key == key.name && h.target == here)
+        .rev()
+        .filter(|h| h.key == key.name)
+        .map(|h| h.token)
+        .collect();
+    if std::env::var(KEY_VAR).ok().as_deref() == Some(key.name.as_str())
+        && let Some(token) = std::env::var(TOKEN_VAR).ok().filter(|t| !t.is_empty())
+        && !tokens.contains(&token)
     {
-        return Some(held.token);
+        tokens.push(token);
     }
-    let env_key = std::env::var(KEY_VAR).ok()?;
-    let token = std::env::var(TOKEN_VAR).ok().filter(|t| !t.is_empty())?;
-    (env_key == key.name).then_some(token)
+    tokens
 }
 
 /// A lock this process already holds through its environment: rlock run inside `rlock exec`
 /// (any of several nested ones), or after `eval "$(rlock acquire --export …)"`, on the same
 /// key. Redis must confirm that the inherited token still owns the key.
 pub fn inherited(ctx: &Context, locker: &Locker, key: &LockKey) -> Result<Option<Grant>, Failure> {
-    let Some(token) = inherited_token(ctx, key) else {
+    let tokens = inherited_tokens(key);
+    if tokens.is_empty() {
         return Ok(None);
-    };
-    let owned = locker.owned(key, &token)?;
-    match &owned {
-        Some(_) => ctx.say(format_args!(
-            "lock '{}' is already held by this process tree ($RLOCK_TOKEN); not taking it again",
-            key.name
-        )),
-        None => ctx.say(format_args!(
-            "$RLOCK_TOKEN does not own lock '{}' (any more); taking it normally",
-            key.name
-        )),
     }
-    Ok(owned)
+    for token in &tokens {
+        if let Some(grant) = locker.owned(key, token)? {
+            ctx.say(format_args!(
+                "lock '{}' is already held by this process tree ($RLOCK_TOKEN); not taking it again",
+                key.name
+            ));
+            return Ok(Some(grant));
+        }
+    }
+    ctx.say(format_args!(
+        "$RLOCK_TOKEN does not own lock '{}' (any more); taking it normally",
+        key.name
+    ));
+    Ok(None)
 }
 
 /// The pid of the enclosing `rlock exec` that renews and releases the lock `token`, if one
@@ -207,11 +214,12 @@ fn is_ancestor(exec_pid: u32) -> bool {
         let Some(parent) = parent_of(pid) else {
             return false;
         };
-        if parent == exec_pid {
-            return true;
-        }
+        // Init (or no parent) ends the walk: an entry naming pid 1 names no exec.
         if parent <= 1 {
             return false;
+        }
+        if parent == exec_pid {
+            return true;
         }
         pid = parent;
     }
@@ -220,9 +228,10 @@ fn is_ancestor(exec_pid: u32) -> bool {
 
 /// The parent pid of `pid`, from /proc.
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Bytes: the name in parentheses is cut at 15 bytes, maybe inside a character.
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
     // pid (comm) state ppid ...; comm may hold spaces and parentheses.
-    let rest = &stat[stat.rfind(')')? + 1..];
+    let rest = String::from_utf8_lossy(&stat[stat.iter().rposition(|&b| b == b')')? + 1..]);
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 

@@ -43,6 +43,9 @@ pub enum LostHow {
     AtRelease,
     /// Inherited from the shell, and no longer held when renewed before the command started.
     Inherited(NotOwner),
+    /// Something the command started did not end within this long of its SIGKILL (stuck in
+    /// the kernel): the lock was not released, so that it cannot be granted while that runs.
+    Unstoppable(std::time::Duration),
 }
 
 /// What a token was refused, not owning the lock.
@@ -138,6 +141,10 @@ pub(super) fn lost(about: &About, how: &LostHow) -> String {
         LostHow::Inherited(why) => format!(
             "{about} inherited from the shell is no longer held ({why}); not running the command"
         ),
+        LostHow::Unstoppable(after) => format!(
+            "a process the command started was still there {} after its SIGKILL (stuck in the kernel?); not releasing {about}: it expires by itself when its lease ends",
+            crate::lock::human_duration(*after)
+        ),
     }
 }
 
@@ -157,6 +164,14 @@ pub(super) fn refused(about: &About, refused: Refused) -> String {
 
 /// A wait that ended while Redis was out: the last try's failure, and for how long.
 pub(super) fn outage(last: &Failure, waited: Duration, down_for: Duration) -> String {
+    // The outage is counted from the start of the try that first failed: from the wait's
+    // start when Redis never answered.
+    if down_for >= waited {
+        return format!(
+            "{last}; gave up after {}, Redis unavailable throughout",
+            ms(waited)
+        );
+    }
     format!(
         "{last}; gave up after {}, Redis unavailable for the last {}",
         ms(waited),

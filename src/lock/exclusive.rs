@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::key::LockKey;
 use super::lease::drift;
 use super::locker::{Locker, Quorum, eval_as, no_quorum};
+use super::redlock::release_verdict;
 use super::reply::{Crowd, Holder, KeyType, Refusal, ReleaseReply};
 use super::scripts::{ACQUIRE, FENCE, LEAVE, RELEASE, RENEW};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, NotOwner, Released, Renewed, Request};
@@ -38,7 +39,16 @@ impl Locker {
     /// that got no usable answer fails; `Failure::is_transient` says whether time may cure it
     /// (an outage, which a waiter rides out) or not (a refusal, a key that is not a lock, a URL
     /// that does not resolve).
-    pub(super) fn attempt(&self, req: &Request, join_queue: bool) -> Result<Attempt, Failure> {
+    ///
+    /// `within`: what is left of a bounded wait. The try, and the give-back after a try whose
+    /// reply never came, each end within it (at most --op-timeout each).
+    pub(super) fn attempt(
+        &self,
+        req: &Request,
+        join_queue: bool,
+        within: Option<Duration>,
+    ) -> Result<Attempt, Failure> {
+        let began = Instant::now();
         let Request {
             key,
             token,
@@ -67,9 +77,19 @@ impl Locker {
             &limit,
             &who.pidns,
         ];
-        let timeout = self.node_timeout(ttl);
+        // What is left of the wait, after what this try has taken so far.
+        let left = || within.map(|w| w.saturating_sub(began.elapsed()));
+        // Redlock: one vote per server, whatever names reach it (redlock.rs).
+        let unidentified = match self.is_quorum() {
+            true => self.identify(capped(self.node_timeout(ttl), left()))?,
+            false => vec![None],
+        };
+        let timeout = capped(self.node_timeout(ttl), left());
         let sent = Instant::now();
-        let results = self.on_all(|n| attempt_on(n, req, &args, timeout, sent));
+        let results = self.on_each(|i, n| match &unidentified[i] {
+            Some(e) => Err(e.clone()),
+            None => attempt_on(n, req, &args, timeout, sent),
+        });
         if !self.is_quorum() {
             let mut result = results.into_iter().next().expect("one node");
             if let Err(e) = &mut result
@@ -83,27 +103,37 @@ impl Locker {
                 // WAIT after it): a failover could lose it. Give it back so it does not sit out
                 // its whole TTL. (A script the ACL refused wrote nothing: the give-back finds
                 // nothing to give.)
-                let given_back = self.leave(key, token).is_ok();
+                let given_back = self
+                    .leave_within(key, token, capped(self.op_timeout, left()))
+                    .is_ok();
                 if e.kind == Fault::Replicas && given_back {
                     e.detail.push_str("; the grant was given back");
                 }
             }
             return result.map_err(|e| e.into_failure(&key.name));
         }
-        self.combine_attempts(key, token, ttl, sent, results)
+        // A master that did not say who it is was sent no grant: nothing to give back there.
+        let asked: Vec<bool> = unidentified.iter().map(Option::is_none).collect();
+        let give_back = capped(self.node_timeout(ttl), left());
+        let attempt = self.combine_attempts(req, sent, results, &asked, give_back);
+        if let Ok(Attempt::Granted(_)) = &attempt {
+            self.remember_grant(token, &args);
+        }
+        attempt
     }
 
     /// Redlock: a grant needs a majority of nodes *and* time left of the TTL after the
     /// round trip (validity = TTL − elapsed − drift). Anything less is given back on every
-    /// node, including those that did not answer.
+    /// node that was `asked`, including those that did not answer, each within `give_back`.
     fn combine_attempts(
         &self,
-        key: &LockKey,
-        token: &str,
-        ttl: Duration,
+        req: &Request,
         sent: Instant,
         results: Vec<NodeAttempt>,
+        asked: &[bool],
+        give_back: Duration,
     ) -> Result<Attempt, Failure> {
+        let (key, token, ttl) = (req.key, req.token, req.ttl);
         let timeout = self.node_timeout(ttl);
         if let Some(fence) = majority_fence(self.quorum(), &results)
             && let Some(validity) = validity(ttl, sent.elapsed())
@@ -117,8 +147,12 @@ impl Locker {
                 sent,
             }));
         }
-        // No grant: give back what was granted, everywhere, each node within its timeout.
-        self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], timeout));
+        // No grant: give back what was granted, everywhere it was asked.
+        self.on_each(|i, n| {
+            if asked[i] {
+                let _ = n.eval(&LEAVE, &key.keys(), &[token, &key.channel], give_back);
+            }
+        });
         no_grant(self.quorum(), key, results)
     }
 
@@ -148,8 +182,17 @@ impl Locker {
 
     /// Leaves the wait queue, giving back a grant that raced with giving up. Best effort.
     pub fn leave(&self, key: &LockKey, token: &str) -> Result<(), Failure> {
-        let results =
-            self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], self.op_timeout));
+        self.leave_within(key, token, self.op_timeout)
+    }
+
+    /// As `leave`, each node within `timeout`.
+    pub(super) fn leave_within(
+        &self,
+        key: &LockKey,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<(), Failure> {
+        let results = self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], timeout));
         match results.into_iter().find_map(Result::err) {
             Some(e) if !self.is_quorum() => Err(e.into_failure(&key.name)),
             _ => Ok(()),
@@ -169,31 +212,21 @@ impl Locker {
                 ReleaseReply::decode,
             )
         });
-        let said = |what: fn(&ReleaseReply) -> bool| {
-            results
-                .iter()
-                .filter(|r| r.as_ref().is_ok_and(what))
-                .count()
-        };
-        if said(|r| matches!(r, ReleaseReply::Released | ReleaseReply::Already)) > 0 {
-            return Ok(Released::Done);
+        if self.is_quorum() {
+            return release_verdict(self.quorum(), key, results);
         }
-        if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
-            let answered = results.iter().filter(|r| r.is_ok()).count();
-            if e.kind == Fault::WrongType || answered == 0 || !self.is_quorum() {
-                return Err(e.clone().into_failure(&key.name));
-            }
-        }
-        if said(|r| matches!(r, ReleaseReply::Other)) > 0 {
-            return Err(Failure::NotPermitted {
+        match results.into_iter().next().expect("one node") {
+            Ok(ReleaseReply::Released | ReleaseReply::Already) => Ok(Released::Done),
+            Err(e) => Err(e.into_failure(&key.name)),
+            Ok(ReleaseReply::Other) => Err(Failure::NotPermitted {
                 about: About::Lock(key.name.clone()),
                 refused: Refused::ReleaseHeldByOther,
-            });
+            }),
+            Ok(_) => Err(Failure::NotPermitted {
+                about: About::Lock(key.name.clone()),
+                refused: Refused::ReleaseNotHeld,
+            }),
         }
-        Err(Failure::NotPermitted {
-            about: About::Lock(key.name.clone()),
-            refused: Refused::ReleaseNotHeld,
-        })
     }
 
     /// Breaks the lock whoever holds it.
@@ -251,6 +284,7 @@ impl Locker {
             })
             .collect();
         if self.quorum().reached_by(renewed.len()) {
+            self.repair(key, token, &ttl_ms, &results, timeout);
             return Ok(Renewed::Yes(renewed.into_iter().min().unwrap_or_default()));
         }
         let not_owner = results
@@ -273,6 +307,13 @@ impl Locker {
             });
         Err(error.into_failure(&key.name))
     }
+}
+
+/// `timeout`, no longer than `within` when given (and never zero, which a socket refuses).
+pub(super) fn capped(timeout: Duration, within: Option<Duration>) -> Duration {
+    within
+        .map_or(timeout, |w| timeout.min(w))
+        .max(Duration::from_millis(1))
 }
 
 fn attempt_on(

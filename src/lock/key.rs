@@ -14,6 +14,8 @@ pub struct LockKey {
     pub(super) state: String,
     pub(super) queue: String,
     pub(super) channel: String,
+    /// The runs on record (a stream, `history.rs`), in the lock's slot.
+    pub(super) history: String,
 }
 
 impl LockKey {
@@ -43,6 +45,7 @@ impl LockKey {
             state: format!("{base}:state"),
             queue: format!("{base}:q"),
             channel: format!("{base}:wake"),
+            history: format!("{base}:history"),
             redis_key,
         })
     }
@@ -58,6 +61,7 @@ impl LockKey {
                 state: redis_key.clone(),
                 queue: redis_key.clone(),
                 channel: format!("{redis_key}:wake"),
+                history: format!("{redis_key}:history"),
                 redis_key,
             }
         })
@@ -78,12 +82,14 @@ impl LockKey {
         [&self.redis_key, &self.state, &self.queue]
     }
 
-    /// True for rlock's own helper keys, which a listing must not show as locks: `{K}:state`
-    /// and `{K}:q`, or `K:state` and `K:q` for a K with a hash tag of its own.
+    /// True for rlock's own helper keys, which a listing must not show as locks: `{K}:state`,
+    /// `{K}:q` and `{K}:history`, or `K:state`, `K:q` and `K:history` for a K with a hash tag of
+    /// its own.
     pub fn is_helper(redis_key: &str) -> bool {
         let Some(base) = redis_key
             .strip_suffix(":state")
             .or_else(|| redis_key.strip_suffix(":q"))
+            .or_else(|| redis_key.strip_suffix(":history"))
         else {
             return false;
         };
@@ -116,11 +122,13 @@ mod tests {
         assert_eq!(k.state, "{rlock:jobs}:state");
         let k = LockKey::new("", "{user1}.jobs").unwrap();
         assert_eq!(k.state, "{user1}.jobs:state");
+        assert_eq!(k.history, "{user1}.jobs:history");
         assert!(LockKey::new("", "a}b").is_err());
         let k = LockKey::new("", "a{b").unwrap();
         assert_eq!(hash_tag(&k.state), Some("a{b"));
         assert!(LockKey::is_helper("{rlock:jobs}:state"));
         assert!(LockKey::is_helper("rlock:{grp}jobs:q"));
+        assert!(LockKey::is_helper("{rlock:jobs}:history"));
         assert!(!LockKey::is_helper("rlock:jobs"));
     }
 

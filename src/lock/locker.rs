@@ -2,11 +2,13 @@
 //! quorum of independent masters, with what every kind of lock needs of it: running a script on
 //! every node (in parallel), counting a majority, and subscribing to a wake channel.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use redis::Value;
 
 use super::key::LockKey;
+use super::redlock::Relock;
 use super::reply::Refusal;
 use crate::backend::{Fault, Node, NodeError, Script, Subscriber};
 use crate::exit::{About, Failure};
@@ -18,6 +20,9 @@ pub struct Locker {
     pub(super) op_timeout: Duration,
     /// How long a wait that has had no answer from Redis yet keeps trying (--connect-timeout).
     first_contact: Duration,
+    /// Redlock: the last grant's token and acquire arguments, with which a renewal writes the
+    /// lock again on a master that lost it (see `redlock.rs`).
+    pub(super) relock: Mutex<Option<Relock>>,
 }
 
 /// How long a run that has never reached Redis keeps trying, unless told otherwise.
@@ -63,6 +68,7 @@ impl Locker {
             nodes,
             op_timeout,
             first_contact: FIRST_CONTACT,
+            relock: Mutex::new(None),
         }
     }
 
@@ -103,15 +109,21 @@ impl Locker {
 
     /// Runs `f` on every node, in parallel when there are several.
     pub(super) fn on_all<T: Send>(&self, f: impl Fn(&dyn Node) -> T + Sync) -> Vec<T> {
+        self.on_each(|_, n| f(n))
+    }
+
+    /// As `on_all`, telling `f` which node (its place in the URLs) it runs on.
+    pub(super) fn on_each<T: Send>(&self, f: impl Fn(usize, &dyn Node) -> T + Sync) -> Vec<T> {
         if self.nodes.len() == 1 {
-            return vec![f(self.nodes[0].as_ref())];
+            return vec![f(0, self.nodes[0].as_ref())];
         }
         let f = &f;
         std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .nodes
                 .iter()
-                .map(|n| s.spawn(move || f(n.as_ref())))
+                .enumerate()
+                .map(|(i, n)| s.spawn(move || f(i, n.as_ref())))
                 .collect();
             handles
                 .into_iter()
@@ -169,12 +181,13 @@ pub(super) fn eval_as<T>(
 }
 
 /// A Redlock request about `about` that too few of its `n` masters answered: the first refusal
-/// among their errors (a wrong password, the ACL, TLS), which no wait cures, else no quorum.
+/// among their errors (a wrong password, the ACL, TLS, a node of a Redis Cluster), which no wait
+/// cures, else no quorum.
 pub(super) fn no_quorum(about: About, n: usize, errors: Vec<NodeError>) -> Failure {
     if let Some(refused) = errors.iter().position(|e| {
         matches!(
             e.kind,
-            Fault::Auth | Fault::NoPassword | Fault::Denied | Fault::Tls(_)
+            Fault::Auth | Fault::NoPassword | Fault::Denied | Fault::Tls(_) | Fault::WrongMode
         )
     }) {
         let mut errors = errors;

@@ -6,6 +6,7 @@
 //! - `{PREFIX+KEY}:state`, a hash: the fencing counter, who holds the lock (host, pid, user,
 //!   command, since), its TTL, and the leases of waiting rlock processes;
 //! - `{PREFIX+KEY}:q`, a sorted set of waiting tokens, oldest first (deleted when empty);
+//! - `{PREFIX+KEY}:history`, a stream of the runs on record (`history.rs`), capped and expiring;
 //! - `{PREFIX+KEY}:wake`, a pub/sub channel on which a release names the next waiter (or `*`,
 //!   anyone, when no rlock process waits in line).
 //!
@@ -14,8 +15,9 @@
 //! The rooms: `key.rs` names the keys, `scripts.rs` holds the scripts, `reply.rs` decodes their
 //! answers by name, `locker.rs` is the deployment (fan-out to every node, the Redlock majority),
 //! `lease.rs` the lease arithmetic, `display.rs` the text. The operations sit on the `Locker`:
-//! `exclusive.rs` (one try at taking, release, renewal), `read.rs` (inspect, list), `wait.rs`
-//! (waiting without polling).
+//! `exclusive.rs` (one try at taking, release, renewal), `redlock.rs` (one vote per server, a
+//! release by majority, a renewal that repairs a master restarted empty), `read.rs` (inspect,
+//! list), `wait.rs` (waiting without polling), `history.rs` (the runs on record).
 //!
 //! A semaphore (`--limit N`) or shared lock (`--shared`) is the same protocol with another value
 //! at the lock key: a sorted set of holders (`multi.lua`). The scripts branch on the key's type,
@@ -24,10 +26,12 @@
 
 mod display;
 mod exclusive;
+mod history;
 mod key;
 mod lease;
 mod locker;
 mod read;
+mod redlock;
 mod reply;
 mod scripts;
 mod wait;
@@ -40,12 +44,13 @@ use std::time::{Duration, Instant};
 use crate::identity::Identity;
 
 pub use display::{human_duration, human_ms};
+pub use history::{Keep, LastRun, RunRecord};
 pub use key::LockKey;
 pub use lease::{Lease, deadline, drift};
 pub use locker::Locker;
 pub use read::LockInfo;
 pub use reply::{Crowd, Holder, HolderLease, HolderPid, KeyType};
-pub use scripts::{ACQUIRE, FENCE, INSPECT, LEAVE, RELEASE, RENEW};
+pub use scripts::{ACQUIRE, FENCE, HISTORY, INSPECT, LEAVE, RECORD, RELEASE, RENEW};
 pub use wait::{Hooks, Interrupt, WaitPolicy};
 
 /// How often a waiter checks a lock that has no expiry (another client's `SET` without `PX`):

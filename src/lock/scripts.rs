@@ -20,6 +20,11 @@ pub static RENEW: Script = Script::new("renew", sources::RENEW).replicated("rene
 pub static LEAVE: Script = Script::sent_whole("leave", sources::LEAVE);
 pub static INSPECT: Script = Script::new("inspect", sources::INSPECT);
 pub static FENCE: Script = Script::new("fence", sources::FENCE);
+// The history of runs (history.rs): one entry appended at the end of each run, and the reading.
+pub static RECORD: Script = Script::new("record", sources::RECORD);
+pub static HISTORY: Script = Script::new("history", sources::HISTORY);
+/// Which server answers (its run_id): asked of every Redlock master before each grant.
+pub static IDENTITY: Script = Script::new("identity", sources::IDENTITY);
 
 #[cfg(test)]
 mod tests {
@@ -27,7 +32,9 @@ mod tests {
 
     #[test]
     fn script_hashes_are_what_redis_computes() {
-        for script in [&ACQUIRE, &RELEASE, &RENEW, &LEAVE, &INSPECT, &FENCE] {
+        for script in [
+            &ACQUIRE, &RELEASE, &RENEW, &LEAVE, &INSPECT, &FENCE, &RECORD, &HISTORY, &IDENTITY,
+        ] {
             let sha = redis::Script::new(script.source).get_hash().to_string();
             assert_eq!(script.sha, sha, "SHA1 of {}", script.name);
         }

@@ -27,7 +27,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 
 use self::progress::Progress;
-use super::exclusive::Attempt;
+use super::exclusive::{Attempt, capped};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
 use crate::exit::{About, Code, Failure, Interruption, Seen, Waited};
@@ -97,10 +97,10 @@ impl Locker {
             deadline: policy.wait.and_then(|w| start.checked_add(w)),
             busy_code: policy.busy_code,
             outage: None,
-            reached: false,
             progress: Progress::new(start),
             subs: Vec::new(),
             subscribed: false,
+            heard: false,
         };
         waiter.wait()
     }
@@ -116,7 +116,7 @@ impl Locker {
             waited: Waited::NotAtAll,
             code: policy.busy_code,
         };
-        match self.attempt(req, false) {
+        match self.attempt(req, false, None) {
             Err(e) => Err(hooks
                 .interrupt
                 .take()
@@ -150,13 +150,13 @@ struct Waiter<'a> {
     deadline: Option<Instant>,
     busy_code: u8,
     outage: Option<Outage>,
-    /// Redis has answered a try of this wait (`first_contact` no longer applies).
-    reached: bool,
     progress: Progress,
     subs: Vec<Subscriber>,
     /// Subscribed since the lock was first found busy (the first try needs no subscription:
     /// an uncontended lock costs one round trip).
     subscribed: bool,
+    /// Some try has been answered (`first_contact` no longer applies).
+    heard: bool,
 }
 
 /// What one try and the sleep after it came to.
@@ -185,8 +185,13 @@ impl Waiter<'_> {
                 Step::GaveUp(failure) => {
                     // A waiter that gives up leaves nothing behind. (When Redis did not
                     // answer, the failed attempt has already tried that; once is enough.)
+                    // Within what is left of a bounded wait: nothing (the script is sent,
+                    // and runs, even when its reply is not waited for).
                     if failure.code() != Some(Code::Unavailable) {
-                        let _ = self.locker.leave(self.req.key, self.req.token);
+                        let timeout = capped(self.locker.op_timeout(), self.left());
+                        let _ = self
+                            .locker
+                            .leave_within(self.req.key, self.req.token, timeout);
                     }
                     return Err(failure);
                 }
@@ -201,13 +206,15 @@ impl Waiter<'_> {
         if let Some(signal) = self.hooks.interrupt.take() {
             return Step::GaveUp(interrupted(key, signal));
         }
-        let attempt = self.locker.attempt(self.req, true);
+        // Counted from the try's start: a try that fails may have taken --op-timeout.
+        let tried = Instant::now();
+        let attempt = self.locker.attempt(self.req, true, self.left());
         if let Some(signal) = self.hooks.interrupt.take() {
             // (A grant that raced with the signal is given back by `wait`'s leave.)
             return Step::GaveUp(interrupted(key, signal));
         }
         match attempt {
-            Err(failure) if failure.is_transient() => self.ride_out(failure),
+            Err(failure) if failure.is_transient() => self.ride_out(failure, tried),
             Err(failure) => Step::GaveUp(failure),
             Ok(answer) => {
                 self.answered();
@@ -282,7 +289,7 @@ impl Waiter<'_> {
 
     /// A try got no answer that time may cure: the outage begins or goes on, and the next try
     /// comes after a backoff (or the wait ends at its deadline).
-    fn ride_out(&mut self, failure: Failure) -> Step {
+    fn ride_out(&mut self, failure: Failure, tried: Instant) -> Step {
         let key = &self.req.key.name;
         let outage = match self.outage.take() {
             Some(mut o) => {
@@ -294,10 +301,11 @@ impl Waiter<'_> {
                 self.hooks.observer.observe(Note::OutageBegan {
                     key,
                     failure: &failure,
-                    first_contact: (!self.reached).then(|| self.locker.first_contact()),
+                    first_contact: (!self.heard).then(|| self.locker.first_contact()),
                 });
                 Outage {
-                    since: Instant::now(),
+                    // Down all along when no try has been answered yet.
+                    since: if self.heard { tried } else { self.start },
                     last: failure,
                     backoff: Duration::from_millis(50),
                 }
@@ -336,15 +344,21 @@ impl Waiter<'_> {
 
     /// When a run that has not reached Redis yet stops trying to.
     fn first_contact_ends(&self) -> Option<Instant> {
-        if self.reached {
+        if self.heard {
             return None;
         }
         self.start.checked_add(self.locker.first_contact())
     }
 
+    /// What is left of a bounded wait.
+    fn left(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
     /// A try got an answer: an outage under way is over.
     fn answered(&mut self) {
-        self.reached = true;
+        self.heard = true;
         if let Some(o) = self.outage.take() {
             self.hooks.observer.observe(Note::OutageEnded {
                 key: &self.req.key.name,

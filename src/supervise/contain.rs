@@ -30,6 +30,8 @@ pub enum Mode {
 #[derive(Debug)]
 pub struct Cgroup {
     dir: PathBuf,
+    /// Its path as /proc/PID/cgroup names it (`/rlock-123` below rlock's own).
+    rel: String,
     /// The directory itself, open: the command is cloned into it (`CLONE_INTO_CGROUP`).
     dir_fd: OwnedFd,
     /// `cgroup.procs`, opened before the command starts: the command's first act is to write
@@ -64,8 +66,16 @@ impl Cgroup {
                         let _ = fs::remove_dir(&dir);
                         format!("cannot open {}: {e}", dir.display())
                     })?;
+                    let rel = format!(
+                        "{}/{}",
+                        own.trim_end_matches('/'),
+                        dir.file_name()
+                            .map(|n| n.to_string_lossy())
+                            .unwrap_or_default()
+                    );
                     return Ok(Cgroup {
                         dir,
+                        rel,
                         dir_fd: dir_fd.into(),
                         procs: procs.into(),
                     });
@@ -112,57 +122,66 @@ impl Cgroup {
     }
 
     /// `sig` to every process of the cgroup, none of which can fork away meanwhile: SIGKILL by
-    /// `cgroup.kill` (Linux 5.14), which reaches what is forked while it runs; any other signal
-    /// with the cgroup frozen (5.2), followed by SIGCONT so that a stopped process acts on it.
+    /// `cgroup.kill` (Linux 5.14), which reaches what is forked while it runs; SIGSTOP (the job
+    /// stopped at the terminal) by freezing the cgroup, and SIGCONT by thawing it (and
+    /// continuing what a signal stopped); any other signal with the cgroup frozen (5.2),
+    /// followed by SIGCONT so that a stopped process acts on it.
     pub fn signal(&self, sig: Signal) {
-        if sig == Signal::SIGKILL && write_file(&self.dir.join("cgroup.kill"), b"1").is_ok() {
-            return;
-        }
-        let frozen = self.freeze(true);
-        for pid in self.pids() {
-            send(pid, None, sig);
-            if sig != Signal::SIGKILL {
-                send(pid, None, Signal::SIGCONT);
+        match sig {
+            Signal::SIGKILL if write_file(&self.dir.join("cgroup.kill"), b"1").is_ok() => {}
+            Signal::SIGSTOP => {
+                self.freeze(true);
             }
-        }
-        if frozen {
-            self.freeze(false);
+            Signal::SIGCONT => {
+                self.freeze(false);
+                self.each(Signal::SIGCONT);
+            }
+            sig => {
+                let frozen = self.freeze(true);
+                self.each(sig);
+                if sig != Signal::SIGKILL {
+                    self.each(Signal::SIGCONT);
+                }
+                if frozen {
+                    self.freeze(false);
+                }
+            }
         }
     }
 
-    fn pids(&self) -> Vec<i32> {
-        let mut pids = Vec::new();
+    /// `sig` to each process of the cgroup (and below), each checked to be in it still when
+    /// signalled through its pidfd, so that a pid reused meanwhile is left alone.
+    fn each(&self, sig: Signal) {
         let mut dirs = vec![self.dir.clone()];
         while let Some(dir) = dirs.pop() {
             if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
-                pids.extend(procs.lines().filter_map(|l| l.parse::<i32>().ok()));
+                for pid in procs.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                    send(pid, Identity::Cgroup(&self.rel), sig);
+                }
             }
             dirs.extend(subdirs(&dir));
         }
-        pids
     }
 
-    /// Freezes (or thaws) the cgroup; true once it is frozen, within a short bound (a frozen
-    /// cgroup still takes signals, so a late freeze costs only the fork race it closes).
+    /// Freezes (or thaws) the cgroup. True when the freeze was asked for (then it must be
+    /// thawed, whether or not it took); waits, briefly, until it took (a frozen cgroup still
+    /// takes signals, so a late freeze costs only the fork race it closes).
     fn freeze(&self, on: bool) -> bool {
         let flag: &[u8] = if on { b"1" } else { b"0" };
         if write_file(&self.dir.join("cgroup.freeze"), flag).is_err() {
             return false;
         }
-        if !on {
-            return true;
-        }
-        let until = Instant::now() + Duration::from_millis(100);
-        loop {
-            let events = fs::read_to_string(self.dir.join("cgroup.events")).unwrap_or_default();
-            if events.lines().any(|l| l == "frozen 1") {
-                return true;
+        if on {
+            let until = Instant::now() + Duration::from_millis(100);
+            while Instant::now() < until {
+                let events = fs::read_to_string(self.dir.join("cgroup.events")).unwrap_or_default();
+                if events.lines().any(|l| l == "frozen 1") {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
             }
-            if Instant::now() >= until {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
         }
+        true
     }
 
     /// Removes the cgroup (and any an rlock inside it left behind), once it is empty. An rmdir
@@ -284,26 +303,56 @@ fn scan() -> Vec<Proc> {
 }
 
 fn stat(pid: i32) -> Option<Proc> {
-    // One read: the kernel makes the whole line at once (a few hundred bytes).
+    // One read: the kernel makes the whole line at once (a few hundred bytes). Bytes, not text:
+    // the name in parentheses is cut at 15 bytes, maybe inside a character.
     let mut buf = [0u8; 1024];
     let n = io::Read::read(
         &mut fs::File::open(format!("/proc/{pid}/stat")).ok()?,
         &mut buf,
     )
     .ok()?;
-    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    let line = &buf[..n];
     // pid (comm) state ppid ...; comm may hold blanks and parentheses.
-    let mut rest = text[text.rfind(')')? + 2..].split(' ');
-    let state = rest.next()?;
-    let ppid = rest.next()?.parse().ok()?;
+    let after = line.iter().rposition(|&b| b == b')')? + 2;
+    let rest = std::str::from_utf8(line.get(after..)?).ok()?;
+    let mut fields = rest.split(' ');
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
     // Fields 5..21 come between the parent (4) and the start time (22).
-    let start = rest.nth(17)?.parse().ok()?;
+    let start = fields.nth(17)?.parse().ok()?;
+    // A process whose first thread ended while others run shows Z, and runs.
+    let zombie = matches!(state, "Z" | "X") && threads(pid) <= 1;
     Some(Proc {
         pid,
         ppid,
-        zombie: state == "Z" || state == "X",
+        zombie,
         start,
     })
+}
+
+fn threads(pid: i32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+/// Whether a process is stopped (by a signal or a tracer), or gone.
+fn stopped_or_gone(pid: i32, start: u64) -> bool {
+    let mut buf = [0u8; 1024];
+    let Ok(mut file) = fs::File::open(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let Ok(n) = io::Read::read(&mut file, &mut buf) else {
+        return true;
+    };
+    let line = &buf[..n];
+    let Some(close) = line.iter().rposition(|&b| b == b')') else {
+        return true;
+    };
+    match stat(pid) {
+        Some(p) if p.start == start => {
+            matches!(line.get(close + 2), Some(b'T' | b't' | b'Z' | b'X'))
+        }
+        _ => true,
+    }
 }
 
 /// The living (not zombie) descendants of `root`, parents before their children.
@@ -331,52 +380,85 @@ fn descendants(root: i32) -> Vec<Proc> {
 /// (the final SIGKILL rounds bound it the same way).
 const MAX_ROUNDS: usize = 1000;
 
-/// `sig` to every process below `root`, none of which can fork away meanwhile: first every one
-/// is stopped with SIGSTOP, walking again until a walk finds none that is not yet stopped (a
-/// stopped process forks no more, so only what was forked before its stop can turn up, and the
-/// walk ends once a round finds nothing new), then each gets `sig`, then SIGCONT.
+/// `sig` to every process below `root`, none of which can fork away meanwhile; SIGSTOP stops
+/// them (and leaves them stopped), SIGCONT continues them, SIGKILL is `kill_tree`.
 pub fn signal_tree(root: i32, sig: Signal) {
-    if sig == Signal::SIGKILL {
-        return kill_tree(root);
+    match sig {
+        Signal::SIGKILL => kill_tree(root),
+        Signal::SIGCONT => {
+            for p in descendants(root) {
+                send(p.pid, Identity::Start(p.start), Signal::SIGCONT);
+            }
+        }
+        Signal::SIGSTOP => {
+            stop_tree(root);
+        }
+        sig => {
+            let stopped = stop_tree(root);
+            for &(pid, start) in &stopped {
+                send(pid, Identity::Start(start), sig);
+            }
+            for &(pid, start) in &stopped {
+                send(pid, Identity::Start(start), Signal::SIGCONT);
+            }
+        }
     }
+}
+
+/// Stops every process below `root` with SIGSTOP, walking again until a walk finds none not
+/// yet stopped. Each round waits (briefly) until what it signalled has stopped: a stopped
+/// process forks no more, but one caught inside a fork still completes it, so only a walk after
+/// the stop sees everything. It ends after two walks in a row find nothing new (a child whose
+/// parent had just been reaped turns up, reparented, in the second). Returns what it stopped.
+fn stop_tree(root: i32) -> HashSet<(i32, u64)> {
     let mut stopped: HashSet<(i32, u64)> = HashSet::new();
+    let mut quiet = 0;
     for _ in 0..MAX_ROUNDS {
         let fresh: Vec<Proc> = descendants(root)
             .into_iter()
             .filter(|p| !stopped.contains(&(p.pid, p.start)))
             .collect();
         if fresh.is_empty() {
-            break;
+            quiet += 1;
+            if quiet == 2 {
+                break;
+            }
+            continue;
         }
-        for p in fresh {
-            send(p.pid, Some(p.start), Signal::SIGSTOP);
+        quiet = 0;
+        for p in &fresh {
+            send(p.pid, Identity::Start(p.start), Signal::SIGSTOP);
             stopped.insert((p.pid, p.start));
         }
+        let until = Instant::now() + Duration::from_millis(100);
+        while !fresh.iter().all(|p| stopped_or_gone(p.pid, p.start)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
-    for &(pid, start) in &stopped {
-        send(pid, Some(start), sig);
-    }
-    for &(pid, start) in &stopped {
-        send(pid, Some(start), Signal::SIGCONT);
-    }
+    stopped
 }
 
-/// SIGKILL to every process below `root`, walking again until a walk finds none that was not
-/// killed already. A process with SIGKILL pending completes no fork, so only children forked
-/// before their parent's kill can turn up, each round one generation: the walk ends once a
-/// round finds nothing new.
+/// SIGKILL to every process below `root`, walking again until two walks in a row find none
+/// that was not killed already. A process with SIGKILL pending completes no fork, so only
+/// children forked before their parent's kill can turn up, one generation a round.
 pub fn kill_tree(root: i32) {
     let mut killed: HashSet<(i32, u64)> = HashSet::new();
+    let mut quiet = 0;
     for _ in 0..MAX_ROUNDS {
         let fresh: Vec<Proc> = descendants(root)
             .into_iter()
             .filter(|p| !killed.contains(&(p.pid, p.start)))
             .collect();
         if fresh.is_empty() {
-            return;
+            quiet += 1;
+            if quiet == 2 {
+                return;
+            }
+            continue;
         }
+        quiet = 0;
         for p in fresh {
-            send(p.pid, Some(p.start), Signal::SIGKILL);
+            send(p.pid, Identity::Start(p.start), Signal::SIGKILL);
             killed.insert((p.pid, p.start));
         }
     }
@@ -387,21 +469,42 @@ pub fn tree_alive(root: i32) -> bool {
     !descendants(root).is_empty()
 }
 
-/// `sig` to exactly the process walked, never to another that reused its pid: through a pidfd
-/// (Linux 5.3), opened and then checked against the start time the walk saw. Without pidfds,
-/// a plain kill.
-fn send(pid: i32, start: Option<u64>, sig: Signal) {
+/// How a process about to be signalled is known to be the one meant, not another that took
+/// its pid since it was seen.
+#[derive(Clone, Copy)]
+enum Identity<'a> {
+    /// The start time the walk saw.
+    Start(u64),
+    /// The cgroup it was listed in (as /proc/PID/cgroup names it).
+    Cgroup(&'a str),
+}
+
+/// `sig` to exactly the process meant, never to another that reused its pid: through a pidfd
+/// (Linux 5.3), opened and then checked against `who`. A plain kill only where the kernel has
+/// no pidfds.
+fn send(pid: i32, who: Identity, sig: Signal) {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+        if nix::errno::Errno::last() == nix::errno::Errno::ENOSYS {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+        }
         return;
     }
     // SAFETY: a descriptor pidfd_open just returned, owned here alone.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    if let Some(start) = start
-        && stat(pid).is_none_or(|p| p.start != start)
-    {
+    let same = match who {
+        Identity::Start(start) => stat(pid).is_some_and(|p| p.start == start),
+        Identity::Cgroup(rel) => fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find_map(|l| l.strip_prefix("0::"))
+                    .map(str::to_string)
+            })
+            .is_some_and(|path| path == rel || path.starts_with(&format!("{rel}/"))),
+    };
+    if !same {
         return;
     }
     // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo, no flags.

@@ -26,7 +26,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, getpgrp, getpid, setpgid};
@@ -151,11 +151,18 @@ pub fn launch(
     cgroup: Option<Cgroup>,
     why_no_cgroup: Option<String>,
 ) -> Result<Launched, Failure> {
-    let prepared = Prepared::new(argv, env)?;
+    // Whatever fails before the guardian runs, the cgroup made for it goes (nobody else would).
+    let give_up = |failure: Failure| {
+        if let Some(c) = &cgroup {
+            c.remove();
+        }
+        failure
+    };
+    let prepared = Prepared::new(argv, env).map_err(give_up)?;
     let cannot = |what: &str, e: Errno| {
-        Failure::Internal(format!(
+        give_up(Failure::Internal(format!(
             "cannot start the guardian ({what}: {e}); the command was not started"
-        ))
+        )))
     };
     let (req_read, req_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| cannot("pipe", e))?;
@@ -164,7 +171,8 @@ pub fn launch(
     let rlock_pgrp = getpgrp();
     // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
     // no lock another thread had taken; the child runs `guard`, which never returns.
-    match unsafe { nix::unistd::fork() }.map_err(|e| cannot("fork", e))? {
+    let forked = unsafe { nix::unistd::fork() };
+    match forked.map_err(|e| cannot("fork", e))? {
         ForkResult::Child => {
             drop(req_write);
             drop(ev_read);
@@ -273,6 +281,47 @@ impl Guardian {
         let _ = nix::unistd::write(&self.requests, &encode(SIGNAL, sig as i32, 0));
     }
 
+    /// Reaps the guardian once it has left (right after saying that nothing of the command
+    /// runs, and removing the cgroup), waiting a little for it: a guardian left to init would be
+    /// a zombie where init does not reap. Closing the request pipe first tells a guardian that
+    /// has not left yet to stop what is left and go.
+    pub fn reap(self) {
+        let Guardian {
+            pid,
+            requests,
+            events,
+            ..
+        } = self;
+        drop(requests);
+        let gone = || {
+            matches!(
+                waitpid(pid, Some(WaitPidFlag::WNOHANG)),
+                Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_)
+            )
+        };
+        if gone() {
+            return;
+        }
+        // Its end of the event pipe closes when it exits.
+        let mut fds = [PollFd::new(events.as_fd(), PollFlags::POLLIN)];
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
+        loop {
+            let mut buf = [0u8; 120];
+            match nix::unistd::read(&events, &mut buf) {
+                Ok(0) => break,
+                Ok(_) | Err(Errno::EINTR) => continue,
+                Err(_) => {}
+            }
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+            let _ = nix::poll::poll(&mut fds, PollTimeout::from(ms));
+        }
+        let _ = gone();
+    }
+
     /// The cgroup the command was meant to run in, if one was made.
     pub fn cgroup(&self) -> Option<&std::path::Path> {
         self.cgroup.as_deref()
@@ -294,8 +343,20 @@ fn guard(
     // Orphans of the command come here, whatever their group or session.
     let _ = nix::sys::prctl::set_child_subreaper(true);
     // A group of its own: nothing sent to rlock's job reaches it. Every signal rlock acts on
-    // stays blocked here (the mask is inherited), so none can end it but SIGKILL.
+    // stays blocked here (the mask is inherited), so none can end it but SIGKILL; SIGCHLD (read
+    // from a signalfd) and the terminal's stop signals are blocked here whatever rlock did. The
+    // command starts with no signal blocked.
     let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+    let mut blocked = SigSet::empty();
+    for sig in [
+        Signal::SIGCHLD,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+        Signal::SIGTSTP,
+    ] {
+        blocked.add(sig);
+    }
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None);
     let mut sigchld = SigSet::empty();
     sigchld.add(Signal::SIGCHLD);
     let chld = SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
@@ -330,6 +391,8 @@ fn guard(
         None => contain::signal_tree(me, sig),
     };
     let mut leader_done = false;
+    // SIGKILL asked for (or rlock gone): kill rounds are repeated until nothing is left.
+    let mut killing = false;
     let mut rlock_gone = false;
     loop {
         // What changed below: the leader's changes go up; everything else is only reaped. They
@@ -386,7 +449,7 @@ fn guard(
         }
         // Without a signalfd for SIGCHLD, children are looked at every 20 ms; once rlock is
         // gone, every 100 ms too, with a new SIGKILL round for anything forked meanwhile.
-        let timeout = match (&chld, rlock_gone) {
+        let timeout = match (&chld, killing) {
             (_, true) => PollTimeout::from(100u8),
             (Ok(_), false) => PollTimeout::NONE,
             (Err(_), false) => PollTimeout::from(20u8),
@@ -402,8 +465,10 @@ fn guard(
         if let Ok(fd) = &chld {
             while let Ok(Some(_)) = fd.read_signal() {}
         }
-        if rlock_gone {
+        if killing {
             stop_all(Signal::SIGKILL);
+        }
+        if rlock_gone {
             continue;
         }
         let mut buf = [0u8; 12];
@@ -412,13 +477,16 @@ fn guard(
                 let (tag, sig, _) = decode(&buf);
                 if tag == SIGNAL
                     && let Ok(sig) = Signal::try_from(sig)
+                    && !killing
                 {
+                    killing = sig == Signal::SIGKILL;
                     stop_all(sig);
                 }
             }
             // rlock is gone (or done): nothing it started may run on unwatched.
             Ok(0) => {
                 rlock_gone = true;
+                killing = true;
                 stop_all(Signal::SIGKILL);
             }
             _ => {}

@@ -92,9 +92,12 @@ pub(super) fn start(
     if let Some(CgroupFds { dir, .. }) = cgroup {
         match start_in_cgroup(prepared, terminal, dir) {
             Ok(started) => return started.map(|pid| (pid, true)),
-            // A kernel before 5.7 (no clone3 or no CLONE_INTO_CGROUP): the child moves itself.
-            Err(e) if [Errno::ENOSYS, Errno::EINVAL, Errno::E2BIG].contains(&e) => {}
-            Err(e) => return Err(e.into()),
+            // No room for a process: the vfork would fail the same way.
+            Err(e) if [Errno::EAGAIN, Errno::ENOMEM].contains(&e) => return Err(e.into()),
+            // A kernel before 5.7 (no clone3, no CLONE_INTO_CGROUP: ENOSYS, E2BIG, EINVAL), or a
+            // cgroup it may not start a process in (EACCES, EBUSY, EOPNOTSUPP): the child tries
+            // to move itself, and without the cgroup the tree contains it.
+            Err(_) => {}
         }
     }
     let argp = &prepared.argp;

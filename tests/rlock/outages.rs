@@ -116,6 +116,53 @@ fn a_wait_that_ends_during_an_outage_exits_69_with_the_last_error() {
 }
 
 #[test]
+fn a_bounded_wait_is_a_deadline_against_a_frozen_server() {
+    // Frozen from the start: every try times out after --op-timeout (2 s), and the give-back
+    // after it would too. Neither may outlast what is left of -w 5s.
+    let server = RedisServer::start();
+    server.freeze();
+    for args in [
+        &["acquire", "-w", "5s", "-k", KEY][..],
+        &["exec", "-w", "5s", "-k", KEY, "--", "true"],
+    ] {
+        let started = Instant::now();
+        let out = run(rlock_at(&server).args(args));
+        let took = started.elapsed();
+        assert_eq!(out.code, 69, "{out}");
+        assert!(
+            took >= Duration::from_millis(4900) && took < Duration::from_millis(5000 + 700),
+            "{args:?} took {took:?} for -w 5s against a frozen server"
+        );
+        let last = out.stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("timed out") && last.contains("Redis unavailable throughout"),
+            "down all along, not for the last few seconds: {out}"
+        );
+    }
+    server.thaw();
+
+    // Redlock with a frozen majority: each try asks every master who it is, then for the lock,
+    // then gives back; all of it within what is left of the wait.
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    masters[1].freeze();
+    masters[2].freeze();
+    let mut cmd = rlock();
+    for m in &masters {
+        cmd.arg("-u").arg(m.url());
+    }
+    let started = Instant::now();
+    let out = run(cmd.args(["acquire", "-w", "5s", "-k", KEY]));
+    let took = started.elapsed();
+    masters[1].thaw();
+    masters[2].thaw();
+    assert_eq!(out.code, 69, "{out}");
+    assert!(
+        took >= Duration::from_millis(4900) && took < Duration::from_millis(5000 + 700),
+        "Redlock took {took:?} for -w 5s with a frozen majority: {out}"
+    );
+}
+
+#[test]
 fn no_wait_and_names_that_do_not_resolve_fail_at_once() {
     let started = Instant::now();
     let out = run(rlock().args([

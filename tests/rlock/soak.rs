@@ -91,6 +91,7 @@ fn soak(limit: Option<u32>) {
         link: None,
         redis_pid: server.pid(),
         dir: dir.path().to_path_buf(),
+        more_ports: Vec::new(),
     };
     let cfg = soak::Config {
         limit,
@@ -163,6 +164,7 @@ fn holders_never_overlap_and_fences_rise_through_blackholed_links() {
         link: Some(soak::Link(Arc::new(proxy.blackhole_switch()))),
         redis_pid: server.pid(),
         dir: dir.path().to_path_buf(),
+        more_ports: Vec::new(),
     };
     let cfg = soak::Config::short(secs);
     let report = soak::run(&target, &cfg);

@@ -140,3 +140,65 @@ fn no_grant_without_a_majority_answering() {
     );
     assert_eq!(failure.code(), Some(Code::NotALock));
 }
+
+#[test]
+fn a_redlock_release_counts_a_majority() {
+    use super::super::redlock::release_verdict;
+    let three = Quorum::of(3);
+    let code = |r: Result<Released, Failure>| match r {
+        Ok(_) => 0,
+        Err(f) => f.exit_code(),
+    };
+    let gone = || Ok(ReleaseReply::Expired);
+    let other = || Ok(ReleaseReply::Other);
+    let done = || Ok(ReleaseReply::Released);
+    let down = || {
+        Err(NodeError {
+            kind: Fault::Timeout,
+            node: "redis://n".into(),
+            detail: "gone".into(),
+        })
+    };
+    assert_eq!(
+        code(release_verdict(
+            three,
+            &key(),
+            vec![done(), done(), other()]
+        )),
+        0
+    );
+    assert_eq!(
+        code(release_verdict(
+            three,
+            &key(),
+            vec![Ok(ReleaseReply::Already), done(), down()]
+        )),
+        0
+    );
+    // Released on one master, the majority someone else's (or gone): lost, not released.
+    assert_eq!(
+        code(release_verdict(
+            three,
+            &key(),
+            vec![done(), other(), other()]
+        )),
+        77
+    );
+    assert_eq!(
+        code(release_verdict(three, &key(), vec![done(), gone(), gone()])),
+        77
+    );
+    // Too few answers to tell.
+    assert_eq!(
+        code(release_verdict(three, &key(), vec![done(), down(), down()])),
+        69
+    );
+    assert_eq!(
+        code(release_verdict(
+            three,
+            &key(),
+            vec![done(), other(), down()]
+        )),
+        69
+    );
+}

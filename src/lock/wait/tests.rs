@@ -207,7 +207,7 @@ fn a_wait_that_ends_during_an_outage_is_unavailable() {
         Err(outage @ Failure::Outage { .. }) => {
             let message = outage.to_string();
             assert!(
-                message.contains("Redis unavailable for the last"),
+                message.contains("Redis unavailable throughout"),
                 "{message}"
             )
         }

@@ -5,11 +5,14 @@ use std::fs;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+
 use super::cli::info_on;
 use super::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
 use super::proxy::{Mode, Proxy};
 use super::server::{RedisServer, read_logs};
-use super::spawn::{connect, free_port, kill_and_reap, spawn_redis, wait_ready};
+use super::spawn::{connect, free_port, kill_and_reap, proc_state, spawn_redis, wait_ready};
 use super::wait::wait_until;
 
 /// One `redis-server --sentinel` process with its own config file (Sentinel rewrites it) in its
@@ -220,6 +223,25 @@ impl Sentinels {
                 p.heal();
             }
         }
+    }
+
+    /// SIGSTOPs Sentinel `i`: it keeps its socket and answers nothing. Returns once stopped.
+    pub fn freeze_sentinel(&self, i: usize) {
+        self.signal_sentinel(i, Signal::SIGSTOP, true);
+    }
+
+    /// SIGCONT after `freeze_sentinel`.
+    pub fn thaw_sentinel(&self, i: usize) {
+        self.signal_sentinel(i, Signal::SIGCONT, false);
+    }
+
+    fn signal_sentinel(&self, i: usize, sig: Signal, stopped: bool) {
+        let child = self.sentinels[i].child.as_ref().expect("the Sentinel runs");
+        let pid = child.id() as i32;
+        signal::kill(Pid::from_raw(pid), sig).unwrap_or_else(|e| panic!("kill -{sig} {pid}: {e}"));
+        wait_until("the Sentinel to change state", CONN_TIMEOUT, || {
+            (proc_state(pid) == Some('T')) == stopped
+        });
     }
 
     /// The server started as the master (index 0) or as the replica (index 1).

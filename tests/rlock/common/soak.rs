@@ -165,6 +165,9 @@ pub struct Target {
     pub rlock_port: Option<u16>,
     /// The switch of rlock's link to Redis: with it, blackholes join the fault rotation.
     pub link: Option<Link>,
+    /// Redlock: the ports of the other masters (on 127.0.0.1) rlock is pointed at besides the
+    /// first (empty: one Redis). The engine's own faults stay on `port`.
+    pub more_ports: Vec<u16>,
     /// The `redis-server` process, frozen and thawed by the engine.
     pub redis_pid: i32,
     /// Where the heartbeat log and the loops' stderr go.
@@ -411,6 +414,12 @@ fn exec_once(target: &Target, cfg: &Config, log: &Path, beats: u32, stderr: &Pat
             "redis://127.0.0.1:{}",
             target.rlock_port.unwrap_or(target.port)
         ))
+        .args(
+            target
+                .more_ports
+                .iter()
+                .flat_map(|p| ["--url".to_string(), format!("redis://127.0.0.1:{p}")]),
+        )
         .args(["exec", "-k", KEY, "--ttl"])
         .arg(format!("{}ms", cfg.ttl.as_millis()))
         .args(cfg.limit.map(|n| format!("--limit={n}")))

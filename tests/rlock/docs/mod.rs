@@ -156,7 +156,10 @@ fn play(block: &Block, server: &RedisServer) -> Vec<Vec<String>> {
     let out = run(&mut cmd);
     let mut steps: Vec<Vec<String>> = vec![Vec::new(); block.steps.len()];
     let mut at: Option<usize> = None;
+    // The pages were written on a host called `vm`, as root.
+    let host = hostname();
     for line in out.stdout.lines() {
+        let line = &with_host_as_vm(line, &host);
         if let Some(n) = line.strip_prefix(MARK) {
             at = n.trim().parse().ok();
             continue;
@@ -172,6 +175,36 @@ fn play(block: &Block, server: &RedisServer) -> Vec<Vec<String>> {
         }
     }
     steps
+}
+
+/// This host's name.
+fn hostname() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// `line` with this host's name, as a whole word, written `vm`.
+fn with_host_as_vm(line: &str, host: &str) -> String {
+    if host.is_empty() || host == "vm" {
+        return line.to_string();
+    }
+    let boundary = |c: Option<char>| c.is_none_or(|c| !(c.is_alphanumeric() || c == '-'));
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(at) = rest.find(host) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + host.len()..].chars().next();
+        out.push_str(&rest[..at]);
+        out.push_str(if boundary(before) && boundary(after) {
+            "vm"
+        } else {
+            host
+        });
+        rest = &rest[at + host.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Checks every `console` block of `page`; returns what differs, block by block.

@@ -1,6 +1,6 @@
 //! What varies from run to run in an example's output, replaced on both sides (the text of the
 //! page and what the run printed) before they are compared: tokens, fences and other long
-//! numbers, durations, pids, the holder's `user@host`, the test server's port. Blanks are
+//! numbers and decimals, durations, pids, the holder's `user@host`, the test server's port. Blanks are
 //! collapsed, so that a table whose columns are wider in one run still matches.
 
 /// `line` with what varies replaced by `[TOKEN]`, `[N]`, `[DUR]`, `[PID]`, `[WHO]`, `[PORT]`,
@@ -35,7 +35,9 @@ fn redact_word(word: &str, after_pid: bool) -> String {
             continue;
         }
         let c = chars[i];
-        let starts_number = c.is_ascii_digit() && (i == 0 || !is_word_char(chars[i - 1]));
+        // (Not after a dot: `127.0.0.1` is one address, not numbers.)
+        let starts_number =
+            c.is_ascii_digit() && (i == 0 || !(is_word_char(chars[i - 1]) || chars[i - 1] == '.'));
         if !starts_number {
             out.push(c);
             i += 1;
@@ -46,6 +48,7 @@ fn redact_word(word: &str, after_pid: bool) -> String {
         let text: String = chars[i..i + len].iter().collect();
         let replaced = match what {
             Number::Duration => "[DUR]".to_string(),
+            Number::Decimal => "[N]".to_string(),
             Number::Plain if out.ends_with("127.0.0.1:") || out.ends_with("localhost:") => {
                 "[PORT]".to_string()
             }
@@ -63,6 +66,7 @@ fn redact_word(word: &str, after_pid: bool) -> String {
 
 enum Number {
     Duration,
+    Decimal,
     Plain,
 }
 
@@ -71,8 +75,10 @@ enum Number {
 fn number_at(chars: &[char], digits: usize) -> (usize, Number) {
     let mut at = digits;
     // A fraction.
+    let mut fraction = false;
     if chars.get(at) == Some(&'.') && chars.get(at + 1).is_some_and(char::is_ascii_digit) {
         at += 1 + run_of(&chars[at + 1..], |c| c.is_ascii_digit());
+        fraction = true;
     }
     let rest: String = chars[at..].iter().take(3).collect();
     let unit_ends = |len: usize| {
@@ -99,6 +105,10 @@ fn number_at(chars: &[char], digits: usize) -> (usize, Number) {
                 return (after + more + 1, Number::Duration);
             }
         }
+    }
+    if fraction && chars.get(at) != Some(&'.') {
+        // A measure (`0.302`, a timestamp `1795688644.472`), not a version (`7.0.15`).
+        return (at, Number::Decimal);
     }
     (digits, Number::Plain)
 }
@@ -183,6 +193,10 @@ fn what_varies_is_redacted_and_the_rest_kept() {
         "{\"fence\":[N],\"token\":\"[TOKEN]\",\"ttl_ms\":30000}"
     );
     assert_eq!(redact("real\t0m1.508s"), "real [DUR]");
+    assert_eq!(
+        redact("rlock_last_run_duration_seconds{key=\"nightly\"} 0.302 at 1795688644.472"),
+        "rlock_last_run_duration_seconds{key=\"nightly\"} [N] at [N]"
+    );
     assert_eq!(
         redact("redis://127.0.0.1:41234: Connection refused (os error 111); exit 75"),
         "redis://127.0.0.1:[PORT]: Connection refused (os error 111); exit 75"

@@ -82,19 +82,25 @@ fn assert_silent_after(dir: &Path, at: i64, what: &str) {
         Some(seen),
         "{what}: the loop ran on after it"
     );
-    let pid = esc_pid(dir);
     assert!(
-        !crate::common::pid_alive(pid),
-        "{what}: the escaped loop {pid} still runs"
+        dir.join("esc.pid").exists(),
+        "{what}: the loop never wrote its pid"
     );
+    assert_eq!(loop_alive(dir), None, "{what}: the escaped loop still runs");
 }
 
-fn esc_pid(dir: &Path) -> i32 {
-    fs::read_to_string(dir.join("esc.pid"))
-        .expect("the loop wrote its pid")
+/// The escaped loop of the test whose directory is `dir`, if it still runs: its pid, checked to
+/// be that loop (its environment names `dir`), never another process that took the pid since.
+fn loop_alive(dir: &Path) -> Option<i32> {
+    let pid: i32 = fs::read_to_string(dir.join("esc.pid"))
+        .ok()?
         .trim()
         .parse()
-        .expect("a pid")
+        .ok()?;
+    let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let ours = format!("D={}", dir.display());
+    let is_ours = environ.split(|&b| b == 0).any(|var| var == ours.as_bytes());
+    (is_ours && crate::common::pid_alive(pid)).then_some(pid)
 }
 
 /// Kills the escaped loop when a test ends, passed or failed: a build that lets it escape (the
@@ -103,10 +109,7 @@ struct Reaper<'a>(&'a Path);
 
 impl Drop for Reaper<'_> {
     fn drop(&mut self) {
-        if let Ok(pid) = fs::read_to_string(self.0.join("esc.pid"))
-            && let Ok(pid) = pid.trim().parse::<i32>()
-            && pid > 1
-        {
+        if let Some(pid) = loop_alive(self.0) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
@@ -241,7 +244,7 @@ fn stopped_when_rlock_is_killed_by_name(way: Way, escape: Escape) {
     wait_until(
         "the escaped loop to be stopped",
         Duration::from_secs(5),
-        || !crate::common::pid_alive(esc_pid(d)),
+        || loop_alive(d).is_none(),
     );
     let last = heartbeat(d).expect("heartbeats");
     assert!(
@@ -544,11 +547,14 @@ fn what_escapes_when_rlock_and_its_guardian_are_both_killed() {
             Duration::from_secs(5),
             || heartbeat(d).is_some_and(|hb| hb > before),
         );
+        let survivor = loop_alive(d);
         assert!(
-            crate::common::pid_alive(esc_pid(d)),
+            survivor.is_some(),
             "{way:?}: the loop in a session of its own was stopped after all; docs/exec.md says it escapes"
         );
-        let _ = kill(Pid::from_raw(esc_pid(d)), Signal::SIGKILL);
+        if let Some(pid) = survivor {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
         if way == Way::Cgroup {
             // Nobody was left to remove it either.
             let cgroup = cgroup_of(top);
@@ -592,4 +598,40 @@ fn killing_the_guardian_stops_everything_and_rlock_releases() {
     assert_silent_after(d, exited, "rlock's exit after its guardian was killed");
     assert!(!server.exists(LOCK), "the lock was not released");
     assert!(!cgroup_of(top).exists(), "the cgroup was left behind");
+}
+
+/// A process whose name the kernel cut inside a character (15 bytes of `ÄÄÄÄÄÄÄÄ.sh`) is found
+/// by the tree walk like any other, and so is everything below it.
+#[test]
+fn a_name_cut_inside_a_character_does_not_hide_a_process() {
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    let script = d.join("ÄÄÄÄÄÄÄÄ.sh");
+    fs::write(&script, format!("#!/bin/sh\n{LOOP}\n")).expect("write the script");
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut cmd = rlock_at(&server);
+    cmd.args([
+        "exec",
+        "--contain",
+        "tree",
+        "-k",
+        KEY,
+        "--ttl",
+        "3s",
+        "--grace",
+        "300ms",
+    ])
+    .args(["--", "bash", "-c", r#"setsid "$D/ÄÄÄÄÄÄÄÄ.sh" & sleep 600"#]);
+    let mut rl = Bg::spawn_group("rlock", d, &mut cmd);
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(d).is_some()
+    });
+    server.cmd(&["DEL", LOCK]);
+    let (out, _) = rl.finish(Duration::from_secs(10));
+    let exited = now_ns();
+    assert_eq!(out.code, 76, "{out}");
+    assert_silent_after(d, exited, "a process with a cut name");
 }

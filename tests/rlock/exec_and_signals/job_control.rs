@@ -182,3 +182,51 @@ echo "exec=$?" > "$D/exec"
     );
     assert!(!server.exists(LOCK), "the shell's release released it");
 }
+
+/// Ctrl-Z stops the whole job, also what left the command's group: a loop in a session of its
+/// own stops writing while rlock is stopped (and cannot renew), and writes again after `fg`.
+#[test]
+fn ctrl_z_stops_what_left_the_group_too() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let d = dir.path();
+    let leader = r#""$RL" --url "$URL" exec -k k --contain tree -- bash -c "$CHILD" &
+echo $! > "$D/rlock.pid"
+fg %1 2>/dev/null || wait $!
+"#;
+    let child = r#"setsid sh -c 'echo $$ > "$D/esc.pid"; while :; do date +%s%N > "$D/hb.$$"; mv -f "$D/hb.$$" "$D/hb"; sleep 0.02; done' &
+echo $$ > "$D/pid"; echo "$RLOCK_TOKEN" > "$D/token"; : > "$D/ready"
+while [ ! -e "$D/stop" ]; do sleep 0.05; done
+exit 7"#;
+    let (mut session, mut master, screen) = pty_session(&server, d, leader, child);
+    let shown = || String::from_utf8_lossy(&screen.0.lock().unwrap()).into_owned();
+    session.ready(d);
+    let hb = || read(d.join("hb")).trim().parse::<i64>().ok();
+    session.wait_for("heartbeats", SOON, || hb().is_some());
+    let esc: i32 = read(d.join("esc.pid")).trim().parse().unwrap();
+    let rlock: i32 = read(d.join("rlock.pid")).trim().parse().unwrap();
+
+    master.write_all(b"\x1a").expect("type Ctrl-Z");
+    session.wait_for(
+        "rlock and the loop in its own session to stop",
+        SOON,
+        || proc_state(rlock).0 == 'T' && proc_state(esc).0 == 'T',
+    );
+    let stopped_at = hb();
+    let quiet_until = Instant::now() + Duration::from_millis(300);
+    wait_until("a quiet period", SOON, || Instant::now() >= quiet_until);
+    assert_eq!(
+        hb(),
+        stopped_at,
+        "the loop wrote on while the job was stopped; terminal:\n{}",
+        shown()
+    );
+
+    let rlock_pgrp = proc_state(rlock).1;
+    signal::killpg(Pid::from_raw(rlock_pgrp), Signal::SIGCONT).unwrap();
+    session.wait_for("the loop to run again", SOON, || hb() != stopped_at);
+    touch(d.join("stop"));
+    let (out, _) = session.wait(FINISH);
+    assert_eq!(out.code, 7, "terminal:\n{}", shown());
+    assert!(!crate::common::pid_alive(esc), "the loop outlived the run");
+}

@@ -53,6 +53,7 @@ fn contended_holders_never_overlap_and_fences_rise() {
         link: None,
         redis_pid: server.pid(),
         dir: dir.path().to_path_buf(),
+        more_ports: Vec::new(),
     };
     let cfg = soak::Config {
         workers: 6,

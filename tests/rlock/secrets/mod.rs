@@ -20,6 +20,16 @@ fn assert_no_secret_kept(server: &RedisServer, what: &str) {
         let dump = match server.key_type(&key).as_str() {
             "hash" => format!("{:?}", server.hgetall(&key)),
             "string" => server.get(&key).unwrap_or_default(),
+            // The history of runs.
+            "stream" => {
+                let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+                    .arg(&key)
+                    .arg("-")
+                    .arg("+")
+                    .query(&mut conn)
+                    .expect("XRANGE");
+                format!("{entries:?}")
+            }
             other => other.to_string(),
         };
         for secret in SECRETS {
@@ -81,6 +91,8 @@ fn secrets_on_the_holders_command_line_are_never_stored_or_shown() {
         out.stdout.trim(),
         "SECRET_KEY=k3y-value --token s3cr3t-tok -p hunter2"
     );
+    // The run on record keeps the command as the holder record does: masked.
+    assert!(server.exists("{rlock:leak2}:history"));
     let dir = tempfile::tempdir().expect("temp dir");
     let started = dir.path().join("started");
     let mut cmd = rlock_at(&server);

@@ -137,6 +137,17 @@ impl Session<'_> {
             &["release", "-k", "life", "--force"],
         )?;
         self.step("exec", 0, &["exec", "-k", "life", "--", "true"])?;
+        // The exec runs are on record (XADD), and read back (XREVRANGE).
+        let out = self.step(
+            "history",
+            0,
+            &["inspect", "--history", "--json", "-k", "life"],
+        )?;
+        if json(&out).as_array().map(Vec::len) != Some(2) {
+            return Err(format!(
+                "the history does not hold the two exec runs: {out}"
+            ));
+        }
         // A semaphore and a shared lock.
         let mut tokens = Vec::new();
         for what in ["a semaphore's first slot", "its second slot"] {

@@ -153,12 +153,13 @@ fn cluster_one_seed_is_enough_and_rlock_cluster_env_is_the_flag() {
         printed_fence_above(&out, env_fence);
         assert!(!here(node, &lock));
 
-        // Without cluster mode the seed is one Redis, which refuses a key it does not serve.
+        // Without cluster mode the seed is one Redis, which refuses a key it does not serve: a
+        // configuration mistake (78), which says to add --cluster.
         let out = run(rlock()
             .env("RLOCK_URL", &seed)
             .args(["acquire", "-n", "-k", &name]));
         assert!(
-            out.code == 69 && out.stderr.to_lowercase().contains("moved"),
+            out.code == 78 && out.stderr.contains("MOVED") && out.stderr.contains("--cluster"),
             "a single-Redis acquire of a key served elsewhere must fail with MOVED: {out}"
         );
         assert!(!here(node, &lock));
@@ -167,7 +168,7 @@ fn cluster_one_seed_is_enough_and_rlock_cluster_env_is_the_flag() {
 
 /// Starts moving `slot` from master `from` to master `to`: IMPORTING on `to`, MIGRATING on
 /// `from` (what `redis-cli --cluster reshard` does first).
-fn begin_migration(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
+pub(super) fn begin_migration(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
     let slot = slot.to_string();
     let (from_id, to_id) = (cluster.node_id(from), cluster.node_id(to));
     cluster
@@ -179,7 +180,7 @@ fn begin_migration(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
 }
 
 /// Moves `keys` from master `from` to master `to` with one MIGRATE.
-fn move_keys(cluster: &RedisCluster, from: usize, to: usize, keys: &[&str]) {
+pub(super) fn move_keys(cluster: &RedisCluster, from: usize, to: usize, keys: &[&str]) {
     let port = cluster.node(to).port().to_string();
     let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
     args.extend_from_slice(keys);
@@ -188,7 +189,7 @@ fn move_keys(cluster: &RedisCluster, from: usize, to: usize, keys: &[&str]) {
 }
 
 /// Ends the move: every master is told that `to` serves `slot`, the new owner first.
-fn end_migration(cluster: &RedisCluster, slot: u16, to: usize) {
+pub(super) fn end_migration(cluster: &RedisCluster, slot: u16, to: usize) {
     let slot = slot.to_string();
     let to_id = cluster.node_id(to);
     let mut order: Vec<usize> = (0..cluster.nodes().len()).collect();
@@ -464,6 +465,38 @@ fn cluster_a_frozen_master_costs_at_most_the_op_timeout() {
         at - frozen_at < Duration::from_secs(4),
         "exec exited {:?} after its master froze (TTL 2 s, --op-timeout 500ms)",
         at - frozen_at
+    );
+}
+
+#[test]
+fn cluster_the_final_release_takes_at_most_the_op_timeout_with_every_master_frozen() {
+    let cluster = RedisCluster::start();
+    let name = key_on(&cluster, 0);
+    let dir = tempdir();
+    let mut rl = Bg::spawn_group(
+        "exec",
+        dir.path(),
+        clustered(&cluster)
+            .args(["--op-timeout", "1s", "exec", "-k", &name, "--ttl", "60s"])
+            .args(["--", "sh", "-c"])
+            .arg(HOLD_UNTIL_STOP),
+    );
+    rl.ready();
+    // The lock's master, and the nodes asked for the slot map after it fails.
+    for node in cluster.nodes() {
+        node.freeze();
+    }
+    let stopped = Instant::now();
+    touch(dir.path().join("stop"));
+    let (out, at) = rl.finish(FINISH);
+    for node in cluster.nodes() {
+        node.thaw();
+    }
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        at - stopped < Duration::from_millis(1000 + 600),
+        "the final release took {:?} with --op-timeout 1s: {out}",
+        at - stopped
     );
 }
 

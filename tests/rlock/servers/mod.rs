@@ -12,9 +12,13 @@
 mod acl;
 mod cluster;
 mod cluster_failover;
+mod cluster_migration;
 mod redlock;
+mod redlock_losses;
 mod replicas;
+mod scale_out_mistakes;
 mod sentinel;
+mod sentinel_faults;
 mod tls;
 
 use crate::common::{
@@ -282,7 +286,7 @@ fn here(node: &RedisServer, key: &str) -> bool {
 /// The commands rlock sends to one Redis, its own (EVALSHA, EVAL on NOSCRIPT, SCAN for the
 /// listing, SUBSCRIBE for waiting) and those its scripts call, which ACLs check too.
 /// docs/connecting.md documents the same list.
-const LOCK_COMMANDS: [&str; 26] = [
+const LOCK_COMMANDS: [&str; 28] = [
     "evalsha",
     "eval",
     "scan",
@@ -309,9 +313,12 @@ const LOCK_COMMANDS: [&str; 26] = [
     "zrangebyscore",
     "zremrangebyscore",
     "hkeys",
+    // The history of runs (exec writes it, inspect --history reads it).
+    "xadd",
+    "xrevrange",
 ];
 
-/// The keys (lock, `{lock}:state`, `{lock}:q`) and the wake channel under the default prefix.
+/// The keys (lock, `{lock}:state`, `{lock}:q`, `{lock}:history`) and the wake channel under the default prefix.
 const LOCK_PATTERNS: [&str; 3] = ["~rlock:*", "~{rlock:*", "&{rlock:*"];
 
 fn cluster_commands() -> Vec<&'static str> {

@@ -90,36 +90,32 @@ fn redlock_three_of_five_frozen_is_69_and_every_partial_grant_is_given_back() {
         "partial grants on the answering nodes must be released"
     );
 
-    // The frozen nodes run what was sent to them once thawed: the acquire (its script is
-    // cached, so it grants), then the give-back, which must have been sent to them too.
+    // The frozen nodes never said which server they are (each master is asked before the
+    // grant: one server, one vote), so no grant was sent to them (and no give-back needed).
     for n in &nodes[2..] {
         n.thaw();
-    }
-    for n in &nodes[2..] {
-        wait_until(
-            &format!(
-                "the acquire sent to port {} to run after the thaw",
-                n.port()
-            ),
-            SOON,
-            || state_token(n, STATE).as_deref() == Some(token.as_str()),
-        );
     }
     wait_until(
         "every node to be free of the failed acquire's token (its TTL is 30 s)",
         Duration::from_secs(3),
         || values(&nodes, LOCK).iter().all(Option::is_none),
     );
+    for n in &nodes[2..] {
+        assert_eq!(
+            state_token(n, STATE),
+            None,
+            "port {} got a grant without saying which server it is",
+            n.port()
+        );
+    }
 }
 
 #[test]
-fn redlock_release_reaches_every_node_including_those_that_did_not_answer() {
+fn redlock_release_reaches_every_node_including_one_that_does_not_answer() {
     let nodes = start_nodes(5);
     warm_scripts(&nodes);
     let opts = ["--op-timeout", "300ms"];
 
-    // Node 4 is frozen during the acquire: it grants only after the thaw, after rlock returned.
-    nodes[4].freeze();
     let out = expect(
         0,
         redlock(&nodes)
@@ -127,10 +123,6 @@ fn redlock_release_reaches_every_node_including_those_that_did_not_answer() {
             .args(opts),
     );
     let token = token_of(&out);
-    nodes[4].thaw();
-    wait_until("the late grant on the thawed node", SOON, || {
-        nodes[4].get(LOCK).as_deref() == Some(token.as_str())
-    });
     assert_eq!(values(&nodes, LOCK), vec![Some(token.clone()); 5]);
 
     // Node 3 is frozen during the release: it must get the release too, and run it when thawed.

@@ -68,6 +68,12 @@ fn sentinel_unknown_master_name_is_69_with_a_clear_message() {
         out.stderr.contains("no-such-master") && out.stderr.contains("does not know"),
         "the message must say that the Sentinels do not know that master: {out}"
     );
+    assert!(
+        out.stderr
+            .contains("check the master's name given to --sentinel")
+            && !out.stderr.contains("--url is right"),
+        "a wrong master name is not a down server: {out}"
+    );
     assert_eq!(set.server(0).get(LOCK), None);
 }
 

@@ -1,0 +1,210 @@
+//! `rlock inspect --history`: the runs on record, newest first, as a table a person reads at 80
+//! columns or as JSON (one object per run).
+
+use std::io::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use crate::cli::InspectArgs;
+use crate::cmd::Context;
+use crate::exit::Exit;
+use crate::lock::{RunRecord, human_ms};
+use crate::output::escape_max as escaped;
+
+/// The width the table fits in: the command, last, is cut to what is left of it.
+const WIDTH: usize = 80;
+
+pub(super) fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
+    let locker = ctx.locker()?;
+    let mut runs: Vec<(String, RunRecord)> = Vec::new();
+    if args.keys.is_empty() {
+        for last in locker.histories(&ctx.global.prefix)? {
+            runs.push((last.name, last.run));
+        }
+        // The lock whose last run ended last, first.
+        runs.sort_by_key(|(_, r)| std::cmp::Reverse(r.ended_ms));
+    } else {
+        for name in &args.keys {
+            let key = ctx.key(name)?;
+            let found = locker.history(&key, args.count as usize)?;
+            if found.is_empty() && !args.json {
+                ctx.note(format_args!(
+                    "no runs on record for lock '{}'",
+                    escaped(name, 120)
+                ));
+            }
+            runs.extend(found.into_iter().map(|r| (name.clone(), r)));
+        }
+    }
+    if ctx.global.quiet {
+        return Ok(Exit::Code(0));
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let items: Vec<Value> = runs.iter().map(|(k, r)| to_json(k, r)).collect();
+        writeln!(out, "{}", Value::Array(items))?;
+    } else if runs.is_empty() && args.keys.is_empty() {
+        ctx.note(format_args!(
+            "no runs on record under prefix '{}'",
+            escaped(&ctx.global.prefix, 120)
+        ));
+    } else if !runs.is_empty() {
+        write_table(&mut out, &runs, args.keys.len() != 1, epoch_ms())?;
+    }
+    out.flush()?;
+    Ok(Exit::Code(0))
+}
+
+/// One run as JSON. The fields are stable; a field the entry lacks is null.
+fn to_json(key: &str, r: &RunRecord) -> Value {
+    json!({
+        "key": key,
+        "id": r.id,
+        "run": r.run,
+        "outcome": r.outcome,
+        "code": r.code,
+        "signal": r.signal,
+        "asked_ms": r.asked_ms,
+        "granted_ms": r.granted_ms,
+        "ended_ms": r.ended_ms,
+        "wait_ms": r.wait_ms,
+        "held_ms": r.held_ms,
+        "host": r.host,
+        "user": r.user,
+        "pid": r.pid,
+        "command": r.command,
+        "fence": r.fence,
+    })
+}
+
+/// The table: WHEN (how long ago the run ended), HOST, WAIT, HELD, OUTCOME, COMMAND, and KEY
+/// first when the runs are of several locks. Every cell is escaped; the host and the key are cut
+/// (to 20 characters, fewer if need be) so that the command keeps at least 16 of the 80 columns,
+/// and the command is cut to what is left.
+fn write_table(
+    out: &mut impl Write,
+    runs: &[(String, RunRecord)],
+    with_key: bool,
+    now_ms: i64,
+) -> std::io::Result<()> {
+    let mut cap = 20;
+    loop {
+        let rows = rows(runs, with_key, now_ms, cap);
+        let last = rows[0].len() - 1;
+        let mut widths = vec![0usize; last];
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let used: usize = widths.iter().map(|w| w + 2).sum();
+        if used + 16 > WIDTH && cap > 8 {
+            cap -= 1;
+            continue;
+        }
+        let room = WIDTH.saturating_sub(used).max(16);
+        for row in &rows {
+            let mut line = String::new();
+            for (cell, w) in row.iter().zip(&widths) {
+                line.push_str(cell);
+                line.extend(std::iter::repeat_n(' ', w - cell.chars().count() + 2));
+            }
+            line.push_str(&escaped(&row[last], room - 1));
+            writeln!(out, "{}", line.trim_end())?;
+        }
+        return Ok(());
+    }
+}
+
+/// The header and a row per run, the key and host cut to `cap` characters, the command whole.
+fn rows(runs: &[(String, RunRecord)], with_key: bool, now_ms: i64, cap: usize) -> Vec<Vec<String>> {
+    let dash = || "-".to_string();
+    let mut rows: Vec<Vec<String>> = vec![
+        ["KEY", "WHEN", "HOST", "WAIT", "HELD", "OUTCOME", "COMMAND"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for (key, r) in runs {
+        rows.push(vec![
+            escaped(key, cap),
+            r.ended_ms
+                .map_or_else(dash, |t| format!("{} ago", human_ms(now_ms - t))),
+            escaped(r.host.as_deref().unwrap_or("-"), cap),
+            r.wait_ms.map_or_else(dash, human_ms),
+            r.held_ms.map_or_else(dash, human_ms),
+            outcome_cell(r),
+            r.command.clone().unwrap_or_else(dash),
+        ]);
+    }
+    if !with_key {
+        for row in &mut rows {
+            row.remove(0);
+        }
+    }
+    rows
+}
+
+/// `ok`, `exit 3`, `signal KILL`, `lost`, `busy`, `gave up`, `interrupted`, `unavailable`,
+/// `not run 127`: short, the code and signal whole in the JSON.
+fn outcome_cell(r: &RunRecord) -> String {
+    let code = r.code.map_or_else(|| "?".into(), |c| c.to_string());
+    let signal = r.signal.as_deref().unwrap_or("?");
+    match r.outcome.as_deref() {
+        Some("failed") => format!("exit {code}"),
+        Some("signal") => format!("signal {}", escaped(signal, 6)),
+        Some("gave-up") => "gave up".into(),
+        Some("not-run") => format!("not run {code}"),
+        Some(other) => escaped(other, 12),
+        None => "?".into(),
+    }
+}
+
+fn epoch_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(outcome: &str, code: i64, command: &str) -> RunRecord {
+        RunRecord {
+            outcome: Some(outcome.into()),
+            code: Some(code),
+            ended_ms: Some(1_000),
+            wait_ms: Some(1_500),
+            held_ms: Some(65_000),
+            host: Some("build-7.example.com".into()),
+            command: Some(command.into()),
+            ..RunRecord::default()
+        }
+    }
+
+    #[test]
+    fn the_table_fits_in_80_columns() {
+        let long = format!("./backup.sh --all {}", "x".repeat(200));
+        let runs = vec![
+            ("nightly-backup".to_string(), run("ok", 0, &long)),
+            ("a\nb".to_string(), run("gave-up", 75, "sh -c 'a\u{1b}b'")),
+        ];
+        let mut out = Vec::new();
+        write_table(&mut out, &runs, true, 3_601_000).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{line:?}");
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("KEY"), "{text}");
+        assert!(
+            lines[1].contains("1h00m ago") && lines[1].contains("1m05s"),
+            "{text}"
+        );
+        assert!(lines[1].ends_with('…'), "{text}");
+        assert!(lines[2].starts_with("a\\nb") && lines[2].contains("gave up"));
+        assert!(lines[2].contains("a\\x1bb"), "{text}");
+    }
+}

@@ -1,0 +1,235 @@
+//! What `exec` keeps of each run, once it has ended: one entry in the lock's history in Redis
+//! (`lock/history.rs`) and, with `--metrics-file`, the key's lines in a Prometheus text file
+//! (`metrics.rs`).
+//!
+//! Nothing here runs before the command starts, and nothing here can change the run: a write
+//! that fails is said with `-v` and forgotten, the exit code stays what it was.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use nix::sys::signal::Signal;
+
+use super::Context;
+use crate::cli::ExecArgs;
+use crate::exit::{Code, Exit, Failure, Waited};
+use crate::identity::Identity;
+use crate::lock::{Grant, Keep, LockKey, Locker, RunRecord};
+use crate::metrics;
+use crate::redact::redact_command;
+
+/// How a run ended, as the history and the metrics name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command exited 0.
+    Ok,
+    /// The command exited with another status.
+    Failed,
+    /// The command died of a signal.
+    Signal,
+    /// The lock was lost while the command ran (76).
+    Lost,
+    /// A signal ended the wait, or came before the command started (128+N).
+    Interrupted,
+    /// Busy, and not waiting (`-n`): 75 or `-E`.
+    Busy,
+    /// Busy still when `-w` ran out: 75 or `-E`.
+    GaveUp,
+    /// Redis could not be reached (69).
+    Unavailable,
+    /// The command could not be run (126) or found (127).
+    NotRun,
+}
+
+impl Outcome {
+    /// Every outcome, in the order the metrics list them.
+    pub const ALL: [Outcome; 9] = [
+        Outcome::Ok,
+        Outcome::Failed,
+        Outcome::Signal,
+        Outcome::Lost,
+        Outcome::Interrupted,
+        Outcome::Busy,
+        Outcome::GaveUp,
+        Outcome::Unavailable,
+        Outcome::NotRun,
+    ];
+
+    /// Every outcome's name.
+    pub fn names() -> [&'static str; 9] {
+        Outcome::ALL.map(Outcome::as_str)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Failed => "failed",
+            Outcome::Signal => "signal",
+            Outcome::Lost => "lost",
+            Outcome::Interrupted => "interrupted",
+            Outcome::Busy => "busy",
+            Outcome::GaveUp => "gave-up",
+            Outcome::Unavailable => "unavailable",
+            Outcome::NotRun => "not-run",
+        }
+    }
+
+    /// The outcome of a run that ended with `failure`; None for failures that are no run at all
+    /// (a refusal, a key that is not a lock, a configuration error): those write nothing.
+    fn of_failure(failure: &Failure) -> Option<(Outcome, Option<Signal>)> {
+        Some(match failure {
+            Failure::Busy {
+                waited: Waited::NotAtAll,
+                ..
+            } => (Outcome::Busy, None),
+            Failure::Busy { .. } => (Outcome::GaveUp, None),
+            Failure::Interrupted { signal, .. } => (Outcome::Interrupted, Some(*signal)),
+            Failure::Lost { .. } => (Outcome::Lost, None),
+            Failure::CannotRun { .. } => (Outcome::NotRun, None),
+            f if f.code() == Some(Code::Unavailable) => (Outcome::Unavailable, None),
+            _ => return None,
+        })
+    }
+}
+
+/// One `exec` run, from its request for the lock to its end.
+pub struct Recorder<'a> {
+    ctx: &'a Context,
+    locker: &'a Locker,
+    key: &'a LockKey,
+    args: &'a ExecArgs,
+    asked_ms: i64,
+    asked: Instant,
+    /// When the lock was granted, and its fence.
+    granted: Option<(Instant, i64)>,
+    /// False when the lock is an enclosing `rlock exec`'s (nested): that run is the one on
+    /// record, not this one. (A lock a shell took with `acquire` is this run's to record.)
+    ours: bool,
+}
+
+impl<'a> Recorder<'a> {
+    /// A run asking for `key` now.
+    pub fn asked(
+        ctx: &'a Context,
+        locker: &'a Locker,
+        key: &'a LockKey,
+        args: &'a ExecArgs,
+    ) -> Self {
+        Recorder {
+            ctx,
+            locker,
+            key,
+            args,
+            asked_ms: epoch_ms(),
+            asked: Instant::now(),
+            granted: None,
+            ours: true,
+        }
+    }
+
+    /// The lock is held; `ours` unless an enclosing `rlock exec` holds it.
+    pub fn granted(&mut self, grant: &Grant, ours: bool) {
+        self.granted = Some((Instant::now(), grant.fence));
+        self.ours = ours;
+    }
+
+    /// The run ended with `failure` before its command ran (or, for a lost lock, while it ran).
+    pub fn failed(&self, failure: &Failure) {
+        if let Some((outcome, signal)) = Outcome::of_failure(failure) {
+            self.keep(outcome, i64::from(failure.exit_code()), signal);
+        }
+    }
+
+    /// The run ended as `exit` says; `died_of` is the signal the command died of, if it did.
+    pub fn ended(&self, exit: &Result<Exit>, died_of: Option<Signal>) {
+        match exit {
+            Ok(Exit::Code(0)) => self.keep(Outcome::Ok, 0, None),
+            Ok(Exit::Code(code)) if died_of.is_some() => {
+                self.keep(Outcome::Signal, i64::from(*code), died_of)
+            }
+            Ok(Exit::Code(code)) => self.keep(Outcome::Failed, i64::from(*code), None),
+            Ok(Exit::Signal(s)) => self.keep(Outcome::Signal, 128 + *s as i64, Some(*s)),
+            Err(e) => {
+                if let Some(f) = e.downcast_ref::<Failure>() {
+                    self.failed(f);
+                }
+            }
+        }
+    }
+
+    /// Writes the run: to the history, then to the metrics file.
+    fn keep(&self, outcome: Outcome, code: i64, signal: Option<Signal>) {
+        let record = &self.args.record;
+        if !self.ours || (record.history_limit == 0 && record.metrics_file.is_none()) {
+            return;
+        }
+        let run = self.record(outcome, code, signal);
+        if record.history_limit > 0 {
+            let keep = Keep {
+                runs: record.history_limit,
+                ttl: record.history_ttl,
+            };
+            // On Redlock, a master that does not answer costs what it costs a grant (TTL/10 at
+            // most), not a whole --op-timeout at the end of every run.
+            let timeout = self.locker.node_timeout(self.args.ttl);
+            for e in self.locker.record(self.key, keep, &run, timeout) {
+                self.ctx.say(format_args!(
+                    "the run was not recorded in the history of lock '{}': {e}",
+                    self.key.name
+                ));
+            }
+        }
+        if let Some(path) = &record.metrics_file
+            && let Err(e) = metrics::write(path, &self.key.name, &run, &Outcome::names())
+        {
+            self.ctx.say(format_args!(
+                "the metrics file {} was not written: {e}",
+                path.display()
+            ));
+        }
+    }
+
+    /// What the history keeps of this run: the holder record's fields (the label or the
+    /// command line with its secrets masked, as `acquire` records it), the times and the end.
+    fn record(&self, outcome: Outcome, code: i64, signal: Option<Signal>) -> RunRecord {
+        let args = self.args;
+        let command = args.label.label.clone().unwrap_or_else(|| {
+            let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
+            redact_command(&words)
+        });
+        let who = Identity::current(std::process::id(), command);
+        let ms = |since: Instant| since.elapsed().as_millis() as i64;
+        let (wait_ms, held_ms, fence) = match self.granted {
+            Some((at, fence)) => (
+                at.duration_since(self.asked).as_millis() as i64,
+                Some(ms(at)),
+                Some(fence),
+            ),
+            None => (ms(self.asked), None, None),
+        };
+        RunRecord {
+            id: None,
+            run: Some(uuid::Uuid::new_v4().to_string()),
+            asked_ms: Some(self.asked_ms),
+            granted_ms: held_ms.map(|_| self.asked_ms + wait_ms),
+            ended_ms: Some(self.asked_ms + ms(self.asked)),
+            wait_ms: Some(wait_ms),
+            held_ms,
+            host: Some(who.host),
+            user: Some(who.user),
+            pid: Some(i64::from(who.pid)),
+            command: Some(who.command),
+            fence,
+            outcome: Some(outcome.as_str().into()),
+            code: Some(code),
+            signal: signal.map(|s| s.as_str().trim_start_matches("SIG").to_string()),
+        }
+    }
+}
+
+/// Now, in ms since the epoch (the host's clock).
+fn epoch_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

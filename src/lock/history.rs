@@ -1,0 +1,324 @@
+//! The history of a lock: one stream entry per run, beside the lock in its cluster slot
+//! (`{K}:history`), capped at a number of runs and expiring a set time after the last one.
+//!
+//! A stream, because it is what the history is: entries appended in order, each a few named
+//! fields, trimmed from the old end by the append itself (`XADD MAXLEN`) and read newest first
+//! (`XREVRANGE COUNT`), with no second key to keep in step. On Redlock every master that answers
+//! gets the entry; a reading merges what the masters that answer hold (see `history`).
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::key::{LockKey, scan_pattern};
+use super::locker::{Locker, no_quorum};
+use super::scripts::{HISTORY, RECORD};
+use crate::backend::{Fault, Node, NodeError};
+use crate::exit::{About, Failure};
+
+/// One run as the history keeps it. Every field is written by `record`; a field that is missing
+/// or unreadable in an entry (another writer, an older rlock) reads as None.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunRecord {
+    /// The entry's stream ID (set when read; the server's time of the write, on one server).
+    pub id: Option<String>,
+    /// This run's own ID (random): one run recorded on several Redlock masters is one run.
+    pub run: Option<String>,
+    /// When rlock asked for the lock, ms since the epoch (the host's clock).
+    pub asked_ms: Option<i64>,
+    /// When it got the lock; None when it never did (busy, gave up, interrupted, unavailable).
+    pub granted_ms: Option<i64>,
+    /// When the run ended: the command's end (or the grant's refusal), ms since the epoch.
+    pub ended_ms: Option<i64>,
+    /// How long it waited for the lock (or before giving up), ms.
+    pub wait_ms: Option<i64>,
+    /// How long it held the lock, ms; None when it never did.
+    pub held_ms: Option<i64>,
+    pub host: Option<String>,
+    pub user: Option<String>,
+    pub pid: Option<i64>,
+    /// The label, or the command line as the holder record keeps it (secrets masked).
+    pub command: Option<String>,
+    pub fence: Option<i64>,
+    /// How the run ended (`Outcome` in src/history.rs): ok, failed, signal, lost, interrupted,
+    /// busy, gave-up, unavailable, not-run.
+    pub outcome: Option<String>,
+    /// rlock's exit code for the run.
+    pub code: Option<i64>,
+    /// The signal the command died of (`signal`) or that ended the wait (`interrupted`): `TERM`.
+    pub signal: Option<String>,
+}
+
+impl RunRecord {
+    /// The fields as the stream entry holds them, name then value, absent ones left out.
+    fn fields(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut put = |name: &str, value: Option<String>| {
+            if let Some(v) = value {
+                out.push(name.to_string());
+                out.push(v);
+            }
+        };
+        let num = |n: Option<i64>| n.map(|n| n.to_string());
+        put("run", self.run.clone());
+        put("asked_ms", num(self.asked_ms));
+        put("granted_ms", num(self.granted_ms));
+        put("ended_ms", num(self.ended_ms));
+        put("wait_ms", num(self.wait_ms));
+        put("held_ms", num(self.held_ms));
+        put("host", self.host.clone());
+        put("user", self.user.clone());
+        put("pid", num(self.pid));
+        put("command", self.command.clone());
+        put("fence", num(self.fence));
+        put("outcome", self.outcome.clone());
+        put("code", num(self.code));
+        put("signal", self.signal.clone());
+        out
+    }
+
+    /// An entry of XREVRANGE's reply: `[id, [name, value, ...]]`. None when it is not shaped
+    /// so; fields it does not know are skipped.
+    fn from_entry(entry: &Value) -> Option<RunRecord> {
+        let Value::Array(parts) = entry else {
+            return None;
+        };
+        let [id, Value::Array(fields)] = parts.as_slice() else {
+            return None;
+        };
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            Value::SimpleString(s) => Some(s.clone()),
+            _ => None,
+        };
+        let mut r = RunRecord {
+            id: Some(text(id)?),
+            ..RunRecord::default()
+        };
+        for pair in fields.chunks(2) {
+            let [name, value] = pair else { break };
+            let (Some(name), Some(value)) = (text(name), text(value)) else {
+                continue;
+            };
+            let num = || value.parse::<i64>().ok();
+            match name.as_str() {
+                "run" => r.run = Some(value),
+                "asked_ms" => r.asked_ms = num(),
+                "granted_ms" => r.granted_ms = num(),
+                "ended_ms" => r.ended_ms = num(),
+                "wait_ms" => r.wait_ms = num(),
+                "held_ms" => r.held_ms = num(),
+                "host" => r.host = Some(value),
+                "user" => r.user = Some(value),
+                "pid" => r.pid = num(),
+                "command" => r.command = Some(value),
+                "fence" => r.fence = num(),
+                "outcome" => r.outcome = Some(value),
+                "code" => r.code = num(),
+                "signal" => r.signal = Some(value),
+                _ => {}
+            }
+        }
+        Some(r)
+    }
+}
+
+/// How many runs a history keeps, and how long it lives after the last.
+#[derive(Debug, Clone, Copy)]
+pub struct Keep {
+    /// At least 1 (a limit of 0 records nothing: the caller does not call).
+    pub runs: u32,
+    pub ttl: Duration,
+}
+
+/// A history of lock `name` under the prefix, found by `histories`.
+#[derive(Debug, Clone)]
+pub struct LastRun {
+    pub name: String,
+    pub run: RunRecord,
+}
+
+impl Locker {
+    /// Appends `run` to `key`'s history on every node (each Redlock master that answers), each
+    /// within `timeout`. The errors of the nodes that did not take it; none when every one did.
+    pub fn record(
+        &self,
+        key: &LockKey,
+        keep: Keep,
+        run: &RunRecord,
+        timeout: Duration,
+    ) -> Vec<NodeError> {
+        let limit = keep.runs.max(1).to_string();
+        let ttl = keep.ttl.as_millis().max(1).to_string();
+        let fields = run.fields();
+        let mut args: Vec<&str> = vec![&limit, &ttl];
+        args.extend(fields.iter().map(String::as_str));
+        self.on_all(|n| n.eval(&RECORD, &[&key.history], &args, timeout))
+            .into_iter()
+            .filter_map(Result::err)
+            .collect()
+    }
+
+    /// The newest `count` runs of `key`, newest first. On Redlock, the runs any master that
+    /// answers holds, each once (by its run ID), newest first by the time it ended: a master
+    /// that missed a run (down then) leaves no gap, and no majority is needed to read.
+    pub fn history(&self, key: &LockKey, count: usize) -> Result<Vec<RunRecord>, Failure> {
+        let results = self.on_all(|n| read_history(n, key, count, self.op_timeout));
+        let mut runs: Vec<RunRecord> = Vec::new();
+        let mut errors = Vec::new();
+        for r in results {
+            match r {
+                Ok(node_runs) => runs.extend(node_runs),
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.len() == self.nodes.len() {
+            let about = About::Lock(key.name.clone());
+            return Err(if self.is_quorum() {
+                no_quorum(about, self.nodes.len(), errors)
+            } else {
+                errors.remove(0).into_failure_for(about)
+            });
+        }
+        if self.is_quorum() {
+            let mut seen = std::collections::HashSet::new();
+            runs.retain(|r| r.run.as_ref().is_none_or(|id| seen.insert(id.clone())));
+            runs.sort_by_key(|r| std::cmp::Reverse((r.ended_ms, r.asked_ms)));
+            runs.truncate(count);
+        }
+        Ok(runs)
+    }
+
+    /// The last run of every lock under `prefix` that has a history (SCAN, never KEYS), by name.
+    pub fn histories(&self, prefix: &str) -> Result<Vec<LastRun>, Failure> {
+        // `{PREFIX+KEY}:history`, or `PREFIX+KEY:history` for a key with a hash tag of its own.
+        let patterns = [
+            format!("{{{}}}:history", scan_pattern(prefix)),
+            format!("{}:history", scan_pattern(prefix)),
+        ];
+        let results = self.on_all(|n| {
+            let mut keys = Vec::new();
+            for p in &patterns {
+                keys.extend(n.scan(p, self.op_timeout)?);
+            }
+            Ok::<_, NodeError>(keys)
+        });
+        let mut names = Vec::new();
+        let mut errors = Vec::new();
+        for r in results {
+            match r {
+                Ok(keys) => names.extend(keys.iter().filter_map(|k| name_of(prefix, k))),
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.len() == self.nodes.len() {
+            let about = About::Locks(prefix.to_string());
+            return Err(if self.is_quorum() {
+                no_quorum(about, self.nodes.len(), errors)
+            } else {
+                errors.remove(0).into_failure_for(about)
+            });
+        }
+        names.sort();
+        names.dedup();
+        let mut out = Vec::new();
+        for name in names {
+            let key = LockKey::new(prefix, &name)?;
+            if let Some(run) = self.history(&key, 1)?.into_iter().next() {
+                out.push(LastRun { name, run });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The lock name whose history `history_key` is, under `prefix`: None for a key that only looks
+/// like one.
+fn name_of(prefix: &str, history_key: &str) -> Option<String> {
+    let base = history_key.strip_suffix(":history")?;
+    let redis_key = base
+        .strip_prefix('{')
+        .and_then(|b| b.strip_suffix('}'))
+        .filter(|inner| !inner.contains(['{', '}']))
+        .unwrap_or(base);
+    let name = redis_key.strip_prefix(prefix)?;
+    LockKey::new(prefix, name)
+        .ok()
+        .filter(|k| k.history == history_key)
+        .map(|k| k.name)
+}
+
+/// One node's newest `count` runs of `key`.
+fn read_history(
+    node: &dyn Node,
+    key: &LockKey,
+    count: usize,
+    timeout: Duration,
+) -> Result<Vec<RunRecord>, NodeError> {
+    let count = count.to_string();
+    match node.eval(&HISTORY, &[&key.history], &[&count], timeout)? {
+        Value::Array(entries) => Ok(entries.iter().filter_map(RunRecord::from_entry).collect()),
+        other => Err(NodeError {
+            kind: Fault::Other,
+            node: node.name().into(),
+            detail: format!("unexpected reply to history: {other:?}"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_as_written() {
+        let run = RunRecord {
+            id: None,
+            run: Some("r1".into()),
+            asked_ms: Some(1),
+            granted_ms: None,
+            ended_ms: Some(3),
+            wait_ms: Some(2),
+            held_ms: None,
+            host: Some("h".into()),
+            user: Some("u".into()),
+            pid: Some(42),
+            command: Some("sh -c 'x y'".into()),
+            fence: None,
+            outcome: Some("busy".into()),
+            code: Some(75),
+            signal: None,
+        };
+        let fields: Vec<Value> = run
+            .fields()
+            .into_iter()
+            .map(|f| Value::BulkString(f.into_bytes()))
+            .collect();
+        let entry = Value::Array(vec![
+            Value::BulkString(b"5-0".to_vec()),
+            Value::Array(fields),
+        ]);
+        let back = RunRecord::from_entry(&entry).unwrap();
+        assert_eq!(
+            back,
+            RunRecord {
+                id: Some("5-0".into()),
+                ..run
+            }
+        );
+    }
+
+    #[test]
+    fn history_keys_name_their_locks() {
+        assert_eq!(
+            name_of("rlock:", "{rlock:jobs}:history").as_deref(),
+            Some("jobs")
+        );
+        assert_eq!(
+            name_of("rlock:", "rlock:{g}jobs:history").as_deref(),
+            Some("{g}jobs")
+        );
+        assert_eq!(name_of("rlock:", "{other:jobs}:history"), None);
+        assert_eq!(name_of("rlock:", "{rlock:jobs}:state"), None);
+    }
+}

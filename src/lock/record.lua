@@ -1,0 +1,45 @@
+-- record: appends one run to a lock's history, a stream capped at a number of runs, which
+-- expires a set time after the last run recorded (every key rlock writes expires).
+--
+-- KEYS[1]    the history, {K}:history (in the lock's cluster slot)
+-- ARGV[1]    how many runs to keep: exact MAXLEN (an approximate `~` trims only whole stream
+--            nodes, 100 entries by default, so a cap of 10 would keep 100)
+-- ARGV[2]    how long the history lives after this run, ms
+-- ARGV[3..]  the run's fields, name then value (src/lock/history.rs)
+--
+-- Replies: {"recorded", "id", ID}. Errors, nothing written: WRONGTYPE when the key holds
+-- something other than a stream; NOPERM (asked first on Redis 7) when the user may not XADD or
+-- PEXPIRE it.
+--
+-- On its own, without common.lua: it runs at the end of every `exec`, and common.lua's
+-- definitions cost more than this script's work (about 20 µs a run on Redis 7). Its error
+-- helper is common.lua's `raise`, in short.
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local function raise(msg)
+  if redis.REDIS_VERSION then
+    error({err = msg})
+  end
+  error(msg, 0)
+end
+
+local history = KEYS[1]
+local kind = redis.call("TYPE", history)["ok"]
+if kind ~= "none" and kind ~= "stream" then
+  raise("WRONGTYPE rlock's history key '" .. history .. "' holds a " .. kind .. ", not a stream")
+end
+if redis.acl_check_cmd then
+  for _, argv in ipairs({{"XADD", history, "MAXLEN", "1", "*", "f", "v"}, {"PEXPIRE", history, "1"}}) do
+    local ok, allowed = pcall(redis.acl_check_cmd, unpack(argv))
+    if ok and not allowed then
+      raise("NOPERM this user has no permissions to run the '" .. string.lower(argv[1]) ..
+        "' command on '" .. history .. "'")
+    end
+  end
+end
+local fields = {}
+for i = 3, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+end
+local id = redis.call("XADD", history, "MAXLEN", ARGV[1], "*", unpack(fields))
+redis.call("PEXPIRE", history, ARGV[2])
+return {"recorded", "id", id}

@@ -1,0 +1,281 @@
+//! `exec --metrics-file PATH`: the last run of each key as Prometheus text (exposition format
+//! 0.0.4), for node_exporter's textfile collector.
+//!
+//! Several keys may share one file (the cron jobs of a host): a run rewrites its own key's lines
+//! and keeps every other line, under an exclusive flock of `PATH.lock`, so that two runs ending
+//! together do not drop each other's lines. The file is written whole beside PATH and renamed
+//! over it, so that the collector never reads half of it. The temporary file and the lock file
+//! do not end in `.prom`, and the collector skips them.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::lock::RunRecord;
+
+/// The gauges of one key, in the order they are written, with their help.
+const FAMILIES: [(&str, &str); 7] = [
+    (
+        "rlock_last_run_start_timestamp_seconds",
+        "When the last run of the lock's command asked for the lock (Unix time).",
+    ),
+    (
+        "rlock_last_run_end_timestamp_seconds",
+        "When the last run ended (Unix time).",
+    ),
+    (
+        "rlock_last_run_wait_seconds",
+        "How long the last run waited for the lock (or before it gave up).",
+    ),
+    (
+        "rlock_last_run_duration_seconds",
+        "How long the last run held the lock (0 when it never got it).",
+    ),
+    (
+        "rlock_last_run_exit_code",
+        "rlock's exit code for the last run (the command's status, 75 busy, 76 lost, 128+N signal).",
+    ),
+    (
+        "rlock_last_run_outcome",
+        "How the last run ended: 1 for its outcome, 0 for the others.",
+    ),
+    (
+        "rlock_last_success_timestamp_seconds",
+        "When a run of the lock's command last ended with status 0 (Unix time).",
+    ),
+];
+
+/// How long a run waits for another rlock writing the same file before it gives up its write.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Rewrites `key`'s lines in the metrics file `path` for `run`, one of whose `outcomes` it had
+/// (each gets a line of the outcome gauge); every other key's lines stay.
+pub fn write(path: &Path, key: &str, run: &RunRecord, outcomes: &[&str]) -> io::Result<()> {
+    let _lock = lock(&side_file(path, ".lock"))?;
+    let old = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let mut families = parse(&old);
+    let last_success = families
+        .get(FAMILIES[6].0)
+        .and_then(|f| f.samples.iter().find(|(k, _)| k.as_deref() == Some(key)))
+        .and_then(|(_, line)| line.rsplit(' ').next().map(str::to_string));
+    for family in families.values_mut() {
+        family.samples.retain(|(k, _)| k.as_deref() != Some(key));
+    }
+    let label = format!("key=\"{}\"", escape(key));
+    let seconds = |ms: Option<i64>| format!("{:.3}", ms.unwrap_or(0) as f64 / 1000.0);
+    let outcome = run.outcome.as_deref().unwrap_or("");
+    let success = (outcome == "ok")
+        .then(|| seconds(run.ended_ms))
+        .or(last_success);
+    for (i, (name, help)) in FAMILIES.iter().enumerate() {
+        let family = families.entry(name.to_string()).or_default();
+        family.help = Some(format!("# HELP {name} {help}"));
+        family.kind = Some(format!("# TYPE {name} gauge"));
+        let mut add = |labels: String, value: String| {
+            let line = format!("{name}{{{labels}}} {value}");
+            family.samples.push((Some(key.to_string()), line));
+        };
+        match i {
+            0 => add(label.clone(), seconds(run.asked_ms)),
+            1 => add(label.clone(), seconds(run.ended_ms)),
+            2 => add(label.clone(), seconds(run.wait_ms)),
+            3 => add(label.clone(), seconds(run.held_ms)),
+            4 => add(label.clone(), run.code.unwrap_or(0).to_string()),
+            5 => {
+                for o in outcomes {
+                    let value = if *o == outcome { "1" } else { "0" };
+                    add(format!("{label},outcome=\"{}\"", escape(o)), value.into());
+                }
+            }
+            _ => {
+                if let Some(at) = &success {
+                    add(label.clone(), at.clone());
+                }
+            }
+        }
+    }
+    replace(path, &render(&families))
+}
+
+/// The lines of one metric family in the file.
+#[derive(Default)]
+struct Family {
+    help: Option<String>,
+    kind: Option<String>,
+    /// Each sample's `key` label (None when it has none) and its line.
+    samples: Vec<(Option<String>, String)>,
+}
+
+/// The families of a metrics file, by name. Comments other than HELP and TYPE are dropped.
+fn parse(text: &str) -> BTreeMap<String, Family> {
+    let mut families: BTreeMap<String, Family> = BTreeMap::new();
+    for line in text.lines() {
+        let line = line.trim_end();
+        if let Some(comment) = line.strip_prefix("# ") {
+            let mut words = comment.splitn(3, ' ');
+            let (what, name) = (words.next(), words.next());
+            if let Some(name) = name {
+                let family = families.entry(name.to_string()).or_default();
+                match what {
+                    Some("HELP") => family.help = Some(line.to_string()),
+                    Some("TYPE") => family.kind = Some(line.to_string()),
+                    _ => {}
+                }
+            }
+            continue;
+        }
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let name = line.split(['{', ' ']).next().unwrap_or(line);
+        families
+            .entry(name.to_string())
+            .or_default()
+            .samples
+            .push((key_label(line), line.to_string()));
+    }
+    families
+}
+
+/// The file's text: each family's HELP, TYPE and samples together (the format wants them so),
+/// families by name, samples by key.
+fn render(families: &BTreeMap<String, Family>) -> String {
+    let mut out = String::new();
+    for family in families.values().filter(|f| !f.samples.is_empty()) {
+        for line in family.help.iter().chain(&family.kind) {
+            out.push_str(line);
+            out.push('\n');
+        }
+        let mut samples: Vec<_> = family.samples.iter().collect();
+        samples.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, line) in samples {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A label value as the format writes it: `\`, `"` and line feeds escaped.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The value of a sample line's `key` label, unescaped; None when it has none.
+fn key_label(line: &str) -> Option<String> {
+    let labels = &line[line.find('{')? + 1..];
+    let start = ["key=\"", ",key=\""]
+        .iter()
+        .filter_map(|p| {
+            labels
+                .find(p)
+                .filter(|&i| p.starts_with(',') || i == 0)
+                .map(|i| i + p.len())
+        })
+        .min()?;
+    let mut out = String::new();
+    let mut chars = labels[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(out),
+            '\\' => match chars.next()? {
+                'n' => out.push('\n'),
+                other => out.push(other),
+            },
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// `path` with `suffix` added to its file name.
+fn side_file(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// An exclusive flock of `path` (created if need be), waited for at most `LOCK_WAIT`.
+fn lock(path: &Path) -> io::Result<Flock<File>> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => return Ok(locked),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err((_, e)) => {
+                return Err(io::Error::other(format!(
+                    "cannot lock {}: {e}",
+                    path.display()
+                )));
+            }
+        }
+    }
+}
+
+/// Puts `text` at `path` at once: written to a file beside it (same file system), then renamed
+/// over it, with the mode of the file it replaces.
+fn replace(path: &Path, text: &str) -> io::Result<()> {
+    let tmp = side_file(path, &format!(".{}.tmp", std::process::id()));
+    let written = (|| {
+        let mut file = File::create(&tmp)?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            file.set_permissions(std::fs::Permissions::from_mode(meta.permissions().mode()))?;
+        }
+        file.write_all(text.as_bytes())?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped_and_read_back() {
+        let odd = "a\"b\\c\nd";
+        let line = format!("m{{key=\"{}\",outcome=\"ok\"}} 1", escape(odd));
+        assert_eq!(key_label(&line).as_deref(), Some(odd));
+        assert_eq!(key_label("m{monkey=\"x\"} 1"), None);
+        assert_eq!(key_label("m{a=\"1\",key=\"k\"} 1").as_deref(), Some("k"));
+        assert_eq!(key_label("m 1"), None);
+    }
+
+    #[test]
+    fn families_keep_their_lines_together() {
+        let text = "# HELP a x\n# TYPE a gauge\na{key=\"1\"} 1\n# TYPE b gauge\nb{key=\"1\"} 2\na{key=\"2\"} 3\n";
+        let out = render(&parse(text));
+        assert_eq!(
+            out,
+            "# HELP a x\n# TYPE a gauge\na{key=\"1\"} 1\na{key=\"2\"} 3\n# TYPE b gauge\nb{key=\"1\"} 2\n"
+        );
+    }
+}

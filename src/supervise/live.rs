@@ -1,0 +1,198 @@
+//! The supervisor's real world: signals from the signalfd, the command's changes from the
+//! guardian, the renewal thread's reports; signals go out to the command's group and, through
+//! the guardian, to everything the command started.
+
+use std::collections::VecDeque;
+use std::os::fd::AsFd;
+use std::sync::mpsc::TryRecvError;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags};
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::time::TimeSpec;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use super::machine::{Event, World};
+use super::terminal::Terminal;
+use super::{AFTER_KILL, Guardian, ReportReceiver, contain, guardian};
+use crate::signals::Signals;
+
+/// Where the supervisor gets its events: the signalfd (signals, and SIGCHLD when the guardian
+/// ends), the guardian's events (the command's changes), and the renewal thread's reports.
+pub(super) struct Inbox<'a> {
+    pub guardian: &'a mut Guardian,
+    /// The guardian ended or was killed: rlock contains what is left itself.
+    pub guardian_gone: bool,
+    /// The guardian told the leader's end.
+    pub leader_ended: bool,
+    pub signals: &'a Signals,
+    pub reports: &'a ReportReceiver,
+    pub pending: VecDeque<Event>,
+}
+
+impl Inbox<'_> {
+    /// The next event, or None once `until` has come without one.
+    fn next(&mut self, until: Instant) -> Option<Event> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
+            }
+            // Once the renewal thread is gone (the channel says so; its pipe may never reach end
+            // of file, as the guardian holds a copy of it), it is not waited for.
+            let renewing = match self.reports.rx.try_recv() {
+                Ok(report) => return Some(Event::Watchdog(report)),
+                Err(TryRecvError::Empty) => true,
+                Err(TryRecvError::Disconnected) => false,
+            };
+            while let Some(sig) = self.signals.try_next() {
+                if sig == Signal::SIGCHLD {
+                    reap_orphans();
+                } else {
+                    self.pending.push_back(Event::Signal(sig));
+                }
+            }
+            self.read_guardian();
+            if !self.pending.is_empty() {
+                continue;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return None;
+            }
+            let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            if !self.guardian_gone {
+                fds.push(PollFd::new(self.guardian.events_fd(), PollFlags::POLLIN));
+            }
+            if renewing {
+                fds.push(PollFd::new(self.reports.wake.as_fd(), PollFlags::POLLIN));
+            }
+            let left = TimeSpec::from_duration(until - now);
+            let _ = nix::poll::ppoll(&mut fds, Some(left), None);
+            let mut drain = [0u8; 64];
+            while matches!(nix::unistd::read(&self.reports.wake, &mut drain), Ok(n) if n > 0) {}
+        }
+    }
+
+    /// Queues what the guardian told; once it is gone without having said that everything
+    /// ended (someone killed it), stops what is left itself.
+    fn read_guardian(&mut self) {
+        while !self.guardian_gone {
+            match self.guardian.next_event() {
+                guardian::Next::Event(event) => self.pending.push_back(match event {
+                    guardian::Event::Stopped(sig) => Event::Stopped(sig),
+                    guardian::Event::Continued => Event::Continued,
+                    guardian::Event::Exited(code, sig) => {
+                        self.leader_ended = true;
+                        Event::Exited(code, sig)
+                    }
+                    guardian::Event::Empty => Event::Empty,
+                    guardian::Event::Started { .. } | guardian::Event::NotStarted(_) => continue,
+                }),
+                guardian::Next::Nothing => return,
+                guardian::Next::Gone => {
+                    self.guardian_gone = true;
+                    if !self.pending.iter().any(|e| matches!(e, Event::Empty)) {
+                        self.contain_without_guardian();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The guardian was killed: the command got its parent-death SIGKILL, and what it started
+    /// came to rlock (a subreaper too). rlock kills that, and says the command ended by SIGKILL.
+    fn contain_without_guardian(&mut self) {
+        let me = nix::unistd::getpid().as_raw();
+        if let Some(cgroup) = self.guardian.cgroup() {
+            let _ = std::fs::write(cgroup.join("cgroup.kill"), "1");
+        }
+        let until = Instant::now() + AFTER_KILL;
+        loop {
+            contain::kill_tree(me);
+            reap_orphans();
+            if !contain::tree_alive(me) || Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Some(cgroup) = self.guardian.cgroup() {
+            contain::remove_cgroup(cgroup);
+        }
+        // The command died with its guardian, unless it had ended before.
+        if !self.leader_ended {
+            self.pending.push_back(Event::Exited(
+                128 + Signal::SIGKILL as u8,
+                Some(Signal::SIGKILL),
+            ));
+        }
+        self.pending.push_back(Event::Empty);
+    }
+}
+
+/// Reaps whatever of rlock's children ended: the guardian, or what it left should it be killed.
+fn reap_orphans() {
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => break,
+        }
+    }
+}
+
+/// The real world of one run: the inbox, the command's group and its terminal.
+pub(super) struct Live<'a> {
+    pub inbox: Inbox<'a>,
+    pub pgid: Pid,
+    pub terminal: Option<Terminal>,
+}
+
+impl World for Live<'_> {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn next(&mut self, until: Instant) -> Option<Event> {
+        self.inbox.next(until)
+    }
+
+    fn pending(&self) -> bool {
+        !self.inbox.pending.is_empty()
+    }
+
+    fn signal_group(&mut self, sig: Signal) {
+        let _ = killpg(self.pgid, sig);
+    }
+
+    fn signal_all(&mut self, sig: Signal) {
+        // From here at once, not waiting for the guardian to be scheduled.
+        if sig == Signal::SIGKILL {
+            let _ = killpg(self.pgid, sig);
+        }
+        if !self.inbox.guardian_gone {
+            self.inbox.guardian.signal_all(sig);
+        }
+    }
+
+    fn stop_like_a_job(&mut self, sig: Signal) -> Option<bool> {
+        let terminal = self.terminal?;
+        // The whole job stops, not only the command's group: what moved to other groups or
+        // sessions must not run on while rlock, stopped, cannot renew.
+        if !self.inbox.guardian_gone {
+            self.inbox.guardian.signal_all(Signal::SIGSTOP);
+        }
+        Some(terminal.stop_like_a_job(self.pgid, sig))
+    }
+
+    fn resume(&mut self, foreground: bool) {
+        if let (Some(t), true) = (self.terminal, foreground) {
+            t.hand_to(self.pgid);
+        }
+        let _ = killpg(self.pgid, Signal::SIGCONT);
+        if !self.inbox.guardian_gone {
+            self.inbox.guardian.signal_all(Signal::SIGCONT);
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Redlock when a server is counted wrongly or forgets: one server under several names (one
+//! vote, refused before anything is written), masters restarted empty under a holder (a lost
+//! majority is a lost lock, at the release too; one empty restart is repaired by the next
+//! renewal). Overlaps are judged by the commands' own heartbeats.
+
+use super::*;
+use crate::common::basic::hostname;
+
+/// A server that listens on 127.0.0.1, 127.0.0.2 and ::1, so that it can be named five ways.
+fn on_every_loopback() -> RedisServer {
+    RedisServer::start_with(&["--bind", "127.0.0.1", "127.0.0.2", "-::1"])
+}
+
+/// Keys in the server's database.
+fn dbsize(node: &RedisServer) -> i64 {
+    match node.cmd(&["DBSIZE"]) {
+        redis::Value::Int(n) => n,
+        other => panic!("DBSIZE: {other:?}"),
+    }
+}
+
+#[test]
+fn redlock_refuses_one_server_under_two_names_before_writing_anything() {
+    let a = on_every_loopback();
+    let b = RedisServer::start();
+    let p = a.port();
+    let aliases = [
+        format!("redis://localhost:{p}"),
+        format!("redis://127.0.0.2:{p}"),
+        format!("redis://[::1]:{p}"),
+        format!("redis://{}:{p}", hostname()),
+    ];
+    for alias in &aliases {
+        for args in [
+            &["acquire", "-n", "-k", KEY, "--ttl", "30s"][..],
+            &["exec", "-k", KEY, "--ttl", "30s", "--", "true"][..],
+        ] {
+            let out = run(rlock()
+                .args(["-u", &a.url(), "-u", alias, "-u", &b.url()])
+                .args(args));
+            assert_eq!(out.code, 78, "{alias} names the first server again: {out}");
+            assert!(
+                out.stderr.contains("same Redis server") && out.stderr.lines().count() == 1,
+                "one line saying that two URLs name one server: {out}"
+            );
+            assert!(out.stdout.is_empty(), "{out}");
+            assert_eq!(
+                (dbsize(&a), dbsize(&b)),
+                (0, 0),
+                "nothing may be written when two URLs name one server ({alias})"
+            );
+        }
+    }
+    // Three servers, each named once (one of them by another name): a lock as usual.
+    let c = RedisServer::start();
+    let out = run(rlock()
+        .args(["-u", &aliases[0], "-u", &b.url(), "-u", &c.url()])
+        .args(["acquire", "-n", "-k", KEY]));
+    assert_eq!(out.code, 0, "three distinct servers: {out}");
+}
+
+/// The heartbeat command of the holders here: stamps `$D/<name>.beats` every ~20 ms (and its
+/// start in `$D/<name>.start`, its token in `$D/<name>.token`) until `$D/<name>.stop` appears.
+fn beating_until_stopped(name: &str) -> [String; 3] {
+    [
+        "sh".into(),
+        "-c".into(),
+        format!(
+            r#"date +%s%N > "$D/{name}.start"; echo "$RLOCK_TOKEN" > "$D/{name}.token"; i=0; while [ ! -e "$D/{name}.stop" ] && [ $i -lt 3000 ]; do date +%s%N >> "$D/{name}.beats"; sleep 0.02; i=$((i+1)); done"#
+        ),
+    ]
+}
+
+fn stamps(dir: &Path, file: &str) -> Vec<i128> {
+    fs::read_to_string(dir.join(file))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn token_in(dir: &Path, name: &str) -> String {
+    wait_for_file(dir.join(format!("{name}.token")), SOON)
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn redlock_a_lost_majority_is_76_at_the_release_and_77_for_release_token() {
+    let mut nodes = start_nodes(3);
+    let dir = tempdir();
+    let d = dir.path();
+    // A holds on all three, with a long lease: no renewal comes before its command ends.
+    let mut a = Bg::spawn_group(
+        "a",
+        d,
+        redlock(&nodes)
+            .args(["exec", "-k", KEY, "--ttl", "30s", "--"])
+            .args(beating_until_stopped("a")),
+    );
+    let a_token = token_in(d, "a");
+    // And a lock taken with `acquire`, released with `release --token` later.
+    let out = expect(
+        0,
+        redlock(&nodes).args(["acquire", "--json", "-k", "other", "--ttl", "30s"]),
+    );
+    let other = token_of(&out);
+    // Two of three masters come back empty: B takes the majority (Redlock's documented risk).
+    nodes[0].restart();
+    nodes[1].restart();
+    let b = expect(
+        0,
+        redlock(&nodes).args(["acquire", "--json", "-k", KEY, "--ttl", "30s"]),
+    );
+    let b_token = token_of(&b);
+    expect(
+        0,
+        redlock(&nodes).args(["acquire", "-n", "-k", "other", "--ttl", "30s"]),
+    );
+    assert_eq!(nodes[2].get(LOCK), Some(a_token.clone()));
+    // A's command ends: its release frees its one master, and the majority is B's.
+    touch(d.join("a.stop"));
+    let (out, _) = a.finish(FINISH);
+    assert_eq!(
+        out.code, 76,
+        "A's release found B holding the majority: its lock was lost: {out}"
+    );
+    assert!(out.stderr.contains("lost lock 'k'"), "{out}");
+    assert_eq!(values(&nodes[..2], LOCK), vec![Some(b_token.clone()); 2]);
+    let out = expect(
+        77,
+        redlock(&nodes).args(["release", "-k", "other", "--token", &other]),
+    );
+    assert!(out.stderr.contains("'other'"), "{out}");
+    // B's own release is a success (a majority released).
+    expect(
+        0,
+        redlock(&nodes).args(["release", "-k", KEY, "--token", &b_token]),
+    );
+}
+
+#[test]
+fn redlock_two_empty_restarts_stop_the_first_holder_at_its_next_renewal() {
+    let mut nodes = start_nodes(3);
+    let dir = tempdir();
+    let d = dir.path();
+    // TTL 6 s: renewals every 2 s.
+    let mut a = Bg::spawn_group(
+        "a",
+        d,
+        redlock(&nodes)
+            .args(["exec", "-k", KEY, "--ttl", "6s", "--"])
+            .args(beating_until_stopped("a")),
+    );
+    token_in(d, "a");
+    nodes[0].restart();
+    nodes[1].restart();
+    let mut b = Bg::spawn_group(
+        "b",
+        d,
+        redlock(&nodes)
+            .args(["exec", "-n", "-k", KEY, "--ttl", "6s", "--"])
+            .args(beating_until_stopped("b")),
+    );
+    token_in(d, "b");
+    let (out, _) = a.finish(FINISH);
+    assert_eq!(out.code, 76, "A's renewal found B on the majority: {out}");
+    touch(d.join("b.stop"));
+    let (out, _) = b.finish(FINISH);
+    assert_eq!(out.code, 0, "{out}");
+    let a_beats = stamps(d, "a.beats");
+    let b_start = stamps(d, "b.start")[0];
+    let overlap = (a_beats.last().expect("A beat") - b_start) as f64 / 1e6;
+    eprintln!("two empty restarts, TTL 6s: A beat {overlap:.0} ms past B's start");
+    // The overlap Redlock allows here: until A's next renewal (every TTL/3 = 2 s) finds the
+    // majority gone, plus its --grace-free stop (TERM at once) and slack for a loaded machine.
+    assert!(
+        overlap < 2000.0 + 1500.0,
+        "A ran {overlap:.0} ms past B's start: longer than one renewal interval"
+    );
+}
+
+#[test]
+fn redlock_one_empty_restart_is_repaired_by_the_next_renewal() {
+    let mut nodes = start_nodes(3);
+    let dir = tempdir();
+    let d = dir.path();
+    let mut a = Bg::spawn_group(
+        "a",
+        d,
+        redlock(&nodes)
+            .args(["exec", "-k", KEY, "--ttl", "3s", "--"])
+            .args(beating_until_stopped("a")),
+    );
+    let token = token_in(d, "a");
+    nodes[0].restart();
+    // A's next renewal (every 1 s) finds the key gone there and writes it again, since the
+    // lease holds on the other two.
+    a.wait_for("A's lock to be back on the restarted master", SOON, || {
+        nodes[0].get(LOCK).as_deref() == Some(token.as_str())
+    });
+    assert!(
+        nodes[0].pttl(LOCK) > 0,
+        "the lock written again has a lease"
+    );
+    // A second restart, of another master, now leaves A with two of three: B is refused.
+    nodes[1].restart();
+    let out = expect(75, redlock(&nodes).args(["acquire", "-n", "-k", KEY]));
+    assert!(out.stderr.contains("busy"), "{out}");
+    touch(d.join("a.stop"));
+    let (out, _) = a.finish(FINISH);
+    assert_eq!(out.code, 0, "A kept its majority throughout: {out}");
+    assert_eq!(values(&nodes, LOCK), vec![None; 3]);
+}
