@@ -1,5 +1,6 @@
 //! The shell completions in `completions/` and the man pages in `man/` are generated from the
-//! clap definition in `src/cli.rs` (plus the prose sections in `man.rs`) and committed. These tests
+//! clap definition in `src/cli.rs` (plus the prose sections: those of docs/ pages, word for word,
+//! and the few in `man.rs`) and committed. These tests
 //! fail when the committed files are stale, and check that each completion file loads in its shell.
 //!
 //! Regenerate with `RLOCK_REGENERATE=1 cargo test --test rlock generated`.
