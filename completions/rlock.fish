@@ -74,6 +74,8 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s q -l quiet -d 'S
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s h -l help -d 'Print help'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l token -d 'The owner token `acquire` printed (a UUID; not the fencing token RLOCK_FENCE)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l history-limit -d 'How many runs the lock\'s history in Redis keeps (see `inspect --history`); 0 records nothing' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l history-ttl -d 'How long the history lives after its last run' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F

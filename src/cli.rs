@@ -326,6 +326,10 @@ pub struct ReleaseArgs {
     /// Break the lock whoever holds it, and say who did.
     #[arg(long)]
     pub force: bool,
+
+    /// The history: the hold that ends is recorded there (see `inspect --history`).
+    #[command(flatten, next_help_heading = "History")]
+    pub history: HistoryArgs,
 }
 
 #[derive(Debug, Args)]
@@ -386,6 +390,25 @@ pub struct InspectArgs {
 #[derive(Debug, Args, Clone)]
 #[command(next_help_heading = "History and metrics")]
 pub struct RecordArgs {
+    #[command(flatten)]
+    pub history: HistoryArgs,
+
+    /// At the end of the run, write this key's last run as Prometheus text (node_exporter's
+    /// textfile collector), keeping the other keys' lines in the file.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "RLOCK_METRICS_FILE",
+        hide_env_values = true,
+        value_hint = ValueHint::FilePath
+    )]
+    pub metrics_file: Option<PathBuf>,
+}
+
+/// The lock's history in Redis: how much of it a run (`exec`) or a hold (`acquire` ... `release`)
+/// that ends keeps.
+#[derive(Debug, Args, Clone)]
+pub struct HistoryArgs {
     /// How many runs the lock's history in Redis keeps (see `inspect --history`); 0 records
     /// nothing.
     #[arg(
@@ -411,17 +434,6 @@ pub struct RecordArgs {
         allow_hyphen_values = true
     )]
     pub history_ttl: Duration,
-
-    /// At the end of the run, write this key's last run as Prometheus text (node_exporter's
-    /// textfile collector), keeping the other keys' lines in the file.
-    #[arg(
-        long,
-        value_name = "PATH",
-        env = "RLOCK_METRICS_FILE",
-        hide_env_values = true,
-        value_hint = ValueHint::FilePath
-    )]
-    pub metrics_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -31,6 +31,11 @@ pub const RELEASE: &str = "\
 Releasing a lock the same token already released succeeds again (retries are safe);
 releasing one that expired or was broken exits 77.
 
+The hold that ends is recorded in the lock's history (see `rlock inspect --history`), in the same
+script as the release: released, lost (its lease ran out first) or broken (--force, and by whom),
+with when it was granted and the holder's fields, never how the script did. A release by a token
+whose hold rlock no longer knows records nothing; a record that fails changes nothing (-v says so).
+
 Examples:
   rlock release -k jobs --token \"$token\"
   rlock release -k jobs --force        # an operator breaking a stale lock";
@@ -56,8 +61,9 @@ released or handed over, a holder joining or leaving, a new fence, another numbe
 a holder found stale. The clocks alone (expires in, held for, renewed) are no change. A look that
 fails after the first is reported on stderr, and the watch goes on. --watch with -q exits 2.
 
---history shows the runs `rlock exec` recorded instead, newest first: when each ended, the host,
-how long it waited and held the lock, how it ended, the command. --json prints an array of runs.
+--history shows the runs `rlock exec` recorded, and the holds `rlock release` ended, instead,
+newest first: when each ended, the host, how long it waited and held the lock, how it ended, the
+command. --json prints an array of runs.
 
 Examples:
   rlock inspect                        # every lock under the prefix

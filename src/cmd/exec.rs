@@ -42,10 +42,15 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
     let died_of = outcome.signal;
     // The lock first: the next holder waits for nothing else.
-    let lost = give_back(ctx, &locker, &held, &outcome);
-    after.tidy();
+    let (lost, answered) = give_back(ctx, &locker, &held, &outcome);
+    if !answered {
+        record.unanswered();
+    }
+    let guardian = after.tidy();
     let exit = exit(args, &held, outcome, lost);
     record.ended(&exit, died_of);
+    // Last: by now the guardian has long removed the cgroup and left.
+    guardian.reap();
     exit
 }
 
@@ -350,39 +355,44 @@ struct After {
 }
 
 impl After {
-    /// The terminal back to rlock's group, and the guardian reaped: once it has told that
-    /// nothing of the command runs, it leaves by itself; should anything still run (a process
-    /// SIGKILL could not end at once), its request pipe closing tells it to kill it again.
-    fn tidy(self) {
+    /// The terminal back to rlock's group. The guardian, once it has told that nothing of the
+    /// command runs, leaves by itself: it is reaped last (should anything still run, a process
+    /// SIGKILL could not end at once, its request pipe closing then tells it to kill it again).
+    fn tidy(self) -> Guardian {
         if let Some(t) = self.terminal {
             t.take_back_from(self.pgid);
         }
-        self.guardian.reap();
+        self.guardian
     }
 }
 
 /// Step 4: the lock given back (when this process took it). Returns how it was lost, if the
 /// release found that out: broken or expired between two renewals, the command ran unprotected
-/// for a while, and that must not pass for success.
-fn give_back(ctx: &Context, locker: &Locker, held: &Held, outcome: &Outcome) -> Option<LostHow> {
+/// for a while, and that must not pass for success; and whether Redis answered.
+fn give_back(
+    ctx: &Context,
+    locker: &Locker,
+    held: &Held,
+    outcome: &Outcome,
+) -> (Option<LostHow>, bool) {
     if outcome.leftovers {
         // Something the command started may still run: the lock must not be granted again
         // before its lease ends.
-        return Some(LostHow::Unstoppable(supervise::AFTER_KILL));
+        return (Some(LostHow::Unstoppable(supervise::AFTER_KILL)), true);
     }
     if held.owner != Owner::Us {
-        return None;
+        return (None, true);
     }
     match locker.release(&held.grant.key, &held.grant.token) {
-        Ok(_) => None,
+        Ok(_) => (None, true),
         // Already known lost: the owner-checked release only gives it back if it is, after
         // all, still ours.
-        Err(_) if outcome.lost.is_some() => None,
-        Err(e) if e.code() == Some(Code::NotPermitted) => Some(LostHow::AtRelease),
+        Err(e) if outcome.lost.is_some() => (None, e.code() != Some(Code::Unavailable)),
+        Err(e) if e.code() == Some(Code::NotPermitted) => (Some(LostHow::AtRelease), true),
         // Redis unreachable at the very end: the lock expires by itself.
         Err(e) => {
             ctx.note(format_args!("{e}; the lock will expire by itself"));
-            None
+            (None, e.code() != Some(Code::Unavailable))
         }
     }
 }

@@ -105,6 +105,9 @@ pub struct Recorder<'a> {
     /// False when the lock is an enclosing `rlock exec`'s (nested): that run is the one on
     /// record, not this one. (A lock a shell took with `acquire` is this run's to record.)
     ours: bool,
+    /// Redis did not answer the final release: the history is not written (it would cost
+    /// another wait for a server that is not there, past the release's `--op-timeout`).
+    unanswered: bool,
 }
 
 impl<'a> Recorder<'a> {
@@ -124,7 +127,13 @@ impl<'a> Recorder<'a> {
             asked: Instant::now(),
             granted: None,
             ours: true,
+            unanswered: false,
         }
+    }
+
+    /// Redis did not answer the final release: the run goes to the metrics file only.
+    pub fn unanswered(&mut self) {
+        self.unanswered = true;
     }
 
     /// The lock is held; `ours` unless an enclosing `rlock exec` holds it.
@@ -160,14 +169,20 @@ impl<'a> Recorder<'a> {
     /// Writes the run: to the history, then to the metrics file.
     fn keep(&self, outcome: Outcome, code: i64, signal: Option<Signal>) {
         let record = &self.args.record;
-        if !self.ours || (record.history_limit == 0 && record.metrics_file.is_none()) {
+        if !self.ours || (record.history.history_limit == 0 && record.metrics_file.is_none()) {
             return;
         }
         let run = self.record(outcome, code, signal);
-        if record.history_limit > 0 {
+        if self.unanswered && record.history.history_limit > 0 {
+            self.ctx.say(format_args!(
+                "the run was not recorded in the history of lock '{}': Redis did not answer its release",
+                self.key.name
+            ));
+        }
+        if record.history.history_limit > 0 && !self.unanswered {
             let keep = Keep {
-                runs: record.history_limit,
-                ttl: record.history_ttl,
+                runs: record.history.history_limit,
+                ttl: record.history.history_ttl,
             };
             // On Redlock, a master that does not answer costs what it costs a grant (TTL/10 at
             // most), not a whole --op-timeout at the end of every run.
@@ -223,6 +238,7 @@ impl<'a> Recorder<'a> {
             outcome: Some(outcome.as_str().into()),
             code: Some(code),
             signal: signal.map(|s| s.as_str().trim_start_matches("SIG").to_string()),
+            by: None,
         }
     }
 }

@@ -4,11 +4,12 @@
 
 use std::time::{Duration, Instant};
 
+use super::history::HoldRecord;
 use super::key::LockKey;
 use super::lease::drift;
-use super::locker::{Locker, Quorum, eval_as, no_quorum};
+use super::locker::{Locker, Quorum, eval_as, eval_keys_as, no_quorum};
 use super::redlock::release_verdict;
-use super::reply::{Crowd, Holder, KeyType, Refusal, ReleaseReply};
+use super::reply::{Crowd, Holder, KeyType, Refusal, ReleaseReply, unrecorded};
 use super::scripts::{ACQUIRE, FENCE, LEAVE, RELEASE, RENEW};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, NotOwner, Released, Renewed, Request};
 use crate::backend::{Fault, Node, NodeError};
@@ -201,17 +202,68 @@ impl Locker {
 
     /// Releases the lock if `token` owns it. A retried release of the same token succeeds.
     pub fn release(&self, key: &LockKey, token: &str) -> Result<Released, Failure> {
-        let args = [token, key.channel.as_str(), "0"];
+        self.release_recording(key, token, None).0
+    }
+
+    /// As `release`; with `record`, the hold that ends is recorded in the lock's history in the
+    /// same script (release.lua): released, or lost when the token's lease ran out first. Also
+    /// why the record was not written, on each node that did not write it: that changes nothing
+    /// else.
+    pub fn release_recording(
+        &self,
+        key: &LockKey,
+        token: &str,
+        record: Option<&HoldRecord>,
+    ) -> (Result<Released, Failure>, Vec<String>) {
+        let (results, unrecorded) = self.run_release(key, token, false, record, Ok);
+        (self.release_outcome(key, results), unrecorded)
+    }
+
+    /// release.lua on every node, its replies decoded with `decode`; and why the hold was not
+    /// recorded, where it was to be and was not.
+    fn run_release<T>(
+        &self,
+        key: &LockKey,
+        token: &str,
+        force: bool,
+        record: Option<&HoldRecord>,
+        decode: impl Fn(ReleaseReply) -> Result<T, Refusal> + Sync,
+    ) -> (Vec<Result<T, NodeError>>, Vec<String>)
+    where
+        T: Send,
+    {
+        let extra = record.map(HoldRecord::args);
+        let mut args = vec![token, key.channel.as_str(), if force { "1" } else { "0" }];
+        let mut keys = key.keys().to_vec();
+        if let Some(extra) = &extra {
+            args.extend(extra.iter().map(String::as_str));
+            keys.push(&key.history);
+        }
         let results = self.on_all(|n| {
-            eval_as(
-                n,
-                &RELEASE,
-                key,
-                &args,
-                self.op_timeout,
-                ReleaseReply::decode,
-            )
+            eval_keys_as(n, &RELEASE, &keys, &args, self.op_timeout, |r| {
+                let note = unrecorded(r).map(|why| format!("{}: {why}", n.name()));
+                Ok((decode(ReleaseReply::decode(r)?)?, note))
+            })
         });
+        let mut notes = Vec::new();
+        let results = results
+            .into_iter()
+            .map(|r| {
+                r.map(|(reply, note)| {
+                    notes.extend(note);
+                    reply
+                })
+            })
+            .collect();
+        (results, notes)
+    }
+
+    /// What the owner's release did, from what each node said.
+    fn release_outcome(
+        &self,
+        key: &LockKey,
+        results: Vec<Result<ReleaseReply, NodeError>>,
+    ) -> Result<Released, Failure> {
         if self.is_quorum() {
             return release_verdict(self.quorum(), key, results);
         }
@@ -231,24 +283,40 @@ impl Locker {
 
     /// Breaks the lock whoever holds it.
     pub fn force_release(&self, key: &LockKey) -> Result<Released, Failure> {
-        let args = ["", key.channel.as_str(), "1"];
-        let results = self.on_all(|n| {
-            eval_as(n, &RELEASE, key, &args, self.op_timeout, |r| {
-                ReleaseReply::decode(r).and_then(broken_holder)
-            })
-        });
-        if let Some(who) = results
-            .iter()
-            .find_map(|r| r.as_ref().ok().cloned().flatten())
-        {
-            return Ok(Released::Broken(Some(who)));
-        }
-        match results.into_iter().find_map(Result::err) {
-            Some(e) => Err(e.into_failure(&key.name)),
-            None => Ok(Released::Broken(None)),
-        }
+        self.force_release_recording(key, None).0
     }
 
+    /// As `force_release`; with `record`, each hold it breaks (that rlock has a record of) is
+    /// recorded in the lock's history as broken, by `record.by`. Also why the record was not
+    /// written, on each node that did not write it: that changes nothing else.
+    pub fn force_release_recording(
+        &self,
+        key: &LockKey,
+        record: Option<&HoldRecord>,
+    ) -> (Result<Released, Failure>, Vec<String>) {
+        let (results, unrecorded) = self.run_release(key, "", true, record, broken_holder);
+        (force_outcome(key, results), unrecorded)
+    }
+}
+
+/// What a forced release did, from what each node said.
+fn force_outcome(
+    key: &LockKey,
+    results: Vec<Result<Option<String>, NodeError>>,
+) -> Result<Released, Failure> {
+    if let Some(who) = results
+        .iter()
+        .find_map(|r| r.as_ref().ok().cloned().flatten())
+    {
+        return Ok(Released::Broken(Some(who)));
+    }
+    match results.into_iter().find_map(Result::err) {
+        Some(e) => Err(e.into_failure(&key.name)),
+        None => Ok(Released::Broken(None)),
+    }
+}
+
+impl Locker {
     /// Extends the lock if `token` owns it; `ttl` None keeps the TTL it was given. In Redlock
     /// mode a majority must renew; the lock is lost once a majority can no longer renew it.
     pub fn renew(

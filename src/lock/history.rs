@@ -40,13 +40,16 @@ pub struct RunRecord {
     /// The label, or the command line as the holder record keeps it (secrets masked).
     pub command: Option<String>,
     pub fence: Option<i64>,
-    /// How the run ended (`Outcome` in src/history.rs): ok, failed, signal, lost, interrupted,
-    /// busy, gave-up, unavailable, not-run.
+    /// How the run ended (`Outcome` in src/cmd/record.rs): ok, failed, signal, lost,
+    /// interrupted, busy, gave-up, unavailable, not-run; or, for a hold `acquire` took and
+    /// `release` ended (written by release.lua): released, lost, broken.
     pub outcome: Option<String>,
     /// rlock's exit code for the run.
     pub code: Option<i64>,
     /// The signal the command died of (`signal`) or that ended the wait (`interrupted`): `TERM`.
     pub signal: Option<String>,
+    /// Who broke the lock (`broken`): `user@host pid N` of the `release --force`.
+    pub by: Option<String>,
 }
 
 impl RunRecord {
@@ -74,6 +77,7 @@ impl RunRecord {
         put("outcome", self.outcome.clone());
         put("code", num(self.code));
         put("signal", self.signal.clone());
+        put("by", self.by.clone());
         out
     }
 
@@ -116,6 +120,7 @@ impl RunRecord {
                 "outcome" => r.outcome = Some(value),
                 "code" => r.code = num(),
                 "signal" => r.signal = Some(value),
+                "by" => r.by = Some(value),
                 _ => {}
             }
         }
@@ -129,6 +134,29 @@ pub struct Keep {
     /// At least 1 (a limit of 0 records nothing: the caller does not call).
     pub runs: u32,
     pub ttl: Duration,
+}
+
+/// What `rlock release` asks release.lua to record of the hold it ends (the script reads the
+/// rest, the holder record, from the state): where `record` appends an `exec`'s run.
+#[derive(Debug, Clone)]
+pub struct HoldRecord {
+    pub keep: Keep,
+    /// The run's ID (random): the same entry on every Redlock master.
+    pub run: String,
+    /// Who forces a release, `user@host pid N`: the `by` of a broken hold.
+    pub by: String,
+}
+
+impl HoldRecord {
+    /// release.lua's ARGV[4..7].
+    pub(super) fn args(&self) -> [String; 4] {
+        [
+            self.keep.runs.max(1).to_string(),
+            self.keep.ttl.as_millis().max(1).to_string(),
+            self.run.clone(),
+            self.by.clone(),
+        ]
+    }
 }
 
 /// A history of lock `name` under the prefix, found by `histories`.
@@ -288,6 +316,7 @@ mod tests {
             outcome: Some("busy".into()),
             code: Some(75),
             signal: None,
+            by: Some("root@h pid 7".into()),
         };
         let fields: Vec<Value> = run
             .fields()

@@ -159,7 +159,19 @@ pub(super) fn eval_as<T>(
     timeout: Duration,
     decode: impl FnOnce(&[Value]) -> Result<T, Refusal>,
 ) -> Result<T, NodeError> {
-    let reply = match node.eval(script, &key.keys_for(script), args, timeout)? {
+    eval_keys_as(node, script, &key.keys_for(script), args, timeout, decode)
+}
+
+/// As `eval_as`, with the keys given.
+pub(super) fn eval_keys_as<T>(
+    node: &dyn Node,
+    script: &Script,
+    keys: &[&str],
+    args: &[&str],
+    timeout: Duration,
+    decode: impl FnOnce(&[Value]) -> Result<T, Refusal>,
+) -> Result<T, NodeError> {
+    let reply = match node.eval(script, keys, args, timeout)? {
         Value::Array(items) => items,
         other => vec![other],
     };

@@ -1,7 +1,10 @@
 -- release: delete the lock if the token owns it (compare-and-delete), or whoever owns it when
 -- forced; then hand it to the first waiter in line (or wake anyone: "*", when nobody waits).
--- KEYS[1] lock  KEYS[2] state  KEYS[3] queue
+-- KEYS[1] lock  KEYS[2] state  KEYS[3] queue  KEYS[4] (optional) the history, {K}:history
 -- ARGV[1] token  ARGV[2] wake channel  ARGV[3] "1" to force
+-- ARGV[4..7] (optional, with KEYS[4]) `rlock release` of a lock `acquire` took: record the hold
+--         in the history (record.lua's stream) as it ends: how many runs the history keeps, its
+--         life after this one (ms), the run's ID, and who forces ("user@host pid N")
 -- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
 --   "released"                    the token owned it; it is gone
 --   "already"                     this token released it before (a retried release; not after
@@ -16,11 +19,79 @@
 --                                 fields each (token, ends: its lease end in server ms, record:
 --                                 multi.lua's JSON)
 --   "wrongtype" type              not a lock; nothing was changed
+-- With a history (KEYS[4]), a reply may also carry "unrecorded": why the hold that ended is not
+-- on record (the ACL, a history key of another type, a full server). Recording never changes
+-- the release: it comes after the release's own writes, and nothing it meets stops the script.
 -- Errors (nothing was changed): WRONGTYPE for a helper key of another type, NOPERM for a command
 -- the ACL user may not run.
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, channel, force = ARGV[1], ARGV[2], ARGV[3] == "1"
 local now = now_ms()
+
+-- The history, when this release records the hold it ends.
+local history, keep_runs = KEYS[4], tonumber(ARGV[4]) or 0
+local recording = history ~= nil and keep_runs > 0
+local unrecorded = nil
+
+-- A whole number as Redis should keep it (never 1.79e+15), or nil.
+local function whole(x)
+  local n = tonumber(x)
+  if not n then
+    return nil
+  end
+  return string.format("%.0f", n)
+end
+
+-- A field of a holder record as text, or nil when it is not a string or a number (a record
+-- another client wrote): the history is never handed what XADD would refuse.
+local function text(x)
+  if type(x) == "string" then
+    return x
+  end
+  if type(x) == "number" then
+    return whole(x)
+  end
+  return nil
+end
+
+-- Appends to the history the hold of holder `h` (the holder record: since, host, pid, user, cmd,
+-- fence), ended at `ended` (server ms) as `outcome`, as record.lua appends an exec's run; `run`
+-- tells the entries of several holders apart. What keeps it from writing goes in `unrecorded`.
+local function record_hold(h, outcome, ended, run)
+  local since = tonumber(h.since)
+  if not recording or not since then
+    return
+  end
+  local kind = redis.call("TYPE", history)["ok"]
+  if kind ~= "none" and kind ~= "stream" then
+    unrecorded = "WRONGTYPE rlock's history key '" .. history .. "' holds a " .. kind ..
+      ", not a stream"
+    return
+  end
+  if redis.acl_check_cmd then
+    for _, argv in ipairs({{"XADD", history, "MAXLEN", "1", "*", "f", "v"}, {"PEXPIRE", history, "1"}}) do
+      local ok, allowed = pcall(redis.acl_check_cmd, unpack(argv))
+      if ok and not allowed then
+        unrecorded = "NOPERM this user has no permissions to run the '" .. string.lower(argv[1]) ..
+          "' command on '" .. history .. "'"
+        return
+      end
+    end
+  end
+  local fields = named("run", run or ARGV[6], "granted_ms", whole(since), "ended_ms", whole(ended),
+    "held_ms", whole(math.max(0, ended - since)), "host", text(h.host), "user", text(h.user),
+    "pid", text(h.pid), "command", text(h.cmd), "fence", whole(h.fence), "outcome", outcome,
+    "by", outcome == "broken" and ARGV[7] or nil)
+  local id = redis.pcall("XADD", history, "MAXLEN", tostring(keep_runs), "*", unpack(fields))
+  if type(id) == "table" and id.err then
+    unrecorded = id.err
+    return
+  end
+  local expired = redis.pcall("PEXPIRE", history, ARGV[5])
+  if type(expired) == "table" and expired.err then
+    unrecorded = expired.err
+  end
+end
 
 -- Checks (common.lua), all before the first write.
 local kind = redis.call("TYPE", lock)["ok"]
@@ -48,24 +119,40 @@ if multi then
     redis.call("HSET", state, "broken", now)
     hand_off(queue, state, channel, now)
     keep_at_most(state, AFTER_RELEASE_MS)
-    return reply("brokenall", "now", now, "holders", holders_field(holders))
+    for _, h in ipairs(recording and holders or {}) do
+      local ok, rec = pcall(cjson.decode, h.record or "")
+      if ok and type(rec) == "table" then
+        -- One entry per holder, the same on every Redlock master (and no token in it).
+        record_hold(rec, "broken", now, ARGV[6] .. "/" .. string.sub(redis.sha1hex(h.token), 1, 8))
+      end
+    end
+    return reply("brokenall", "now", now, "holders", holders_field(holders),
+      "unrecorded", unrecorded)
   end
   local ends = tonumber(redis.call("ZSCORE", lock, token))
   if ends then
+    local h = recording and record_of(state, token)
     redis.call("ZREM", lock, token)
     redis.call("HDEL", state, "h:" .. token)
     if ends > now then
       redis.call("HSET", state, "left", token)
       after_leaving(lock, state, queue, channel, now)
       shorten_state(lock, state, now)
-      return reply("released")
+      if h then
+        record_hold(h, "released", now)
+      end
+      return reply("released", "unrecorded", unrecorded)
     end
     after_leaving(lock, state, queue, channel, now)
     shorten_state(lock, state, now)
+    -- Its lease ran out before the release, and nobody has dropped it yet: lost.
+    if h then
+      record_hold(h, "lost", ends)
+    end
   elseif redis.call("HGET", state, "left") == token then
     return reply("already")
   end
-  return reply("expired")
+  return reply("expired", "unrecorded", unrecorded)
 end
 
 if force then
@@ -77,7 +164,7 @@ if force then
   if kind == "string" then
     value = redis.call("GET", lock)
   end
-  local h = redis.call("HMGET", state, "token", "host", "pid", "user", "since", "cmd")
+  local h = redis.call("HMGET", state, "token", "host", "pid", "user", "since", "cmd", "fence")
   redis.call("DEL", lock)
   if value and h[1] == value then
     -- Broken, not released: the owner's own release must still hear that it lost the lock.
@@ -88,17 +175,34 @@ if force then
   end
   hand_off(queue, state, channel, now)
   keep_at_most(state, AFTER_RELEASE_MS)
+  if h[1] then
+    record_hold({host = h[2], pid = h[3], user = h[4], since = h[5], cmd = h[6], fence = h[7]},
+      "broken", now)
+  end
   return reply("broken", "type", kind, "pttl", pttl, "value", value, "host", h[2], "pid", h[3],
-    "user", h[4], "since", h[5], "cmd", h[6], "now", now)
+    "user", h[4], "since", h[5], "cmd", h[6], "now", now, "unrecorded", unrecorded)
 end
+
+-- The holder record (acquire.lua's), when it is this token's.
+local function holder_of(h)
+  if h[1] ~= token then
+    return nil
+  end
+  return {since = h[2], host = h[3], pid = h[4], user = h[5], cmd = h[6], fence = h[7]}
+end
+local RECORD_FIELDS = {"token", "since", "host", "pid", "user", "cmd", "fence"}
 
 local current = redis.call("GET", lock)
 if current == token then
+  local h = recording and holder_of(redis.call("HMGET", state, unpack(RECORD_FIELDS)))
   redis.call("DEL", lock)
   redis.call("HSET", state, "released", now)
   hand_off(queue, state, channel, now)
   keep_at_most(state, AFTER_RELEASE_MS)
-  return reply("released")
+  if h then
+    record_hold(h, "released", now)
+  end
+  return reply("released", "unrecorded", unrecorded)
 end
 if current then
   return reply("other", "pttl", redis.call("PTTL", lock))
@@ -109,4 +213,33 @@ end
 if redis.call("HGET", state, "left") == token then
   return reply("already")
 end
-return reply("expired")
+-- The token's lease ran out before this release. While the state still has its record (nobody
+-- took the lock since, and for 60 s after the lease), the hold is recorded as lost, once ("lost"
+-- names the token whose loss is on record), ending when the lease did as far as the state says
+-- (its last renewal and TTL). A forced break was recorded by the break.
+-- A holder of a semaphore or shared lock whose lease ran out with the key (the last lease): its
+-- record is left, until the state expires; recorded once, as the record goes.
+if recording then
+  local s = redis.call("HMGET", state, "renewed", "ttl", "broken", "lost", unpack(RECORD_FIELDS))
+  local h = holder_of({select(5, unpack(s))})
+  local multi_holder = kind == "none" and record_of(state, token)
+  if h and not s[3] and s[4] ~= token then
+    local marked = redis.pcall("HSET", state, "lost", token)
+    if type(marked) == "table" and marked.err then
+      unrecorded = marked.err
+    else
+      local ends = (tonumber(s[1]) or tonumber(h.since) or now) + (tonumber(s[2]) or 0)
+      record_hold(h, "lost", math.min(now, ends))
+    end
+  elseif multi_holder then
+    local dropped = redis.pcall("HDEL", state, "h:" .. token)
+    if type(dropped) == "table" and dropped.err then
+      unrecorded = dropped.err
+    else
+      h = multi_holder
+      local ends = (tonumber(h.renewed) or tonumber(h.since) or now) + (tonumber(h.ttl) or 0)
+      record_hold(h, "lost", math.min(now, ends))
+    end
+  end
+end
+return reply("expired", "unrecorded", unrecorded)

@@ -327,6 +327,13 @@ impl ReleaseReply {
     }
 }
 
+/// Why release.lua did not record the hold it ended in the lock's history (its "unrecorded"
+/// field: the ACL, a history key of another type, a full server); None when it did, or was not
+/// asked to.
+pub fn unrecorded(r: &[Value]) -> Option<String> {
+    Reply::parse(r).ok()?.fields.text("unrecorded")
+}
+
 impl Renewed {
     /// renew.lua's reply.
     pub(super) fn from_reply(r: &[Value]) -> Decoded<Self> {

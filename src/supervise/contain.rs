@@ -32,11 +32,9 @@ pub struct Cgroup {
     dir: PathBuf,
     /// Its path as /proc/PID/cgroup names it (`/rlock-123` below rlock's own).
     rel: String,
-    /// The directory itself, open: the command is cloned into it (`CLONE_INTO_CGROUP`).
+    /// The directory itself, open: the guardian is cloned into it (`CLONE_INTO_CGROUP`), and
+    /// the command, its child, is born there.
     dir_fd: OwnedFd,
-    /// `cgroup.procs`, opened before the command starts: the command's first act is to write
-    /// itself into it, so it never runs outside it, not even for an instant.
-    procs: OwnedFd,
 }
 
 impl Cgroup {
@@ -55,13 +53,6 @@ impl Cgroup {
             };
             match fs::create_dir(&dir) {
                 Ok(()) => {
-                    let procs = fs::OpenOptions::new()
-                        .write(true)
-                        .open(dir.join("cgroup.procs"))
-                        .map_err(|e| {
-                            let _ = fs::remove_dir(&dir);
-                            format!("cannot open {}: {e}", dir.join("cgroup.procs").display())
-                        })?;
                     let dir_fd = fs::File::open(&dir).map_err(|e| {
                         let _ = fs::remove_dir(&dir);
                         format!("cannot open {}: {e}", dir.display())
@@ -77,7 +68,6 @@ impl Cgroup {
                         dir,
                         rel,
                         dir_fd: dir_fd.into(),
-                        procs: procs.into(),
                     });
                 }
                 // Left by an rlock of the same pid whose guardian was killed too: reuse the
@@ -105,13 +95,34 @@ impl Cgroup {
         &self.dir
     }
 
-    /// The raw descriptors of the directory (to clone the command into it) and of
-    /// `cgroup.procs` (for the command to write "0" into before it execs, where clone3 cannot).
-    pub(super) fn fds(&self) -> super::spawn::CgroupFds {
-        super::spawn::CgroupFds {
-            dir: self.dir_fd.as_raw_fd(),
-            procs: self.procs.as_raw_fd(),
+    /// The raw descriptor of the directory, to clone the guardian into it.
+    pub fn dir_fd(&self) -> i32 {
+        self.dir_fd.as_raw_fd()
+    }
+
+    /// Moves this process (the guardian) out of the cgroup, into the one above, so that it may
+    /// freeze or kill the cgroup without freezing or killing itself. Costs an RCU grace period
+    /// (milliseconds): done only on the way to stopping the command, never on a run that ends
+    /// by itself.
+    pub fn leave(&self) -> io::Result<()> {
+        let parent = self.dir.parent().ok_or(io::ErrorKind::NotFound)?;
+        write_file(&parent.join("cgroup.procs"), b"0")
+    }
+
+    /// Whether a process other than `me` is in the cgroup or below it.
+    pub fn holds_other_than(&self, me: i32) -> bool {
+        let mut dirs = vec![self.dir.clone()];
+        while let Some(dir) = dirs.pop() {
+            if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs"))
+                && procs
+                    .lines()
+                    .any(|l| l.parse::<i32>().is_ok_and(|p| p != me))
+            {
+                return true;
+            }
+            dirs.extend(subdirs(&dir));
         }
+        false
     }
 
     /// Whether any process is left in the cgroup or below it.
@@ -194,6 +205,11 @@ impl Cgroup {
 /// Removes the cgroup at `dir` and any below it, once they are empty, trying briefly again
 /// while an rmdir fails (EBUSY for a moment after the last process ended).
 pub fn remove_cgroup(dir: &Path) {
+    // Most often it is empty and has no cgroup below it (an rlock inside made one only if it
+    // was killed with its guardian): one rmdir.
+    if fs::remove_dir(dir).is_ok() {
+        return;
+    }
     let until = Instant::now() + Duration::from_secs(1);
     loop {
         remove_tree(dir);

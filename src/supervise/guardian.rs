@@ -29,10 +29,10 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Pid, getpgrp, getpid, setpgid};
+use nix::unistd::{Pid, getpgrp, getpid, setpgid};
 
 use super::contain::{self, Cgroup};
-use super::spawn::{Prepared, cannot_run, start};
+use super::spawn::{Forked, Prepared, cannot_run, fork_guardian, start};
 use super::terminal::Terminal;
 use crate::exit::Failure;
 
@@ -170,15 +170,31 @@ pub fn launch(
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| cannot("pipe", e))?;
     let rlock_pgrp = getpgrp();
     // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
-    // no lock another thread had taken; the child runs `guard`, which never returns.
-    let forked = unsafe { nix::unistd::fork() };
+    // no lock another thread had taken; the child runs `guard`, which never returns and uses
+    // none of glibc's thread-id functions.
+    let forked = unsafe { fork_guardian(cgroup.as_ref().map(Cgroup::dir_fd)) };
     match forked.map_err(|e| cannot("fork", e))? {
-        ForkResult::Child => {
+        Forked::Child { in_cgroup } => {
             drop(req_write);
             drop(ev_read);
+            let cgroup = cgroup.map(|c| (c, in_cgroup));
             guard(&prepared, terminal, rlock_pgrp, cgroup, req_read, ev_write)
         }
-        ForkResult::Parent { child } => {
+        Forked::Parent { child, in_cgroup } => {
+            // A cgroup the guardian could not be born in contains nothing: the tree does.
+            let cgroup = match cgroup {
+                Some(c) if !in_cgroup => {
+                    c.remove();
+                    None
+                }
+                c => c,
+            };
+            let why_no_cgroup = match (&cgroup, in_cgroup) {
+                (None, false) if why_no_cgroup.is_none() => {
+                    Some("the kernel could not start it in a cgroup".to_string())
+                }
+                _ => why_no_cgroup,
+            };
             drop(req_read);
             drop(ev_write);
             let _ = nix::fcntl::fcntl(&ev_read, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
@@ -192,15 +208,11 @@ pub fn launch(
             };
             let first = guardian.first_event();
             match first {
-                Some(Event::Started { pid, in_cgroup }) => {
+                Some(Event::Started { pid, .. }) => {
                     guardian.pgid = pid;
-                    let containment = match (&guardian.cgroup, in_cgroup) {
-                        (Some(dir), true) => format!("its own cgroup, {}", dir.display()),
-                        (Some(dir), false) => format!(
-                            "the process tree below the guardian (it could not join cgroup {})",
-                            dir.display()
-                        ),
-                        (None, _) => format!(
+                    let containment = match &guardian.cgroup {
+                        Some(dir) => format!("its own cgroup, {}", dir.display()),
+                        None => format!(
                             "the process tree below the guardian ({})",
                             why_no_cgroup.as_deref().unwrap_or("no cgroup")
                         ),
@@ -290,6 +302,7 @@ impl Guardian {
             pid,
             requests,
             events,
+            cgroup,
             ..
         } = self;
         drop(requests);
@@ -299,7 +312,15 @@ impl Guardian {
                 Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_)
             )
         };
+        // The guardian lived in the cgroup (with the command): once it is gone, the cgroup is
+        // empty and rlock removes it (if the guardian has not, having left it to stop things).
+        let remove = || {
+            if let Some(dir) = &cgroup {
+                contain::remove_cgroup(dir);
+            }
+        };
         if gone() {
+            remove();
             return;
         }
         // Its end of the event pipe closes when it exits.
@@ -319,7 +340,9 @@ impl Guardian {
             let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
             let _ = nix::poll::poll(&mut fds, PollTimeout::from(ms));
         }
-        let _ = gone();
+        if gone() {
+            remove();
+        }
     }
 
     /// The cgroup the command was meant to run in, if one was made.
@@ -335,10 +358,12 @@ fn guard(
     prepared: &Prepared,
     terminal: Option<Terminal>,
     rlock_pgrp: Pid,
-    cgroup: Option<Cgroup>,
+    cgroup: Option<(Cgroup, bool)>,
     requests: OwnedFd,
     events: OwnedFd,
 ) -> ! {
+    // The cgroup, when the guardian was born in it (and so the command is); else the tree.
+    let cgroup = cgroup.filter(|(_, born_in)| *born_in).map(|(c, _)| c);
     let _ = nix::sys::prctl::set_name(NAME);
     // Orphans of the command come here, whatever their group or session.
     let _ = nix::sys::prctl::set_child_subreaper(true);
@@ -361,15 +386,15 @@ fn guard(
     sigchld.add(Signal::SIGCHLD);
     let chld = SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
     let _ = nix::fcntl::fcntl(&requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
-    let procs = cgroup.as_ref().map(Cgroup::fds);
-    let (leader, in_cgroup) = match start(prepared, terminal, procs) {
-        Ok((pid, in_cgroup)) => {
+    let in_cgroup = cgroup.is_some();
+    let leader = match start(prepared, terminal) {
+        Ok(pid) => {
             let _ = setpgid(pid, pid);
             if let Some(t) = terminal {
                 t.hand_to(pid);
             }
             tell(&events, &[Event::Started { pid, in_cgroup }]);
-            (pid, in_cgroup)
+            pid
         }
         Err(e) => {
             if let Some(t) = terminal {
@@ -377,7 +402,9 @@ fn guard(
             }
             let errno = Errno::from_raw(e.raw_os_error().unwrap_or(0));
             tell(&events, &[Event::NotStarted(errno)]);
-            if let Some(c) = &cgroup {
+            if let Some(c) = &cgroup
+                && c.leave().is_ok()
+            {
                 c.remove();
             }
             // SAFETY: leaving without running anything of rlock's (no atexit, no destructors).
@@ -385,10 +412,16 @@ fn guard(
         }
     };
     let me = getpid().as_raw();
-    // The cgroup when the command is in it (a process cannot leave it), else the tree.
-    let stop_all = |sig: Signal| match cgroup.as_ref().filter(|_| in_cgroup) {
-        Some(c) => c.signal(sig),
-        None => contain::signal_tree(me, sig),
+    // Whether the guardian has left the cgroup (to stop what is in it without stopping itself).
+    let left = std::cell::Cell::new(false);
+    // The cgroup when the command is in it (a process cannot leave it without the right to
+    // write another), else the tree. A guardian that cannot leave the cgroup stops the tree.
+    let stop_all = |sig: Signal| match cgroup.as_ref() {
+        Some(c) if left.get() || c.leave().is_ok() => {
+            left.set(true);
+            c.signal(sig);
+        }
+        _ => contain::signal_tree(me, sig),
     };
     let mut leader_done = false;
     // SIGKILL asked for (or rlock gone): kill rounds are repeated until nothing is left.
@@ -424,25 +457,29 @@ fn guard(
                 }
             }
         }
+        // Nothing below any more: every process the command started is a descendant of the
+        // guardian (a subreaper) for as long as it lives.
         let done = no_children && leader_done;
         if done {
-            // Nothing below any more. With a cgroup, whatever is still in it (moved in from
-            // outside the tree) goes too.
-            if let Some(c) = &cgroup
-                && c.populated()
-            {
-                c.signal(Signal::SIGKILL);
-                let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-                while c.populated() && std::time::Instant::now() < until {
-                    std::thread::sleep(std::time::Duration::from_millis(2));
-                }
-            }
             news.push(Event::Empty);
         }
         tell(&events, &news);
         if done {
+            // A process in the cgroup that is no descendant was put there from outside (by a
+            // privileged hand): it goes too, before the cgroup does.
             if let Some(c) = &cgroup {
-                c.remove();
+                if c.holds_other_than(me) {
+                    stop_all(Signal::SIGKILL);
+                    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                    while c.holds_other_than(me) && std::time::Instant::now() < until {
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                    }
+                }
+                // Still in it on a run that ended by itself: rlock removes it once this
+                // process has gone.
+                if left.get() {
+                    c.remove();
+                }
             }
             // SAFETY: as above.
             unsafe { nix::libc::_exit(0) }

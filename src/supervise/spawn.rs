@@ -13,7 +13,7 @@
 use std::ffi::{CString, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
@@ -73,9 +73,8 @@ impl Prepared {
 
 /// Starts `argv` directly (no shell, searching PATH) as the leader of a new process group, with
 /// the terminal's foreground when rlock had it, SIGKILL on its parent's death, no blocked
-/// signals, rlock's environment plus `env`, and, first of all, in the cgroup whose
-/// `cgroup.procs` is open as `cgroup_procs`. Ok with its pid once it has exec'd, and whether it
-/// joined the cgroup; or the error of its exec (or of the clone).
+/// signals, and rlock's environment plus `env`, in its parent's cgroup. Ok with its pid once it
+/// has exec'd; or the error of its exec (or of the clone).
 ///
 /// The child is started as `posix_spawn` does, sharing its parent's memory until it execs
 /// (vfork): the page tables are not copied, and no page has to be copied on write afterwards.
@@ -84,35 +83,13 @@ impl Prepared {
 ///
 /// Must be called from a thread that lives as long as its process: the parent-death signal
 /// fires when the *thread* that forked the child exits.
-pub(super) fn start(
-    prepared: &Prepared,
-    terminal: Option<Terminal>,
-    cgroup: Option<CgroupFds>,
-) -> Result<(Pid, bool), io::Error> {
-    if let Some(CgroupFds { dir, .. }) = cgroup {
-        match start_in_cgroup(prepared, terminal, dir) {
-            Ok(started) => return started.map(|pid| (pid, true)),
-            // No room for a process: the vfork would fail the same way.
-            Err(e) if [Errno::EAGAIN, Errno::ENOMEM].contains(&e) => return Err(e.into()),
-            // A kernel before 5.7 (no clone3, no CLONE_INTO_CGROUP: ENOSYS, E2BIG, EINVAL), or a
-            // cgroup it may not start a process in (EACCES, EBUSY, EOPNOTSUPP): the child tries
-            // to move itself, and without the cgroup the tree contains it.
-            Err(_) => {}
-        }
-    }
+pub(super) fn start(prepared: &Prepared, terminal: Option<Terminal>) -> Result<Pid, io::Error> {
     let argp = &prepared.argp;
     let parent = getpid();
     // Resolved here: the child may not touch Rust's standard handles (they allocate on first use).
     let tty = terminal.map(Terminal::raw_fd);
     let exec_errno = AtomicI32::new(0);
-    let joined = AtomicBool::new(false);
     let child = Box::new(|| -> isize {
-        if let Some(CgroupFds { procs, .. }) = cgroup {
-            // SAFETY: write(2) of two bytes from a static string to a descriptor the parent
-            // opened and keeps open until the exec.
-            let n = unsafe { nix::libc::write(procs, b"0\n".as_ptr().cast(), 2) };
-            joined.store(n == 2, Ordering::Relaxed);
-        }
         exec_errno.store(become_the_command(prepared, tty, parent), Ordering::Relaxed);
         // SAFETY: leaving the child at once, running nothing of rlock's (no atexit handlers, no
         // destructors, no flushing of rlock's buffers).
@@ -136,19 +113,12 @@ pub(super) fn start(
         )
     }?;
     match exec_errno.load(Ordering::Relaxed) {
-        0 => Ok((pid, joined.load(Ordering::Relaxed) && cgroup.is_some())),
+        0 => Ok(pid),
         errno => {
             let _ = waitpid(pid, None);
             Err(io::Error::from_raw_os_error(errno))
         }
     }
-}
-
-/// The cgroup the command starts in: its directory and its `cgroup.procs`, open.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct CgroupFds {
-    pub dir: i32,
-    pub procs: i32,
 }
 
 /// In the child, before the exec: a process group of its own, the terminal, SIGKILL when its
@@ -200,56 +170,65 @@ struct CloneArgs {
 
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
-/// Starts the command inside the cgroup whose directory is open as `dir`, from its first
-/// instant (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7). Not a move into the cgroup after the
-/// start: moving a process (writing `cgroup.procs`) waits for an RCU grace period on most
-/// kernels, up to about 10 ms here, where a fork into the cgroup costs nothing more than a fork.
-/// A fork, not a vfork: clone3 has no wrapper that runs the child on a stack of its own, so the
-/// child gets a copy of the guardian's (small) memory and reports a failed exec through a pipe.
-/// Outer Err: clone3 itself failed (no child).
-fn start_in_cgroup(
-    prepared: &Prepared,
-    terminal: Option<Terminal>,
-    dir: i32,
-) -> Result<Result<Pid, io::Error>, Errno> {
-    let parent = getpid();
-    let tty = terminal.map(Terminal::raw_fd);
-    let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let args = CloneArgs {
-        flags: CLONE_INTO_CGROUP | nix::libc::CLONE_VFORK as u64,
-        exit_signal: Signal::SIGCHLD as u64,
-        cgroup: dir as u64,
-        ..CloneArgs::default()
-    };
-    // SAFETY: clone3 without CLONE_VM is a fork: the child returns 0 here on a copy of this
-    // process's memory, and makes only async-signal-safe calls before it execs or exits. No
-    // other thread exists (the invariants at the top of this file).
-    let pid = unsafe {
-        nix::libc::syscall(
-            nix::libc::SYS_clone3,
-            &args as *const CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
-    if pid < 0 {
-        return Err(Errno::last());
-    }
-    if pid == 0 {
-        let errno = become_the_command(prepared, tty, parent);
-        let _ = nix::unistd::write(&report_write, &errno.to_ne_bytes());
-        // SAFETY: leaving the child at once, running nothing of the parent's.
-        unsafe { nix::libc::_exit(127) }
-    }
-    drop(report_write);
-    let pid = Pid::from_raw(pid as i32);
-    let mut errno = [0u8; 4];
-    match nix::unistd::read(&report_read, &mut errno) {
-        Ok(4) => {
-            let _ = waitpid(pid, None);
-            Ok(Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno))))
+/// Forks the guardian, into the cgroup whose directory is open as `cgroup_dir` from its first
+/// instant (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7), so that the command, which the
+/// guardian starts vfork-style, is born there too. Not a move into the cgroup after the start:
+/// moving a process (writing `cgroup.procs`) waits for an RCU grace period on most kernels, up to
+/// about 10 ms here, and a second fork (the command cloned into the cgroup with its own copy of
+/// the guardian's memory) cost about 0.25 ms. Where clone3 cannot (an older kernel, a cgroup it
+/// may not start a process in), a plain fork, and `Forked::in_cgroup` is false.
+///
+/// # Safety
+/// As for `fork`: no other thread may exist at the call (so no lock is held in the child's copy
+/// of the memory), and the child must never return into code that expects to run once. After
+/// clone3, glibc in the child still takes itself for the parent's thread (its cached thread id
+/// is not updated): the child must not use `raise`, `pthread_kill` or glibc's own fork.
+pub(super) unsafe fn fork_guardian(cgroup_dir: Option<i32>) -> Result<Forked, Errno> {
+    if let Some(dir) = cgroup_dir {
+        let args = CloneArgs {
+            flags: CLONE_INTO_CGROUP,
+            exit_signal: Signal::SIGCHLD as u64,
+            cgroup: dir as u64,
+            ..CloneArgs::default()
+        };
+        // SAFETY: clone3 without CLONE_VM is a fork: the child returns 0 here on a copy of this
+        // process's memory; the caller keeps the rules above.
+        let pid = unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_clone3,
+                &args as *const CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
+        match pid {
+            0 => return Ok(Forked::Child { in_cgroup: true }),
+            pid if pid > 0 => {
+                return Ok(Forked::Parent {
+                    child: Pid::from_raw(pid as i32),
+                    in_cgroup: true,
+                });
+            }
+            // No room for a process: a fork would fail the same way.
+            _ if matches!(Errno::last(), Errno::EAGAIN | Errno::ENOMEM) => {
+                return Err(Errno::last());
+            }
+            _ => {}
         }
-        _ => Ok(Ok(pid)),
     }
+    // SAFETY: as the caller promises.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => Ok(Forked::Child { in_cgroup: false }),
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent {
+            child,
+            in_cgroup: false,
+        }),
+    }
+}
+
+/// Which side of `fork_guardian` this is, and whether the guardian was born in the cgroup.
+pub(super) enum Forked {
+    Child { in_cgroup: bool },
+    Parent { child: Pid, in_cgroup: bool },
 }
 
 /// `Terminal::hand_to` for the vfork child, on a raw descriptor: async-signal-safe system

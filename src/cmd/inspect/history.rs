@@ -76,6 +76,7 @@ fn to_json(key: &str, r: &RunRecord) -> Value {
         "pid": r.pid,
         "command": r.command,
         "fence": r.fence,
+        "by": r.by,
     })
 }
 

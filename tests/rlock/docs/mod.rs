@@ -82,6 +82,10 @@ const STAND_INS: &[(&str, &str)] = &[
     ("build.sh", "sleep \"${BUILD_SECS:-30}\""),
     ("report.sh", "echo report"),
     ("migrate.sh", "echo migrated"),
+    (
+        "nightly.sh",
+        "lock=$(rlock acquire --export -k nightly) || exit\neval \"$lock\"\nsleep 1.2\nrlock release -k nightly",
+    ),
 ];
 
 /// Marks the start of each command's output in the session's combined output.

@@ -1,10 +1,11 @@
 //! Every run on record: `exec` appends each run to the lock's history in Redis (every way a run
-//! ends, with its fields), `inspect --history` reads it newest first (table and JSON, `-n`, the
+//! ends, with its fields), and `release` the hold an `acquire` took, `inspect --history` reads it newest first (table and JSON, `-n`, the
 //! last run of every lock), the history is capped and expires, a refused write changes nothing
 //! else, it lives in the lock's slot on a Cluster and on every Redlock master; and
 //! `--metrics-file` writes Prometheus text that a real parser reads, keeping the other keys'
 //! lines, never seen half-written.
 
+mod holds;
 mod metrics;
 mod outcomes;
 mod retention;

@@ -106,6 +106,71 @@ fn on_redlock_every_master_that_answers_keeps_the_run_and_a_reading_merges_them(
 }
 
 #[test]
+fn on_a_cluster_a_release_records_the_hold_on_the_locks_master() {
+    let cluster = RedisCluster::start();
+    let out = run(clustered(&cluster).args(["acquire", "--json", "-k", "held", "--label", "pair"]));
+    assert_eq!(out.code, 0, "{out}");
+    let grant: Value = serde_json::from_str(&out.stdout).unwrap();
+    let token = grant["token"].as_str().unwrap();
+    let out = run(clustered(&cluster).args(["release", "-k", "held", "--token", token]));
+    assert_eq!(out.code, 0, "{out}");
+    let history = "{rlock:held}:history";
+    let owner = cluster.owner("rlock:held");
+    assert_eq!(cluster.owner(history), owner, "in the lock's slot");
+    assert_eq!(
+        xlen(cluster.node(owner), history),
+        1,
+        "on the lock's master"
+    );
+    let runs = history_of(clustered(&cluster), "held", 10);
+    assert_eq!(outcomes(&runs), ["released"], "{runs:#?}");
+    assert_eq!(
+        (&runs[0]["command"], &runs[0]["fence"]),
+        (&"pair".into(), &grant["fence"])
+    );
+}
+
+#[test]
+fn on_redlock_a_release_records_the_hold_on_every_master_and_a_reading_shows_it_once() {
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let release_of = |nodes: &[RedisServer], label: &str| {
+        let out = run(redlock(nodes).args(["acquire", "--json", "-k", "k", "--label", label]));
+        assert_eq!(out.code, 0, "{out}");
+        let grant: Value = serde_json::from_str(&out.stdout).unwrap();
+        let out = run(redlock(nodes).args([
+            "release",
+            "-k",
+            "k",
+            "--token",
+            grant["token"].as_str().unwrap(),
+        ]));
+        assert_eq!(out.code, 0, "{out}");
+    };
+    release_of(&nodes, "first");
+    for n in &nodes {
+        assert_eq!(
+            xlen(n, "{rlock:k}:history"),
+            1,
+            "every master holds the hold"
+        );
+    }
+    let runs = history_of(redlock(&nodes), "k", 10);
+    assert_eq!(outcomes(&runs), ["released"], "one run, once: {runs:#?}");
+    // One master down: the two that answer record it.
+    nodes[2].kill9();
+    release_of(&nodes, "second");
+    for n in &nodes[..2] {
+        assert_eq!(xlen(n, "{rlock:k}:history"), 2);
+    }
+    let runs = history_of(redlock(&nodes), "k", 10);
+    let labels: Vec<&str> = runs
+        .iter()
+        .map(|r| r["command"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["second", "first"], "{runs:#?}");
+}
+
+#[test]
 fn behind_sentinels_the_history_is_on_the_master_they_name() {
     let set = Sentinels::start("locks");
     let via_sentinels = || {

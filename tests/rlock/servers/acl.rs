@@ -137,15 +137,23 @@ impl Session<'_> {
             &["release", "-k", "life", "--force"],
         )?;
         self.step("exec", 0, &["exec", "-k", "life", "--", "true"])?;
-        // The exec runs are on record (XADD), and read back (XREVRANGE).
+        // The exec runs and the holds releases ended are on record (XADD, in the release
+        // script), and read back (XREVRANGE), newest first.
         let out = self.step(
             "history",
             0,
             &["inspect", "--history", "--json", "-k", "life"],
         )?;
-        if json(&out).as_array().map(Vec::len) != Some(2) {
+        let runs = json(&out);
+        let outcomes: Vec<&str> = runs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["outcome"].as_str())
+            .collect();
+        if outcomes != ["ok", "broken", "released", "ok", "released"] {
             return Err(format!(
-                "the history does not hold the two exec runs: {out}"
+                "the history does not hold the two exec runs and the three holds that ended: {out}"
             ));
         }
         // A semaphore and a shared lock.
