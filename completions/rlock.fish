@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_rlock_global_optspecs
-    string join \n u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= replicas= v/verbose q/quiet h/help V/version
+    string join \n u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet h/help V/version
 end
 
 function __fish_rlock_needs_command
@@ -33,9 +33,10 @@ complete -c rlock -n "__fish_rlock_needs_command" -l tls-cert -d 'Client certifi
 complete -c rlock -n "__fish_rlock_needs_command" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_needs_command" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
 complete -c rlock -n "__fish_rlock_needs_command" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_needs_command" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_needs_command" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_needs_command" -l cluster -d 'The URLs are Redis Cluster seed nodes'
-complete -c rlock -n "__fish_rlock_needs_command" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_needs_command" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_needs_command" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlock -n "__fish_rlock_needs_command" -s V -l version -d 'Print version'
@@ -60,6 +61,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-cert -d 'Cli
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
@@ -67,11 +69,11 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l program-only -d 
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l export -d 'Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l json -d 'Print one JSON object: key, token, fence, ttl_ms'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l cluster -d 'The URLs are Redis Cluster seed nodes'
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s h -l help -d 'Print help'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand release" -l token -d 'Owner token printed by `acquire`' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l token -d 'The owner token `acquire` printed (a UUID; not the fencing token RLOCK_FENCE)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l history-limit -d 'How many runs the lock\'s history in Redis keeps (see `inspect --history`); 0 records nothing' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l history-ttl -d 'How long the history lives after its last run' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
@@ -83,14 +85,15 @@ complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-cert -d 'Cli
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l force -d 'Break the lock whoever holds it, and say who did'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l cluster -d 'The URLs are Redis Cluster seed nodes'
-complete -c rlock -n "__fish_rlock_using_subcommand release" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand release" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s h -l help -d 'Print help'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -l token -d 'Owner token printed by `acquire`' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l token -d 'The owner token `acquire` printed (a UUID; not the fencing token RLOCK_FENCE)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l ttl -d 'New time to live; a renewal never shortens the lease [default: the TTL the lock was last given]' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
@@ -101,9 +104,10 @@ complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-cert -d 'Clien
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l cluster -d 'The URLs are Redis Cluster seed nodes'
-complete -c rlock -n "__fish_rlock_using_subcommand renew" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s h -l help -d 'Print help'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s k -l key -d 'Locks to show (repeatable); without any, list every lock under the prefix' -r -f
@@ -118,11 +122,12 @@ complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-cert -d 'Cli
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l json -d 'Print JSON: one object for a single -k, an array of objects otherwise'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l history -d 'Show the runs on record instead, newest first: the KEYs\' last runs (-n of them), or, without -k, the last run of every lock under the prefix'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l cluster -d 'The URLs are Redis Cluster seed nodes'
-complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s h -l help -d 'Print help'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s k -l key -d 'Name of the lock (the Redis key is PREFIX+KEY)' -r -f
@@ -156,12 +161,13 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_e
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l tls-key -d 'Private key (PEM) of --tls-cert' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l prefix -d 'Prefix of every Redis key: the lock KEY lives at PREFIX+KEY. Use --prefix \'\' to share a lock with another Redis client (redis-py Lock, redsync, node-redlock)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l program-only -d 'Record only the program\'s name (`mysql`) as the holder\'s command, none of its arguments, masked or not: for sites where any argument is too much to show. --label still wins'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l cluster -d 'The URLs are Redis Cluster seed nodes'
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s v -l verbose -d 'Say what rlock does, on stderr'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release renew inspect exec help" -f -a "acquire" -d 'Take the lock and return; it lives for --ttl unless renewed or released'
@@ -173,13 +179,13 @@ complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_su
 
 # No file names for the value of a global option that is not a path, before the subcommand too.
 # (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
-complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew inspect exec; and contains -- (commandline -opc)[-1] -u --url --sentinel --user --prefix --op-timeout --replicas" -f
+complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew inspect exec; and contains -- (commandline -opc)[-1] -u --url --sentinel --user --prefix --op-timeout --connect-timeout --replicas" -f
 
 # `rlock exec` runs a command line of its own: from its first word that is not an option (or
 # an option's value), or after `--`, complete it as that command's, as `complete -C` of the
 # command's words would. (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
 function __fish_rlock_exec_optspecs
-    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= label= program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= replicas= v/verbose q/quiet h/help
+    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= label= program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet h/help
 end
 
 # Prints the command's words before the one being completed; fails outside the command.

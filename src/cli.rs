@@ -1,4 +1,5 @@
-//! The command-line interface: every option of `../shared/contract.md`, and nothing else.
+//! The command-line interface: every option rlock has (the README and docs/ describe them), and
+//! nothing else.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -6,26 +7,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueHint};
 use nix::sys::signal::Signal;
 
+mod help;
 mod parse;
 pub mod usage;
 mod values;
 pub use parse::parse;
 use values::{SignalParser, duration, non_empty, op_timeout, ttl_duration, watch_interval};
-
-const AFTER_HELP: &str = "\
-Examples:
-  rlock exec -k nightly -- ./cron.sh          run under the lock, renewing it meanwhile
-  rlock exec -k deploy -w 10m -- make deploy   wait up to 10 minutes for the lock
-  rlock inspect                                list every lock and who holds it
-
-  # hold a lock across part of a shell script:
-  lock=$(rlock acquire --export -k jobs) || exit; eval \"$lock\"
-  ...
-  rlock release -k jobs
-
-Exit codes: 0 ok, 1 inspect: not held, 2 usage, 65 not a lock (or another kind), 69 unavailable,
-70 internal, 75 busy, 76 lock lost during exec, 77 not owner / auth refused, 78 configuration,
-126/127 command not runnable / not found, 128+N command died of signal N. See rlock(1).";
 
 /// A Redis-backed distributed lock for shell scripts, cron jobs and CI pipelines.
 ///
@@ -34,7 +21,7 @@ Exit codes: 0 ok, 1 inspect: not held, 2 usage, 65 not a lock (or another kind),
 /// lock in the background, and stops the command before the lock can expire if Redis stops
 /// answering.
 #[derive(Debug, Parser)]
-#[command(name = "rlock", version, after_help = AFTER_HELP, max_term_width = 100)]
+#[command(name = "rlock", version, after_help = help::MAIN, max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -165,6 +152,22 @@ pub struct Global {
     )]
     pub op_timeout: Duration,
 
+    /// How long a run that has not reached Redis yet keeps trying to, before it exits 69: a
+    /// mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out
+    /// outages for as long as the wait lasts.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "RLOCK_CONNECT_TIMEOUT",
+        hide_env_values = true,
+        value_hint = ValueHint::Other,
+        default_value = "30s",
+        value_parser = duration,
+        allow_hyphen_values = true,
+        global = true
+    )]
+    pub connect_timeout: Duration,
+
     /// After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N
     /// replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a
     /// renewal fewer acknowledged counts as failed, and the lease deadline rules.
@@ -180,7 +183,8 @@ pub struct Global {
     )]
     pub replicas: u32,
 
-    /// Say what rlock does, on stderr.
+    /// Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in
+    /// line, then at least once a minute), the grant, renewals that failed.
     #[arg(short, long, global = true, conflicts_with = "quiet")]
     pub verbose: bool,
 
@@ -192,81 +196,23 @@ pub struct Global {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Take the lock and return; it lives for --ttl unless renewed or released.
-    #[command(after_help = "\
-Prints the owner token; `release` and `renew` need it (--token or $RLOCK_TOKEN).
-
-Examples:
-  token=$(rlock acquire -k jobs --ttl 5m -n) || exit
-  lock=$(rlock acquire --export -k jobs) || exit; eval \"$lock\"; ...; rlock release -k jobs")]
+    #[command(after_help = help::ACQUIRE)]
     Acquire(AcquireArgs),
 
     /// Give the lock back, if the token still owns it (or break it with --force).
-    #[command(after_help = "\
-Releasing a lock the same token already released succeeds again (retries are safe);
-releasing one that expired or was broken exits 77.
-
-The hold that ends is recorded in the lock's history (see `rlock inspect --history`), in the same
-script as the release: released, lost (its lease ran out first) or broken (--force, and by whom),
-with when it was granted and the holder's fields, never how the script did. A release by a token
-whose hold rlock no longer knows records nothing; a record that fails changes nothing (-v says so).
-
-Examples:
-  rlock release -k jobs --token \"$token\"
-  rlock release -k jobs --force        # an operator breaking a stale lock")]
+    #[command(after_help = help::RELEASE)]
     Release(ReleaseArgs),
 
     /// Extend the lock, if the token still owns it.
-    #[command(after_help = "\
-Examples:
-  rlock renew -k jobs --ttl 10m        # token from $RLOCK_TOKEN")]
+    #[command(after_help = help::RENEW)]
     Renew(RenewArgs),
 
     /// Show who holds locks: the named KEYs, or every lock under the prefix.
-    #[command(after_help = "\
-With keys, exits 0 if every one is held and 1 if any is free.
-
-RENEWED says when each holder's lease was last renewed (or taken). A holder on this host whose
-process is gone is marked stale (\"stale\": true in JSON), and a line on stderr gives the command
-that breaks its lock; holders on other hosts never are. Stdout carries only the table (a header,
-then one row per lock) or the JSON, so `rlock inspect | tail -n +2` counts locks.
-
---watch shows the locks again every DUR (2s by default) until Ctrl-C or SIGTERM, and rlock then
-dies of that signal. On a terminal the table is redrawn in place. Otherwise, and with --json (one
-compact line each time), the locks are printed again only when they changed: a lock taken,
-released or handed over, a holder joining or leaving, a new fence, another number of waiters,
-a holder found stale. The clocks alone (expires in, held for, renewed) are no change. A look that
-fails after the first is reported on stderr, and the watch goes on. --watch with -q exits 2.
-
---history shows the runs `rlock exec` recorded, and the holds `rlock release` ended, instead,
-newest first: when each ended, the host, how long it waited and held the lock, how it ended, the
-command. --json prints an array of runs.
-
-Examples:
-  rlock inspect                        # every lock under the prefix
-  rlock inspect -q -k jobs && echo locked
-  rlock inspect -k jobs --json
-  rlock inspect --watch                # redraw every 2s until Ctrl-C
-  rlock inspect --watch 500ms --json | jq -c '.[] | {key, fence}'
-  rlock inspect -k nightly --history -n 5   # the last five runs of the nightly job
-  rlock inspect --history                   # the last run of every lock")]
+    #[command(after_help = help::INSPECT)]
     Inspect(InspectArgs),
 
     /// Run a command under the lock, renewing it while the command runs.
-    #[command(after_help = "\
-The command runs in a process group of its own with RLOCK_KEY, RLOCK_TOKEN and RLOCK_FENCE in
-its environment. TERM, INT, HUP, QUIT, USR1 and USR2 sent to rlock are passed on to it. If the
-lock cannot be renewed, the command gets --lost-signal by the lease deadline minus --grace and
-SIGKILL at the deadline, and rlock exits 76. Otherwise rlock exits with the command's status.
-
-Each run is recorded in the lock's history in Redis when it ends (see `rlock inspect --history`);
-a history or metrics write that fails changes nothing else (-v says so).
-
-Examples:
-  rlock exec -k nightly -n -- ./cron.sh
-  rlock exec -k deploy -w 15m --ttl 1m -- ./deploy.sh production
-  rlock exec -k builds --limit 3 -- ./build.sh     # at most three builds at once
-  rlock exec -k db --shared -- ./report.sh         # readers together, never beside a writer
-  rlock exec -k nightly --metrics-file /var/lib/node_exporter/rlock.prom -- ./backup.sh")]
+    #[command(after_help = help::EXEC)]
     Exec(ExecArgs),
 }
 
@@ -364,7 +310,7 @@ pub struct LabelArg {
 
 #[derive(Debug, Args, Clone)]
 pub struct TokenArg {
-    /// Owner token printed by `acquire`.
+    /// The owner token `acquire` printed (a UUID; not the fencing token RLOCK_FENCE).
     #[arg(long, value_name = "T", env = "RLOCK_TOKEN", hide_env_values = true, value_hint = ValueHint::Other)]
     pub token: Option<String>,
 }

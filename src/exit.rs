@@ -94,6 +94,13 @@ pub enum Failure {
         waited: Duration,
         down_for: Duration,
     },
+    /// A run that never reached Redis stopped trying to, after `tried_for` (--connect-timeout):
+    /// the last try's failure names the address.
+    #[error("{}", lines::never_reached(.last, *.tried_for))]
+    NeverReached {
+        last: Box<Failure>,
+        tried_for: Duration,
+    },
     /// Not acquired in time: what the last try found. `code` is 75 unless `-E` said otherwise.
     #[error("{}", lines::busy(.about, .seen, *.waited))]
     Busy {
@@ -146,6 +153,7 @@ impl Failure {
             Failure::Redis { error, .. } => fault_code(error.kind),
             Failure::NoQuorum { .. } => Code::Unavailable,
             Failure::Outage { .. } => Code::Unavailable,
+            Failure::NeverReached { .. } => Code::Unavailable,
             Failure::Busy { .. } => Code::Busy,
             Failure::Lost { .. } => Code::Lost,
             Failure::NotPermitted { .. } => Code::NotPermitted,

@@ -4,16 +4,36 @@
 
 use std::time::Duration;
 
-use crate::exit::Failure;
+use crate::exit::{Failure, Seen};
 use crate::watchdog::RenewError;
 
 /// Something that happened that a user may want to hear of.
 #[derive(Debug)]
 pub enum Note<'a> {
-    /// The lock was found busy and the wait begins (said once per wait).
-    WaitBegins { key: &'a str },
-    /// A waiter got no answer that time may cure: Redis is out, and the wait rides it out.
-    OutageBegan { key: &'a str, failure: &'a Failure },
+    /// The lock was found busy and the wait begins (said once per wait): what the try saw (who
+    /// holds the lock), and the waiter's place in line (1 first; None where there is no line).
+    WaitBegins {
+        key: &'a str,
+        seen: &'a Seen,
+        place: Option<i64>,
+    },
+    /// The wait goes on, told only to an observer that `hears_progress`: at its 10th and 30th
+    /// second, then once a minute, and when a try finds a new holder (`new_holder`). What the
+    /// last try saw, aged to now: the waiter asks Redis nothing for this line.
+    StillWaiting {
+        key: &'a str,
+        waited: Duration,
+        seen: &'a Seen,
+        place: Option<i64>,
+        new_holder: bool,
+    },
+    /// A waiter got no answer that time may cure: Redis is out, and the wait rides it out. A
+    /// run that has not reached Redis yet rides it out for `first_contact` at most.
+    OutageBegan {
+        key: &'a str,
+        failure: &'a Failure,
+        first_contact: Option<Duration>,
+    },
     /// Redis answers a waiter again after an outage of `after`.
     OutageEnded { key: &'a str, after: Duration },
     /// A renewal failed; it is retried while the lease lasts.
@@ -23,6 +43,11 @@ pub enum Note<'a> {
 /// Hears what happens.
 pub trait Observer {
     fn observe(&self, note: Note<'_>);
+
+    /// Whether it wants `Note::StillWaiting` (`-v`): a waiter wakes for them only then.
+    fn hears_progress(&self) -> bool {
+        false
+    }
 }
 
 /// Hears nothing.

@@ -262,7 +262,7 @@ impl NodeError {
                 "Redis refused rlock for {about}: {self}; check --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or the URL's password, and the user's ACL"
             ),
             Fault::Denied => format!(
-                "Redis's ACL refused what rlock needs for {about}: {self}; give the user the rights in the README's ACL list (\"ACL: the rights a lock user needs\")"
+                "Redis's ACL refused what rlock needs for {about}: {self}; give the user the rights listed in docs/connecting.md (\"ACL: the rights a lock user needs\")"
             ),
             Fault::Mismatch => format!(
                 "{about} is held as {}; every holder of a lock must ask for the same kind; nothing was changed",

@@ -60,6 +60,16 @@ fn tips(err: &clap::Error) -> Vec<String> {
             _ => format!("some similar {noun}s exist: {}", similar.join(", ")),
         });
     }
+    // `--timeout` is most often a wait for a busy lock, which clap's likeness to --op-timeout
+    // (a bound on each request to Redis) does not guess.
+    if let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg)
+        && matches!(
+            arg.split('=').next(),
+            Some("--timeout" | "--wait-timeout" | "-t")
+        )
+    {
+        tips.push("to give up waiting for a busy lock after DUR, use '-w DUR' ('--wait DUR'); --op-timeout bounds each request to Redis".into());
+    }
     if let Some(ContextValue::StyledStrs(more)) = err.get(ContextKind::Suggested) {
         tips.extend(more.iter().map(ToString::to_string));
     }
@@ -113,6 +123,10 @@ mod tests {
         assert_eq!(
             line(&["releas"]),
             "unrecognized subcommand 'releas'; some similar subcommands exist: 'renew', 'release' (see 'rlock --help')"
+        );
+        assert_eq!(
+            line(&["acquire", "--timeout", "5s", "-k", "x"]),
+            "unexpected argument '--timeout' found; a similar argument exists: '--op-timeout'; to give up waiting for a busy lock after DUR, use '-w DUR' ('--wait DUR'); --op-timeout bounds each request to Redis (see 'rlock acquire --help')"
         );
         assert_eq!(
             line(&["exec", "-k", "x", "-1", "--", "true"]),

@@ -196,7 +196,7 @@ struct ExecWait<'a> {
 
 impl Observer for ExecWait<'_> {
     fn observe(&self, note: Note<'_>) {
-        if let Note::WaitBegins { key } = note
+        if let Note::WaitBegins { key, .. } = note
             && let Err(why) = supervise::runnable(self.program)
         {
             self.ctx.note(format_args!(
@@ -204,6 +204,10 @@ impl Observer for ExecWait<'_> {
             ));
         }
         self.ctx.observe(note);
+    }
+
+    fn hears_progress(&self) -> bool {
+        self.ctx.hears_progress()
     }
 }
 

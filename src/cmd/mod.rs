@@ -8,6 +8,7 @@ pub mod nested;
 pub mod record;
 pub mod release;
 pub mod renew;
+mod waiting;
 
 use crate::backend::{Settings, TlsFiles, split_urls};
 use crate::cli::{Global, SharingArgs};
@@ -71,7 +72,8 @@ impl Context {
                 crate::lock::human_duration(self.settings.op_timeout)
             ));
         }
-        Ok(Locker::new(nodes, self.settings.op_timeout))
+        Ok(Locker::new(nodes, self.settings.op_timeout)
+            .with_first_contact(self.global.connect_timeout))
     }
 
     /// A diagnostic line on stderr, with --verbose only: escaped, and never a panic when
@@ -91,13 +93,37 @@ impl Context {
 }
 
 /// What the layers below report, as lines on stderr: outages a waiter rides out (unless -q),
-/// failed renewals (with -v).
+/// how a wait goes and failed renewals (with -v).
 impl Observer for Context {
     fn observe(&self, note: Note<'_>) {
         match note {
-            Note::WaitBegins { .. } => {}
-            Note::OutageBegan { key, failure } => self.note(format_args!(
+            Note::WaitBegins { key, seen, place } => {
+                self.say(format_args!("{}", waiting::begins(key, seen, place)))
+            }
+            Note::StillWaiting {
+                key,
+                waited,
+                seen,
+                place,
+                new_holder,
+            } => self.say(format_args!(
+                "{}",
+                waiting::goes_on(key, waited, seen, place, new_holder)
+            )),
+            Note::OutageBegan {
+                key,
+                failure,
+                first_contact: None,
+            } => self.note(format_args!(
                 "{failure}; still waiting for lock '{key}', trying again at most 1s apart"
+            )),
+            Note::OutageBegan {
+                failure,
+                first_contact: Some(bound),
+                ..
+            } => self.note(format_args!(
+                "{failure}; trying again for up to {} (--connect-timeout)",
+                crate::lock::human_duration(bound)
             )),
             Note::OutageEnded { key, after } => self.note(format_args!(
                 "Redis answers again after {}; still waiting for lock '{key}'",
@@ -107,6 +133,10 @@ impl Observer for Context {
                 self.say(format_args!("renewal failed, retrying: {error}"))
             }
         }
+    }
+
+    fn hears_progress(&self) -> bool {
+        self.global.verbose
     }
 }
 
@@ -122,7 +152,7 @@ pub fn required_token(token: &Option<String>, what: &str) -> Result<String, Fail
 }
 
 /// The kind of lock `--limit`/`--shared` ask for. Redlock (several URLs) takes only exclusive
-/// locks: independent masters could each admit a different N holders (see the README).
+/// locks: independent masters could each admit a different N holders (see docs/sharing.md).
 pub fn sharing(locker: &Locker, args: &SharingArgs) -> Result<Sharing, Failure> {
     let sharing = Sharing::from_args(args.limit, args.shared);
     if sharing != Sharing::Exclusive && locker.is_quorum() {

@@ -179,6 +179,15 @@ pub(super) fn outage(last: &Failure, waited: Duration, down_for: Duration) -> St
     )
 }
 
+/// A run that never reached Redis and stopped trying to: the last try's failure, and for how long
+/// it tried.
+pub(super) fn never_reached(last: &Failure, tried_for: Duration) -> String {
+    format!(
+        "{last}; gave up after {} without reaching it once (--connect-timeout)",
+        ms(tried_for)
+    )
+}
+
 pub(super) fn interrupted(about: &About, signal: Signal, when: Interruption) -> String {
     let signal = signal.as_str();
     match when {

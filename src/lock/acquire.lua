@@ -12,12 +12,13 @@
 -- ARGV[12] the holder's pid namespace (for inspect's stale check; may be empty)
 -- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
 --   "ok" fence ttl                        granted: the fence, the lease (ms)
---   "busy" pttl now host pid user since cmd [holders limit ahead]
+--   "busy" pttl now host pid user since cmd [holders limit ahead] [place]
 --                                         held: the holder fields only when rlock wrote them;
 --                                         with several holders, the one whose lease ends first,
 --                                         how many there are and the limit (0 for shared), and
 --                                         ahead (1) when a shared request waits because an
---                                         exclusive one is ahead of it
+--                                         exclusive one is ahead of it; place: the waiter's
+--                                         place in line (1 first), when it waits in line
 --   "queued" wait now                     the lock is free but an earlier waiter goes first
 --   "mismatch" held [limit]               held as another kind of lock: held is "exclusive",
 --                                         "shared" or "limit" (with the semaphore's limit);
@@ -113,7 +114,7 @@ if current then
     h = {}
   end
   return reply("busy", "pttl", pttl, "now", now, "host", h[2], "pid", h[3], "user", h[4],
-    "since", h[5], "cmd", h[6])
+    "since", h[5], "cmd", h[6], "place", place_in_line(r))
 end
 
 -- Free. Reserved for another waiter whose claim window is open: wait for it.

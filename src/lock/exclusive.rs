@@ -24,6 +24,8 @@ pub(super) enum Attempt {
         now_ms: i64,
         holder: Holder,
         crowd: Option<Crowd>,
+        /// The waiter's place in line (1 first), when it waits in line.
+        place: Option<i64>,
     },
     Queued {
         wait_ms: i64,
@@ -477,6 +479,7 @@ fn no_grant(quorum: Quorum, key: &LockKey, results: Vec<NodeAttempt>) -> Result<
         now_ms: 0,
         holder: Holder::default(),
         crowd: None,
+        place: None,
     }))
 }
 

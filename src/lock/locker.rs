@@ -18,10 +18,15 @@ use crate::exit::{About, Failure};
 pub struct Locker {
     pub(super) nodes: Vec<Box<dyn Node>>,
     pub(super) op_timeout: Duration,
+    /// How long a wait that has had no answer from Redis yet keeps trying (--connect-timeout).
+    first_contact: Duration,
     /// Redlock: the last grant's token and acquire arguments, with which a renewal writes the
     /// lock again on a master that lost it (see `redlock.rs`).
     pub(super) relock: Mutex<Option<Relock>>,
 }
+
+/// How long a run that has never reached Redis keeps trying, unless told otherwise.
+pub const FIRST_CONTACT: Duration = Duration::from_secs(30);
 
 /// How many of the nodes must agree: all of one, or a majority of a Redlock's masters.
 #[derive(Debug, Clone, Copy)]
@@ -62,12 +67,25 @@ impl Locker {
         Locker {
             nodes,
             op_timeout,
+            first_contact: FIRST_CONTACT,
             relock: Mutex::new(None),
+        }
+    }
+
+    /// The same, trying for `first_contact` at most to reach Redis a first time.
+    pub fn with_first_contact(self, first_contact: Duration) -> Self {
+        Locker {
+            first_contact,
+            ..self
         }
     }
 
     pub fn op_timeout(&self) -> Duration {
         self.op_timeout
+    }
+
+    pub fn first_contact(&self) -> Duration {
+        self.first_contact
     }
 
     /// True in Redlock mode (several independent masters).

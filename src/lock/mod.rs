@@ -135,6 +135,8 @@ pub enum Renewed {
 pub enum NotOwner {
     /// The key is gone: its lease ran out, or someone deleted it.
     Gone,
+    /// The key is gone: a forced release (`rlock release --force`) broke it.
+    Broken,
     /// Another token holds the lock.
     Taken,
     /// A majority of a Redlock's masters hold it no longer (for either reason).
@@ -145,6 +147,7 @@ impl std::fmt::Display for NotOwner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             NotOwner::Gone => "it expired or was deleted",
+            NotOwner::Broken => "it was broken by 'rlock release --force'",
             NotOwner::Taken => "another owner holds it",
             NotOwner::NoMajority => "a majority of the Redlock nodes no longer hold it",
         })

@@ -4,7 +4,8 @@
 -- ARGV[1] token  ARGV[2] ttl ms, or "" for the TTL the lock was last given
 -- Returns a word, then fields by name (common.lua's reply):
 --   "renewed" ttl    extended: ttl is the lease it now has (ms)
---   "free"           nobody holds it: the lease ran out, or the lock was deleted
+--   "free" [broken]  nobody holds it: the lease ran out, or the lock was deleted; broken (1)
+--                    when a forced release broke this token's lock (release.lua's record)
 --   "other" pttl     someone else holds it
 --   "wrongtype" type not a lock
 --
@@ -51,7 +52,9 @@ if current ~= token then
   if current then
     return reply("other", "pttl", redis.call("PTTL", lock))
   end
-  return reply("free")
+  local broken = redis.call("TYPE", state)["ok"] == "hash" and
+    redis.call("HGET", state, "token") == token and redis.call("HGET", state, "broken")
+  return reply("free", "broken", broken and 1)
 end
 -- The state is read only when it is rlock's record of this very token.
 local recorded = redis.call("TYPE", state)["ok"] == "hash" and

@@ -231,6 +231,7 @@ impl Attempt {
                     limit: f.int("limit").unwrap_or(0),
                     exclusive_ahead: f.int("ahead") == Some(1),
                 }),
+                place: f.int("place"),
             },
             "queued" => Attempt::Queued {
                 wait_ms: f.int("wait").unwrap_or(0),
@@ -339,6 +340,7 @@ impl Renewed {
         let reply = Reply::parse(r)?;
         Ok(match reply.word.as_str() {
             "renewed" => Renewed::Yes(millis(reply.fields.int("ttl").unwrap_or(0))),
+            "free" if reply.fields.int("broken") == Some(1) => Renewed::NotOwner(NotOwner::Broken),
             "free" => Renewed::NotOwner(NotOwner::Gone),
             "other" => Renewed::NotOwner(NotOwner::Taken),
             "wrongtype" => return Err(reply.wrong_type()),

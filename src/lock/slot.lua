@@ -12,6 +12,16 @@ local function wait_in_line(r, horizon)
   end
 end
 
+-- The waiter's place in line (1 for the first), for its -v lines; nil when it does not wait in
+-- line. Waiters that arrived in the same millisecond share a place.
+local function place_in_line(r)
+  local score = r.join and redis.call("ZSCORE", r.queue, r.token)
+  if not score then
+    return nil
+  end
+  return redis.call("ZCOUNT", r.queue, "-inf", "(" .. score) + 1
+end
+
 -- acquire's busy reply for a multi-holder lock: the holder whose lease ends first, how many
 -- hold it and the limit (0 for a shared lock); `ahead` when an exclusive waiter is what keeps a
 -- shared request out.
@@ -20,7 +30,8 @@ local function busy_multi(r, pttl, ahead)
   local h = record_of(r.state, first or "") or {}
   return reply("busy", "pttl", pttl, "now", r.now, "host", h.host, "pid", h.pid, "user", h.user,
     "since", h.since, "cmd", h.cmd, "holders", redis.call("ZCARD", r.lock),
-    "limit", tonumber(redis.call("HGET", r.state, "limit")) or 0, "ahead", ahead and 1)
+    "limit", tonumber(redis.call("HGET", r.state, "limit")) or 0, "ahead", ahead and 1,
+    "place", place_in_line(r))
 end
 
 -- acquire for a semaphore or shared lock (`r.mode`), on a key that is absent (`kind` "none") or

@@ -15,6 +15,10 @@
 //! now (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels)
 //! means "not yet", like a busy lock. The waiter tries again with backoff (at most 1 s apart,
 //! with jitter) until its wait ends, saying once when the outage began and once when it ended.
+//! A run that has never reached Redis rides an outage out only for the locker's `first_contact`
+//! (a typo in a port must not hang a cron job), then gives up (69).
+//!
+//! What the waiter tells while it waits is `progress.rs`.
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
@@ -22,6 +26,7 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 
+use self::progress::Progress;
 use super::exclusive::{Attempt, capped};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
@@ -92,6 +97,7 @@ impl Locker {
             deadline: policy.wait.and_then(|w| start.checked_add(w)),
             busy_code: policy.busy_code,
             outage: None,
+            progress: Progress::new(start),
             subs: Vec::new(),
             subscribed: false,
             heard: false,
@@ -121,6 +127,7 @@ impl Locker {
                 now_ms,
                 holder,
                 crowd,
+                ..
             }) => Err(busy(Seen::Held {
                 pttl,
                 now_ms,
@@ -143,11 +150,12 @@ struct Waiter<'a> {
     deadline: Option<Instant>,
     busy_code: u8,
     outage: Option<Outage>,
+    progress: Progress,
     subs: Vec<Subscriber>,
     /// Subscribed since the lock was first found busy (the first try needs no subscription:
     /// an uncontended lock costs one round trip).
     subscribed: bool,
-    /// Some try has been answered.
+    /// Some try has been answered (`first_contact` no longer applies).
     heard: bool,
 }
 
@@ -163,6 +171,8 @@ enum Step {
 enum Slept {
     Woken,
     TimedOut,
+    /// A progress line is due before the sleep should end.
+    Report,
     SubscriberBroken,
     Interrupted(Signal),
 }
@@ -218,13 +228,14 @@ impl Waiter<'_> {
     /// come in between).
     fn after(&mut self, answer: Attempt) -> Step {
         let key = self.req.key;
-        let (sleep_for, seen) = match answer {
+        let (sleep_for, seen, place) = match answer {
             Attempt::Granted(grant) => return Step::Granted(grant),
             Attempt::Busy {
                 pttl,
                 now_ms,
                 holder,
                 crowd,
+                place,
             } => (
                 if pttl >= 0 {
                     Duration::from_millis(pttl as u64 + 1)
@@ -237,10 +248,12 @@ impl Waiter<'_> {
                     holder: Box::new(holder),
                     crowd,
                 },
+                place,
             ),
             Attempt::Queued { wait_ms } => (
                 Duration::from_millis(wait_ms.max(0) as u64) + CLAIM_SLACK,
                 Seen::Handed,
+                None,
             ),
         };
         let mut until = Instant::now() + sleep_for;
@@ -255,16 +268,15 @@ impl Waiter<'_> {
             }
             until = until.min(deadline);
         }
+        self.progress
+            .busy(&key.name, seen, place, self.hooks.observer);
         if !self.subscribed {
             self.subscribed = true;
-            self.hooks
-                .observer
-                .observe(Note::WaitBegins { key: &key.name });
             self.subs = self.locker.subscribers(key, self.req.token);
             return Step::Again;
         }
         match self.sleep(until) {
-            Slept::Woken | Slept::TimedOut => Step::Again,
+            Slept::Woken | Slept::TimedOut | Slept::Report => Step::Again,
             Slept::Interrupted(signal) => Step::GaveUp(interrupted(key, signal)),
             Slept::SubscriberBroken => {
                 // Closing the broken connections unsubscribes; a release may have been missed
@@ -289,6 +301,7 @@ impl Waiter<'_> {
                 self.hooks.observer.observe(Note::OutageBegan {
                     key,
                     failure: &failure,
+                    first_contact: (!self.heard).then(|| self.locker.first_contact()),
                 });
                 Outage {
                     // Down all along when no try has been answered yet.
@@ -309,14 +322,32 @@ impl Waiter<'_> {
                 down_for: outage.since.elapsed(),
             });
         }
+        let first_contact = self.first_contact_ends();
+        if first_contact.is_some_and(|end| Instant::now() >= end) {
+            return Step::GaveUp(Failure::NeverReached {
+                last: Box::new(outage.last),
+                tried_for: self.start.elapsed(),
+            });
+        }
         self.outage = Some(outage);
         let next = Instant::now() + pause;
-        let until = self.deadline.map_or(next, |d| next.min(d));
+        let until = [self.deadline, first_contact]
+            .into_iter()
+            .flatten()
+            .fold(next, Instant::min);
         // No subscription while Redis is out: the backoff is the poll's timeout.
         match sleep(&mut [], until, self.req.token, self.hooks.interrupt) {
             Slept::Interrupted(signal) => Step::GaveUp(interrupted(self.req.key, signal)),
             _ => Step::Again,
         }
+    }
+
+    /// When a run that has not reached Redis yet stops trying to.
+    fn first_contact_ends(&self) -> Option<Instant> {
+        if self.heard {
+            return None;
+        }
+        self.start.checked_add(self.locker.first_contact())
     }
 
     /// What is left of a bounded wait.
@@ -346,8 +377,26 @@ impl Waiter<'_> {
         }
     }
 
+    /// Sleeps as the free function does, waking on the way only to tell how the wait goes
+    /// (which asks Redis nothing).
     fn sleep(&mut self, until: Instant) -> Slept {
-        sleep(&mut self.subs, until, self.req.token, self.hooks.interrupt)
+        loop {
+            let report = self.progress.due(self.hooks.observer);
+            let slept = sleep_or_report(
+                &mut self.subs,
+                until,
+                report,
+                self.req.token,
+                self.hooks.interrupt,
+            );
+            match slept {
+                Slept::Report => {
+                    self.progress
+                        .tell(&self.req.key.name, false, self.hooks.observer);
+                }
+                slept => return slept,
+            }
+        }
     }
 }
 
@@ -372,9 +421,15 @@ fn jitter() -> Duration {
 /// The waiter sleeps in one `poll` over its subscriptions and the signal descriptor, with the
 /// time left as the timeout: it wakes when something arrives, a signal comes or the time is
 /// up, and for nothing else.
-fn sleep(
+fn sleep(subs: &mut [Subscriber], until: Instant, token: &str, interrupt: &dyn Interrupt) -> Slept {
+    sleep_or_report(subs, until, None, token, interrupt)
+}
+
+/// As `sleep`, and ending with `Slept::Report` at `report`, if that comes first.
+fn sleep_or_report(
     subs: &mut [Subscriber],
     mut until: Instant,
+    report: Option<Instant>,
     token: &str,
     interrupt: &dyn Interrupt,
 ) -> Slept {
@@ -400,9 +455,14 @@ fn sleep(
                 }
             }
         }
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let now = Instant::now();
+        if now >= until {
             return Slept::TimedOut;
+        }
+        let wake = report.map_or(until, |r| r.min(until));
+        let left = wake.saturating_duration_since(now);
+        if left.is_zero() {
+            return Slept::Report;
         }
         let mut fds: Vec<PollFd<'_>> = subs
             .iter()
@@ -417,5 +477,6 @@ fn sleep(
     }
 }
 
+mod progress;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,6 @@
 //! The integration tests: one binary of modules named for what they prove, against real
 //! `redis-server` processes the tests start on free ports. `tests/README.md` maps each guarantee
-//! of the README to the tests that prove it.
+//! of the README and docs/ to the tests that prove it.
 //!
 //! `cargo test --locked` runs everything; `cargo test --test rlock waiting::` runs one module.
 
@@ -8,6 +8,7 @@ mod common;
 
 mod cli_and_help;
 mod connection_errors;
+mod docs;
 mod exec_and_signals;
 mod history;
 mod hostile;

@@ -1,7 +1,8 @@
 //! A wait rides out an outage: while rlock waits for a lock, Redis unreachable or frozen means
 //! "not yet"; rlock tries again at most 1 s apart until its wait ends, says once when the outage
 //! began and once when it ended, and a wait that ends during the outage exits 69 naming the last
-//! error. -n and unresolvable names fail at once.
+//! error. -n and unresolvable names fail at once. A run that has never reached Redis (a typo in
+//! the port) tries for --connect-timeout (30s by default), then exits 69 naming the address.
 
 use crate::common::{Background as Bg, RedisServer, rlock, rlock_at, run, wait_until};
 use std::time::{Duration, Instant};
@@ -52,7 +53,9 @@ fn a_waiter_rides_out_a_restart() {
     let mut server = RedisServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     hold(&server, "60s");
-    let mut w = waiter(&server, dir.path(), &[]);
+    // Once Redis has answered, --connect-timeout no longer bounds the wait: the outage below
+    // outlasts it.
+    let mut w = waiter(&server, dir.path(), &["--connect-timeout", "500ms"]);
     w.wait_for("the waiter to queue", Duration::from_secs(10), || {
         queued(&server)
     });
@@ -381,4 +384,78 @@ mod never_heals {
             "an HTTP server",
         );
     }
+}
+
+// First contact: a run that never reached Redis
+// ---------------------------------------------------------------------------------------------
+
+/// A loopback port where nothing listens (bound, then closed).
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// `rlock ARGS` against `url`, timed.
+fn timed(url: &str, args: &[&str], env: &[(&str, &str)]) -> (crate::common::Output, Duration) {
+    let started = Instant::now();
+    let mut cmd = rlock();
+    cmd.args(["-u", url]).args(args).envs(env.iter().copied());
+    let out = run(&mut cmd);
+    (out, started.elapsed())
+}
+
+/// The cron job of the README with a typo in the port, no -n and no -w: it ends on its own
+/// with 69 within the default 30s, with one line while it tries and one naming the address.
+#[test]
+fn a_run_against_a_closed_port_ends_69_on_its_own_within_the_default_bound() {
+    let url = format!("redis://127.0.0.1:{}", closed_port());
+    let (out, took) = timed(&url, &["exec", "-k", "jobs", "--", "true"], &[]);
+    assert_eq!(out.code, 69, "{out}");
+    assert!(
+        took >= Duration::from_secs(29) && took < Duration::from_secs(40),
+        "gave up after {took:?}, not after the default 30s: {out}"
+    );
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "one line while trying, one at the end: {out}"
+    );
+    assert!(lines[0].contains("trying again for up to 30s"), "{out}");
+    assert!(
+        lines[1].contains(&url) && lines[1].contains("--connect-timeout"),
+        "the last line names the address and the option: {out}"
+    );
+}
+
+/// --connect-timeout and RLOCK_CONNECT_TIMEOUT shorten it, also under a long -w; -q keeps only
+/// the last line.
+#[test]
+fn connect_timeout_and_its_variable_bound_the_first_contact() {
+    let url = format!("redis://127.0.0.1:{}", closed_port());
+    let (out, took) = timed(
+        &url,
+        &["--connect-timeout", "2s", "acquire", "-k", "jobs"],
+        &[],
+    );
+    assert_eq!(out.code, 69, "{out}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "--connect-timeout 2s gave up after {took:?}: {out}"
+    );
+    let (out, took) = timed(
+        &url,
+        &["-q", "exec", "-w", "20m", "-k", "jobs", "--", "true"],
+        &[("RLOCK_CONNECT_TIMEOUT", "1s")],
+    );
+    assert_eq!(out.code, 69, "{out}");
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(5),
+        "RLOCK_CONNECT_TIMEOUT=1s under -w 20m gave up after {took:?}: {out}"
+    );
+    assert_eq!(
+        out.stderr.lines().count(),
+        1,
+        "-q: only the last line: {out}"
+    );
 }

@@ -11,7 +11,7 @@ use std::process::Command;
 
 /// The Linux build is linked statically (`.cargo/config.toml`): the binary needs no shared
 /// library at all, not even the host's glibc, so a copy runs on any Linux of its architecture,
-/// and it starts without the dynamic loader's work (`README.md`, "Without a Rust toolchain").
+/// and it starts without the dynamic loader's work (docs/install.md, "Without a Rust toolchain").
 #[test]
 fn binary_is_linked_statically() {
     let rlock = env!("CARGO_BIN_EXE_rlock");

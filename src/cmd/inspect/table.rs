@@ -8,22 +8,16 @@ use crate::cmd::hint::option;
 use crate::lock::{Holder, HolderLease, KeyType, LockInfo, human_ms};
 use crate::output::{escape, escape_max};
 
-const COLUMNS: usize = 9;
+const COLUMNS: usize = 8;
 
 /// Writes the table of `locks`: a header and the rows, nothing else (the stale holders' notes
-/// are `notes`), so that `rlock inspect | tail -n +2` counts locks.
+/// are `notes`), so that `rlock inspect | tail -n +2` counts locks. A row of a lock with a
+/// short name, held on a host with a short name, fits 80 columns before its COMMAND; the fence
+/// and the token, which nobody reads at a glance, are in `--json`.
 pub(super) fn write(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> {
     let mut rows = vec![
         [
-            "KEY",
-            "STATE",
-            "EXPIRES IN",
-            "FENCE",
-            "HOLDER",
-            "HELD FOR",
-            "RENEWED",
-            "WAITING",
-            "COMMAND",
+            "KEY", "STATE", "EXPIRES", "HOLDER", "HELD", "RENEWED", "QUEUE", "COMMAND",
         ]
         .map(String::from),
     ];
@@ -107,7 +101,6 @@ fn lock_row(l: &LockInfo) -> [String; COLUMNS] {
             "free".into()
         },
         expires,
-        l.fence.map_or_else(dash, |f| f.to_string()),
         holder,
         l.holder
             .since_ms
@@ -138,7 +131,6 @@ fn holder_rows(l: &LockInfo) -> Vec<[String; COLUMNS]> {
                 if first { l.name.clone() } else { String::new() },
                 if first { state.clone() } else { String::new() },
                 human_ms(h.ends_ms - l.now_ms),
-                h.fence.map_or_else(|| "-".into(), |f| f.to_string()),
                 who(&h.holder, l.now_ms),
                 h.holder
                     .since_ms

@@ -22,6 +22,7 @@ fn busy(pttl: i64) -> NodeAttempt {
         now_ms: pttl,
         holder: Holder::default(),
         crowd: None,
+        place: None,
     })
 }
 

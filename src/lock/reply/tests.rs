@@ -61,6 +61,7 @@ fn busy_names_the_holder_rlock_wrote() {
             ("user", bulk("alice")),
             ("since", bulk("990000")),
             ("cmd", bulk("make")),
+            ("place", Value::Int(2)),
         ],
     );
     let Ok(Attempt::Busy {
@@ -68,11 +69,15 @@ fn busy_names_the_holder_rlock_wrote() {
         now_ms,
         holder,
         crowd,
+        place,
     }) = attempt(&r)
     else {
         panic!("not busy: {r:?}");
     };
-    assert_eq!((pttl, now_ms, crowd), (2500, 1_000_000, None));
+    assert_eq!(
+        (pttl, now_ms, crowd, place),
+        (2500, 1_000_000, None, Some(2))
+    );
     assert_eq!(holder.host.as_deref(), Some("build-7"));
     assert_eq!(holder.pid, Some(HolderPid::Pid(4411)));
     assert_eq!(holder.user.as_deref(), Some("alice"));
@@ -196,6 +201,10 @@ fn releases_and_renewals() {
     assert_eq!(
         Renewed::from_reply(&reply("free", &[])),
         Ok(Renewed::NotOwner(NotOwner::Gone))
+    );
+    assert_eq!(
+        Renewed::from_reply(&reply("free", &[("broken", Value::Int(1))])),
+        Ok(Renewed::NotOwner(NotOwner::Broken))
     );
     assert_eq!(
         Renewed::from_reply(&reply("wrongtype", &[])),

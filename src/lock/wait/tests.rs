@@ -109,6 +109,7 @@ impl Observer for Heard {
     fn observe(&self, note: Note<'_>) {
         let kind = match note {
             Note::WaitBegins { .. } => "wait begins",
+            Note::StillWaiting { .. } => "still waiting",
             Note::OutageBegan { .. } => "outage began",
             Note::OutageEnded { .. } => "outage ended",
             Note::RenewalFailed { .. } => "renewal failed",

@@ -502,7 +502,7 @@ fn without_a_guardian_the_command_does_not_start() {
 
 use std::os::unix::process::CommandExt;
 
-/// What the README says still escapes, both ways: when rlock *and* its guardian are both
+/// What docs/exec.md says still escapes, both ways: when rlock *and* its guardian are both
 /// SIGKILLed, nobody is left to stop what the command started. The command itself dies with its
 /// parent, the guardian (parent-death signal); a loop in a session of its own runs on.
 #[test]
@@ -550,7 +550,7 @@ fn what_escapes_when_rlock_and_its_guardian_are_both_killed() {
         let survivor = loop_alive(d);
         assert!(
             survivor.is_some(),
-            "{way:?}: the loop in a session of its own was stopped after all; the README says it escapes"
+            "{way:?}: the loop in a session of its own was stopped after all; docs/exec.md says it escapes"
         );
         if let Some(pid) = survivor {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
@@ -565,7 +565,7 @@ fn what_escapes_when_rlock_and_its_guardian_are_both_killed() {
     }
 }
 
-/// The README's way to stop a job at once: kill its guardian. The command dies with it (parent-
+/// docs/exec.md's way to stop a job at once: kill its guardian. The command dies with it (parent-
 /// death signal), rlock stops what the command started itself (it is a subreaper too, and
 /// has the cgroup), removes the cgroup, releases the lock and exits 137.
 #[test]

@@ -71,6 +71,25 @@ fn lock_deleted_behind_rlocks_back_stops_the_child_and_exits_76() {
     assert!(!server.exists(LOCK), "a lost lock was taken again");
 }
 
+/// A lock broken by an operator is told as such, not as one that expired or was deleted.
+#[test]
+fn lock_broken_by_release_force_says_it_was_broken() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let d = dir.path();
+    let mut rl = start_exec(&server, d, OFTEN, RUN_30S);
+    rl.ready(d);
+    let out = run(rlock_at(&server).args(["release", "-k", "k", "--force"]));
+    assert_eq!(out.code, 0, "{out}");
+    let (out, _) = rl.wait(FINISH);
+    assert_eq!(out.code, 76, "{out}");
+    assert!(
+        out.stderr
+            .contains("it was broken by 'rlock release --force'"),
+        "the holder is told who broke its lock\n{out}"
+    );
+}
+
 #[test]
 fn lock_taken_over_by_another_owner_stops_the_child_and_leaves_the_new_owner_alone() {
     let server = RedisServer::start();

@@ -82,14 +82,15 @@ fn the_environment_sets_the_cap_and_the_life_and_0_records_nothing() {
     assert_eq!(out.code, 2, "{out}");
 }
 
-/// The rights of the README's ACL line, without `drop`.
+/// The rights of the documented ACL line (docs/connecting.md), without `drop`.
 fn rights_without(drop: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("read README.md");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/connecting.md"))
+            .expect("read docs/connecting.md");
     let line = readme
         .lines()
         .find(|l| l.starts_with("ACL SETUSER locker"))
-        .expect("the README's ACL SETUSER line");
+        .expect("the documented ACL SETUSER line");
     let rights: Vec<String> = line
         .split_whitespace()
         .filter(|w| w.starts_with('+'))

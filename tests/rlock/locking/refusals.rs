@@ -233,7 +233,7 @@ fn release_without_publish_keeps_the_lock_and_exits_77() {
     assert_fails(&out, 77, &["'h'", "publish", "ACL"]);
     if !checks_rights_first() {
         // Before Redis 7 a script cannot ask the ACL before it writes: PUBLISH is refused
-        // when it runs, after the lock was freed (the README says so).
+        // when it runs, after the lock was freed (docs/tests.md says so).
         assert!(!server.exists(LOCK), "the lock is still held");
         return;
     }
@@ -283,14 +283,16 @@ fn acquire_without_a_write_right_grants_nothing_and_exits_77() {
 // ACL: every refusal exits 77
 // ---------------------------------------------------------------------------------------------
 
-/// The commands of the README's ACL line ("ACL: the rights a lock user needs").
+/// The commands of the documented ACL line (docs/connecting.md, "ACL: the rights a lock user
+/// needs").
 fn documented_rights() -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("read README.md");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/connecting.md"))
+            .expect("read docs/connecting.md");
     let line = readme
         .lines()
         .find(|l| l.starts_with("ACL SETUSER locker"))
-        .expect("the README's ACL SETUSER line");
+        .expect("the documented ACL SETUSER line");
     line.split_whitespace()
         .filter_map(|w| w.strip_prefix('+'))
         .map(String::from)

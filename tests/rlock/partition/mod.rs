@@ -479,7 +479,7 @@ mod sentinel_split_brain {
         );
     }
 
-    /// What the README's Safety section states: without `--replicas`, the old master renews a
+    /// What docs/safety.md states: without `--replicas`, the old master renews a
     /// lock the new master no longer has for as long as the partition lasts, so both commands
     /// run (here for about eight seconds: A's whole command after B got in).
     #[test]
@@ -616,7 +616,7 @@ mod cluster_split_brain {
         );
     }
 
-    /// Without `--replicas`, what the README states: the cut-off master takes A's renewals
+    /// Without `--replicas`, what docs/safety.md states: the cut-off master takes A's renewals
     /// until it has missed the majority for the node timeout, then answers CLUSTERDOWN and A is
     /// stopped by its deadline (76); the renewals of that first second never reached the replica,
     /// so B can get in on the new master before A stops: a window of about the node timeout plus

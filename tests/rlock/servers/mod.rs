@@ -284,8 +284,8 @@ fn here(node: &RedisServer, key: &str) -> bool {
 }
 
 /// The commands rlock sends to one Redis, its own (EVALSHA, EVAL on NOSCRIPT, SCAN for the
-/// listing, SUBSCRIBE for waiting) and those its scripts call, which ACLs check too. The README
-/// documents the same list.
+/// listing, SUBSCRIBE for waiting) and those its scripts call, which ACLs check too.
+/// docs/connecting.md documents the same list.
 const LOCK_COMMANDS: [&str; 28] = [
     "evalsha",
     "eval",
@@ -375,7 +375,7 @@ fn acl_denials(server: &RedisServer, user: &str) -> Vec<String> {
             )
         })
         // A listing asks INFO from a script to tell a cluster node; the script checks the right
-        // first, but before Redis 7 it cannot, and the refused INFO is logged (README).
+        // first, but before Redis 7 it cannot, and the refused INFO is logged (docs/tests.md).
         .filter(|d| crate::common::redis_version().0 >= 7 || d != "command info (lua)")
         .collect()
 }

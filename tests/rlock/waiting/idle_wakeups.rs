@@ -58,6 +58,18 @@ fn a_lock_waiter() {
     assert_free(rate, "lock");
 }
 
+/// With -v, a waiter tells how its wait goes from what it already knows: no more wake-ups.
+#[test]
+fn a_verbose_lock_waiter() {
+    let server = RedisServer::start();
+    hold(&server, "60s");
+    let rate = wakeups_per_second(
+        &[&server],
+        rlock_at(&server).args(["-v", "exec", "-k", KEY, "--", "true"]),
+    );
+    assert_free(rate, "verbose lock");
+}
+
 #[test]
 fn a_semaphore_waiter() {
     let server = RedisServer::start();

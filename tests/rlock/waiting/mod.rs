@@ -10,6 +10,7 @@ mod handoff;
 mod idle_wakeups;
 mod many_waiters;
 mod no_polling;
+mod speaking;
 mod wakeups;
 
 use crate::common::{Background as Bg, RedisServer, rlock_at, run, wait_until};

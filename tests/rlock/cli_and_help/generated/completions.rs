@@ -278,12 +278,17 @@ pub(super) fn main_page(cmd: &clap::Command) -> Vec<u8> {
     for section in [
         EXIT_STATUS,
         ENVIRONMENT,
-        SIGNALS,
-        LOCK_LOSS,
-        REENTRANCY,
-        FENCING,
+        from_docs("SIGNALS", "exec.md", "Signals"),
+        from_docs(
+            "EVERYTHING THE COMMAND STARTED",
+            "exec.md",
+            "Everything the command started",
+        ),
+        from_docs("LOCK LOSS", "exec.md", "Losing the lock"),
+        from_docs("REENTRANCY", "exec.md", "Nested rlock (reentrancy)"),
+        from_docs("FENCING", "safety.md", "Fencing"),
         REDIS_KEYS,
-        SAFETY,
+        safety(),
         EXAMPLES,
     ] {
         page.prose(section);

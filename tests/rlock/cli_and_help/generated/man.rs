@@ -53,7 +53,9 @@ pub(super) const EXIT_STATUS: Section = Section {
             "`69`",
             "Redis unavailable: cannot connect, timed out, no quorum. A wait (no `-n`) rides \
              out an outage, trying again at most 1 s apart and saying on stderr when it began \
-             and ended, and exits 69 only if the wait ends during it.",
+             and ended, and exits 69 only if the wait ends during it. A run that has never \
+             reached Redis tries for `--connect-timeout` (30 s by default), then exits 69 naming \
+             the address: a typo in a port never hangs a cron job.",
         ),
         Item(
             "`70`",
@@ -76,7 +78,11 @@ pub(super) const EXIT_STATUS: Section = Section {
         ),
         Item(
             "`78`",
-            "Configuration error: malformed URL, unreadable TLS or password file.",
+            "Configuration error: malformed URL, unreadable TLS or password file (or one that \
+             is not a regular file, or too large), a TLS certificate that is not trusted or not \
+             for the host, a client certificate refused or missing; `inspect` without `-k` on \
+             one node of a Redis Cluster without `--cluster`; `--contain cgroup` where no cgroup \
+             can be made.",
         ),
         Item("`126`", "`exec`: the command is not executable."),
         Item("`127`", "`exec`: the command was not found."),
@@ -117,6 +123,11 @@ pub(super) const ENVIRONMENT: Section = Section {
             "As `--op-timeout`: connect and per-command timeout. Default `2s`.",
         ),
         Item(
+            "`RLOCK_CONNECT_TIMEOUT`",
+            "As `--connect-timeout`: how long a run that has not reached Redis yet keeps trying \
+             to. Default `30s`.",
+        ),
+        Item(
             "`RLOCK_TOKEN`",
             "The owner token `release` and `renew` use when `--token` is not given.",
         ),
@@ -133,146 +144,6 @@ pub(super) const ENVIRONMENT: Section = Section {
              the user database's name for rlock's uid.",
         ),
     ],
-};
-
-pub(super) const SIGNALS: Section = Section {
-    title: "SIGNALS",
-    blocks: &[
-        P(
-            "`rlock exec` runs the command as a job: in a process group of its own, given the \
-             terminal's foreground when rlock had it (as a shell does), and the terminal taken \
-             back when the command ends. So Ctrl-C at a terminal reaches the command's group \
-             once, and not rlock.",
-        ),
-        P(
-            "SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to rlock are passed on, \
-             once, to the command's process group. rlock keeps renewing the lock until the command \
-             exits, then releases it and exits with the command's status (128+N if the command \
-             died of signal N).",
-        ),
-        P(
-            "While rlock is still waiting for the lock, the same signals end the wait: rlock \
-             leaves the queue, takes nothing, and exits 128+N; for SIGINT (Ctrl-C) it dies of \
-             SIGINT instead, so that a script waiting in rlock stops there.",
-        ),
-        P(
-            "Ctrl-Z (SIGTSTP, also when sent to rlock) stops the command; rlock then takes the \
-             terminal back and stops too (by SIGTSTP, so that an enclosing `rlock exec` stops \
-             with it), and the shell shows the job stopped. `fg` gives the \
-             command the terminal again and continues it. rlock cannot renew while it is \
-             stopped: on resume it checks the deadline before continuing the command, which \
-             gets `--lost-signal` if the lease ran out meanwhile (exit 76). A SIGSTOP of the \
-             command alone only pauses it, and rlock keeps renewing. A signal passed on to a \
-             stopped command is followed by SIGCONT, so that it takes effect.",
-        ),
-        P(
-            "The command is started by rlock's guardian (named rl-guardian), a small process that \
-             is its parent and its subreaper: everything the command starts stays below it, \
-             whatever it does to its process group or session, and, where rlock may make one, in \
-             a cgroup v2 of its own (`--contain`). When the lock is lost, and when the command \
-             ends leaving processes behind, `--lost-signal` and SIGKILL reach all of them before \
-             rlock exits 76 or releases. If rlock itself is killed (SIGKILL, also `killall -9 \
-             rlock`, which does not match the guardian's name), the guardian SIGKILLs all of \
-             them at once, and the lock expires within `--ttl`. If the guardian cannot be \
-             started, the command is not started either (exit 70). SIGSTOP sent to rlock alone \
-             cannot be caught: the command runs on while rlock cannot renew, so do not stop \
-             rlock without its command.",
-        ),
-        P(
-            "A command killed by SIGINT (Ctrl-C) makes rlock die of SIGINT too, after the lock \
-             is released, so that the calling shell stops as it does for its own commands. A \
-             signal ignored when rlock started (nohup) stays ignored, by rlock and the command; \
-             SIGCHLD is put back to its default, as an ignored one would lose the command's exit \
-             status.",
-        ),
-    ],
-};
-
-pub(super) const LOCK_LOSS: Section = Section {
-    title: "LOCK LOSS",
-    blocks: &[
-        P(
-            "While the command runs, a background thread renews the lock every `--renew-every` \
-             (default TTL/3), each renewal waiting at most the smaller of `--op-timeout` and \
-             `--renew-every`; a failed renewal is retried sooner (every quarter of \
-             `--renew-every`, between 10ms and 1s).",
-        ),
-        P(
-            "rlock keeps the lease's deadline on its own monotonic clock: the moment the last \
-             successful renewal was sent (at first, the acquire), plus TTL, minus a drift \
-             allowance of 1% of TTL plus 2ms. If renewals keep failing, everything the command \
-             started gets `--lost-signal` (default TERM) at the deadline minus `--grace` (default \
-             TTL/4), and SIGKILL at the deadline. If Redis answers that the token no longer owns \
-             the lock (it expired, was deleted, was broken with `release --force`), everything \
-             the command started gets `--lost-signal` at once and SIGKILL `--grace` later.",
-        ),
-        P(
-            "The lost-lock signals reach every process the command started, wherever it moved \
-             (another process group, a session of its own, a daemon), also once the command \
-             itself has exited; what a command that ended normally left running gets \
-             `--lost-signal`, and SIGKILL `--grace` later, before the lock is released. They are \
-             found below rlock's guardian, the command's parent and subreaper, or in the \
-             command's own cgroup (`--contain`). Beyond reach: a process started through another \
-             service (systemd-run, at), which is not the command's descendant.",
-        ),
-        P(
-            "Either way rlock stops renewing, waits until nothing the command started runs, \
-             makes a best-effort owner-checked release (which \
-             can take up to `--op-timeout` when Redis does not answer), and exits 76, whatever \
-             the command's own status. A lost lock is never taken again behind the command's \
-             back. A loss between two renewals that the command outlives is found by the \
-             release at the end, and also exits 76.",
-        ),
-        P("With the defaults (`--ttl 30s`):"),
-        Pre("renewal every      10s
-retry every        1s
-deadline           last renewal sent + 29.698s
---lost-signal at   deadline - 7.5s
-SIGKILL at         deadline"),
-        P(
-            "`--grace` must be shorter than the TTL minus the drift allowance, and \
-             `--renew-every` shorter than that minus `--grace`; rlock refuses other combinations \
-             with exit 2.",
-        ),
-    ],
-};
-
-pub(super) const REENTRANCY: Section = Section {
-    title: "REENTRANCY",
-    blocks: &[
-        P(
-            "An `rlock exec` or `rlock acquire` of the same KEY (same Redis, same prefix) run \
-             where `RLOCK_KEY` and `RLOCK_TOKEN` name that lock (inside the command of an \
-             `rlock exec`, say) does not deadlock: it checks with Redis that the token still \
-                          owns the key, and then runs without taking the lock again or giving it back. A \
-             nested `exec` runs its command at once; a nested `acquire` prints the same token \
-             and fence. If the token no longer owns the key, the lock is taken as usual.",
-        ),
-        P(
-            "`rlock exec` puts `RLOCK_EXEC_PID` (its own pid) and `RLOCK_EXEC_TOKEN` (its lock's \
-             token) in the command's environment. Under it, the outer rlock renews that lock, \
-             and an `rlock release` of that token does nothing and says so: the outer rlock \
-             releases the lock when its command ends. So the usual `acquire --export` ... \
-             `release` script can run under `rlock exec` of the same KEY.",
-        ),
-        P(
-            "An `rlock exec` whose lock came from a shell (after `eval` of `rlock acquire \
-             --export`, with no `rlock exec` around it) renews the lock while its command runs, \
-             with the lease the lock was taken with, and leaves the release to the shell.",
-        ),
-    ],
-};
-
-pub(super) const FENCING: Section = Section {
-    title: "FENCING",
-    blocks: &[P(
-        "Each grant of a lock gets a fencing token, `RLOCK_FENCE` (and `fence` in `--json`): an \
-         integer that strictly increases with every grant of that key, minted by the same Redis \
-         script that grants the lock. Hand it to the resource the lock protects and have the \
-         resource refuse a write whose fence is lower than the highest it has seen (a version \
-         column, a conditional put). That is what makes a holder that was paused past its lease, \
-         and wakes up thinking it still holds the lock, harmless.",
-    )],
 };
 
 pub(super) const REDIS_KEYS: Section = Section {
@@ -305,49 +176,132 @@ pub(super) const REDIS_KEYS: Section = Section {
     ],
 };
 
-pub(super) const SAFETY: Section = Section {
-    title: "SAFETY",
-    blocks: &[
-        P(
-            "What rlock promises, and what it cannot. Acquire is one atomic script, release and \
-             renew are owner-checked scripts, and retries are idempotent for the same token.",
-        ),
-        Item(
-            "TTL",
-            "A lock is a lease. While Redis keeps its data, two holders never overlap, and a \
-             holder that dies leaves the lock behind for at most `--ttl`. A holder that is only \
-             slow (stopped, swapping, a suspended VM) can outlive its lease without knowing it: \
-             `rlock exec` stops the command at its local deadline, but a process frozen across \
-             that deadline wakes up after someone else may have taken the lock. rlock measures \
-             time on the local monotonic clock and Redis expires keys by its own clock; the \
-             drift allowance covers ordinary rate differences, not a jump of the server's clock.",
-        ),
-        Item(
-            "Redis",
-            "Redis replicates asynchronously. If a master fails over, or restarts without \
-             persistence, before a grant reached a replica or the disk, the lock (and the fence \
-             counter) can be lost and a second holder can take it. Use `appendonly yes` with \
-             `appendfsync always` if that matters.",
-        ),
-        Item(
-            "Fencing",
-            "`RLOCK_FENCE` strictly increases with every grant on one Redis (Sentinel, Cluster: \
-             as long as a failover kept the data). It is the only protection against a paused or \
-             partitioned former holder, and only if the protected resource checks it.",
-        ),
-        Item(
-            "Redlock",
-            "With several `--url` (3, 5, ...), a lock needs a majority of independent masters \
-             within its validity time (TTL minus the time acquiring took minus the drift \
-             allowance), and partial grants are released. It survives the loss of a minority of \
-                          masters, but it assumes bounded clock drift, network delay and process pauses. Its \
-             fence is the highest counter of the granting majority, and the granting masters' \
-             counters are raised to it, so it increases while the masters keep their data; a \
-             master that restarts empty forgets its counter, so treat `RLOCK_FENCE` as advisory \
-             there.",
-        ),
-    ],
-};
+/// SAFETY is docs/safety.md's opening and its list of what rlock promises, so that the man page
+/// and the docs say the same.
+pub(super) fn safety() -> Section {
+    let text = doc("safety.md");
+    let intro = text
+        .split("\n## ")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .skip_while(|l| !l.starts_with("# "))
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut blocks = blocks_of(&intro);
+    blocks.extend(blocks_of(section_of(&text, "What rlock promises")));
+    Section {
+        title: "SAFETY",
+        blocks: Box::leak(blocks.into_boxed_slice()),
+    }
+}
+
+/// The man page's section `title`, made of the docs/ page's section `heading`, word for word.
+pub(super) fn from_docs(title: &'static str, page: &str, heading: &str) -> Section {
+    let text = doc(page);
+    Section {
+        title,
+        blocks: Box::leak(blocks_of(section_of(&text, heading)).into_boxed_slice()),
+    }
+}
+
+fn doc(page: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs")
+        .join(page);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The text of the section `## heading` of a page, up to the next `## `.
+fn section_of<'a>(text: &'a str, heading: &str) -> &'a str {
+    let start = text
+        .find(&format!("\n## {heading}\n"))
+        .unwrap_or_else(|| panic!("no section '## {heading}'"));
+    let body = &text[start + heading.len() + 5..];
+    body.split("\n## ").next().unwrap_or(body)
+}
+
+/// Markdown as man page blocks: a paragraph is a P, a list item `- **Title.** text` an Item and
+/// any other list item a P, a fenced block a Pre (its language dropped). Links become their
+/// text and emphasis goes; `code` stays for `inlines` to set in bold.
+fn blocks_of(markdown: &str) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut para: Vec<&str> = Vec::new();
+    let mut fence: Option<Vec<&str>> = None;
+    // Emphasis goes (`*before*`, `**Title.**`); links become their text.
+    let plain = |t: &str| {
+        unlink(t)
+            .replace("**", "")
+            .replace(" *", " ")
+            .replace("* ", " ")
+    };
+    let flush = |para: &mut Vec<&str>, blocks: &mut Vec<Block>| {
+        if para.is_empty() {
+            return;
+        }
+        let text = para.join(" ");
+        para.clear();
+        let titled = text
+            .strip_prefix("- **")
+            .and_then(|rest| rest.split_once("**"));
+        blocks.push(match (titled, text.strip_prefix("- ")) {
+            (Some((title, body)), _) => Item(
+                leak(plain(title).trim_end_matches('.')),
+                leak(plain(body).trim()),
+            ),
+            (None, Some(item)) => P(leak(plain(item).trim())),
+            (None, None) => P(leak(plain(&text).trim())),
+        });
+    };
+    for line in markdown.lines() {
+        if let Some(lines) = &mut fence {
+            if line.starts_with("```") {
+                blocks.push(Pre(leak(lines.join("\n"))));
+                fence = None;
+            } else {
+                lines.push(line);
+            }
+            continue;
+        }
+        if line.starts_with("```") {
+            flush(&mut para, &mut blocks);
+            fence = Some(Vec::new());
+        } else if line.trim().is_empty() {
+            flush(&mut para, &mut blocks);
+        } else if line.starts_with("- ") {
+            flush(&mut para, &mut blocks);
+            para.push(line);
+        } else {
+            para.push(line.trim());
+        }
+    }
+    flush(&mut para, &mut blocks);
+    blocks
+}
+
+fn leak(s: impl Into<String>) -> &'static str {
+    Box::leak(s.into().into_boxed_str())
+}
+
+/// Markdown links as their text: `[fencing](#fencing)` is `fencing`.
+fn unlink(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let Some(mid) = rest[open..].find("](") else {
+            break;
+        };
+        let Some(close) = rest[open + mid..].find(')') else {
+            break;
+        };
+        out.push_str(&rest[..open]);
+        out.push_str(&rest[open + 1..open + mid]);
+        rest = &rest[open + mid + close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
 
 pub(super) const EXAMPLES: Section = Section {
     title: "EXAMPLES",

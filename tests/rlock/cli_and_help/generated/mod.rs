@@ -1,5 +1,6 @@
 //! The shell completions in `completions/` and the man pages in `man/` are generated from the
-//! clap definition in `src/cli.rs` (plus the prose sections in `man.rs`) and committed. These tests
+//! clap definition in `src/cli.rs` (plus the prose sections: those of docs/ pages, word for word,
+//! and the few in `man.rs`) and committed. These tests
 //! fail when the committed files are stale, and check that each completion file loads in its shell.
 //!
 //! Regenerate with `RLOCK_REGENERATE=1 cargo test --test rlock generated`.
@@ -38,6 +39,31 @@ fn command() -> clap::Command {
     cmd
 }
 
+/// `cmd` with every option's text ending in a full stop, as the man pages want it: clap drops
+/// the stop of a one-sentence doc comment, and clap_mangen writes "May also be specified with
+/// …" right after the text.
+fn full_stops(cmd: clap::Command) -> clap::Command {
+    fn stop(text: String) -> String {
+        match text.trim_end() {
+            t if t.ends_with('.') || t.is_empty() => t.to_string(),
+            t => format!("{t}."),
+        }
+    }
+    cmd.mut_args(|a| {
+        let help = a.get_help().map(|h| stop(h.to_string()));
+        let long = a.get_long_help().map(|h| stop(h.to_string()));
+        let a = match help {
+            Some(h) => a.help(h),
+            None => a,
+        };
+        match long {
+            Some(h) => a.long_help(h),
+            None => a,
+        }
+    })
+    .mut_subcommands(full_stops)
+}
+
 // ---------------------------------------------------------------------------------------------
 // What the files should hold
 // ---------------------------------------------------------------------------------------------
@@ -62,7 +88,7 @@ fn expected() -> Vec<(PathBuf, Vec<u8>)> {
         };
         files.push((Path::new("completions").join(name), buf));
     }
-    let cmd = command();
+    let cmd = full_stops(command());
     files.push((PathBuf::from("man/rlock.1"), main_page(&cmd)));
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("rlock-{}.1", sub.get_name());

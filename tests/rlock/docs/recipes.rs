@@ -1,0 +1,229 @@
+//! The recipes in `examples/` run what they say: the command line of each (the workflow's `run:`,
+//! GitLab's `script:`, the service's `ExecStart=`, the CronJob's `command:`, the crontab line) is
+//! taken from the file as it is and run against a real Redis, with the reader's script replaced
+//! by a stand-in that shows the lock's record. Free, it runs the script; busy, a CI recipe says
+//! whom it waits for (-v) and runs once the lock is free, and a cron-like recipe ends at once, in
+//! silence, with 0.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::{Background, RedisServer, rlock_at, run, wait_until};
+
+fn example(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The one line of `text` that runs rlock, after `prefix`.
+fn line_after(text: &str, prefix: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix(prefix))
+        .filter(|l| l.contains("rlock"))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "one line after {prefix:?} runs rlock: {lines:?}"
+    );
+    lines[0].to_string()
+}
+
+/// A recipe's command, as the shell line it runs.
+struct Recipe {
+    name: &'static str,
+    key: &'static str,
+    /// The shell line, with the reader's script replaced by the stand-in.
+    line: String,
+    /// A CI job (waits, -v) rather than a cron-like one (-n -E 0, silent).
+    ci: bool,
+}
+
+fn recipes() -> Vec<Recipe> {
+    let bin = env!("CARGO_BIN_EXE_rlock");
+    let stand_in = |line: String| {
+        line.replace("/usr/local/bin/report.sh", "./report.sh")
+            .replace("/usr/local/bin/rlock", bin)
+    };
+    let crontab = example("crontab");
+    let cron_line = crontab
+        .lines()
+        .find(|l| l.starts_with("*/5"))
+        .expect("the crontab line");
+    let cron_command: Vec<&str> = cron_line.splitn(6, ' ').collect();
+    let k8s = line_after(&example("kubernetes-cronjob.yaml"), "command: ");
+    let words: Vec<String> = serde_json::from_str(&k8s).expect("command: is a JSON array");
+    let k8s_line = words
+        .iter()
+        .map(|w| format!("'{}'", w.replace("$(POD_NAME)", "report-29170215-x7k2q")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    vec![
+        Recipe {
+            name: "github-actions.yml",
+            key: "deploy-production",
+            line: line_after(&example("github-actions.yml"), "run: "),
+            ci: true,
+        },
+        Recipe {
+            name: "gitlab-ci.yml",
+            key: "deploy-production",
+            line: line_after(&example("gitlab-ci.yml"), "- "),
+            ci: true,
+        },
+        Recipe {
+            name: "crontab",
+            key: "report",
+            line: stand_in(cron_command[5].to_string()),
+            ci: false,
+        },
+        Recipe {
+            name: "rlock-report.service",
+            key: "nightly-report",
+            line: stand_in(line_after(&example("rlock-report.service"), "ExecStart=")),
+            ci: false,
+        },
+        Recipe {
+            name: "kubernetes-cronjob.yaml",
+            key: "report",
+            line: stand_in(k8s_line),
+            ci: false,
+        },
+    ]
+}
+
+/// A directory with the stand-ins: each prints the holder's record of its lock.
+fn stand_ins(key: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let body = format!(
+        "#!/bin/sh\necho \"ran $0 $* under fence $RLOCK_FENCE\"\nrlock inspect -k {key} --json\n"
+    );
+    for name in ["deploy.sh", "report.sh"] {
+        let path = dir.path().join(name);
+        fs::write(&path, &body).expect("stand-in");
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    dir
+}
+
+fn shell(server: &RedisServer, dir: &Path, line: &str) -> Command {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_rlock"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(line)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", path)
+        .env("RLOCK_URL", server.url())
+        .env("GITHUB_SERVER_URL", "https://github.com")
+        .env("GITHUB_REPOSITORY", "acme/shop")
+        .env("GITHUB_RUN_ID", "4242")
+        .env(
+            "CI_JOB_URL",
+            "https://gitlab.example.com/acme/shop/-/jobs/4242",
+        );
+    cmd
+}
+
+/// What the recipe's holder is called in `inspect`: the CI job's URL, or who runs the cron job.
+fn label_of(recipe: &Recipe) -> &'static str {
+    match recipe.name {
+        "github-actions.yml" => "https://github.com/acme/shop/actions/runs/4242",
+        "gitlab-ci.yml" => "https://gitlab.example.com/acme/shop/-/jobs/4242",
+        "kubernetes-cronjob.yaml" => "cronjob/report report-29170215-x7k2q",
+        "rlock-report.service" => "rlock-report.timer",
+        _ => "cron report on ",
+    }
+}
+
+#[test]
+fn each_recipe_runs_its_job_under_the_lock_with_its_label() {
+    let server = RedisServer::start();
+    for recipe in recipes() {
+        let dir = stand_ins(recipe.key);
+        let out = run(&mut shell(&server, dir.path(), &recipe.line));
+        assert_eq!(out.code, 0, "{}: {}\n{out}", recipe.name, recipe.line);
+        assert!(
+            out.stdout.contains("under fence") && out.stdout.contains(label_of(&recipe)),
+            "{}: the job ran under the lock, labelled: {out}",
+            recipe.name
+        );
+        if recipe.ci {
+            assert!(
+                out.stderr.contains("acquired lock"),
+                "{}: -v: {out}",
+                recipe.name
+            );
+        } else {
+            assert_eq!(
+                out.stderr, "",
+                "{}: cron mails what is printed: {out}",
+                recipe.name
+            );
+        }
+    }
+}
+
+#[test]
+fn a_busy_lock_is_waited_for_in_ci_and_skipped_in_silence_by_cron() {
+    let server = RedisServer::start();
+    for recipe in recipes() {
+        let dir = stand_ins(recipe.key);
+        let held = run(rlock_at(&server).args([
+            "acquire",
+            "-k",
+            recipe.key,
+            "--ttl",
+            "60s",
+            "--label",
+            "the running one",
+        ]));
+        assert_eq!(held.code, 0, "{held}");
+        let token = held.stdout.trim().to_string();
+        if recipe.ci {
+            let mut job = Background::spawn(
+                recipe.name,
+                dir.path(),
+                &mut shell(&server, dir.path(), &recipe.line),
+            );
+            let log = dir.path().join(format!("{}.stderr", recipe.name));
+            wait_until(
+                &format!("{}: a line naming whom it waits for", recipe.name),
+                Duration::from_secs(5),
+                || {
+                    fs::read_to_string(&log)
+                        .unwrap_or_default()
+                        .contains(&format!("waiting for lock '{}': held by", recipe.key))
+                },
+            );
+            let log_text = fs::read_to_string(&log).unwrap_or_default();
+            assert!(log_text.contains("the running one"), "{log_text}");
+            let out = run(rlock_at(&server).args(["release", "-k", recipe.key, "--token", &token]));
+            assert_eq!(out.code, 0, "{out}");
+            let (out, _) = job.finish(Duration::from_secs(10));
+            assert_eq!(out.code, 0, "{}: {out}", recipe.name);
+            assert!(out.stdout.contains("under fence"), "{out}");
+        } else {
+            let out = run(&mut shell(&server, dir.path(), &recipe.line));
+            assert_eq!(
+                (out.code, out.stdout.as_str(), out.stderr.as_str()),
+                (0, "", ""),
+                "{}: a skipped run is a silent success: {out}",
+                recipe.name
+            );
+            let out = run(rlock_at(&server).args(["release", "-k", recipe.key, "--token", &token]));
+            assert_eq!(out.code, 0, "{out}");
+        }
+    }
+}
