@@ -6,11 +6,12 @@
 //! here) and in the process tree below the guardian (`--contain tree`, and as a user who may
 //! not write the cgroup). Judged by the escaped processes' own heartbeats.
 
-use crate::common::{Background as Bg, RedisServer, rlock_at, run, wait_until};
+use super::process_group::{heartbeat, now_ns};
+use crate::common::{Background as Bg, Output, RedisServer, rlock_at, run, wait_until};
 use std::fs;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -51,17 +52,6 @@ impl Escape {
             Escape::Daemon => format!("(setsid sh -c {quoted} &) ; "),
         }
     }
-}
-
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos() as i64
-}
-
-fn heartbeat(dir: &Path) -> Option<i64> {
-    fs::read_to_string(dir.join("hb")).ok()?.trim().parse().ok()
 }
 
 /// No heartbeat after `at` (ns), and none for a quiet period after: nothing of the loop runs.
@@ -113,6 +103,25 @@ impl Drop for Reaper<'_> {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
+}
+
+/// Waits for the loop's first heartbeat, deletes the lock behind rlock's back, and waits for
+/// rlock to end: what it printed, and when (ns) its end was seen.
+fn lose_the_lock(server: &RedisServer, rl: &mut Bg) -> (Output, i64) {
+    let d = rl.dir().to_path_buf();
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(&d).is_some()
+    });
+    server.cmd(&["DEL", LOCK]);
+    let (out, _) = rl.finish(Duration::from_secs(10));
+    (out, now_ns())
+}
+
+/// The guardian below rlock `top`, found by its name.
+fn guardian_of(top: i32) -> Option<i32> {
+    descendants(top)
+        .into_iter()
+        .find(|&pid| comm(pid).as_deref() == Some("rl-guardian"))
 }
 
 /// A temporary directory anyone may write (the loop may run as another user).
@@ -180,12 +189,7 @@ fn stopped_on_a_lost_lock(way: Way, escape: Escape) {
         escape,
         "sleep 600",
     );
-    rl.wait_for("heartbeats", Duration::from_secs(10), || {
-        heartbeat(d).is_some()
-    });
-    server.cmd(&["DEL", LOCK]);
-    let (out, _) = rl.finish(Duration::from_secs(10));
-    let exited = now_ns();
+    let (out, exited) = lose_the_lock(&server, &mut rl);
     assert_eq!(out.code, 76, "{escape:?}: {out}");
     assert_silent_after(d, exited, &format!("{escape:?}, {way:?}: rlock's exit 76"));
 }
@@ -434,12 +438,7 @@ fn a_user_who_may_not_write_the_cgroup_is_contained_by_the_tree() {
     );
     cmd.process_group(0);
     let mut rl = Bg::spawn("rlock", d, &mut cmd);
-    rl.wait_for("heartbeats", Duration::from_secs(10), || {
-        heartbeat(d).is_some()
-    });
-    server.cmd(&["DEL", LOCK]);
-    let (out, _) = rl.finish(Duration::from_secs(10));
-    let exited = now_ns();
+    let (out, exited) = lose_the_lock(&server, &mut rl);
     assert_eq!(out.code, 76, "{out}");
     assert!(
         out.stderr
@@ -521,10 +520,7 @@ fn what_escapes_when_rlock_and_its_guardian_are_both_killed() {
             heartbeat(d).is_some()
         });
         let top = rl.pid();
-        let guardian = descendants(top)
-            .into_iter()
-            .find(|&pid| comm(pid).as_deref() == Some("rl-guardian"))
-            .expect("a guardian");
+        let guardian = guardian_of(top).expect("a guardian");
         let leader: i32 = fs::read_to_string(d.join("leader"))
             .expect("leader pid")
             .trim()
@@ -587,10 +583,7 @@ fn killing_the_guardian_stops_everything_and_rlock_releases() {
         heartbeat(d).is_some()
     });
     let top = rl.pid();
-    let guardian = descendants(top)
-        .into_iter()
-        .find(|&pid| comm(pid).as_deref() == Some("rl-guardian"))
-        .expect("a guardian");
+    let guardian = guardian_of(top).expect("a guardian");
     let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
     let (out, _) = rl.finish(Duration::from_secs(10));
     let exited = now_ns();
@@ -626,12 +619,7 @@ fn a_name_cut_inside_a_character_does_not_hide_a_process() {
     ])
     .args(["--", "bash", "-c", r#"setsid "$D/ÄÄÄÄÄÄÄÄ.sh" & sleep 600"#]);
     let mut rl = Bg::spawn_group("rlock", d, &mut cmd);
-    rl.wait_for("heartbeats", Duration::from_secs(10), || {
-        heartbeat(d).is_some()
-    });
-    server.cmd(&["DEL", LOCK]);
-    let (out, _) = rl.finish(Duration::from_secs(10));
-    let exited = now_ns();
+    let (out, exited) = lose_the_lock(&server, &mut rl);
     assert_eq!(out.code, 76, "{out}");
     assert_silent_after(d, exited, "a process with a cut name");
 }

@@ -15,7 +15,7 @@ const LOCK: &str = "rlock:grp";
 /// `$D/hb` every 20 ms, started in the background by the command's shell.
 const STUBBORN: &str = r#"(trap "" TERM; while :; do date +%s%N > "$D/hb.tmp"; mv "$D/hb.tmp" "$D/hb"; sleep 0.02; done) &"#;
 
-fn now_ns() -> i64 {
+pub(super) fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
@@ -23,7 +23,7 @@ fn now_ns() -> i64 {
 }
 
 /// The last heartbeat's time (ns), once there is one.
-fn heartbeat(dir: &Path) -> Option<i64> {
+pub(super) fn heartbeat(dir: &Path) -> Option<i64> {
     fs::read_to_string(dir.join("hb")).ok()?.trim().parse().ok()
 }
 
