@@ -55,6 +55,17 @@ pub fn proxied_cluster_or_skip() -> bool {
     false
 }
 
+/// For a test that watches a server count its TRYAGAIN replies (`INFO errorstats`): whether it
+/// may go on. Before Redis 7 a cluster's redirections (TRYAGAIN, ASK) are not counted there, so
+/// against such a server (only when it is not the default one) the test says why and is skipped.
+pub fn tryagain_counted_or_skip() -> bool {
+    if redis_version().0 >= 7 || !other_server() {
+        return true;
+    }
+    skip("before Redis 7, INFO errorstats does not count a cluster's TRYAGAIN replies");
+    false
+}
+
 fn skip(why: &str) {
     let test = std::thread::current()
         .name()

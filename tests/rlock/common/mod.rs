@@ -41,7 +41,7 @@ pub use self::{
     binary::{Drain, Output, drain, rlock, rlock_at, run},
     cli::redis_cli_bin,
     cluster::RedisCluster,
-    features::{proxied_cluster_or_skip, tls_or_skip},
+    features::{proxied_cluster_or_skip, tls_or_skip, tryagain_counted_or_skip},
     proxy::{Dir, Mode, Proxy},
     rng::Rng,
     sentinel::Sentinels,
