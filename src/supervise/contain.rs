@@ -48,6 +48,7 @@ impl Cgroup {
         let mount = v2_mount().ok_or("no cgroup v2 hierarchy is mounted")?;
         let own = own_cgroup().ok_or("this process is in no cgroup v2")?;
         let parent = mount.join(own.trim_start_matches('/'));
+        remove_abandoned(&parent);
         let pid = std::process::id();
         let mut last = None;
         for n in 0..8 {
@@ -221,6 +222,32 @@ pub fn remove_cgroup(dir: &Path) {
             return;
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Removes the empty cgroups that rlocks no longer alive left in `parent` (an rlock and its
+/// guardian killed together leave theirs): every one is `rlock-PID` or `rlock-PID-N`, and one
+/// whose PID runs no more has no owner to remove it.
+fn remove_abandoned(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("rlock-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            == Err(nix::errno::Errno::ESRCH);
+        if gone {
+            // An rmdir of a cgroup that still holds a process fails (EBUSY): nothing is lost.
+            remove_tree(&entry.path());
+        }
     }
 }
 

@@ -476,8 +476,12 @@ fn guard(
                     }
                 }
                 // Still in it on a run that ended by itself: rlock removes it once this
-                // process has gone.
-                if left.get() {
+                // process has gone, unless rlock is gone too (killed as the command ended):
+                // then the cgroup is this process's to remove, having left it.
+                let mut probe = [0u8; 12];
+                let rlock_gone =
+                    rlock_gone || matches!(nix::unistd::read(&requests, &mut probe), Ok(0));
+                if left.get() || (rlock_gone && c.leave().is_ok()) {
                     c.remove();
                 }
             }
