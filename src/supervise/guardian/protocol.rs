@@ -1,0 +1,89 @@
+//! The guardian's messages: fixed 12-byte records (a tag and two numbers), well under
+//! PIPE_BUF, so each is written and read whole. Events go up to rlock; the one request, a
+//! signal for everything the command started, comes down.
+
+use std::os::fd::OwnedFd;
+
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+/// What the guardian tells rlock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The command runs, with this pid (its process group's id too); in the cgroup or not.
+    Started {
+        pid: Pid,
+        in_cgroup: bool,
+    },
+    /// The command could not be exec'd: this errno.
+    NotStarted(Errno),
+    /// The command stopped, by this signal.
+    Stopped(Signal),
+    Continued,
+    /// The command ended: its status as a shell reports it, and the signal that killed it.
+    Exited(u8, Option<Signal>),
+    /// The command has ended and nothing it started runs any more.
+    Empty,
+}
+
+const STARTED: i32 = 1;
+const NOT_STARTED: i32 = 2;
+const STOPPED: i32 = 3;
+const CONTINUED: i32 = 4;
+const EXITED: i32 = 5;
+const EMPTY: i32 = 6;
+/// The one request: this signal to every process the command started.
+pub(super) const SIGNAL: i32 = 7;
+
+pub(super) fn encode(tag: i32, a: i32, b: i32) -> [u8; 12] {
+    let mut out = [0u8; 12];
+    out[..4].copy_from_slice(&tag.to_ne_bytes());
+    out[4..8].copy_from_slice(&a.to_ne_bytes());
+    out[8..].copy_from_slice(&b.to_ne_bytes());
+    out
+}
+
+pub(super) fn decode(msg: &[u8]) -> (i32, i32, i32) {
+    let word = |i: usize| i32::from_ne_bytes(msg[i..i + 4].try_into().expect("4 bytes"));
+    (word(0), word(4), word(8))
+}
+
+impl Event {
+    pub(super) fn encode(self) -> [u8; 12] {
+        match self {
+            Event::Started { pid, in_cgroup } => encode(STARTED, pid.as_raw(), in_cgroup as i32),
+            Event::NotStarted(errno) => encode(NOT_STARTED, errno as i32, 0),
+            Event::Stopped(sig) => encode(STOPPED, sig as i32, 0),
+            Event::Continued => encode(CONTINUED, 0, 0),
+            Event::Exited(code, sig) => encode(EXITED, code as i32, sig.map_or(0, |s| s as i32)),
+            Event::Empty => encode(EMPTY, 0, 0),
+        }
+    }
+
+    pub(super) fn decode(msg: &[u8]) -> Option<Event> {
+        let (tag, a, b) = decode(msg);
+        let signal = |n: i32| Signal::try_from(n).ok();
+        Some(match tag {
+            STARTED => Event::Started {
+                pid: Pid::from_raw(a),
+                in_cgroup: b != 0,
+            },
+            NOT_STARTED => Event::NotStarted(Errno::from_raw(a)),
+            STOPPED => Event::Stopped(signal(a)?),
+            CONTINUED => Event::Continued,
+            EXITED => Event::Exited(a as u8, signal(b)),
+            EMPTY => Event::Empty,
+            _ => return None,
+        })
+    }
+}
+
+/// Events up to rlock, in one write (a few of them stay far below PIPE_BUF, so it is whole).
+pub(super) fn tell(events: &OwnedFd, news: &[Event]) {
+    if news.is_empty() {
+        return;
+    }
+    let bytes: Vec<u8> = news.iter().flat_map(|e| e.encode()).collect();
+    let _ = nix::unistd::write(events, &bytes);
+}
