@@ -14,13 +14,15 @@ use super::{Context, new_token};
 use crate::cli::ExecArgs;
 use crate::exit::{About, Code, Exit, Failure, Interruption, LostHow};
 use crate::identity::Identity;
-use crate::lock::{Grant, Hooks, Interrupt, Lease, Locker, Renewed, Request, WaitPolicy, deadline};
+use crate::lock::{
+    Grant, HoldRecord, Hooks, Interrupt, Lease, Locker, Renewed, Request, WaitPolicy, deadline,
+};
 use crate::observe::{Note, Observer};
 use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
-    self, Cgroup, Containment, Enforce, Guardian, Launched, Outcome, Renewal, ReportReceiver,
-    ReportSender, Terminal,
+    self, Cgroup, CgroupSoon, Containment, Enforce, Guardian, Launched, Outcome, Renewal,
+    ReportReceiver, ReportSender, Terminal,
 };
 use crate::watchdog;
 
@@ -32,20 +34,25 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let key = ctx.key(&args.key.key)?;
     // Checked before any Redis traffic, with the TTL asked for.
     lease(ctx, args, args.ttl)?;
+    // The command's cgroup is made while Redis is asked for the lock.
+    let cgroup = (args.contain != Containment::Tree).then(Cgroup::create_soon);
     let locker = ctx.locker()?;
     // The run on record (history, metrics): written once it has ended, never before the start.
     let mut record = Recorder::asked(ctx, &locker, &key, args);
 
     let held = hold(ctx, &locker, &key, args, &signals).inspect_err(|e| record.failed(e))?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
-    let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
+    let child = start(ctx, &locker, &held, args, cgroup).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
     let died_of = outcome.signal;
-    // The lock first: the next holder waits for nothing else.
-    let (lost, answered) = give_back(ctx, &locker, &held, &outcome);
-    if !answered {
-        record.unanswered();
-    }
+    // The lock first: the next holder waits for nothing else. The run goes on record in the
+    // same round trip, should the release give the lock back.
+    let run = if outcome.lost.is_none() && !outcome.leftovers {
+        record.at_release(&finished(&outcome), died_of)
+    } else {
+        None
+    };
+    let lost = give_back(ctx, &locker, &held, &outcome, run, &mut record);
     let guardian = after.tidy();
     let exit = exit(args, &held, outcome, lost);
     record.ended(&exit, died_of);
@@ -238,7 +245,13 @@ fn interrupt(signals: &Signals) -> Option<Signal> {
 /// Step 2: the command, in a process group of its own, given the terminal when rlock has it,
 /// started by the guardian, which keeps everything the command starts below itself (and in a
 /// cgroup of its own where one can be made) and kills all of it should rlock be killed.
-fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result<Child, Failure> {
+fn start(
+    ctx: &Context,
+    locker: &Locker,
+    held: &Held,
+    args: &ExecArgs,
+    cgroup: Option<CgroupSoon>,
+) -> Result<Child, Failure> {
     let grant = &held.grant;
     let renewer_pid = match held.owner {
         Owner::OuterExec => nested::enclosing_exec(&grant.token).unwrap_or(0),
@@ -250,9 +263,9 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
         release(ctx, locker, held);
         Failure::Internal(format!("cannot make a pipe: {e}"))
     })?;
-    let (cgroup, why_not) = match args.contain {
-        Containment::Tree => (None, Some("--contain tree".to_string())),
-        Containment::Auto | Containment::Cgroup => match Cgroup::create() {
+    let (cgroup, why_not) = match cgroup.map(CgroupSoon::wait) {
+        None => (None, Some("--contain tree".to_string())),
+        Some(made) => match made {
             Ok(cgroup) => (Some(cgroup), None),
             Err(why) if args.contain == Containment::Cgroup => {
                 release(ctx, locker, held);
@@ -366,33 +379,53 @@ impl After {
     }
 }
 
-/// Step 4: the lock given back (when this process took it). Returns how it was lost, if the
-/// release found that out: broken or expired between two renewals, the command ran unprotected
-/// for a while, and that must not pass for success; and whether Redis answered.
+/// Step 4: the lock given back (when this process took it), with `run` recorded in the history
+/// by the same script if it does give it back. Returns how it was lost, if the release found
+/// that out: broken or expired between two renewals, the command ran unprotected for a while,
+/// and that must not pass for success. `record` hears whether Redis answered, and whether the
+/// run is on record.
 fn give_back(
     ctx: &Context,
     locker: &Locker,
     held: &Held,
     outcome: &Outcome,
-) -> (Option<LostHow>, bool) {
+    run: Option<HoldRecord>,
+    record: &mut Recorder,
+) -> Option<LostHow> {
     if outcome.leftovers {
         // Something the command started may still run: the lock must not be granted again
         // before its lease ends.
-        return (Some(LostHow::Unstoppable(supervise::AFTER_KILL)), true);
+        return Some(LostHow::Unstoppable(supervise::AFTER_KILL));
     }
     if held.owner != Owner::Us {
-        return (None, true);
+        return None;
     }
-    match locker.release(&held.grant.key, &held.grant.token) {
-        Ok(_) => (None, true),
+    let (released, unrecorded) =
+        locker.release_recording(&held.grant.key, &held.grant.token, run.as_ref());
+    let unavailable = |e: &Failure| e.code() == Some(Code::Unavailable);
+    match released {
+        Ok(_) => {
+            if run.is_some() {
+                record.recorded_at_release(&unrecorded);
+            }
+            None
+        }
         // Already known lost: the owner-checked release only gives it back if it is, after
         // all, still ours.
-        Err(e) if outcome.lost.is_some() => (None, e.code() != Some(Code::Unavailable)),
-        Err(e) if e.code() == Some(Code::NotPermitted) => (Some(LostHow::AtRelease), true),
+        Err(e) if outcome.lost.is_some() => {
+            if unavailable(&e) {
+                record.unanswered();
+            }
+            None
+        }
+        Err(e) if e.code() == Some(Code::NotPermitted) => Some(LostHow::AtRelease),
         // Redis unreachable at the very end: the lock expires by itself.
         Err(e) => {
             ctx.note(format_args!("{e}; the lock will expire by itself"));
-            (None, e.code() != Some(Code::Unavailable))
+            if unavailable(&e) {
+                record.unanswered();
+            }
+            None
         }
     }
 }
@@ -408,6 +441,7 @@ fn release(ctx: &Context, locker: &Locker, held: &Held) {
 
 /// Step 5: the command's status, 76 for a lost lock, or death by SIGINT as the command's.
 fn exit(args: &ExecArgs, held: &Held, outcome: Outcome, lost: Option<LostHow>) -> Result<Exit> {
+    let end = finished(&outcome);
     let how = outcome.lost.map(|loss| LostHow::Running {
         loss,
         signal: args.lost_signal,
@@ -421,8 +455,14 @@ fn exit(args: &ExecArgs, held: &Held, outcome: Outcome, lost: Option<LostHow>) -
         let about = About::Lock(held.grant.key.name.clone());
         return Err(Failure::Lost { about, how }.into());
     }
+    Ok(end)
+}
+
+/// The command's end as rlock's: its status, or death by SIGINT as the command's.
+fn finished(outcome: &Outcome) -> Exit {
     if outcome.signal == Some(Signal::SIGINT) {
-        return Ok(Exit::Signal(Signal::SIGINT));
+        Exit::Signal(Signal::SIGINT)
+    } else {
+        Exit::Code(outcome.code)
     }
-    Ok(Exit::Code(outcome.code))
 }

@@ -14,7 +14,7 @@ use super::Context;
 use crate::cli::ExecArgs;
 use crate::exit::{Code, Exit, Failure, Waited};
 use crate::identity::Identity;
-use crate::lock::{Grant, Keep, LockKey, Locker, RunRecord};
+use crate::lock::{Grant, HoldRecord, Keep, LockKey, Locker, RunRecord};
 use crate::metrics;
 use crate::redact::redact_command;
 
@@ -108,6 +108,8 @@ pub struct Recorder<'a> {
     /// Redis did not answer the final release: the history is not written (it would cost
     /// another wait for a server that is not there, past the release's `--op-timeout`).
     unanswered: bool,
+    /// The release recorded the run in the history (`at_release`).
+    recorded: bool,
 }
 
 impl<'a> Recorder<'a> {
@@ -128,6 +130,7 @@ impl<'a> Recorder<'a> {
             granted: None,
             ours: true,
             unanswered: false,
+            recorded: false,
         }
     }
 
@@ -152,17 +155,52 @@ impl<'a> Recorder<'a> {
     /// The run ended as `exit` says; `died_of` is the signal the command died of, if it did.
     pub fn ended(&self, exit: &Result<Exit>, died_of: Option<Signal>) {
         match exit {
-            Ok(Exit::Code(0)) => self.keep(Outcome::Ok, 0, None),
-            Ok(Exit::Code(code)) if died_of.is_some() => {
-                self.keep(Outcome::Signal, i64::from(*code), died_of)
+            Ok(exit) => {
+                let (outcome, code, signal) = Self::end_of(exit, died_of);
+                self.keep(outcome, code, signal);
             }
-            Ok(Exit::Code(code)) => self.keep(Outcome::Failed, i64::from(*code), None),
-            Ok(Exit::Signal(s)) => self.keep(Outcome::Signal, 128 + *s as i64, Some(*s)),
             Err(e) => {
                 if let Some(f) = e.downcast_ref::<Failure>() {
                     self.failed(f);
                 }
             }
+        }
+    }
+
+    /// How a run that ended with `exit` is on record.
+    fn end_of(exit: &Exit, died_of: Option<Signal>) -> (Outcome, i64, Option<Signal>) {
+        match *exit {
+            Exit::Code(0) => (Outcome::Ok, 0, None),
+            Exit::Code(code) if died_of.is_some() => (Outcome::Signal, i64::from(code), died_of),
+            Exit::Code(code) => (Outcome::Failed, i64::from(code), None),
+            Exit::Signal(s) => (Outcome::Signal, 128 + s as i64, Some(s)),
+        }
+    }
+
+    /// The run as it ends with `exit`, for the release to record in its own round trip should it
+    /// give the lock back (release.lua): None when the history is off or the run is not ours.
+    pub fn at_release(&self, exit: &Exit, died_of: Option<Signal>) -> Option<HoldRecord> {
+        let history = &self.args.record.history;
+        if !self.ours || history.history_limit == 0 {
+            return None;
+        }
+        let (outcome, code, signal) = Self::end_of(exit, died_of);
+        let keep = Keep {
+            runs: history.history_limit,
+            ttl: history.history_ttl,
+        };
+        Some(HoldRecord::of_run(keep, self.record(outcome, code, signal)))
+    }
+
+    /// The release gave the lock back and recorded the run (`at_release`), but for `unrecorded`
+    /// (why, where it did not): the history is not written again.
+    pub fn recorded_at_release(&mut self, unrecorded: &[String]) {
+        self.recorded = true;
+        for why in unrecorded {
+            self.ctx.say(format_args!(
+                "the run was not recorded in the history of lock '{}': {why}",
+                self.key.name
+            ));
         }
     }
 
@@ -179,7 +217,7 @@ impl<'a> Recorder<'a> {
                 self.key.name
             ));
         }
-        if record.history.history_limit > 0 && !self.unanswered {
+        if record.history.history_limit > 0 && !self.unanswered && !self.recorded {
             let keep = Keep {
                 runs: record.history.history_limit,
                 ttl: record.history.history_ttl,

@@ -145,17 +145,32 @@ pub struct HoldRecord {
     pub run: String,
     /// Who forces a release, `user@host pid N`: the `by` of a broken hold.
     pub by: String,
+    /// `exec`'s run as it ends if the release gives the lock back: recorded in place of the
+    /// hold, and only then (exec records a lost run itself). None for `rlock release`.
+    pub run_end: Option<RunRecord>,
 }
 
 impl HoldRecord {
-    /// release.lua's ARGV[4..7].
-    pub(super) fn args(&self) -> [String; 4] {
-        [
+    /// `exec`'s run, recorded by the release that ends it should that release the lock.
+    pub fn of_run(keep: Keep, run: RunRecord) -> HoldRecord {
+        HoldRecord {
+            keep,
+            run: run.run.clone().unwrap_or_default(),
+            by: String::new(),
+            run_end: Some(run),
+        }
+    }
+
+    /// release.lua's ARGV[4..7], and ARGV[8..] for an exec's run.
+    pub(super) fn args(&self) -> Vec<String> {
+        let mut args = vec![
             self.keep.runs.max(1).to_string(),
             self.keep.ttl.as_millis().max(1).to_string(),
             self.run.clone(),
             self.by.clone(),
-        ]
+        ];
+        args.extend(self.run_end.iter().flat_map(RunRecord::fields));
+        args
     }
 }
 

@@ -5,6 +5,10 @@
 -- ARGV[4..7] (optional, with KEYS[4]) `rlock release` of a lock `acquire` took: record the hold
 --         in the history (record.lua's stream) as it ends: how many runs the history keeps, its
 --         life after this one (ms), the run's ID, and who forces ("user@host pid N")
+-- ARGV[8..] (optional, with ARGV[4..7]) `rlock exec`'s run as it ends should this release give
+--         the lock back, name then value (src/lock/history.rs): appended in place of the hold,
+--         which saves exec a round trip; nothing is appended when the token no longer owns the
+--         lock (exec then records the run as lost itself)
 -- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
 --   "released"                    the token owned it; it is gone
 --   "already"                     this token released it before (a retried release; not after
@@ -32,6 +36,10 @@ local now = now_ms()
 local history, keep_runs = KEYS[4], tonumber(ARGV[4]) or 0
 local recording = history ~= nil and keep_runs > 0
 local unrecorded = nil
+local run_fields = nil
+if recording and #ARGV >= 8 then
+  run_fields = {unpack(ARGV, 8)}
+end
 
 -- A whole number as Redis should keep it (never 1.79e+15), or nil.
 local function whole(x)
@@ -59,7 +67,10 @@ end
 -- tells the entries of several holders apart. What keeps it from writing goes in `unrecorded`.
 local function record_hold(h, outcome, ended, run)
   local since = tonumber(h.since)
-  if not recording or not since then
+  if run_fields and outcome ~= "released" then
+    return
+  end
+  if not recording or not (since or run_fields) then
     return
   end
   local kind = redis.call("TYPE", history)["ok"]
@@ -78,7 +89,7 @@ local function record_hold(h, outcome, ended, run)
       end
     end
   end
-  local fields = named("run", run or ARGV[6], "granted_ms", whole(since), "ended_ms", whole(ended),
+  local fields = run_fields or named("run", run or ARGV[6], "granted_ms", whole(since), "ended_ms", whole(ended),
     "held_ms", whole(math.max(0, ended - since)), "host", text(h.host), "user", text(h.user),
     "pid", text(h.pid), "command", text(h.cmd), "fence", whole(h.fence), "outcome", outcome,
     "by", outcome == "broken" and ARGV[7] or nil)
@@ -138,8 +149,8 @@ if multi then
       redis.call("HSET", state, "left", token)
       after_leaving(lock, state, queue, channel, now)
       shorten_state(lock, state, now)
-      if h then
-        record_hold(h, "released", now)
+      if h or run_fields then
+        record_hold(h or {}, "released", now)
       end
       return reply("released", "unrecorded", unrecorded)
     end
@@ -199,8 +210,8 @@ if current == token then
   redis.call("HSET", state, "released", now)
   hand_off(queue, state, channel, now)
   keep_at_most(state, AFTER_RELEASE_MS)
-  if h then
-    record_hold(h, "released", now)
+  if h or run_fields then
+    record_hold(h or {}, "released", now)
   end
   return reply("released", "unrecorded", unrecorded)
 end

@@ -29,7 +29,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{Pid, getpgrp, getpid, setpgid};
+use nix::unistd::{Pid, getpgrp, getpid, getppid, setpgid};
 
 use super::contain::{self, Cgroup};
 use super::spawn::{Forked, Prepared, cannot_run, fork_guardian, start};
@@ -274,9 +274,15 @@ impl Guardian {
             let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
             let _ = nix::poll::poll(&mut fds, PollTimeout::from(ms));
         }
-        if gone() {
-            remove();
+        // Its descriptors close before it can be waited for: an exiting process is a zombie a
+        // moment after its pipes report end of file.
+        while !gone() {
+            if std::time::Instant::now() >= until {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
         }
+        remove();
     }
 
     /// The cgroup the command was meant to run in, if one was made.
@@ -298,6 +304,7 @@ fn guard(
 ) -> ! {
     // The cgroup, when the guardian was born in it (and so the command is); else the tree.
     let cgroup = cgroup.filter(|(_, born_in)| *born_in).map(|(c, _)| c);
+    let rlock = getppid();
     let _ = nix::sys::prctl::set_name(NAME);
     // Orphans of the command come here, whatever their group or session.
     let _ = nix::sys::prctl::set_child_subreaper(true);
@@ -411,10 +418,14 @@ fn guard(
                 }
                 // Still in it on a run that ended by itself: rlock removes it once this
                 // process has gone, unless rlock is gone too (killed as the command ended):
-                // then the cgroup is this process's to remove, having left it.
+                // then the cgroup is this process's to remove, having left it. Its request
+                // pipe closed is not enough to tell: rlock closes it as it reaps this process
+                // (and leaving the cgroup costs milliseconds, which rlock would wait for);
+                // a dead rlock is no longer this process's parent.
                 let mut probe = [0u8; 12];
-                let rlock_gone =
-                    rlock_gone || matches!(nix::unistd::read(&requests, &mut probe), Ok(0));
+                let rlock_gone = rlock_gone
+                    || (matches!(nix::unistd::read(&requests, &mut probe), Ok(0))
+                        && getppid() != rlock);
                 if left.get() || (rlock_gone && c.leave().is_ok()) {
                     c.remove();
                 }

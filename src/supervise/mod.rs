@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
-pub use contain::{Cgroup, Mode as Containment};
+pub use contain::{Cgroup, CgroupSoon, Mode as Containment};
 pub use guardian::{Guardian, Launched, launch};
 pub use spawn::runnable;
 pub use terminal::Terminal;
