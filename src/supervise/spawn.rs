@@ -12,7 +12,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::errno::Errno;
@@ -28,6 +28,8 @@ use crate::exit::{Code, Failure};
 pub(super) struct Prepared {
     /// Owners of the strings the pointer arrays point into.
     _strings: (Vec<CString>, Vec<CString>),
+    /// The program's file, found on PATH before the child runs (see `found_on_path`).
+    file: Option<CString>,
     /// Null-terminated arrays of pointers into those strings, for execvpe.
     argp: Vec<*const nix::libc::c_char>,
     envp: Vec<*const nix::libc::c_char>,
@@ -64,11 +66,30 @@ impl Prepared {
         };
         let (argp, envp) = (pointers(&args), pointers(&vars));
         Ok(Prepared {
+            file: found_on_path(&argv[0]),
             _strings: (args, vars),
             argp,
             envp,
         })
     }
+}
+
+/// The file execvp would run for a bare `program`: the first executable file of that name in a
+/// directory of PATH. Looked up here, in the parent, so that the child execs it at once: execvp
+/// tries each directory of PATH in turn, and each exec that fails costs about what this whole
+/// lookup does. None for a path (it has a slash), without PATH, or when nothing is found: then
+/// the child searches as execvp does, and says why it could not run.
+fn found_on_path(program: &OsString) -> Option<CString> {
+    use nix::unistd::{AccessFlags, access};
+    let bytes = program.as_bytes();
+    if bytes.is_empty() || bytes.contains(&b'/') {
+        return None;
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file() && access(p.as_path(), AccessFlags::X_OK).is_ok())
+        .and_then(|p| CString::new(p.into_os_string().into_vec()).ok())
 }
 
 /// Starts `argv` directly (no shell, searching PATH) as the leader of a new process group, with
@@ -146,8 +167,16 @@ fn become_the_command(prepared: &Prepared, tty: Option<i32>, parent: Pid) -> i32
     }
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
     // SAFETY: both arrays are null-terminated and point into strings that outlive the child's
-    // use of them (the parent waits, suspended by CLONE_VFORK, until the exec).
-    unsafe { nix::libc::execvpe(argp[0], argp.as_ptr(), envp.as_ptr()) };
+    // use of them (the parent waits, suspended by CLONE_VFORK, until the exec); so does `file`.
+    // The file found on PATH first (execvpe does not search a name with a slash, and still runs
+    // a script without #! by /bin/sh); should it have gone meanwhile, the search as execvp
+    // makes it, which also gives the error to report.
+    unsafe {
+        if let Some(file) = &prepared.file {
+            nix::libc::execvpe(file.as_ptr(), argp.as_ptr(), envp.as_ptr());
+        }
+        nix::libc::execvpe(argp[0], argp.as_ptr(), envp.as_ptr())
+    };
     nix::errno::Errno::last_raw()
 }
 
