@@ -1,7 +1,6 @@
 //! `rlock exec`: take the lock, run the command under it, and give it back.
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::mpsc;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -15,16 +14,14 @@ use crate::cli::ExecArgs;
 use crate::exit::{About, Code, Exit, Failure, Interruption, LostHow};
 use crate::identity::Identity;
 use crate::lock::{
-    Grant, HoldRecord, Hooks, Interrupt, Lease, Locker, Renewed, Request, WaitPolicy, deadline,
+    Grant, HoldRecord, Hooks, Interrupt, Lease, Locker, Renewed, Request, WaitPolicy,
 };
 use crate::observe::{Note, Observer};
 use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
-    self, Cgroup, CgroupSoon, Containment, Enforce, Guardian, Launched, Outcome, Renewal,
-    ReportReceiver, ReportSender, Terminal,
+    self, Cgroup, CgroupSoon, Containment, Guardian, Launched, LeaseKeeper, Outcome, Terminal,
 };
-use crate::watchdog;
 
 pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // Signals are caught from here on: while waiting they end the wait (leaving nothing in
@@ -84,8 +81,6 @@ struct Child {
     pgid: Pid,
     terminal: Option<Terminal>,
     guardian: Guardian,
-    reports: ReportReceiver,
-    report_tx: ReportSender,
 }
 
 fn lease(ctx: &Context, args: &ExecArgs, ttl: std::time::Duration) -> Result<Lease, Failure> {
@@ -258,11 +253,6 @@ fn start(
         _ => std::process::id(),
     };
     let env = nested::child_env(ctx, grant, renewer_pid.to_string());
-    // The renewal thread's reports (it starts once the first renewal is due).
-    let (report_tx, reports) = supervise::reports().map_err(|e| {
-        release(ctx, locker, held);
-        Failure::Internal(format!("cannot make a pipe: {e}"))
-    })?;
     let (cgroup, why_not) = match cgroup.map(CgroupSoon::wait) {
         None => (None, Some("--contain tree".to_string())),
         Some(made) => match made {
@@ -290,8 +280,6 @@ fn start(
         pgid,
         terminal,
         guardian,
-        reports,
-        report_tx,
     })
 }
 
@@ -310,45 +298,12 @@ fn supervise(
         pgid,
         terminal,
         mut guardian,
-        reports,
-        report_tx,
     } = child;
-    let (grant, lease) = (&held.grant, held.lease);
     let renews = held.owner != Owner::OuterExec;
-    let enforce = Enforce {
-        deadline: renews.then(|| deadline(grant.sent, lease.ttl)),
-        renew_at: renews.then(|| grant.sent + lease.renew_every),
-        grace: lease.grace,
-        lost_signal: args.lost_signal,
-    };
     let outcome = std::thread::scope(|s| {
-        let (stop_tx, stop_rx) = mpsc::channel::<()>();
-        let (mut stop_tx, mut stop_rx) = (Some(stop_tx), Some(stop_rx));
-        let mut report_tx = Some(report_tx);
-        let renewal = |renewal| match renewal {
-            Renewal::Start => match (stop_rx.take(), report_tx.take()) {
-                (Some(stop_rx), Some(report_tx)) => std::thread::Builder::new()
-                    .name("renew".into())
-                    .spawn_scoped(s, move || {
-                        watchdog::renew_loop(locker, grant, lease, stop_rx, |r| report_tx.send(r));
-                    })
-                    .map(drop),
-                _ => Ok(()),
-            },
-            Renewal::Stop => {
-                drop(stop_tx.take());
-                Ok(())
-            }
-        };
-        supervise::supervise(
-            &mut guardian,
-            signals,
-            &reports,
-            enforce,
-            terminal,
-            ctx,
-            renewal,
-        )
+        let keeper = LeaseKeeper::new(s, locker, &held.grant, held.lease, renews);
+        let enforce = keeper.enforce(args.lost_signal);
+        supervise::supervise(&mut guardian, signals, keeper, enforce, terminal, ctx)
     });
     (
         outcome,

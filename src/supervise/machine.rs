@@ -2,13 +2,13 @@
 //! a `World` that gives it events and the time and carries out its signals. `live.rs` is the
 //! real world (signalfd, the guardian, the renewal thread); the unit tests use a scripted one.
 
-use std::io;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
 use super::deadlines::Deadlines;
-use super::{AFTER_KILL, Enforce, Outcome, Renewal};
+use super::keeper::Keeper;
+use super::{AFTER_KILL, Enforce, Outcome};
 use crate::observe::{Note, Observer};
 use crate::watchdog::{Loss, RenewError, Report};
 
@@ -49,11 +49,11 @@ pub(super) trait World {
 }
 
 /// Runs the command to its end under the lease; see `Supervisor::run`.
-pub(super) struct Supervisor<'a, R, W> {
+pub(super) struct Supervisor<'a, K, W> {
     pub(super) world: W,
     enforce: Enforce,
     observer: &'a dyn Observer,
-    renewal: R,
+    keeper: K,
     renew_at: Option<Instant>,
     /// When the lost-signal and SIGKILL go.
     deadlines: Deadlines,
@@ -73,18 +73,18 @@ pub(super) struct Supervisor<'a, R, W> {
     killed_at: Option<Instant>,
 }
 
-impl<'a, R: FnMut(Renewal) -> io::Result<()>, W: World> Supervisor<'a, R, W> {
-    /// `renewal` is told to start renewing when the first renewal is due (if it cannot, the
+impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
+    /// `keeper` is told to start renewing when the first renewal is due (if it cannot, the
     /// lease runs out as if every renewal failed), and to stop once the lock is given up for
     /// lost.
-    pub fn new(world: W, enforce: Enforce, observer: &'a dyn Observer, renewal: R) -> Self {
+    pub fn new(world: W, enforce: Enforce, observer: &'a dyn Observer, keeper: K) -> Self {
         Supervisor {
             world,
             renew_at: enforce.renew_at,
             deadlines: Deadlines::new(enforce.deadline, enforce.grace),
             enforce,
             observer,
-            renewal,
+            keeper,
             lost: None,
             stopped: false,
             last_error: None,
@@ -134,7 +134,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>, W: World> Supervisor<'a, R, W> {
     fn term(&mut self, lock_gone: bool) {
         if lock_gone {
             self.renew_at = None;
-            let _ = (self.renewal)(Renewal::Stop);
+            self.keeper.stop();
         }
         if self.deadlines.signal_once() {
             self.send_all(self.enforce.lost_signal);
@@ -165,7 +165,7 @@ impl<'a, R: FnMut(Renewal) -> io::Result<()>, W: World> Supervisor<'a, R, W> {
             && self.lost.is_none()
         {
             self.renew_at = None;
-            if let Err(e) = (self.renewal)(Renewal::Start) {
+            if let Err(e) = self.keeper.start() {
                 self.last_error = Some(RenewError::NoThread(e));
             }
         }

@@ -5,27 +5,25 @@
 mod contain;
 mod deadlines;
 mod guardian;
+mod keeper;
 mod live;
 mod machine;
 mod spawn;
 mod terminal;
 
-use std::io;
-use std::os::fd::OwnedFd;
-use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
 pub use contain::{Cgroup, CgroupSoon, Mode as Containment};
 pub use guardian::{Guardian, Launched, launch};
+pub use keeper::{LeaseKeeper, Renewal};
 pub use spawn::runnable;
 pub use terminal::Terminal;
 
 use crate::observe::Observer;
 use crate::signals::Signals;
-use crate::watchdog::{Loss, Report};
+use crate::watchdog::Loss;
 
 /// How long rlock waits, after the final SIGKILL, for what it killed to be gone: a process
 /// that SIGKILL cannot end at once (stuck in the kernel) runs no code of its own meanwhile.
@@ -35,40 +33,6 @@ pub const AFTER_KILL: Duration = Duration::from_secs(2);
 /// stay below rlock, which then stops them itself.
 pub fn adopt_orphans() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
-}
-
-/// Reports from the renewal thread, which also wake the supervisor from its wait.
-pub struct ReportSender {
-    tx: Sender<Report>,
-    wake: OwnedFd,
-}
-
-impl ReportSender {
-    pub fn send(&self, report: Report) {
-        if self.tx.send(report).is_ok() {
-            // A full pipe already holds a wake-up.
-            let _ = nix::unistd::write(&self.wake, b"r");
-        }
-    }
-}
-
-/// The receiving end of `reports`.
-pub struct ReportReceiver {
-    rx: Receiver<Report>,
-    wake: OwnedFd,
-}
-
-/// A channel for the renewal thread's reports.
-pub fn reports() -> io::Result<(ReportSender, ReportReceiver)> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
-    Ok((
-        ReportSender {
-            tx,
-            wake: write_end,
-        },
-        ReportReceiver { rx, wake: read_end },
-    ))
 }
 
 /// What the supervisor needs to know to enforce the lease.
@@ -96,23 +60,18 @@ pub struct Outcome {
     pub leftovers: bool,
 }
 
-/// What the supervisor asks of the renewal thread.
-pub enum Renewal {
-    Start,
-    Stop,
-}
-
-/// Runs the command (started by `guardian`) to its end under the lease, passing signals on
-/// and stopping everything it started before the lease can run out; see `Supervisor::run`.
-pub fn supervise<R: FnMut(Renewal) -> io::Result<()>>(
+/// Runs the command (started by `guardian`) to its end under the lease that `keeper` keeps,
+/// passing signals on and stopping everything it started before the lease can run out; see
+/// `Supervisor::run`.
+pub fn supervise(
     guardian: &mut Guardian,
     signals: &Signals,
-    reports: &ReportReceiver,
+    keeper: LeaseKeeper<'_, '_>,
     enforce: Enforce,
     terminal: Option<Terminal>,
     observer: &dyn Observer,
-    renewal: R,
 ) -> Outcome {
+    let LeaseKeeper { renewer, reports } = keeper;
     let world = live::Live {
         pgid: guardian.pgid(),
         inbox: live::Inbox {
@@ -120,10 +79,10 @@ pub fn supervise<R: FnMut(Renewal) -> io::Result<()>>(
             guardian_gone: false,
             leader_ended: false,
             signals,
-            reports,
+            reports: &reports,
             pending: std::collections::VecDeque::new(),
         },
         terminal,
     };
-    machine::Supervisor::new(world, enforce, observer, renewal).run()
+    machine::Supervisor::new(world, enforce, observer, renewer).run()
 }

@@ -1,0 +1,205 @@
+//! The lease keeper: the one object that keeps a granted lock alive while the command runs. It
+//! owns the renewal thread (started only when the first renewal is due, so that a short
+//! command runs with no thread at all), the channel of its reports, the pipe that wakes the
+//! supervisor when one comes, and the end of the renewals once the lock is given up for lost;
+//! and it knows the lease's deadline and when the first renewal is due. In the spirit of etcd's
+//! `concurrency.Session` (its `Done()` channel) and consul's lock (its lost channel): the
+//! supervisor waits on the keeper's reports as on any other event, and tells it only to start
+//! and to stop.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::Scope;
+
+use nix::fcntl::OFlag;
+use nix::sys::signal::Signal;
+
+use super::Enforce;
+use crate::lock::{Grant, Lease, Locker, deadline};
+use crate::watchdog::{self, Report};
+
+/// What the supervisor asks of the lease: to start renewing it (the first renewal is due), and
+/// to stop (the lock is given up for lost). The supervisor's tests give it a closure.
+pub(super) trait Keeper {
+    /// An error means no renewal will be made: the lease runs out as if each had failed.
+    fn start(&mut self) -> io::Result<()>;
+    fn stop(&mut self);
+}
+
+/// What the supervisor asks of a closure standing in for the keeper.
+pub enum Renewal {
+    Start,
+    Stop,
+}
+
+impl<F: FnMut(Renewal) -> io::Result<()>> Keeper for F {
+    fn start(&mut self) -> io::Result<()> {
+        self(Renewal::Start)
+    }
+
+    fn stop(&mut self) {
+        let _ = self(Renewal::Stop);
+    }
+}
+
+/// The lease of one granted lock, kept by a renewal thread of the scope `'s`.
+pub struct LeaseKeeper<'s, 'e> {
+    pub(super) renewer: Renewer<'s, 'e>,
+    pub(super) reports: ReportReceiver,
+}
+
+impl<'s, 'e> LeaseKeeper<'s, 'e> {
+    /// A keeper of `grant` for `lease`, renewing it from a thread of `scope` when `renews`; a
+    /// lock an enclosing `rlock exec` holds is that one's to renew (and to enforce).
+    pub fn new(
+        scope: &'s Scope<'s, 'e>,
+        locker: &'e Locker,
+        grant: &'e Grant,
+        lease: Lease,
+        renews: bool,
+    ) -> Self {
+        let (tx, reports) = match reports() {
+            Ok((tx, rx)) => (Some(tx), rx),
+            // No pipe to wake the supervisor: no renewal either, and the lease runs out (the
+            // supervisor still wakes up for the deadline).
+            Err(e) => (None, ReportReceiver::without_pipe(e)),
+        };
+        LeaseKeeper {
+            renewer: Renewer {
+                scope,
+                locker,
+                grant,
+                lease,
+                renews,
+                thread: None,
+                waiting: tx.map(|tx| {
+                    let (stop_tx, stop_rx) = mpsc::channel();
+                    (stop_tx, stop_rx, tx)
+                }),
+            },
+            reports,
+        }
+    }
+
+    /// What the supervisor enforces: the lease's deadline, when the first renewal is due, and
+    /// the signals before it ends.
+    pub fn enforce(&self, lost_signal: Signal) -> Enforce {
+        let r = &self.renewer;
+        Enforce {
+            deadline: r.renews.then(|| deadline(r.grant.sent, r.lease.ttl)),
+            renew_at: r.renews.then(|| r.grant.sent + r.lease.renew_every),
+            grace: r.lease.grace,
+            lost_signal,
+        }
+    }
+}
+
+/// The renewal thread, once started, and what starting it takes.
+pub(super) struct Renewer<'s, 'e> {
+    scope: &'s Scope<'s, 'e>,
+    locker: &'e Locker,
+    grant: &'e Grant,
+    lease: Lease,
+    renews: bool,
+    /// The thread's stop: dropped, it ends the thread (at its next wait).
+    thread: Option<Sender<()>>,
+    /// What the thread takes when it starts.
+    waiting: Option<(Sender<()>, Receiver<()>, ReportSender)>,
+}
+
+impl Keeper for Renewer<'_, '_> {
+    fn start(&mut self) -> io::Result<()> {
+        let Some((stop_tx, stop_rx, report_tx)) = self.waiting.take() else {
+            return Err(io::Error::other("no pipe for the renewal's reports"));
+        };
+        let (locker, grant, lease) = (self.locker, self.grant, self.lease);
+        std::thread::Builder::new()
+            .name("renew".into())
+            .spawn_scoped(self.scope, move || {
+                watchdog::renew_loop(locker, grant, lease, stop_rx, |r| report_tx.send(r));
+            })?;
+        self.thread = Some(stop_tx);
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        self.thread = None;
+        self.waiting = None;
+    }
+}
+
+/// Reports from the renewal thread, which also wake the supervisor from its wait.
+pub(super) struct ReportSender {
+    tx: Sender<Report>,
+    wake: OwnedFd,
+}
+
+impl ReportSender {
+    pub fn send(&self, report: Report) {
+        if self.tx.send(report).is_ok() {
+            // A full pipe already holds a wake-up.
+            let _ = nix::unistd::write(&self.wake, b"r");
+        }
+    }
+}
+
+/// The receiving end of `reports`.
+pub(super) struct ReportReceiver {
+    pub(super) rx: Receiver<Report>,
+    /// Readable when a report came; None when no pipe could be made (and no report will come).
+    pub(super) wake: Option<OwnedFd>,
+}
+
+impl ReportReceiver {
+    /// A receiver no report will reach.
+    fn without_pipe(_why: io::Error) -> Self {
+        let (_, rx) = mpsc::channel();
+        ReportReceiver { rx, wake: None }
+    }
+}
+
+/// A channel for the renewal thread's reports.
+fn reports() -> io::Result<(ReportSender, ReportReceiver)> {
+    let (tx, rx) = mpsc::channel();
+    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    Ok((
+        ReportSender {
+            tx,
+            wake: write_end,
+        },
+        ReportReceiver {
+            rx,
+            wake: Some(read_end),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    #[test]
+    fn a_report_wakes_the_receiver_and_reads_back() {
+        let (tx, rx) = reports().unwrap();
+        tx.send(Report::Renewed {
+            deadline: Instant::now(),
+        });
+        let mut buf = [0u8; 8];
+        let wake = rx.wake.as_ref().unwrap();
+        assert_eq!(nix::unistd::read(wake, &mut buf).unwrap(), 1);
+        assert!(matches!(rx.rx.try_recv(), Ok(Report::Renewed { .. })));
+    }
+
+    #[test]
+    fn a_receiver_without_a_pipe_hears_nothing_and_is_not_waited_for() {
+        let rx = ReportReceiver::without_pipe(io::Error::other("test"));
+        assert!(rx.wake.is_none());
+        assert!(matches!(
+            rx.rx.try_recv(),
+            Err(mpsc::TryRecvError::Disconnected)
+        ));
+    }
+}
