@@ -11,7 +11,7 @@ mod help;
 mod parse;
 pub mod usage;
 mod values;
-pub use parse::parse;
+pub use parse::{SUBCOMMANDS, parse, subcommand_names};
 use values::{SignalParser, duration, non_empty, op_timeout, ttl_duration, watch_interval};
 
 /// A Redis-backed distributed lock for shell scripts, cron jobs and CI pipelines.

@@ -34,9 +34,10 @@ fn run(args: &[OsString]) -> u8 {
         Err((e, _))
             if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
         {
-            rlock::output::message(
-                "a subcommand is needed: acquire, release, renew, inspect or exec (see 'rlock --help')",
-            );
+            rlock::output::message(&format!(
+                "a subcommand is needed: {} (see 'rlock --help')",
+                rlock::cli::subcommand_names()
+            ));
             return rlock::exit::Code::Usage as u8;
         }
         Err((e, command)) => {

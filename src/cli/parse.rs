@@ -42,25 +42,58 @@ fn parse_with_mut(command: &mut Command, args: &[OsString]) -> Result<Cli, clap:
         .and_then(|mut matches| Cli::from_arg_matches_mut(&mut matches))
 }
 
-/// `global` (rlock's global options) with the one subcommand `name`, as `Cli::command()`
+/// `global` (rlock's global options) with the one subcommand `sub`, as `Cli::command()`
 /// describes them (the help texts aside, which only the whole tree prints).
-fn with_one_subcommand(global: Command, name: &'static str) -> Command {
-    let sub = Command::new(name);
-    let sub = match name {
-        "acquire" => AcquireArgs::augment_args(sub),
-        "release" => ReleaseArgs::augment_args(sub),
-        "renew" => RenewArgs::augment_args(sub),
-        "inspect" => InspectArgs::augment_args(sub),
-        _ => ExecArgs::augment_args(sub),
-    };
-    global.subcommand_required(true).subcommand(sub)
+fn with_one_subcommand(global: Command, sub: &Subcommand) -> Command {
+    let one = (sub.options)(Command::new(sub.name));
+    global.subcommand_required(true).subcommand(one)
 }
 
-const SUBCOMMANDS: [&str; 5] = ["acquire", "release", "renew", "inspect", "exec"];
+/// A subcommand: its name, and its options as the derive describes them.
+pub struct Subcommand {
+    pub name: &'static str,
+    options: fn(Command) -> Command,
+}
+
+/// Every subcommand, in the order `--help` lists them: the one table a new subcommand joins
+/// (beside its variant of `cli::Command`, which the compiler holds to `lib.rs`'s dispatch; a
+/// unit test holds this table to that enum).
+pub const SUBCOMMANDS: [Subcommand; 5] = [
+    Subcommand {
+        name: "acquire",
+        options: AcquireArgs::augment_args,
+    },
+    Subcommand {
+        name: "release",
+        options: ReleaseArgs::augment_args,
+    },
+    Subcommand {
+        name: "renew",
+        options: RenewArgs::augment_args,
+    },
+    Subcommand {
+        name: "inspect",
+        options: InspectArgs::augment_args,
+    },
+    Subcommand {
+        name: "exec",
+        options: ExecArgs::augment_args,
+    },
+];
+
+/// The subcommands' names, as a sentence: "acquire, release, renew, inspect or exec".
+pub fn subcommand_names() -> String {
+    let names: Vec<&str> = SUBCOMMANDS.iter().map(|s| s.name).collect();
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
 
 /// The subcommand `args` names: the first word that is neither a global option nor the value
 /// of one. None when there is none, or when it is not a subcommand's name.
-fn subcommand_named(global: &Command, args: &[OsString]) -> Option<&'static str> {
+fn subcommand_named(global: &Command, args: &[OsString]) -> Option<&'static Subcommand> {
     let takes_value = |arg: &clap::Arg| arg.get_action().takes_values();
     let long_with_value = |name: &str| {
         global
@@ -93,7 +126,7 @@ fn subcommand_named(global: &Command, args: &[OsString]) -> Option<&'static str>
                 }
             }
         } else {
-            return SUBCOMMANDS.into_iter().find(|s| *s == word);
+            return SUBCOMMANDS.iter().find(|s| s.name == word);
         }
     }
     None

@@ -77,7 +77,8 @@ fn the_subcommand_is_the_first_word_that_is_no_global_option_or_value() {
         ("", None),
     ] {
         let global = Global::augment_args(Command::new("rlock"));
-        assert_eq!(subcommand_named(&global, &argv(line)), want, "{line:?}");
+        let found = subcommand_named(&global, &argv(line)).map(|s| s.name);
+        assert_eq!(found, want, "{line:?}");
     }
 }
 
@@ -104,7 +105,7 @@ fn help_version_and_errors_come_from_the_whole_tree() {
                 assert!(
                     SUBCOMMANDS
                         .iter()
-                        .all(|s| command.find_subcommand(s).is_some()),
+                        .all(|s| command.find_subcommand(s.name).is_some()),
                     "{line:?}: not the whole tree"
                 );
                 assert_eq!(
@@ -114,4 +115,20 @@ fn help_version_and_errors_come_from_the_whole_tree() {
             }
         }
     }
+}
+
+#[test]
+fn the_table_of_subcommands_is_the_derives_own() {
+    let whole = Cli::command();
+    let derived: Vec<&str> = whole
+        .get_subcommands()
+        .map(|s| s.get_name())
+        .filter(|n| *n != "help")
+        .collect();
+    let table: Vec<&str> = SUBCOMMANDS.iter().map(|s| s.name).collect();
+    assert_eq!(table, derived);
+    assert_eq!(
+        subcommand_names(),
+        "acquire, release, renew, inspect or exec"
+    );
 }
