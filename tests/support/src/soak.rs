@@ -3,9 +3,10 @@
 //! heartbeats to one shared log, and the log is then checked for overlapping holders and fences
 //! out of order.
 //!
-//! Self-contained (std, nix, tempfile) because `benches/compare/soak.rs` includes it by `#[path]`
-//! (besides `soak.rs` and `partition/slow_links.rs` here); the caller starts Redis (`--save ""
-//! --appendonly no`, 127.0.0.1) and passes its port and pid.
+//! Used by the tests' soaks (`tests/rlock/soak.rs`, `soak_redlock.rs`, `partition/slow_links.rs`)
+//! and the benchmark's long one (`benches/compare/soak.rs`). The engine speaks to Redis in plain
+//! RESP and is handed the switch of a link rather than a proxy: the caller starts Redis (`--save
+//! "" --appendonly no`, 127.0.0.1) and passes its port and pid.
 //!
 //! Partitions: the caller may put a fault proxy in front of Redis, point rlock at it
 //! (`Target::rlock_port`) and hand the engine a switch for that link (`Target::link`); the fault
@@ -18,7 +19,6 @@
 //! come (so a `start` line says how long the command means to run). Commands take turns at
 //! running the loop as themselves, under `timeout` and as a `set -m` job (`WRAP`). A line's stamp is taken before it is written, and a killed command writes nothing more,
 //! so any stamp of one holder at or after the next holder's `start` is a real overlap.
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::rng::Rng;
+use crate::rng::Rng;
 
 /// The key every loop contends for.
 pub const KEY: &str = "soak";
@@ -659,8 +659,8 @@ fn command(port: u16, args: &[&str]) -> Result<String, String> {
     Ok(reply)
 }
 
-// `soak/check.rs`, named by path: the benchmark includes this file by `#[path]` as well.
-#[path = "soak/check.rs"]
+// The log read back and checked.
 mod check;
 
-use check::{Line, check_log};
+use check::Line;
+pub use check::check_log;
