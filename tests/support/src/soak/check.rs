@@ -2,7 +2,11 @@
 //! next (no holder's sign of life at or after the next holder's start; fences rising; never
 //! more holders of a semaphore than its limit).
 
-use super::*;
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+
+use super::{Config, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
