@@ -5,8 +5,9 @@ use std::fs::File;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+use rlock_test_support::free_port;
+
 use crate::process::{fail, output, wait_for};
-use crate::spawn::free_port;
 
 /// An etcd on 127.0.0.1 (client and peer ports free), killed on drop.
 pub struct Etcd {

@@ -5,9 +5,10 @@
 
 use std::process::Command;
 
+use rlock_test_support::RedisServer;
+
 use crate::process::{RLOCK, fail, quiet, rlock, wait_for, wall};
 use crate::redis_cli;
-use crate::server::RedisServer;
 use crate::setup::Bench;
 use crate::table::{Figure, Row, interleaved, median, ms};
 

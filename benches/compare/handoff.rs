@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use nix::fcntl::{Flock, FlockArg};
 
+use rlock_test_support::RedisServer;
+
 use crate::monitor::zcard;
 use crate::process::{Bg, fail, now_ns, output, quiet, read_stamp, rlock, wait_for};
 use crate::redis_cli::{self, CAD, POLL_LOOP};
-use crate::server::RedisServer;
 use crate::setup::Bench;
 use crate::table::{Figure, Row, median};
 

@@ -24,11 +24,12 @@ use std::time::{Duration, Instant};
 use nix::sys::stat::Mode;
 use nix::unistd::mkfifo;
 
+use rlock_test_support::RedisServer;
+use rlock_test_support::procfs::voluntary_switches as switches;
+
 use crate::etcd::Etcd;
 use crate::monitor::zcard;
 use crate::process::{Bg, fail, quiet, rlock, wait_for};
-use crate::procfs::voluntary_switches as switches;
-use crate::server::RedisServer;
 use crate::setup::Bench;
 use crate::table::median;
 

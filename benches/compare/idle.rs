@@ -7,10 +7,11 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use rlock_test_support::RedisServer;
+
 use crate::monitor::{Watched, settle, watch, zcard};
 use crate::process::{Bg, fail, output, quiet, rlock, wait_for};
 use crate::redis_cli::{self, POLL_LOOP};
-use crate::server::RedisServer;
 use crate::setup::Bench;
 use crate::table::{Figure, Row};
 

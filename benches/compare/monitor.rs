@@ -5,8 +5,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use rlock_test_support::RedisServer;
+
 use crate::process::{fail, wait_for};
-use crate::server::RedisServer;
 
 /// `total_commands_processed` from INFO stats.
 pub fn total_commands(conn: &mut redis::Connection) -> u64 {

@@ -13,9 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use crate::binary;
-use crate::server::RedisServer;
-use crate::wait::wait_until_every;
+use rlock_test_support::{RedisServer, wait_until_every};
 
 pub const RLOCK: &str = env!("CARGO_BIN_EXE_rlock");
 
@@ -80,14 +78,14 @@ impl Drop for Bg {
 /// `rlock --url URL ARGS…`, with the harness's clean environment (an inherited RLOCK_TOKEN
 /// would make it reentrant).
 pub fn rlock(redis: &RedisServer, args: &[&str]) -> Command {
-    let mut cmd = binary::rlock_at(redis);
+    let mut cmd = rlock_test_support::rlock_at(redis);
     cmd.args(args);
     cmd
 }
 
 /// `rlock --url P1 --url P2 … ARGS…` (127.0.0.1 ports), with the same clean environment.
 pub fn rlock_ports(ports: &[u16], args: &[&str]) -> Command {
-    let mut cmd = binary::rlock();
+    let mut cmd = rlock_test_support::rlock();
     for port in ports {
         cmd.arg("--url").arg(format!("redis://127.0.0.1:{port}"));
     }

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use rlock_test_support::{Mode, Proxy, RedisServer};
+
 use crate::process::{output, quiet, rlock_ports, wall};
-use crate::proxy::{Mode, Proxy};
-use crate::server::RedisServer;
 use crate::setup::Bench;
 use crate::table::{Figure, Row, median, ms};
 

@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use rlock_test_support::RedisServer;
+
 use crate::process::{quiet, rlock};
 use crate::redis_cli;
-use crate::server::RedisServer;
 
 /// The part that runs alone (`RLOCK_BENCH_ONLY`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

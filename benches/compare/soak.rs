@@ -3,16 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::process::{RLOCK, fail};
-use crate::proxy::Proxy;
-use crate::server::RedisServer;
+use rlock_test_support::soak as engine;
+use rlock_test_support::{Proxy, RedisServer};
 
-// The tests' soak engine, and the generator it uses (as `super::rng`), which it uses in part.
-#[path = "../../tests/rlock/common/soak.rs"]
-mod engine;
-#[allow(dead_code)]
-#[path = "../../tests/rlock/common/rng.rs"]
-mod rng;
+use crate::process::{RLOCK, fail};
 
 /// Runs the soak's long mode until `grants` contended grants, prints its figures, and fails the
 /// benchmark if two holders overlapped or a fence went backwards.

@@ -13,12 +13,13 @@ use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use rlock_test_support::RedisServer;
+
 use crate::etcd::{self, Etcd};
 use crate::host;
 use crate::memory::rss_kib;
 use crate::monitor::{settle, watch, zcard};
 use crate::process::{Bg, fail, output, quiet, rlock, wait_for, wall};
-use crate::server::RedisServer;
 use crate::setup::Bench;
 use crate::table::{self, median, ms};
 

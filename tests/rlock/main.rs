@@ -4,7 +4,9 @@
 //!
 //! `cargo test --locked` runs everything; `cargo test --test rlock waiting::` runs one module.
 
-mod common;
+// The harness (`tests/support`, the rlock-test-support crate), by the name its modules had when
+// it lived here: `crate::common::RedisServer`, `crate::common::basic::…`.
+use rlock_test_support as common;
 
 mod cli_and_help;
 mod connection_errors;

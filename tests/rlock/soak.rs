@@ -9,6 +9,8 @@
 //! `RLOCK_SOAK_SECS` changes the length (default 30); `cargo bench --bench compare` runs the long
 //! mode (10,000 grants).
 
+mod check;
+
 use crate::common::soak;
 use std::path::Path;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! succeed, the shapes of rlock's failures (`assert_fails`, `assert_usage`), and a background
 //! rlock whose output goes to files (`Bg`).
 
-use crate::common::{Output, RedisServer, rlock_at, run};
+use crate::{Output, RedisServer, rlock_at, rlock_bin, run};
 use serde_json::Value;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
@@ -253,7 +253,7 @@ pub fn sh(script: &str) -> Command {
         }
     }
     cmd.env_remove("REDISCLI_AUTH")
-        .env("RL", env!("CARGO_BIN_EXE_rlock"))
+        .env("RL", rlock_bin())
         .arg("-c")
         .arg(script);
     cmd

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use super::limits::CONN_TIMEOUT;
-use super::spawn::{connect, executable};
+use crate::limits::CONN_TIMEOUT;
+use crate::spawn::{connect, executable};
 
 /// The client executable: `RLOCK_TEST_REDIS_CLI` (a path, or a name on PATH), or `redis-cli`
 /// from PATH; panics (never skips) when there is none.
@@ -21,7 +21,7 @@ pub fn redis_cli_bin() -> &'static Path {
 }
 
 /// `INFO section` of the server on `port` as `field → value`.
-pub(super) fn info_on(port: u16, section: &str) -> redis::RedisResult<HashMap<String, String>> {
+pub(crate) fn info_on(port: u16, section: &str) -> redis::RedisResult<HashMap<String, String>> {
     let text: String =
         redis::cmd("INFO")
             .arg(section)

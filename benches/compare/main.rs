@@ -6,8 +6,8 @@
 //! the run (the history) and `--replicas 1` add to an `exec`.
 //!
 //! Everything runs against `redis-server` processes this program starts on free ports of
-//! 127.0.0.1 and kills at the end, with the tests' own harness (`tests/rlock/common`, included
-//! file by file); `redis-server`, `redis-cli` and `flock` come from PATH.
+//! 127.0.0.1 and kills at the end, with the tests' own harness (the `rlock-test-support` crate,
+//! `tests/support`); `redis-server`, `redis-cli` and `flock` come from PATH.
 //!
 //! Options (environment):
 //! - `RLOCK_BENCH_RUNS`      samples per median (default 30)
@@ -40,61 +40,24 @@
 //! tests' fault proxy), checked for overlapping holders and fences out of order. It takes
 //! minutes; the tables come first.
 
-// The tests' harness, file by file: the crate root stands where `tests/rlock/common` does, so
-// that the files' `super::` paths resolve. Those allowed dead code are used only in part here.
-// (`cli.rs` is not needed: the raw pair runs `redis-cli` from PATH, as its shell loop must.)
-#[allow(dead_code)]
-#[path = "../tests/rlock/common/binary.rs"]
-mod binary;
-#[path = "../tests/rlock/common/limits.rs"]
-mod limits;
-#[path = "../tests/rlock/common/procfs.rs"]
-mod procfs;
-#[allow(dead_code)]
-#[path = "../tests/rlock/common/proxy.rs"]
-mod proxy;
-#[allow(dead_code)]
-#[path = "../tests/rlock/common/server.rs"]
-mod server;
-#[path = "../tests/rlock/common/spawn.rs"]
-mod spawn;
-#[allow(dead_code)]
-#[path = "../tests/rlock/common/wait.rs"]
-mod wait;
-
-// What the benchmark adds: its options and helpers, then one module per figure or table.
-#[path = "compare/contention.rs"]
+// Its options and helpers, then one module per figure or table.
 mod contention;
-#[path = "compare/etcd.rs"]
 mod etcd;
-#[path = "compare/exec.rs"]
 mod exec;
-#[path = "compare/handoff.rs"]
 mod handoff;
-#[path = "compare/host.rs"]
 mod host;
-#[path = "compare/idle.rs"]
 mod idle;
-#[path = "compare/memory.rs"]
 mod memory;
-#[path = "compare/monitor.rs"]
 mod monitor;
-#[path = "compare/process.rs"]
 mod process;
-#[path = "compare/redis_cli.rs"]
 mod redis_cli;
-#[path = "compare/redlock.rs"]
 mod redlock;
-#[path = "compare/setup.rs"]
 mod setup;
-#[path = "compare/soak.rs"]
 mod soak;
-#[path = "compare/table.rs"]
 mod table;
-#[path = "compare/waiting.rs"]
 mod waiting;
 
-use server::RedisServer;
+use rlock_test_support::{RedisServer, redis_version};
 use setup::{Bench, Config, Only};
 use table::Table;
 
@@ -112,7 +75,7 @@ fn main() {
         flock: &flock,
         dir: dir.path(),
     };
-    let (major, minor, patch) = spawn::redis_version();
+    let (major, minor, patch) = redis_version();
     println!(
         "rlock compare: redis-server {major}.{minor}.{patch} on 127.0.0.1:{}, {} runs per median, {} × {} contention, idle window {:?}",
         redis.port(),

@@ -1,5 +1,4 @@
-//! What /proc tells of a process, for the tests and the benchmark alike (the benchmark includes
-//! this file by path).
+//! What /proc tells of a process, for the tests and the benchmark alike.
 
 /// Voluntary context switches of every thread of `pid`, summed: how often it went to sleep and
 /// was woken. 0 when the process is gone.

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 
-use super::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
-use super::spawn::{
+use crate::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
+use crate::spawn::{
     base_args, connect, free_port, kill_and_reap, proc_state, spawn_redis, wait_ready,
 };
-use super::wait::wait_until;
+use crate::wait::wait_until;
 
 /// A `redis-server` on 127.0.0.1 at a free port, with its own temporary directory. Killed (and
 /// reaped) on drop, frozen or not.
@@ -240,7 +240,7 @@ impl fmt::Debug for RedisServer {
     }
 }
 
-pub(super) fn read_logs(dir: &Path) -> String {
+pub(crate) fn read_logs(dir: &Path) -> String {
     let mut text = String::new();
     for name in ["stderr.log", "redis.log"] {
         let log = fs::read_to_string(dir.join(name)).ok();

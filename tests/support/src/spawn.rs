@@ -14,17 +14,17 @@ use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use redis::IntoConnectionInfo;
 
-use super::limits::{POLL, READY_TIMEOUT};
+use crate::limits::{POLL, READY_TIMEOUT};
 
 const NOT_FOUND: &str = "redis-server not found: install it with `apt-get install -y redis-server`";
 
 /// The setting that names another server to run the suite against (a path, or a name looked
 /// up on PATH), e.g. a `valkey-server`; `redis-server` from PATH when unset.
-pub const SERVER_SETTING: &str = "RLOCK_TEST_REDIS_SERVER";
+pub(crate) const SERVER_SETTING: &str = "RLOCK_TEST_REDIS_SERVER";
 
 /// An executable: `setting`'s value when it is set (a path, or a name looked up on PATH), else
 /// `default` on PATH. Panics (never skips) with `missing` when there is none.
-pub(super) fn executable(setting: &str, default: &str, missing: &str) -> PathBuf {
+pub(crate) fn executable(setting: &str, default: &str, missing: &str) -> PathBuf {
     let is_executable = |p: &Path| {
         use std::os::unix::fs::PermissionsExt;
         p.metadata()
@@ -51,7 +51,7 @@ pub(super) fn executable(setting: &str, default: &str, missing: &str) -> PathBuf
 }
 
 /// The server executable: `RLOCK_TEST_REDIS_SERVER`, or `redis-server` from PATH.
-pub(super) fn redis_server_bin() -> &'static Path {
+pub(crate) fn redis_server_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| executable(SERVER_SETTING, "redis-server", NOT_FOUND))
 }
@@ -82,13 +82,13 @@ pub fn redis_version() -> (u32, u32, u32) {
 }
 
 /// A port that was free on 127.0.0.1 a moment ago. Racy by nature: callers retry on failure.
-pub(super) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     listener.local_addr().expect("local_addr").port()
 }
 
 /// The arguments every harness server gets: loopback only, nothing persisted, logs in `dir`.
-pub(super) fn base_args(port: u16, dir: &Path) -> Vec<String> {
+pub(crate) fn base_args(port: u16, dir: &Path) -> Vec<String> {
     let mut args: Vec<String> = [
         "--port",
         &port.to_string(),
@@ -117,7 +117,7 @@ pub(super) fn base_args(port: u16, dir: &Path) -> Vec<String> {
 
 /// Spawns `redis-server` with `args` (which carry the port) in the foreground. Output that
 /// comes before the log file is open (bad arguments, say) lands in `dir/stderr.log`.
-pub(super) fn spawn_redis(args: &[String], dir: &Path) -> Child {
+pub(crate) fn spawn_redis(args: &[String], dir: &Path) -> Child {
     let out = File::options()
         .create(true)
         .append(true)
@@ -178,7 +178,7 @@ fn spawn_orphan_proof(mut cmd: Command) -> std::io::Result<Child> {
 }
 
 /// Opens a connection with `CONN_TIMEOUT` on connect, read and write.
-pub(super) fn connect(
+pub(crate) fn connect(
     port: u16,
     password: Option<&str>,
     timeout: Duration,
@@ -197,7 +197,7 @@ pub(super) fn connect(
 
 /// Polls until the server on `port` answers PING and is `child` (not some other server that won
 /// the race for the port), or `child` exits, or `deadline` passes.
-pub(super) fn wait_ready(
+pub(crate) fn wait_ready(
     child: &mut Child,
     port: u16,
     password: Option<&str>,
@@ -232,7 +232,7 @@ pub(super) fn wait_ready(
 }
 
 /// SIGKILL and reap; errors ignored (the process may be gone already).
-pub(super) fn kill_and_reap(child: &mut Child) {
+pub(crate) fn kill_and_reap(child: &mut Child) {
     let pid = Pid::from_raw(child.id() as i32);
     let _ = signal::kill(pid, Signal::SIGCONT);
     let _ = signal::kill(pid, Signal::SIGKILL);
@@ -240,7 +240,7 @@ pub(super) fn kill_and_reap(child: &mut Child) {
 }
 
 /// The state letter from /proc/PID/stat (`R`, `S`, `T`, `Z`, …), `None` if there is no such process.
-pub(super) fn proc_state(pid: i32) -> Option<char> {
+pub(crate) fn proc_state(pid: i32) -> Option<char> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // "PID (COMM) S …": COMM may itself hold spaces and parentheses.
     stat[stat.rfind(')')? + 1..].trim_start().chars().next()

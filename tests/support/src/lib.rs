@@ -1,7 +1,8 @@
-//! The shared harness of the tests and the benchmark: real `redis-server` processes on free
-//! loopback ports (one server, a Cluster, Sentinels, TLS), the fault proxy, the `rlock` binary
-//! with a clean environment, deadline-based waiting, a deterministic generator and the soak
-//! engine.
+//! The shared harness of rlock's tests (`tests/rlock`) and its benchmark (`benches/compare`):
+//! real `redis-server` processes on free loopback ports (one server, a Cluster, Sentinels, TLS),
+//! the fault proxy, the `rlock` binary with a clean environment, deadline-based waiting, a
+//! deterministic generator and the soak engine. A dev-only crate of the workspace (as cargo keeps
+//! its own `cargo-test-support`), never published.
 //!
 //! Every helper panics with a message that says what went wrong (and, for a server that will not
 //! come up, its log): a test that cannot set itself up fails, it never skips.
@@ -35,10 +36,10 @@ pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-// The paths the tests use (`common::RedisServer`, …).
+// The paths the tests (`common::RedisServer`, …) and the benchmark use.
 pub use self::{
     background::Background,
-    binary::{Drain, Output, drain, rlock, rlock_at, run},
+    binary::{Drain, Output, drain, rlock, rlock_at, rlock_bin, run},
     cli::redis_cli_bin,
     cluster::RedisCluster,
     features::{proxied_cluster_or_skip, tls_or_skip, tryagain_counted_or_skip},
@@ -46,7 +47,7 @@ pub use self::{
     rng::Rng,
     sentinel::Sentinels,
     server::RedisServer,
-    spawn::redis_version,
+    spawn::{free_port, redis_version},
     tls::{TestCerts, TlsServer},
-    wait::{pid_alive, wait_for_file, wait_until},
+    wait::{pid_alive, wait_for_file, wait_until, wait_until_every},
 };

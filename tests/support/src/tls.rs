@@ -3,8 +3,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::server::RedisServer;
-use super::spawn::free_port;
+use crate::server::RedisServer;
+use crate::spawn::free_port;
 
 /// A certificate authority made for one test, a server certificate it signed, and a client
 /// certificate it signed, as PEM files in a temporary directory.
@@ -89,6 +89,12 @@ impl TestCerts {
     /// The directory the PEM files are in.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+}
+
+impl Default for TestCerts {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

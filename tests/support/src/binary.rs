@@ -4,18 +4,50 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::limits::RUN_TIMEOUT;
-use super::server::RedisServer;
+use crate::limits::RUN_TIMEOUT;
+use crate::server::RedisServer;
+
+/// The `rlock` executable under test. Cargo builds it for the package's integration tests and
+/// benchmarks, and cargo 1.94 and later name it in `CARGO_BIN_EXE_rlock` when they run the tests
+/// (the tests' own `env!("CARGO_BIN_EXE_rlock")` is set when they are compiled, which a
+/// dependency such as this crate is not). Without it (an older cargo, or an executable run by
+/// hand) the binary is where cargo puts it: `target/…/debug/rlock` beside the `deps/` directory
+/// of the running test or benchmark executable. Panics when there is no such file.
+pub fn rlock_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = match std::env::var_os("CARGO_BIN_EXE_rlock") {
+            Some(named) if !named.is_empty() => PathBuf::from(named),
+            _ => {
+                let exe = std::env::current_exe().expect("the running executable's path");
+                let dir = exe.parent().expect("the executable's directory");
+                let dir = match dir.ends_with("deps") {
+                    true => dir.parent().unwrap_or(dir),
+                    false => dir,
+                };
+                dir.join("rlock")
+            }
+        };
+        assert!(
+            bin.is_file(),
+            "no rlock binary at {} (cargo builds it for the tests and the benchmark: run them \
+             with `cargo test` or `cargo bench`)",
+            bin.display()
+        );
+        bin
+    })
+}
 
 /// `rlock` with every `RLOCK_*`, `REDIS_URL` and `REDISCLI_AUTH` removed from its environment,
 /// so the developer's settings cannot leak into a test.
 pub fn rlock() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rlock"));
+    let mut cmd = Command::new(rlock_bin());
     for (name, _) in std::env::vars_os() {
         if name.as_encoded_bytes().starts_with(b"RLOCK_") {
             cmd.env_remove(&name);

@@ -1,13 +1,13 @@
 //! A small deterministic generator (xorshift64), so that a failure can be replayed and a
-//! schedule varied with no crate. Shared with the benchmark, which includes this file by
-//! `#[path]` (through the soak engine).
+//! schedule varied with no crate.
 
 use std::time::Duration;
 
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    /// The next number; the methods below draw from it.
+    fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

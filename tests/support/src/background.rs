@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 
-use super::binary::Output;
+use crate::binary::Output;
 
 /// A process running in the background with its output in files (`DIR/NAME.stdout` and
 /// `DIR/NAME.stderr`), so a failing test leaves no process behind:

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 
-use super::cli::info_on;
-use super::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
-use super::proxy::{Mode, Proxy};
-use super::server::{RedisServer, read_logs};
-use super::spawn::{connect, free_port, kill_and_reap, proc_state, spawn_redis, wait_ready};
-use super::wait::wait_until;
+use crate::cli::info_on;
+use crate::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
+use crate::proxy::{Mode, Proxy};
+use crate::server::{RedisServer, read_logs};
+use crate::spawn::{connect, free_port, kill_and_reap, proc_state, spawn_redis, wait_ready};
+use crate::wait::wait_until;
 
 /// One `redis-server --sentinel` process with its own config file (Sentinel rewrites it) in its
 /// own temporary directory. Killed on drop.
@@ -106,7 +106,7 @@ impl Sentinels {
     /// Starts everything and returns once every Sentinel knows the master, its replica (with a
     /// working link) and the two other Sentinels, so a failover can be voted on.
     pub fn start(name: &str) -> Self {
-        let heavy = super::heavy();
+        let heavy = crate::heavy();
         let master = RedisServer::start();
         let replica =
             RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
@@ -130,7 +130,7 @@ impl Sentinels {
     /// proxies to clients too. A test cuts a server off from some processes with
     /// `proxy(i).set_for(pids, …)`.
     pub fn start_behind_proxies(name: &str) -> Self {
-        let heavy = super::heavy();
+        let heavy = crate::heavy();
         let servers = [RedisServer::start(), RedisServer::start()];
         let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
         for (server, proxy) in servers.iter().zip(&proxies) {

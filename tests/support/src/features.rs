@@ -4,11 +4,11 @@
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use super::spawn::{SERVER_SETTING, redis_server_bin, redis_version};
+use crate::spawn::{SERVER_SETTING, redis_server_bin, redis_version};
 
 /// Whether the suite runs against the server `RLOCK_TEST_REDIS_SERVER` names rather than the
 /// default `redis-server`: only then may a test that needs a feature the server lacks skip.
-pub fn other_server() -> bool {
+pub(crate) fn other_server() -> bool {
     std::env::var_os(SERVER_SETTING).is_some_and(|v| !v.is_empty())
 }
 
@@ -16,7 +16,7 @@ pub fn other_server() -> bool {
 /// port and no certificate, a server stops at once, and what it says tells (Redis 7: "No
 /// tls-cert-file configured!"; built without TLS, Valkey: "Failed finding TLS support", Redis
 /// 6: "Bad directive" for the option itself).
-pub fn server_has_tls() -> bool {
+pub(crate) fn server_has_tls() -> bool {
     static TLS: OnceLock<bool> = OnceLock::new();
     *TLS.get_or_init(|| {
         let out = Command::new(redis_server_bin())

@@ -9,8 +9,8 @@ use nix::errno::Errno;
 use nix::sys::signal;
 use nix::unistd::Pid;
 
-use super::limits::POLL;
-use super::spawn::proc_state;
+use crate::limits::POLL;
+use crate::spawn::proc_state;
 
 /// Polls `cond` about every 10 ms until it holds; panics naming `what` after `timeout`.
 pub fn wait_until(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {

@@ -3,12 +3,12 @@
 use std::process::Command;
 use std::time::Duration;
 
-use super::binary::run;
-use super::cli::redis_cli_bin;
-use super::proxy::{Mode, Proxy};
-use super::server::RedisServer;
-use super::spawn::{free_port, redis_version};
-use super::wait::wait_until;
+use crate::binary::run;
+use crate::cli::redis_cli_bin;
+use crate::proxy::{Mode, Proxy};
+use crate::server::RedisServer;
+use crate::spawn::{free_port, redis_version};
+use crate::wait::wait_until;
 
 /// Three `redis-server` masters (no replicas) made into one Redis Cluster with
 /// `redis-cli --cluster create`; every node is a [`RedisServer`], killed on drop.
@@ -61,7 +61,7 @@ impl RedisCluster {
     }
 
     fn start_nodes(replicas: usize, node_timeout: &str, behind_proxies: bool) -> Self {
-        let heavy = (replicas > 0).then(super::heavy);
+        let heavy = (replicas > 0).then(crate::heavy);
         let mut proxies = Vec::new();
         let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
