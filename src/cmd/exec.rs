@@ -1,5 +1,6 @@
 //! `rlock exec`: take the lock, run the command under it, and give it back.
 
+use std::cell::RefCell;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Instant;
 
@@ -20,7 +21,8 @@ use crate::observe::{Note, Observer};
 use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
-    self, Cgroup, CgroupSoon, Containment, Guardian, Launched, LeaseKeeper, Outcome, Terminal,
+    self, Cgroup, CgroupSoon, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports,
+    Terminal,
 };
 
 pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
@@ -31,13 +33,17 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let key = ctx.key(&args.key.key)?;
     // Checked before any Redis traffic, with the TTL asked for.
     lease(ctx, args, args.ttl)?;
-    // The command's cgroup is made while Redis is asked for the lock.
-    let cgroup = (args.contain != Containment::Tree).then(Cgroup::create_soon);
+    // The command's cgroup is made while Redis is asked for the lock; should the lock be busy,
+    // it goes at once (it would stand empty all along, and be left behind by an rlock killed
+    // meanwhile), and is made anew for a command about to start.
+    let cgroup = RefCell::new((args.contain != Containment::Tree).then(Cgroup::create_soon));
     let locker = ctx.locker()?;
     // The run on record (history, metrics): written once it has ended, never before the start.
     let mut record = Recorder::asked(ctx, &locker, &key, args);
 
-    let held = hold(ctx, &locker, &key, args, &signals).inspect_err(|e| record.failed(e))?;
+    let held =
+        hold(ctx, &locker, &key, args, &signals, &cgroup).inspect_err(|e| record.failed(e))?;
+    let cgroup = cgroup.into_inner();
     record.granted(&held.grant, held.owner != Owner::OuterExec);
     let child = start(ctx, &locker, &held, args, cgroup).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
@@ -53,7 +59,7 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let guardian = after.tidy();
     let exit = exit(args, &held, outcome, lost);
     record.ended(&exit, died_of);
-    // Last: by now the guardian has long removed the cgroup and left.
+    // Last: by now the guardian has left; the cgroup it lived in goes with it.
     guardian.reap();
     exit
 }
@@ -81,6 +87,8 @@ struct Child {
     pgid: Pid,
     terminal: Option<Terminal>,
     guardian: Guardian,
+    /// The renewal thread's reports, made before the command starts.
+    reports: Reports,
 }
 
 fn lease(ctx: &Context, args: &ExecArgs, ttl: std::time::Duration) -> Result<Lease, Failure> {
@@ -94,11 +102,12 @@ fn hold(
     key: &crate::lock::LockKey,
     args: &ExecArgs,
     signals: &Signals,
+    cgroup: &RefCell<Option<CgroupSoon>>,
 ) -> Result<Held, Failure> {
     let (mut grant, owner) = match inherited(ctx, locker, key)? {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
-        None => (acquire(ctx, locker, key, args, signals)?, Owner::Us),
+        None => (acquire(ctx, locker, key, args, signals, cgroup)?, Owner::Us),
     };
     // An inherited lock is renewed with the lease it was given, not this command's --ttl.
     let ttl = if owner == Owner::Us || grant.ttl.is_zero() {
@@ -157,6 +166,7 @@ fn acquire(
     key: &crate::lock::LockKey,
     args: &ExecArgs,
     signals: &Signals,
+    cgroup: &RefCell<Option<CgroupSoon>>,
 ) -> Result<Grant, Failure> {
     let command = args.label.label.clone().unwrap_or_else(|| {
         let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
@@ -179,6 +189,7 @@ fn acquire(
     let observer = ExecWait {
         ctx,
         program: &args.command[0],
+        cgroup,
     };
     let hooks = Hooks {
         interrupt: &WaitSignals(signals),
@@ -194,10 +205,15 @@ fn acquire(
 struct ExecWait<'a> {
     ctx: &'a Context,
     program: &'a std::ffi::OsString,
+    /// The cgroup being made, dropped (removed) when the lock is found busy.
+    cgroup: &'a RefCell<Option<CgroupSoon>>,
 }
 
 impl Observer for ExecWait<'_> {
     fn observe(&self, note: Note<'_>) {
+        if let Note::WaitBegins { .. } = note {
+            drop(self.cgroup.borrow_mut().take());
+        }
         if let Note::WaitBegins { key, .. } = note
             && let Err(why) = supervise::runnable(self.program)
         {
@@ -253,7 +269,17 @@ fn start(
         _ => std::process::id(),
     };
     let env = nested::child_env(ctx, grant, renewer_pid.to_string());
-    let (cgroup, why_not) = match cgroup.map(CgroupSoon::wait) {
+    // The renewal thread's reports (it starts once the first renewal is due).
+    let reports = Reports::new().map_err(|e| {
+        release(ctx, locker, held);
+        Failure::Internal(format!("cannot make a pipe: {e}"))
+    })?;
+    let made = match (args.contain, cgroup) {
+        (Containment::Tree, _) => None,
+        (_, Some(soon)) => Some(soon.wait()),
+        (_, None) => Some(Cgroup::create()),
+    };
+    let (cgroup, why_not) = match made {
         None => (None, Some("--contain tree".to_string())),
         Some(made) => match made {
             Ok(cgroup) => (Some(cgroup), None),
@@ -272,14 +298,21 @@ fn start(
         guardian,
         pgid,
         containment,
-    } = supervise::launch(&args.command, &env, terminal, cgroup, why_not).inspect_err(|_| {
-        release(ctx, locker, held);
-    })?;
+    } = supervise::launch(
+        &args.command,
+        &env,
+        terminal,
+        cgroup,
+        why_not,
+        args.contain == Containment::Cgroup,
+    )
+    .inspect_err(|_| release(ctx, locker, held))?;
     ctx.say(format_args!("the command runs contained by {containment}"));
     Ok(Child {
         pgid,
         terminal,
         guardian,
+        reports,
     })
 }
 
@@ -298,10 +331,11 @@ fn supervise(
         pgid,
         terminal,
         mut guardian,
+        reports,
     } = child;
     let renews = held.owner != Owner::OuterExec;
     let outcome = std::thread::scope(|s| {
-        let keeper = LeaseKeeper::new(s, locker, &held.grant, held.lease, renews);
+        let keeper = LeaseKeeper::new(s, locker, &held.grant, held.lease, renews, reports);
         let enforce = keeper.enforce(args.lost_signal);
         supervise::supervise(&mut guardian, signals, keeper, enforce, terminal, ctx)
     });

@@ -100,6 +100,8 @@ pub struct Recorder<'a> {
     args: &'a ExecArgs,
     asked_ms: i64,
     asked: Instant,
+    /// The run's ID: one run is one ID, whichever write records it, on every master.
+    run: String,
     /// When the lock was granted, and its fence.
     granted: Option<(Instant, i64)>,
     /// False when the lock is an enclosing `rlock exec`'s (nested): that run is the one on
@@ -127,6 +129,7 @@ impl<'a> Recorder<'a> {
             args,
             asked_ms: epoch_ms(),
             asked: Instant::now(),
+            run: uuid::Uuid::new_v4().to_string(),
             granted: None,
             ours: true,
             unanswered: false,
@@ -178,10 +181,12 @@ impl<'a> Recorder<'a> {
     }
 
     /// The run as it ends with `exit`, for the release to record in its own round trip should it
-    /// give the lock back (release.lua): None when the history is off or the run is not ours.
+    /// give the lock back (release.lua): None when the history is off or the run is not ours,
+    /// and on Redlock, where a release can give the lock back on some masters and find it lost
+    /// on the others: one run would then be on record twice, ended two ways.
     pub fn at_release(&self, exit: &Exit, died_of: Option<Signal>) -> Option<HoldRecord> {
         let history = &self.args.record.history;
-        if !self.ours || history.history_limit == 0 {
+        if !self.ours || history.history_limit == 0 || self.locker.is_quorum() {
             return None;
         }
         let (outcome, code, signal) = Self::end_of(exit, died_of);
@@ -267,7 +272,7 @@ impl<'a> Recorder<'a> {
         };
         RunRecord {
             id: None,
-            run: Some(uuid::Uuid::new_v4().to_string()),
+            run: Some(self.run.clone()),
             asked_ms: Some(self.asked_ms),
             granted_ms: held_ms.map(|_| self.asked_ms + wait_ms),
             ended_ms: Some(self.asked_ms + ms(self.asked)),

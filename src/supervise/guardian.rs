@@ -29,7 +29,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{Pid, getpgrp, getpid, getppid, setpgid};
+use nix::unistd::{Pid, getpgrp, getpid, setpgid};
 
 use super::contain::{self, Cgroup};
 use super::spawn::{Forked, Prepared, cannot_run, fork_guardian, start};
@@ -42,7 +42,7 @@ pub const NAME: &std::ffi::CStr = c"rl-guardian";
 mod protocol;
 
 pub use protocol::Event;
-use protocol::{SIGNAL, decode, encode, tell};
+use protocol::{DONE, SIGNAL, decode, encode, tell};
 
 /// What the guardian's pipe holds now.
 pub enum Next {
@@ -77,13 +77,15 @@ pub struct Launched {
 }
 
 /// Starts the guardian, which starts `argv` (as `spawn` describes) as its child, in `cgroup`
-/// when there is one. If the guardian cannot be started, neither is the command (exit 70).
+/// when there is one. If the guardian cannot be started, neither is the command (exit 70); nor
+/// when it cannot be started in the cgroup and the cgroup is `required` (exit 78).
 pub fn launch(
     argv: &[OsString],
     env: &[(&str, String)],
     terminal: Option<Terminal>,
     cgroup: Option<Cgroup>,
     why_no_cgroup: Option<String>,
+    required: bool,
 ) -> Result<Launched, Failure> {
     // Whatever fails before the guardian runs, the cgroup made for it goes (nobody else would).
     let give_up = |failure: Failure| {
@@ -106,8 +108,17 @@ pub fn launch(
     // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
     // no lock another thread had taken; the child runs `guard`, which never returns and uses
     // none of glibc's thread-id functions.
-    let forked = unsafe { fork_guardian(cgroup.as_ref().map(Cgroup::dir_fd)) };
-    match forked.map_err(|e| cannot("fork", e))? {
+    let forked = unsafe { fork_guardian(cgroup.as_ref().map(Cgroup::dir_fd), required) };
+    let forked = match (forked, &cgroup) {
+        (Err(e), Some(c)) if required && !matches!(e, Errno::EAGAIN | Errno::ENOMEM) => {
+            let dir = c.dir().display().to_string();
+            return Err(give_up(Failure::Config(format!(
+                "--contain cgroup: the kernel cannot start a process in the cgroup {dir} ({e}); the command was not started (--contain auto falls back to the process tree)"
+            ))));
+        }
+        (forked, _) => forked.map_err(|e| cannot("fork", e))?,
+    };
+    match forked {
         Forked::Child { in_cgroup } => {
             drop(req_write);
             drop(ev_read);
@@ -228,9 +239,10 @@ impl Guardian {
     }
 
     /// Reaps the guardian once it has left (right after saying that nothing of the command
-    /// runs, and removing the cgroup), waiting a little for it: a guardian left to init would be
-    /// a zombie where init does not reap. Closing the request pipe first tells a guardian that
-    /// has not left yet to stop what is left and go.
+    /// runs), waiting a little for it: a guardian left to init would be a zombie where init
+    /// does not reap. Then removes the cgroup, which the guardian lived in. Saying farewell and
+    /// closing the request pipe first tells a guardian that has not left yet to stop what is
+    /// left and go, and that rlock, alive, removes the cgroup.
     pub fn reap(self) {
         let Guardian {
             pid,
@@ -239,6 +251,7 @@ impl Guardian {
             cgroup,
             ..
         } = self;
+        let _ = nix::unistd::write(&requests, &encode(DONE, 0, 0));
         drop(requests);
         let gone = || {
             matches!(
@@ -304,7 +317,6 @@ fn guard(
 ) -> ! {
     // The cgroup, when the guardian was born in it (and so the command is); else the tree.
     let cgroup = cgroup.filter(|(_, born_in)| *born_in).map(|(c, _)| c);
-    let rlock = getppid();
     let _ = nix::sys::prctl::set_name(NAME);
     // Orphans of the command come here, whatever their group or session.
     let _ = nix::sys::prctl::set_child_subreaper(true);
@@ -368,6 +380,8 @@ fn guard(
     // SIGKILL asked for (or rlock gone): kill rounds are repeated until nothing is left.
     let mut killing = false;
     let mut rlock_gone = false;
+    // rlock said farewell: it is alive, and removes the cgroup once this process has gone.
+    let mut said_done = false;
     loop {
         // What changed below: the leader's changes go up; everything else is only reaped. They
         // go up in one write, with Empty when nothing is left: rlock never sees the leader's
@@ -418,15 +432,15 @@ fn guard(
                 }
                 // Still in it on a run that ended by itself: rlock removes it once this
                 // process has gone, unless rlock is gone too (killed as the command ended):
-                // then the cgroup is this process's to remove, having left it. Its request
-                // pipe closed is not enough to tell: rlock closes it as it reaps this process
-                // (and leaving the cgroup costs milliseconds, which rlock would wait for);
-                // a dead rlock is no longer this process's parent.
-                let mut probe = [0u8; 12];
-                let rlock_gone = rlock_gone
-                    || (matches!(nix::unistd::read(&requests, &mut probe), Ok(0))
-                        && getppid() != rlock);
-                if left.get() || (rlock_gone && c.leave().is_ok()) {
+                // then the cgroup is this process's to remove, having left it. rlock, alive,
+                // says farewell before it closes the pipe (and would wait for the milliseconds
+                // leaving the cgroup costs); a pipe closed without it is rlock's death.
+                let rlock_died = if rlock_gone {
+                    !said_done
+                } else {
+                    farewell(&requests) == Some(false)
+                };
+                if left.get() || (rlock_died && c.leave().is_ok()) {
                     c.remove();
                 }
             }
@@ -461,6 +475,7 @@ fn guard(
         match nix::unistd::read(&requests, &mut buf) {
             Ok(12) => {
                 let (tag, sig, _) = decode(&buf);
+                said_done |= tag == DONE;
                 if tag == SIGNAL
                     && let Ok(sig) = Signal::try_from(sig)
                     && !killing
@@ -476,6 +491,21 @@ fn guard(
                 stop_all(Signal::SIGKILL);
             }
             _ => {}
+        }
+    }
+}
+
+/// What rlock said last on `requests`, once the command has ended: Some(true) when it said
+/// farewell (it is alive and done), Some(false) when the pipe closed without it (rlock died),
+/// None when nothing came yet (rlock is still at work).
+fn farewell(requests: &OwnedFd) -> Option<bool> {
+    let mut buf = [0u8; 12];
+    loop {
+        match nix::unistd::read(requests, &mut buf) {
+            Ok(12) if decode(&buf).0 == DONE => return Some(true),
+            Ok(0) => return Some(false),
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return None,
         }
     }
 }

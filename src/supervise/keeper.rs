@@ -50,21 +50,20 @@ pub struct LeaseKeeper<'s, 'e> {
 }
 
 impl<'s, 'e> LeaseKeeper<'s, 'e> {
-    /// A keeper of `grant` for `lease`, renewing it from a thread of `scope` when `renews`; a
-    /// lock an enclosing `rlock exec` holds is that one's to renew (and to enforce).
+    /// A keeper of `grant` for `lease`, renewing it from a thread of `scope` when `renews` (a
+    /// lock an enclosing `rlock exec` holds is that one's to renew, and to enforce), its reports
+    /// coming through `channel` (`Reports::new`, made before the command starts: a run that
+    /// cannot have one fails before it begins).
     pub fn new(
         scope: &'s Scope<'s, 'e>,
         locker: &'e Locker,
         grant: &'e Grant,
         lease: Lease,
         renews: bool,
+        channel: Reports,
     ) -> Self {
-        let (tx, reports) = match reports() {
-            Ok((tx, rx)) => (Some(tx), rx),
-            // No pipe to wake the supervisor: no renewal either, and the lease runs out (the
-            // supervisor still wakes up for the deadline).
-            Err(e) => (None, ReportReceiver::without_pipe(e)),
-        };
+        let Reports { tx, rx } = channel;
+        let (stop_tx, stop_rx) = mpsc::channel();
         LeaseKeeper {
             renewer: Renewer {
                 scope,
@@ -73,12 +72,9 @@ impl<'s, 'e> LeaseKeeper<'s, 'e> {
                 lease,
                 renews,
                 thread: None,
-                waiting: tx.map(|tx| {
-                    let (stop_tx, stop_rx) = mpsc::channel();
-                    (stop_tx, stop_rx, tx)
-                }),
+                waiting: Some((stop_tx, stop_rx, tx)),
             },
-            reports,
+            reports: rx,
         }
     }
 
@@ -111,7 +107,7 @@ pub(super) struct Renewer<'s, 'e> {
 impl Keeper for Renewer<'_, '_> {
     fn start(&mut self) -> io::Result<()> {
         let Some((stop_tx, stop_rx, report_tx)) = self.waiting.take() else {
-            return Err(io::Error::other("no pipe for the renewal's reports"));
+            return Ok(());
         };
         let (locker, grant, lease) = (self.locker, self.grant, self.lease);
         std::thread::Builder::new()
@@ -144,35 +140,31 @@ impl ReportSender {
     }
 }
 
-/// The receiving end of `reports`.
+/// The receiving end of the reports.
 pub(super) struct ReportReceiver {
     pub(super) rx: Receiver<Report>,
-    /// Readable when a report came; None when no pipe could be made (and no report will come).
-    pub(super) wake: Option<OwnedFd>,
+    /// Readable when a report came.
+    pub(super) wake: OwnedFd,
 }
 
-impl ReportReceiver {
-    /// A receiver no report will reach.
-    fn without_pipe(_why: io::Error) -> Self {
-        let (_, rx) = mpsc::channel();
-        ReportReceiver { rx, wake: None }
+/// The channel of the renewal thread's reports, with the pipe that wakes the supervisor.
+pub struct Reports {
+    tx: ReportSender,
+    rx: ReportReceiver,
+}
+
+impl Reports {
+    pub fn new() -> io::Result<Reports> {
+        let (tx, rx) = mpsc::channel();
+        let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        Ok(Reports {
+            tx: ReportSender {
+                tx,
+                wake: write_end,
+            },
+            rx: ReportReceiver { rx, wake: read_end },
+        })
     }
-}
-
-/// A channel for the renewal thread's reports.
-fn reports() -> io::Result<(ReportSender, ReportReceiver)> {
-    let (tx, rx) = mpsc::channel();
-    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
-    Ok((
-        ReportSender {
-            tx,
-            wake: write_end,
-        },
-        ReportReceiver {
-            rx,
-            wake: Some(read_end),
-        },
-    ))
 }
 
 #[cfg(test)]
@@ -183,20 +175,19 @@ mod tests {
 
     #[test]
     fn a_report_wakes_the_receiver_and_reads_back() {
-        let (tx, rx) = reports().unwrap();
+        let Reports { tx, rx } = Reports::new().unwrap();
         tx.send(Report::Renewed {
             deadline: Instant::now(),
         });
         let mut buf = [0u8; 8];
-        let wake = rx.wake.as_ref().unwrap();
-        assert_eq!(nix::unistd::read(wake, &mut buf).unwrap(), 1);
+        assert_eq!(nix::unistd::read(&rx.wake, &mut buf).unwrap(), 1);
         assert!(matches!(rx.rx.try_recv(), Ok(Report::Renewed { .. })));
     }
 
     #[test]
-    fn a_receiver_without_a_pipe_hears_nothing_and_is_not_waited_for() {
-        let rx = ReportReceiver::without_pipe(io::Error::other("test"));
-        assert!(rx.wake.is_none());
+    fn a_stopped_keeper_lets_the_receiver_know_no_report_will_come() {
+        let Reports { tx, rx } = Reports::new().unwrap();
+        drop(tx);
         assert!(matches!(
             rx.rx.try_recv(),
             Err(mpsc::TryRecvError::Disconnected)

@@ -66,16 +66,13 @@ impl Inbox<'_> {
             if !self.guardian_gone {
                 fds.push(PollFd::new(self.guardian.events_fd(), PollFlags::POLLIN));
             }
-            let wake = self.reports.wake.as_ref().filter(|_| renewing);
-            if let Some(wake) = wake {
-                fds.push(PollFd::new(wake.as_fd(), PollFlags::POLLIN));
+            if renewing {
+                fds.push(PollFd::new(self.reports.wake.as_fd(), PollFlags::POLLIN));
             }
             let left = TimeSpec::from_duration(until - now);
             let _ = nix::poll::ppoll(&mut fds, Some(left), None);
             let mut drain = [0u8; 64];
-            while let Some(wake) = wake
-                && matches!(nix::unistd::read(wake, &mut drain), Ok(n) if n > 0)
-            {}
+            while matches!(nix::unistd::read(&self.reports.wake, &mut drain), Ok(n) if n > 0) {}
         }
     }
 

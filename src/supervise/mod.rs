@@ -17,7 +17,7 @@ use nix::sys::signal::Signal;
 
 pub use contain::{Cgroup, CgroupSoon, Mode as Containment};
 pub use guardian::{Guardian, Launched, launch};
-pub use keeper::{LeaseKeeper, Renewal};
+pub use keeper::{LeaseKeeper, Renewal, Reports};
 pub use spawn::runnable;
 pub use terminal::Terminal;
 

@@ -6,9 +6,11 @@
 //!   from a signalfd (`crate::signals`); no code of rlock's ever runs in signal context, so a
 //!   child sharing rlock's memory cannot be entered by a handler.
 //! - **No other thread exists at spawn.** The command is spawned, and the guardian forked,
-//!   before the renewal thread starts (it starts when the first renewal is due), and Redlock's
-//!   per-node threads are scoped and joined before. So no lock (malloc's, stdio's) can be held
-//!   by another thread at the fork or in the vfork child.
+//!   before the renewal thread starts (it starts when the first renewal is due); Redlock's
+//!   per-node threads are scoped and joined before, and so is the thread that makes the cgroup
+//!   (`Cgroup::create_soon`). So no lock (malloc's, stdio's) can be held by another thread at
+//!   the fork or in the vfork child. (A joined thread may still be listed in /proc a moment
+//!   after it ran its last instruction, so that is no check of it.)
 
 use std::ffi::{CString, OsString};
 use std::io;
@@ -205,14 +207,18 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// moving a process (writing `cgroup.procs`) waits for an RCU grace period on most kernels, up to
 /// about 10 ms here, and a second fork (the command cloned into the cgroup with its own copy of
 /// the guardian's memory) cost about 0.25 ms. Where clone3 cannot (an older kernel, a cgroup it
-/// may not start a process in), a plain fork, and `Forked::in_cgroup` is false.
+/// may not start a process in), a plain fork, and `Forked::in_cgroup` is false; or, when
+/// `required` (`--contain cgroup`), clone3's error and no fork at all.
 ///
 /// # Safety
 /// As for `fork`: no other thread may exist at the call (so no lock is held in the child's copy
 /// of the memory), and the child must never return into code that expects to run once. After
 /// clone3, glibc in the child still takes itself for the parent's thread (its cached thread id
 /// is not updated): the child must not use `raise`, `pthread_kill` or glibc's own fork.
-pub(super) unsafe fn fork_guardian(cgroup_dir: Option<i32>) -> Result<Forked, Errno> {
+pub(super) unsafe fn fork_guardian(
+    cgroup_dir: Option<i32>,
+    required: bool,
+) -> Result<Forked, Errno> {
     if let Some(dir) = cgroup_dir {
         let args = CloneArgs {
             flags: CLONE_INTO_CGROUP,
@@ -238,7 +244,7 @@ pub(super) unsafe fn fork_guardian(cgroup_dir: Option<i32>) -> Result<Forked, Er
                 });
             }
             // No room for a process: a fork would fail the same way.
-            _ if matches!(Errno::last(), Errno::EAGAIN | Errno::ENOMEM) => {
+            _ if required || matches!(Errno::last(), Errno::EAGAIN | Errno::ENOMEM) => {
                 return Err(Errno::last());
             }
             _ => {}

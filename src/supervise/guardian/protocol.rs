@@ -1,6 +1,6 @@
 //! The guardian's messages: fixed 12-byte records (a tag and two numbers), well under
-//! PIPE_BUF, so each is written and read whole. Events go up to rlock; the one request, a
-//! signal for everything the command started, comes down.
+//! PIPE_BUF, so each is written and read whole. Events go up to rlock; requests come down: a
+//! signal for everything the command started, and rlock's farewell.
 
 use std::os::fd::OwnedFd;
 
@@ -33,8 +33,12 @@ const STOPPED: i32 = 3;
 const CONTINUED: i32 = 4;
 const EXITED: i32 = 5;
 const EMPTY: i32 = 6;
-/// The one request: this signal to every process the command started.
+/// A request: this signal to every process the command started.
 pub(super) const SIGNAL: i32 = 7;
+/// rlock is done and alive: it reaps the guardian and removes the cgroup itself. The request
+/// pipe's end of file without it means rlock died (its descriptors close before the kernel
+/// gives its children another parent, so the guardian's parent cannot tell it in time).
+pub(super) const DONE: i32 = 8;
 
 pub(super) fn encode(tag: i32, a: i32, b: i32) -> [u8; 12] {
     let mut out = [0u8; 12];

@@ -623,3 +623,67 @@ fn a_name_cut_inside_a_character_does_not_hide_a_process() {
     assert_eq!(out.code, 76, "{out}");
     assert_silent_after(d, exited, "a process with a cut name");
 }
+
+/// A cgroup is made while the lock is asked for, and goes as soon as the lock is found busy: a
+/// waiter holds none (however long it waits), and one SIGKILLed while waiting leaves none; the
+/// command, once granted, still runs in a cgroup of its own, removed at the end.
+#[test]
+fn a_waiter_holds_no_cgroup_and_one_killed_while_waiting_leaves_none() {
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let holder = crate::common::basic::acquire(&server, KEY, &["--ttl", "60s"]);
+    let queued = || {
+        crate::common::basic::q::<i64>(&server, &["ZCARD", &crate::common::basic::queue_key(KEY)])
+            == 1
+    };
+    let mut waiter = Bg::spawn(
+        "waiter",
+        dir.path(),
+        rlock_at(&server).args(["exec", "-w", "30s", "-k", KEY, "--", "true"]),
+    );
+    waiter.wait_for("the waiter in line", Duration::from_secs(10), queued);
+    let cgroup = cgroup_of(waiter.pid());
+    assert!(
+        !cgroup.exists(),
+        "{} stands while rlock waits",
+        cgroup.display()
+    );
+    waiter.kill(Signal::SIGKILL);
+    waiter.finish(Duration::from_secs(5));
+    assert!(
+        !cgroup.exists(),
+        "{} was left by a killed waiter",
+        cgroup.display()
+    );
+
+    let mut second = Bg::spawn(
+        "second",
+        dir.path(),
+        rlock_at(&server).args([
+            "exec",
+            "-w",
+            "30s",
+            "-k",
+            KEY,
+            "--",
+            "sh",
+            "-c",
+            "tail -n 1 /proc/self/cgroup",
+        ]),
+    );
+    let pid = second.pid();
+    second.wait_for("the second waiter in line", Duration::from_secs(10), queued);
+    crate::common::basic::release(&server, KEY, &holder);
+    let (out, _) = second.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout.trim().ends_with(&format!("/rlock-{pid}")),
+        "the command ran in {:?}",
+        out.stdout
+    );
+    assert!(
+        !cgroup_of(pid).exists(),
+        "the cgroup of the granted run is left behind"
+    );
+}

@@ -218,3 +218,26 @@ fn on_redlock_a_frozen_master_costs_the_record_a_tenth_of_the_ttl_not_the_op_tim
         assert_eq!(xlen(n, "{rlock:k}:history"), 2);
     }
 }
+
+/// A Redlock release that gives the lock back on one master and finds it taken on the others
+/// (lost: 76) records the run once, as lost, under one run ID: not also as the command's own
+/// end on the master where the release went through.
+#[test]
+fn on_redlock_a_run_lost_at_its_release_is_on_record_once() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    // The command overwrites the lock on two masters: at its end the majority is someone else's.
+    let overwrite: Vec<String> = nodes[1..]
+        .iter()
+        .map(|n| format!("redis-cli -p {} SET rlock:k intruder > /dev/null", n.port()))
+        .collect();
+    let out =
+        run(redlock(&nodes).args(["exec", "-k", "k", "--", "sh", "-c", &overwrite.join("; ")]));
+    assert_eq!(out.code, 76, "{out}");
+    let runs = history_of(redlock(&nodes), "k", 10);
+    assert_eq!(outcomes(&runs), ["lost"], "{runs:#?}");
+    let first = xlen(&nodes[0], "{rlock:k}:history");
+    assert_eq!(
+        first, 1,
+        "the master that gave the lock back holds the run once"
+    );
+}
