@@ -111,7 +111,7 @@ impl Locker {
                     e.detail.push_str("; the grant was given back");
                 }
             }
-            return result.map_err(|e| e.into_failure(&key.name));
+            return result.map_err(|e| Failure::redis(key, e));
         }
         // A master that did not say who it is was sent no grant: nothing to give back there.
         let asked: Vec<bool> = unidentified.iter().map(Option::is_none).collect();
@@ -195,7 +195,7 @@ impl Locker {
     ) -> Result<(), Failure> {
         let results = self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], timeout));
         match results.into_iter().find_map(Result::err) {
-            Some(e) if !self.is_quorum() => Err(e.into_failure(&key.name)),
+            Some(e) if !self.is_quorum() => Err(Failure::redis(key, e)),
             _ => Ok(()),
         }
     }
@@ -269,13 +269,13 @@ impl Locker {
         }
         match results.into_iter().next().expect("one node") {
             Ok(ReleaseReply::Released | ReleaseReply::Already) => Ok(Released::Done),
-            Err(e) => Err(e.into_failure(&key.name)),
+            Err(e) => Err(Failure::redis(key, e)),
             Ok(ReleaseReply::Other) => Err(Failure::NotPermitted {
-                about: About::Lock(key.name.clone()),
+                about: About::from(key),
                 refused: Refused::ReleaseHeldByOther,
             }),
             Ok(_) => Err(Failure::NotPermitted {
-                about: About::Lock(key.name.clone()),
+                about: About::from(key),
                 refused: Refused::ReleaseNotHeld,
             }),
         }
@@ -311,21 +311,23 @@ fn force_outcome(
         return Ok(Released::Broken(Some(who)));
     }
     match results.into_iter().find_map(Result::err) {
-        Some(e) => Err(e.into_failure(&key.name)),
+        Some(e) => Err(Failure::redis(key, e)),
         None => Ok(Released::Broken(None)),
     }
 }
 
 impl Locker {
     /// Extends the lock if `token` owns it; `ttl` None keeps the TTL it was given. In Redlock
-    /// mode a majority must renew; the lock is lost once a majority can no longer renew it.
+    /// mode a majority must renew; the lock is lost once a majority can no longer renew it. A
+    /// renewal that failed is one node's error (in Redlock mode the first of them): the
+    /// renewal thread retries it, and only the command layer makes a failure of it.
     pub fn renew(
         &self,
         key: &LockKey,
         token: &str,
         ttl: Option<Duration>,
         timeout: Duration,
-    ) -> Result<Renewed, Failure> {
+    ) -> Result<Renewed, NodeError> {
         let ttl_ms = ttl
             .map(|t| t.as_millis().max(1).to_string())
             .unwrap_or_default();
@@ -341,8 +343,7 @@ impl Locker {
             )
         });
         if !self.is_quorum() {
-            let result = results.into_iter().next().expect("one node");
-            return result.map_err(|e| e.into_failure(&key.name));
+            return results.into_iter().next().expect("one node");
         }
         let renewed: Vec<Duration> = results
             .iter()
@@ -373,7 +374,7 @@ impl Locker {
                 node: "Redlock".into(),
                 detail: "too few nodes renewed in time".into(),
             });
-        Err(error.into_failure(&key.name))
+        Err(error)
     }
 }
 
@@ -459,14 +460,10 @@ fn no_grant(quorum: Quorum, key: &LockKey, results: Vec<NodeAttempt>) -> Result<
         }
     }
     if let Some(e) = errors.iter().find(|e| e.kind == Fault::WrongType) {
-        return Err(e.clone().into_failure(&key.name));
+        return Err(Failure::redis(key, e.clone()));
     }
     if quorum.lost_with(errors.len()) {
-        return Err(no_quorum(
-            About::Lock(key.name.clone()),
-            quorum.nodes(),
-            errors,
-        ));
+        return Err(no_quorum(About::from(key), quorum.nodes(), errors));
     }
     // The first of the busy answers with the shortest lease left (one that never expires, or
     // has just gone, only when no other says when).

@@ -216,11 +216,11 @@ impl Locker {
             }
         }
         if errors.len() == self.nodes.len() {
-            let about = About::Lock(key.name.clone());
+            let about = About::from(key);
             return Err(if self.is_quorum() {
                 no_quorum(about, self.nodes.len(), errors)
             } else {
-                errors.remove(0).into_failure_for(about)
+                Failure::redis(about, errors.remove(0))
             });
         }
         if self.is_quorum() {
@@ -259,7 +259,7 @@ impl Locker {
             return Err(if self.is_quorum() {
                 no_quorum(about, self.nodes.len(), errors)
             } else {
-                errors.remove(0).into_failure_for(about)
+                Failure::redis(about, errors.remove(0))
             });
         }
         names.sort();

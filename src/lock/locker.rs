@@ -203,7 +203,7 @@ pub(super) fn no_quorum(about: About, n: usize, errors: Vec<NodeError>) -> Failu
         )
     }) {
         let mut errors = errors;
-        return errors.swap_remove(refused).into_failure_for(about);
+        return Failure::redis(about, errors.swap_remove(refused));
     }
     Failure::NoQuorum {
         about,

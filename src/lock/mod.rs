@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use crate::identity::Identity;
 
-pub use display::{human_duration, human_ms};
+pub use crate::output::{human_duration, human_ms};
 pub use history::{HoldRecord, Keep, LastRun, RunRecord};
 pub use key::LockKey;
 pub use lease::{Lease, deadline, drift};

@@ -56,7 +56,7 @@ impl Locker {
         });
         if !self.is_quorum() {
             let result = results.into_iter().next().expect("one node");
-            return result.map_err(|e| e.into_failure(&key.name));
+            return result.map_err(|e| Failure::redis(key, e));
         }
         let infos: Vec<LockInfo> = results
             .iter()
@@ -64,11 +64,7 @@ impl Locker {
             .collect();
         if !self.quorum().reached_by(infos.len()) {
             let errors: Vec<NodeError> = results.into_iter().filter_map(Result::err).collect();
-            return Err(no_quorum(
-                About::Lock(key.name.clone()),
-                self.nodes.len(),
-                errors,
-            ));
+            return Err(no_quorum(About::from(key), self.nodes.len(), errors));
         }
         for info in infos.iter().filter(|i| i.held()) {
             let same: Vec<&LockInfo> = infos
@@ -108,7 +104,7 @@ impl Locker {
             return Err(if self.is_quorum() {
                 no_quorum(about, self.nodes.len(), errors)
             } else {
-                errors.remove(0).into_failure_for(about)
+                Failure::redis(about, errors.remove(0))
             });
         }
         keys.sort();

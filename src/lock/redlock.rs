@@ -122,7 +122,7 @@ pub(super) fn release_verdict(
     key: &LockKey,
     results: Vec<Result<ReleaseReply, NodeError>>,
 ) -> Result<Released, Failure> {
-    let about = || About::Lock(key.name.clone());
+    let about = || About::from(key);
     let mut done = 0;
     let mut refused = 0;
     let mut other = false;
@@ -134,7 +134,7 @@ pub(super) fn release_verdict(
                 other |= matches!(reply, ReleaseReply::Other);
                 refused += 1;
             }
-            Err(e) if e.kind == Fault::WrongType => return Err(e.into_failure(&key.name)),
+            Err(e) if e.kind == Fault::WrongType => return Err(Failure::redis(key, e)),
             Err(e) => errors.push(e),
         }
     }
