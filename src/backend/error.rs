@@ -296,7 +296,16 @@ fn plain(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Fault, NodeError, plain};
+    use super::{Fault, NodeError, SetupError, plain};
+
+    #[test]
+    fn a_settings_mistake_met_at_a_new_master_stays_a_settings_mistake() {
+        let e = SetupError::Config("--tls-ca '/gone' cannot be read: not found".into())
+            .at("master 'm' of sentinels redis://s:26379 at 10.0.0.2:6379".into());
+        assert_eq!(e.kind, Fault::Setup);
+        assert!(!e.is_transient());
+        assert_eq!(e.detail, "--tls-ca '/gone' cannot be read: not found");
+    }
 
     #[test]
     fn a_name_that_does_not_resolve_is_no_outage() {

@@ -1,7 +1,7 @@
 //! The Redis names of one lock: the lock key, its helper keys in the same cluster slot, and its
 //! wake channel.
 
-use crate::backend::{Script, hash_tag};
+use crate::backend::hash_tag;
 use crate::exit::Failure;
 
 /// The Redis names of one lock.
@@ -65,17 +65,6 @@ impl LockKey {
                 redis_key,
             }
         })
-    }
-
-    /// The keys a script declares. Renew and fence use only the lock and its state: a key that
-    /// does not exist (the queue, usually) would make a Cluster answer TRYAGAIN while the slot
-    /// migrates, and a renewal must get through then.
-    pub(super) fn keys_for(&self, script: &Script) -> Vec<&str> {
-        let mut keys = self.keys().to_vec();
-        if matches!(script.name, "renew" | "fence") {
-            keys.truncate(2);
-        }
-        keys
     }
 
     pub(super) fn keys(&self) -> [&str; 3] {

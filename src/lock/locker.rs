@@ -5,12 +5,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis::Value;
-
 use super::key::LockKey;
 use super::redlock::Relock;
-use super::reply::Refusal;
-use crate::backend::{Fault, Node, NodeError, Script, Subscriber};
+use crate::backend::{Fault, Node, NodeError, Subscriber};
 use crate::exit::{About, Failure};
 
 /// The lock operations on one deployment. The operations themselves live beside this file, one
@@ -147,49 +144,6 @@ impl Locker {
             .flatten()
             .collect()
     }
-}
-
-/// Runs a script on one node and decodes its reply with `decode` (reply.rs); a refusal (a key
-/// that is not a lock, a lock of another kind, a reply no script gives) is the node's error.
-pub(super) fn eval_as<T>(
-    node: &dyn Node,
-    script: &Script,
-    key: &LockKey,
-    args: &[&str],
-    timeout: Duration,
-    decode: impl FnOnce(&[Value]) -> Result<T, Refusal>,
-) -> Result<T, NodeError> {
-    eval_keys_as(node, script, &key.keys_for(script), args, timeout, decode)
-}
-
-/// As `eval_as`, with the keys given.
-pub(super) fn eval_keys_as<T>(
-    node: &dyn Node,
-    script: &Script,
-    keys: &[&str],
-    args: &[&str],
-    timeout: Duration,
-    decode: impl FnOnce(&[Value]) -> Result<T, Refusal>,
-) -> Result<T, NodeError> {
-    let reply = match node.eval(script, keys, args, timeout)? {
-        Value::Array(items) => items,
-        other => vec![other],
-    };
-    decode(&reply).map_err(|refusal| {
-        let (kind, detail) = match refusal {
-            Refusal::WrongType(kind) => (Fault::WrongType, format!("it is a {kind}")),
-            Refusal::Mismatch(held) => (Fault::Mismatch, held.to_string()),
-            Refusal::Unexpected => (
-                Fault::Other,
-                format!("unexpected reply to {}: {reply:?}", script.name),
-            ),
-        };
-        NodeError {
-            kind,
-            node: node.name().into(),
-            detail,
-        }
-    })
 }
 
 /// A Redlock request about `about` that too few of its `n` masters answered: the first refusal

@@ -27,7 +27,8 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 
 use self::progress::Progress;
-use super::exclusive::{Attempt, capped};
+use super::call::acquire::Attempt;
+use super::exclusive::capped;
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
 use crate::exit::{About, Code, Failure, Interruption, Seen, Waited};
