@@ -13,7 +13,6 @@ use nix::sys::signal::Signal;
 pub use lines::{Interruption, LostHow, Refused, Seen, Waited};
 
 use crate::backend::{Fault, NodeError, SetupError};
-use crate::lock::LockKey;
 
 /// Exit codes that rlock itself chooses (a child's own status passes through unchanged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,12 +53,6 @@ pub enum About {
     Lock(String),
     /// Every lock under this prefix (a listing).
     Locks(String),
-}
-
-impl From<&LockKey> for About {
-    fn from(key: &LockKey) -> Self {
-        About::Lock(key.name.clone())
-    }
 }
 
 impl fmt::Display for About {

@@ -25,9 +25,35 @@ pub(super) mod sources {
     include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 }
 
-/// Which server answers (its run_id): asked of every Redlock master before each grant. No
-/// keys, no arguments; its reply is the id or nil.
+/// Which server answers (its run_id): asked of every Redlock master before each grant.
 pub static IDENTITY: Script = Script::new("identity", sources::IDENTITY);
+
+/// identity.lua: no keys, no arguments; its reply is the server's run_id, or nil when the ACL
+/// user may not ask (the server then keeps its identity to itself).
+pub(super) struct Identify;
+
+impl Call for Identify {
+    type Reply = Option<String>;
+
+    fn script(&self) -> &'static Script {
+        &IDENTITY
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
+    fn args(&self) -> Args {
+        Args::new()
+    }
+
+    fn decode(&self, reply: &[Value]) -> Result<Option<String>, Refusal> {
+        Ok(match reply {
+            [Value::BulkString(id)] => Some(String::from_utf8_lossy(id).into_owned()),
+            _ => None,
+        })
+    }
+}
 
 /// A script's arguments by name: ARGV as `name1, value1, name2, value2, ...`. An argument
 /// without a value (`None`) is left out, and the script reads it as nil.

@@ -2,7 +2,7 @@
 //! wake channel.
 
 use crate::backend::hash_tag;
-use crate::exit::Failure;
+use crate::exit::{About, Failure};
 
 /// The Redis names of one lock.
 #[derive(Debug, Clone)]
@@ -83,6 +83,14 @@ impl LockKey {
             return false;
         };
         (base.starts_with('{') && base.ends_with('}')) || hash_tag(base).is_some()
+    }
+}
+
+/// A request about this lock, as a message names it. (Here beside the key, which already
+/// returns a `Failure`: in exit.rs it would make a circle of the two files.)
+impl From<&LockKey> for About {
+    fn from(key: &LockKey) -> Self {
+        About::Lock(key.name.clone())
     }
 }
 

@@ -5,10 +5,11 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::Sharing;
 use super::key::LockKey;
-use super::redlock::Relock;
 use crate::backend::{Fault, Node, NodeError, Subscriber};
 use crate::exit::{About, Failure};
+use crate::identity::Identity;
 
 /// The lock operations on one deployment. The operations themselves live beside this file, one
 /// file per kind of lock (`exclusive.rs`, ...), all built on `on_all` and `Quorum`.
@@ -20,6 +21,16 @@ pub struct Locker {
     /// Redlock: the last grant's token and acquire arguments, with which a renewal writes the
     /// lock again on a master that lost it (see `redlock.rs`).
     pub(super) relock: Mutex<Option<Relock>>,
+}
+
+/// What a renewal needs to write a lock again where it is gone: the grant's request (its key
+/// aside, which the renewal names). See `redlock.rs`.
+#[derive(Debug, Clone)]
+pub(super) struct Relock {
+    pub token: String,
+    pub ttl: Duration,
+    pub sharing: Sharing,
+    pub who: Identity,
 }
 
 /// How long a run that has never reached Redis keeps trying, unless told otherwise.

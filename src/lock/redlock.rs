@@ -16,27 +16,14 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use redis::Value;
-
 use super::call::acquire::Acquire;
 use super::call::release::ReleaseReply;
-use super::call::{self, IDENTITY};
+use super::call::{self, Identify};
 use super::key::LockKey;
-use super::locker::{Locker, Quorum, no_quorum};
-use super::{NotOwner, Released, Renewed, Request, Sharing};
+use super::locker::{Locker, Quorum, Relock, no_quorum};
+use super::{NotOwner, Released, Renewed, Request};
 use crate::backend::{Fault, NodeError};
 use crate::exit::{About, Failure, Refused};
-use crate::identity::Identity;
-
-/// What a renewal needs to write a lock again where it is gone: the grant's request (its key
-/// aside, which the renewal names).
-#[derive(Debug, Clone)]
-pub(super) struct Relock {
-    pub token: String,
-    pub ttl: Duration,
-    pub sharing: Sharing,
-    pub who: Identity,
-}
 
 impl Locker {
     /// Asks every master which server it is, in parallel, each within `timeout`. Two that are
@@ -46,9 +33,8 @@ impl Locker {
     /// A server whose ACL user may not run INFO keeps its identity to itself: only its address
     /// was compared (see `Settings::check_independent`).
     pub(super) fn identify(&self, timeout: Duration) -> Result<Vec<Option<NodeError>>, Failure> {
-        let said = self.on_all(|n| match n.eval(&IDENTITY, &[], &[], timeout) {
-            Ok(Value::BulkString(id)) => Ok(Some(String::from_utf8_lossy(&id).into_owned())),
-            Ok(_) => Ok(None),
+        let said = self.on_all(|n| match call::run(n, &Identify, timeout) {
+            Ok(id) => Ok(id),
             // Before Redis 7 a refused INFO is an error, even from a script.
             Err(e) if e.kind == Fault::Denied => Ok(None),
             Err(e) => Err(e),
