@@ -77,10 +77,12 @@ if recorded then
   -- When it was renewed, for inspect: the grant wrote the field, so this overwrites a number of
   -- the same size and needs no new memory; and it is best-effort (pcall), as is the TTL.
   -- The TTL the lock was last given changes only with the lease: a shorter --ttl leaves both.
+  -- (One value of now_ms()'s two: as a call's last argument Lua would pass both.)
+  local now = now_ms()
   if extended and asked_ttl and recorded.ttl ~= tostring(ttl) then
-    redis.pcall("HSET", state, "renewed", now_ms(), "ttl", ttl)
+    redis.pcall("HSET", state, "renewed", now, "ttl", ttl)
   else
-    redis.pcall("HSET", state, "renewed", now_ms())
+    redis.pcall("HSET", state, "renewed", now)
   end
 end
 return reply("renewed", "ttl", left)
