@@ -2,6 +2,7 @@
 //! maps onto it, in one place.
 
 mod lines;
+mod redis;
 
 use std::fmt;
 use std::process::ExitCode;
@@ -11,7 +12,7 @@ use nix::sys::signal::Signal;
 
 pub use lines::{Interruption, LostHow, Refused, Seen, Waited};
 
-use crate::backend::{Fault, NodeError};
+use crate::backend::{Fault, NodeError, SetupError};
 
 /// Exit codes that rlock itself chooses (a child's own status passes through unchanged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +74,7 @@ pub enum Failure {
     /// A Redis endpoint failed a request about `about`: the fault, decided once where the
     /// error came in (backend/error.rs), and the node it came from. The exit code follows the
     /// fault (`fault_code`); the words are backend/error.rs's.
-    #[error("{}", .error.message(.about))]
+    #[error("{}", redis::line(.error, .about))]
     Redis { about: About, error: NodeError },
     /// Too few of a Redlock's masters answered a request about `about`, for these reasons.
     #[error(
@@ -101,13 +102,13 @@ pub enum Failure {
         last: Box<Failure>,
         tried_for: Duration,
     },
-    /// Not acquired in time: what the last try found. `code` is 75 unless `-E` said otherwise.
+    /// Not acquired in time: what the last try found. It exits 75, or what `-E` says: the
+    /// code is chosen at the top (`exit_code`), where `-E` is known.
     #[error("{}", lines::busy(.about, .seen, *.waited))]
     Busy {
         about: About,
         seen: Seen,
         waited: Waited,
-        code: u8,
     },
     /// The lock was lost while the command ran, or before it started.
     #[error("{}", lines::lost(.about, .how))]
@@ -133,12 +134,29 @@ pub enum Failure {
     CannotRun { message: String, code: Code },
 }
 
+impl From<SetupError> for Failure {
+    fn from(e: SetupError) -> Self {
+        match e {
+            SetupError::Usage(line) => Failure::Usage(line),
+            SetupError::Config(line) => Failure::Config(line),
+        }
+    }
+}
+
 impl Failure {
-    /// The code rlock exits with: the row of the table, 75 replaced by `-E`, 128+N for an
-    /// interruption.
-    pub fn exit_code(&self) -> u8 {
+    /// A Redis endpoint's `error` on a request about `about` (a lock, or a listing).
+    pub fn redis(about: impl Into<About>, error: NodeError) -> Self {
+        Failure::Redis {
+            about: about.into(),
+            error,
+        }
+    }
+
+    /// The code rlock exits with: the row of the table, with `busy` (75, or `-E`'s code) for a
+    /// busy lock, 128+N for an interruption.
+    pub fn exit_code(&self, busy: u8) -> u8 {
         match (self, self.code()) {
-            (Failure::Busy { code, .. }, _) => *code,
+            (Failure::Busy { .. }, _) => busy,
             (Failure::Interrupted { signal, .. }, _) => 128u8.saturating_add(*signal as u8),
             (_, Some(code)) => code as u8,
             (_, None) => Code::Internal as u8,
@@ -193,15 +211,24 @@ fn fault_code(kind: Fault) -> Code {
         | Fault::Other => Code::Unavailable,
         Fault::NoPassword | Fault::Auth | Fault::Denied => Code::NotPermitted,
         Fault::WrongType | Fault::Mismatch => Code::NotALock,
-        Fault::Tls(_) | Fault::ClusterNode | Fault::Config | Fault::WrongMode => Code::Config,
+        Fault::Tls(_) | Fault::ClusterNode | Fault::Config | Fault::Setup | Fault::WrongMode => {
+            Code::Config
+        }
     }
 }
 
-/// Maps any error to its exit code: typed failures by the table, anything else is internal (70).
-pub fn code_of(err: &anyhow::Error) -> u8 {
-    match err.downcast_ref::<Failure>() {
-        Some(f) => f.exit_code(),
-        None if is_broken_pipe(err) => Code::Ok as u8,
+/// Maps any error to its exit code: typed failures by the table (with `busy`, 75 or `-E`'s code,
+/// for a busy lock), an I/O error of rlock's own (a write to stdout or stderr that failed, a
+/// file it could not write) by its row, anything else is internal (70).
+pub fn code_of(err: &anyhow::Error, busy: u8) -> u8 {
+    if let Some(f) = err.downcast_ref::<Failure>() {
+        return f.exit_code(busy);
+    }
+    match err.chain().find_map(|e| e.downcast_ref::<std::io::Error>()) {
+        Some(io) if io.kind() == std::io::ErrorKind::BrokenPipe => Code::Ok as u8,
+        // The table has no row of its own for a failed write or read of rlock's: it is an
+        // internal error (70), named here so that it is a choice, not a fall-through.
+        Some(_) => Code::Internal as u8,
         None => Code::Internal as u8,
     }
 }
@@ -233,20 +260,27 @@ mod tests {
             node: "redis://h:6379".into(),
             detail: "said no".into(),
         }
-        .into_failure("jobs")
+        .into_failure()
+    }
+
+    impl NodeError {
+        fn into_failure(self) -> Failure {
+            Failure::redis(About::Lock("jobs".into()), self)
+        }
     }
 
     #[test]
     fn a_fault_exits_with_its_row_of_the_table() {
-        assert_eq!(on_node(Fault::Timeout).exit_code(), 69);
-        assert_eq!(on_node(Fault::Other).exit_code(), 69);
-        assert_eq!(on_node(Fault::Auth).exit_code(), 77);
-        assert_eq!(on_node(Fault::Denied).exit_code(), 77);
-        assert_eq!(on_node(Fault::WrongType).exit_code(), 65);
+        assert_eq!(on_node(Fault::Timeout).exit_code(75), 69);
+        assert_eq!(on_node(Fault::Other).exit_code(75), 69);
+        assert_eq!(on_node(Fault::Auth).exit_code(75), 77);
+        assert_eq!(on_node(Fault::Denied).exit_code(75), 77);
+        assert_eq!(on_node(Fault::WrongType).exit_code(75), 65);
         assert_eq!(
-            on_node(Fault::Tls(crate::backend::TlsRefusal::Untrusted)).exit_code(),
+            on_node(Fault::Tls(crate::backend::TlsRefusal::Untrusted)).exit_code(75),
             78
         );
+        assert_eq!(on_node(Fault::Setup).exit_code(75), 78);
         assert!(on_node(Fault::Connect).is_transient());
         assert!(!on_node(Fault::Unresolved).is_transient());
         assert_eq!(
@@ -261,16 +295,26 @@ mod tests {
             about: About::Lock("jobs".into()),
             seen: Seen::Handed,
             waited: Waited::NotAtAll,
-            code: 69,
         };
-        assert_eq!(busy.exit_code(), 69);
+        assert_eq!(busy.exit_code(75), 75);
+        assert_eq!(busy.exit_code(69), 69);
         assert_eq!(busy.code(), Some(Code::Busy));
         let interrupted = Failure::Interrupted {
             about: About::Lock("jobs".into()),
             signal: Signal::SIGTERM,
             when: Interruption::Waiting,
         };
-        assert_eq!(interrupted.exit_code(), 143);
+        assert_eq!(interrupted.exit_code(69), 143);
         assert_eq!(interrupted.code(), None);
+    }
+
+    #[test]
+    fn an_io_error_of_rlocks_own_has_its_row() {
+        let pipe = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert_eq!(code_of(&pipe.context("writing the table"), 75), 0);
+        let full = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::StorageFull));
+        assert_eq!(code_of(&full, 75), Code::Internal as u8);
+        let config: anyhow::Error = Failure::from(SetupError::Config("bad".into())).into();
+        assert_eq!(code_of(&config, 75), 78);
     }
 }

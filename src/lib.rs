@@ -24,6 +24,16 @@ use anyhow::Result;
 use cli::{Cli, Command};
 use exit::Exit;
 
+/// The code a busy lock exits with on this command line: `-E`'s, else 75. It is applied where
+/// the exit code is chosen (`exit::code_of`), never carried down into the wait.
+pub fn busy_code(cli: &Cli) -> u8 {
+    match &cli.command {
+        Command::Acquire(args) => args.wait.conflict_exit_code,
+        Command::Exec(args) => args.wait.conflict_exit_code,
+        _ => exit::Code::Busy as u8,
+    }
+}
+
 /// Runs one parsed command line; Ok is how rlock ends, carried out by `main` alone.
 pub fn run(cli: Cli) -> Result<Exit> {
     let ctx = cmd::Context::new(cli.global)?;

@@ -47,12 +47,13 @@ fn run(args: &[OsString]) -> u8 {
         }
     };
     let verbose = cli.global.verbose;
+    let busy = rlock::busy_code(&cli);
     // The one place rlock ends: with a code, or by the signal its command (or its wait) died of.
     match rlock::run(cli) {
         Ok(Exit::Code(code)) => code,
         Ok(Exit::Signal(sig)) => die_by(sig),
         Err(err) => {
-            let code = rlock::exit::code_of(&err);
+            let code = rlock::exit::code_of(&err, busy);
             // A failure that exits 0 (a busy lock with -E 0) says why only with -v; a closed
             // pipe never does.
             if code != 0 || (verbose && !rlock::exit::is_broken_pipe(&err)) {

@@ -6,7 +6,6 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Fault, NodeError};
-use crate::exit::Failure;
 use crate::lock::{Grant, Lease, Locker, NotOwner, Renewed, deadline};
 
 /// What the renewal thread tells the supervisor.
@@ -38,22 +37,10 @@ pub enum Loss {
 /// Why a renewal did not happen; it is retried while the lease lasts.
 #[derive(Debug)]
 pub enum RenewError {
-    /// A Redis endpoint failed it.
+    /// A Redis endpoint failed it (in Redlock mode, the first of the masters that did).
     Node(NodeError),
-    /// It failed otherwise (no quorum of a Redlock's masters).
-    Failed(Box<Failure>),
     /// The renewal thread could not be started.
     NoThread(io::Error),
-}
-
-impl From<Failure> for RenewError {
-    fn from(failure: Failure) -> Self {
-        match failure {
-            // The node and what it said, not the whole line of a failure of rlock's.
-            Failure::Redis { error, .. } => RenewError::Node(error),
-            other => RenewError::Failed(Box::new(other)),
-        }
-    }
 }
 
 /// Renews `grant` every `lease.renew_every`, the first time `lease.renew_every` after the grant
@@ -94,12 +81,12 @@ pub fn renew_loop(
                 report(Report::Lost(Loss::NotOwner(why)));
                 return;
             }
-            Err(Failure::Redis { error, .. }) if error.kind == Fault::WrongType => {
+            Err(error) if error.kind == Fault::WrongType => {
                 report(Report::Lost(Loss::Replaced(error)));
                 return;
             }
-            Err(e) => {
-                report(Report::Failed(e.into()));
+            Err(error) => {
+                report(Report::Failed(RenewError::Node(error)));
                 next = Instant::now() + lease.retry_every();
             }
         }

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use super::SetupError;
 use super::single::Routed;
 use super::{Fault, Node, NodeError, Script, Settings, Single, Subscriber, key_slot, with_addr};
-use crate::exit::Failure;
 use crate::redact::{redact, redact_all};
 
 /// How many redirections one request follows at least (a MOVED, then an ASK, then some slack);
@@ -46,7 +46,7 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub fn new(settings: &Settings) -> Result<Self, Failure> {
+    pub fn new(settings: &Settings) -> Result<Self, SetupError> {
         for url in &settings.urls {
             settings.connection_info(url)?;
         }
@@ -64,11 +64,8 @@ impl Cluster {
         if let Some(n) = nodes.get(url) {
             return Ok(n.clone());
         }
-        let node = Arc::new(self.settings.single(url).map_err(|f| NodeError {
-            kind: Fault::Other,
-            node: redact(url),
-            detail: f.to_string(),
-        })?);
+        // A mistake in the settings stays one (78) on a master found later.
+        let node = Arc::new(self.settings.single(url).map_err(|e| e.at(redact(url)))?);
         nodes.insert(url.to_string(), node.clone());
         Ok(node)
     }

@@ -1,13 +1,12 @@
 //! What went wrong on the way to Redis, sorted into the few kinds rlock decides on (a
-//! `NodeError`: one endpoint's fault, which the Redlock quorum logic weighs node by node), and
-//! the words of the user's one line for each. The node's error travels up inside
-//! `Failure::Redis`; its exit code is decided in exit.rs.
+//! `NodeError`: one endpoint's fault, which the Redlock quorum logic weighs node by node), and a
+//! mistake in how to reach Redis found before anything is sent (a `SetupError`). Both travel up
+//! as they are; the user's line and the exit code are decided at the top (exit.rs).
 
 use std::fmt;
 
 use redis::RedisError;
 
-use crate::exit::{About, Failure};
 use crate::redact::redact_text;
 
 /// What a Redis endpoint did wrong, in the terms rlock decides on.
@@ -52,6 +51,9 @@ pub enum Fault {
     Replicas,
     /// The server refuses what the URL asks for (a database number out of range).
     Config,
+    /// The settings cannot reach a server found later (a Sentinel's or a Cluster's new master):
+    /// a `SetupError::Config`, kept a configuration error (78) on its way up.
+    Setup,
     /// The TLS handshake failed for a reason no wait cures, and which one.
     Tls(TlsRefusal),
     /// A node of a Redis Cluster was used as a server on its own, where that would mislead (a
@@ -79,6 +81,29 @@ pub enum TlsRefusal {
     /// The server ended the handshake with another fatal alert (it refuses the client
     /// certificate, say).
     Refused,
+}
+
+/// A mistake in the settings, found before anything is sent: a usage error (2) or a
+/// configuration error (78).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetupError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Config(String),
+}
+
+impl SetupError {
+    /// The same mistake met at `node`, a server found after the start (a new master): still a
+    /// configuration error, never an outage.
+    pub fn at(self, node: String) -> NodeError {
+        let (SetupError::Usage(detail) | SetupError::Config(detail)) = self;
+        NodeError {
+            kind: Fault::Setup,
+            node,
+            detail,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -213,81 +238,6 @@ impl NodeError {
                 | Fault::ClusterDown
         )
     }
-
-    /// Turns the error into the user-facing failure, naming the lock it was about.
-    pub fn into_failure(self, key: &str) -> Failure {
-        self.into_failure_for(About::Lock(key.to_string()))
-    }
-
-    /// As `into_failure`, for a request about `about` (a lock, or a listing).
-    pub fn into_failure_for(self, about: About) -> Failure {
-        Failure::Redis { about, error: self }
-    }
-
-    /// The user's one line for this error on a request about `about`: what happened and what
-    /// to do. (Its exit code is exit.rs's, by the fault.)
-    pub(crate) fn message(&self, about: &About) -> String {
-        match self.kind {
-            Fault::Connect | Fault::Unresolved | Fault::Timeout | Fault::Io | Fault::NotServing => {
-                format!(
-                    "Redis unavailable for {about}: {self}; check that the server is up and --url is right"
-                )
-            }
-            Fault::Tls(refusal) => {
-                let hint = match refusal {
-                    TlsRefusal::ClientCertificateWanted => {
-                        "the server asks for a client certificate: give --tls-cert and --tls-key"
-                    }
-                    TlsRefusal::Untrusted => {
-                        "the server's TLS certificate was not trusted: check --tls-ca (and the host name in the URL)"
-                    }
-                    TlsRefusal::Refused => {
-                        "the server refused the TLS handshake: check --tls-cert, --tls-key and --tls-ca"
-                    }
-                };
-                format!("cannot reach Redis securely for {about}: {self}; {hint}")
-            }
-            Fault::NoMaster => format!(
-                "no Sentinel names a master for {about}: {self}; check the master's name given to --sentinel (a Sentinel's 'sentinel monitor NAME')"
-            ),
-            Fault::Migrating => format!(
-                "Redis Cluster is moving the slot of {about} between masters (TRYAGAIN): {self}; retried for --op-timeout; it passes when the migration (redis-cli --cluster reshard) moves the lock's keys"
-            ),
-            Fault::ClusterDown => format!(
-                "Redis Cluster cannot serve {about} now (CLUSTERDOWN): {self}; a master of the cluster is down and not yet failed over; check CLUSTER INFO"
-            ),
-            Fault::NotRedis => format!("Redis unavailable for {about}: {self}"),
-            Fault::NoPassword => format!("Redis refused rlock for {about}: {self}"),
-            Fault::Auth => format!(
-                "Redis refused rlock for {about}: {self}; check --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or the URL's password, and the user's ACL"
-            ),
-            Fault::Denied => format!(
-                "Redis's ACL refused what rlock needs for {about}: {self}; give the user the rights listed in docs/connecting.md (\"ACL: the rights a lock user needs\")"
-            ),
-            Fault::Mismatch => format!(
-                "{about} is held as {}; every holder of a lock must ask for the same kind; nothing was changed",
-                self.detail
-            ),
-            Fault::WrongType => format!(
-                "{about} holds a value rlock cannot treat as a lock ({}); nothing was changed",
-                self.detail
-            ),
-            Fault::Replicas => format!(
-                "{about}: {self}; check the replicas and their links (INFO replication), or lower --replicas"
-            ),
-            Fault::Other => format!("Redis answered an error for {about}: {self}"),
-            Fault::TooOld => {
-                format!("Redis is too old for {about}: {self}; rlock needs Redis 5.0 or later")
-            }
-            Fault::WrongMode => format!("wrong kind of server for {about}: {self}"),
-            Fault::ClusterNode => format!(
-                "cannot list {about} from {self}; add --cluster (or set RLOCK_CLUSTER=1) to list the locks of every master"
-            ),
-            Fault::Config => format!(
-                "Redis refused the connection settings for {about}: {self}; check the database number in --url"
-            ),
-        }
-    }
 }
 
 /// A TLS handshake that failed on trust or identity (rustls's "invalid peer certificate: …"), or
@@ -346,7 +296,16 @@ fn plain(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Fault, NodeError, plain};
+    use super::{Fault, NodeError, SetupError, plain};
+
+    #[test]
+    fn a_settings_mistake_met_at_a_new_master_stays_a_settings_mistake() {
+        let e = SetupError::Config("--tls-ca '/gone' cannot be read: not found".into())
+            .at("master 'm' of sentinels redis://s:26379 at 10.0.0.2:6379".into());
+        assert_eq!(e.kind, Fault::Setup);
+        assert!(!e.is_transient());
+        assert_eq!(e.detail, "--tls-ca '/gone' cannot be read: not found");
+    }
 
     #[test]
     fn a_name_that_does_not_resolve_is_no_outage() {

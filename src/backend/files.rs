@@ -8,7 +8,7 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
-use crate::exit::Failure;
+use super::SetupError;
 
 /// The largest password file rlock reads: a password is a line.
 pub const PASSWORD_MAX: u64 = 64 * 1024;
@@ -19,8 +19,8 @@ pub const TLS_MAX: u64 = 1024 * 1024;
 
 /// The contents of the file `path`, given as `what` (`--tls-ca`), if it is a regular file of at
 /// most `max` bytes; else a configuration error that names it.
-pub fn read_bounded(what: &str, path: &Path, max: u64) -> Result<Vec<u8>, Failure> {
-    let fail = |why: String| Failure::Config(format!("{what} '{}' {why}", path.display()));
+pub fn read_bounded(what: &str, path: &Path, max: u64) -> Result<Vec<u8>, SetupError> {
+    let fail = |why: String| SetupError::Config(format!("{what} '{}' {why}", path.display()));
     // O_NONBLOCK: opening a FIFO for reading waits for a writer without it. O_NOCTTY: a
     // terminal never becomes rlock's controlling one.
     let file = OpenOptions::new()

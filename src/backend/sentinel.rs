@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use super::SetupError;
 use super::{Fault, Node, NodeError, Script, Settings, Single, Subscriber, with_addr};
-use crate::exit::Failure;
 use crate::redact::{redact, redact_all};
 
 pub struct Sentinel {
@@ -44,15 +44,17 @@ type Answer = Result<Option<(String, u16)>, NodeError>;
 const LEAST: Duration = Duration::from_millis(1);
 
 impl Sentinel {
-    pub fn new(settings: &Settings, master: &str) -> Result<Self, Failure> {
+    pub fn new(settings: &Settings, master: &str) -> Result<Self, SetupError> {
         if master.is_empty() {
-            return Err(Failure::Usage("--sentinel needs the master's name".into()));
+            return Err(SetupError::Usage(
+                "--sentinel needs the master's name".into(),
+            ));
         }
         let sentinels = settings
             .urls
             .iter()
             .map(|url| Ok(Single::new(settings.sentinel_client(url)?, redact(url))))
-            .collect::<Result<Vec<_>, Failure>>()?;
+            .collect::<Result<Vec<_>, SetupError>>()?;
         Ok(Sentinel {
             settings: settings.clone(),
             master: master.to_string(),
@@ -198,7 +200,8 @@ impl Sentinel {
         let client = self
             .settings
             .client(&url)
-            .map_err(|f| self.fail(Fault::Other, f.to_string()))?;
+            // A mistake in the settings stays one (78) on a master found later.
+            .map_err(|e| e.at(self.name.clone()))?;
         let node = Arc::new(
             Single::new(client, format!("{} at {addr}", self.name))
                 .replicated(self.settings.replicas)

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
+use super::SetupError;
 use super::files::{PASSWORD_MAX, TLS_MAX, read_bounded};
 use super::{Cluster, Node, Sentinel, Single};
-use crate::exit::Failure;
 use crate::redact::{redact, redact_text};
 
 /// TLS material named on the command line or in the environment.
@@ -36,18 +36,18 @@ pub struct Settings {
 
 impl Settings {
     /// The password from --password-file, else $RLOCK_PASSWORD, else $REDISCLI_AUTH.
-    pub fn resolve_password(file: Option<&Path>) -> Result<Option<String>, Failure> {
+    pub fn resolve_password(file: Option<&Path>) -> Result<Option<String>, SetupError> {
         if let Some(path) = file {
             let bytes = read_bounded("password file", path, PASSWORD_MAX)?;
             let text = String::from_utf8(bytes).map_err(|_| {
-                Failure::Config(format!(
+                SetupError::Config(format!(
                     "password file '{}' is not UTF-8 text",
                     path.display()
                 ))
             })?;
             let first = text.lines().next().unwrap_or("").to_string();
             if first.is_empty() {
-                return Err(Failure::Config(format!(
+                return Err(SetupError::Config(format!(
                     "password file '{}' is empty",
                     path.display()
                 )));
@@ -65,7 +65,7 @@ impl Settings {
     }
 
     /// Parses one URL into connection info, with the fallback password applied.
-    pub fn connection_info(&self, url: &str) -> Result<ConnectionInfo, Failure> {
+    pub fn connection_info(&self, url: &str) -> Result<ConnectionInfo, SetupError> {
         self.connection_info_with(url, true)
     }
 
@@ -73,18 +73,18 @@ impl Settings {
         &self,
         url: &str,
         fallback_password: bool,
-    ) -> Result<ConnectionInfo, Failure> {
+    ) -> Result<ConnectionInfo, SetupError> {
         let shown = redact(url);
         let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
             .iter()
             .any(|s| url.starts_with(s));
         if !scheme_ok {
-            return Err(Failure::Config(format!(
+            return Err(SetupError::Config(format!(
                 "malformed URL '{shown}': it must start with redis://, rediss:// or unix://"
             )));
         }
         let info = url.into_connection_info().map_err(|e| {
-            Failure::Config(format!(
+            SetupError::Config(format!(
                 "malformed URL '{shown}': {}",
                 why_malformed(url, &e)
             ))
@@ -107,12 +107,12 @@ impl Settings {
 
     /// Opens the deployment the options describe: one node for a single Redis, a Cluster or
     /// a Sentinel-watched master; one node per master for Redlock.
-    pub fn connect(&self) -> Result<Vec<Box<dyn Node>>, Failure> {
+    pub fn connect(&self) -> Result<Vec<Box<dyn Node>>, SetupError> {
         if self.urls.is_empty() {
-            return Err(Failure::Usage("no --url given".into()));
+            return Err(SetupError::Usage("no --url given".into()));
         }
         if self.cluster && self.sentinel.is_some() {
-            return Err(Failure::Usage(
+            return Err(SetupError::Usage(
                 "--cluster and --sentinel cannot be used together".into(),
             ));
         }
@@ -125,7 +125,7 @@ impl Settings {
         }
         let n = self.urls.len();
         if n > 1 && (n < 3 || n.is_multiple_of(2)) {
-            return Err(Failure::Usage(format!(
+            return Err(SetupError::Usage(format!(
                 "Redlock needs an odd number of independent masters (3, 5, ...), got {n} --url"
             )));
         }
@@ -138,12 +138,12 @@ impl Settings {
 
     /// Redlock's masters must be independent: the same server named twice would let one
     /// server make a majority.
-    fn check_independent(&self) -> Result<(), Failure> {
+    fn check_independent(&self) -> Result<(), SetupError> {
         let mut seen: Vec<(redis::ConnectionAddr, &str)> = Vec::new();
         for url in &self.urls {
             let addr = self.connection_info(url)?.addr().clone();
             if let Some((_, first)) = seen.iter().find(|(a, _)| *a == addr) {
-                return Err(Failure::Config(format!(
+                return Err(SetupError::Config(format!(
                     "'{}' and '{}' are the same Redis server: Redlock needs independent masters",
                     redact(first),
                     redact(url)
@@ -154,15 +154,15 @@ impl Settings {
         Ok(())
     }
 
-    fn check_tls_options(&self) -> Result<(), Failure> {
+    fn check_tls_options(&self) -> Result<(), SetupError> {
         if self.tls.cert.is_some() != self.tls.key.is_some() {
-            return Err(Failure::Config(
+            return Err(SetupError::Config(
                 "--tls-cert and --tls-key go together: give both or neither".into(),
             ));
         }
         let any = self.tls.ca.is_some() || self.tls.cert.is_some();
         if any && !self.urls.iter().any(|u| u.starts_with("rediss://")) {
-            return Err(Failure::Config(
+            return Err(SetupError::Config(
                 "--tls-ca/--tls-cert/--tls-key apply to rediss:// URLs, and no --url is rediss://"
                     .into(),
             ));
@@ -171,7 +171,7 @@ impl Settings {
     }
 
     /// The certificates of --tls-ca, --tls-cert and --tls-key, if any were given.
-    pub fn tls_certificates(&self) -> Result<Option<redis::TlsCertificates>, Failure> {
+    pub fn tls_certificates(&self) -> Result<Option<redis::TlsCertificates>, SetupError> {
         let read = |what: &str, path: &Path| read_bounded(what, path, TLS_MAX);
         let root_cert = match &self.tls.ca {
             Some(p) => Some(read("--tls-ca", p)?),
@@ -194,13 +194,13 @@ impl Settings {
     }
 
     /// A client for one URL, with the fallback password and the TLS material applied.
-    pub fn client(&self, url: &str) -> Result<redis::Client, Failure> {
+    pub fn client(&self, url: &str) -> Result<redis::Client, SetupError> {
         self.client_with(url, true)
     }
 
     /// A server that runs the lock scripts: a client for `url`, waiting for --replicas after
     /// every grant and renewal.
-    pub fn single(&self, url: &str) -> Result<Single, Failure> {
+    pub fn single(&self, url: &str) -> Result<Single, SetupError> {
         Ok(Single::new(self.client(url)?, redact(url))
             .replicated(self.replicas)
             .tls_files(self.tls.clone()))
@@ -208,14 +208,14 @@ impl Settings {
 
     /// A client for a Sentinel: only the URL's own credentials (the fallback password is the
     /// master's, and a Sentinel without one would refuse AUTH).
-    pub fn sentinel_client(&self, url: &str) -> Result<redis::Client, Failure> {
+    pub fn sentinel_client(&self, url: &str) -> Result<redis::Client, SetupError> {
         self.client_with(url, false)
     }
 
-    fn client_with(&self, url: &str, fallback_password: bool) -> Result<redis::Client, Failure> {
+    fn client_with(&self, url: &str, fallback_password: bool) -> Result<redis::Client, SetupError> {
         let info = self.connection_info_with(url, fallback_password)?;
         let bad = |e: redis::RedisError| {
-            Failure::Config(format!(
+            SetupError::Config(format!(
                 "cannot use '{}': {}",
                 redact(url),
                 redact_text(&e.to_string())

@@ -352,7 +352,7 @@ impl Single {
                 detail: format!(
                     "only {acked} of {} replicas acknowledged the {write} within {} (--replicas {})",
                     self.replicas,
-                    crate::lock::human_duration(timeout),
+                    crate::output::human_duration(timeout),
                     self.replicas
                 ),
             }),

@@ -29,7 +29,6 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
             let policy = WaitPolicy {
                 wait: args.wait.wait,
                 no_wait: args.wait.no_wait,
-                busy_code: args.wait.conflict_exit_code,
             };
             let signals = if policy.no_wait {
                 None

@@ -128,7 +128,7 @@ fn hold(
                     how: LostHow::Inherited(why),
                 });
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(Failure::redis(key, e)),
         }
     }
     ctx.say(format_args!(
@@ -176,7 +176,6 @@ fn acquire(
     let policy = WaitPolicy {
         wait: args.wait.wait,
         no_wait: args.wait.no_wait,
-        busy_code: args.wait.conflict_exit_code,
     };
     let token = new_token();
     let request = Request {

@@ -151,7 +151,11 @@ impl<'a> Recorder<'a> {
     /// The run ended with `failure` before its command ran (or, for a lost lock, while it ran).
     pub fn failed(&self, failure: &Failure) {
         if let Some((outcome, signal)) = Outcome::of_failure(failure) {
-            self.keep(outcome, i64::from(failure.exit_code()), signal);
+            self.keep(
+                outcome,
+                i64::from(failure.exit_code(self.args.wait.conflict_exit_code)),
+                signal,
+            );
         }
     }
 

@@ -11,7 +11,8 @@ pub fn run(ctx: &Context, args: &RenewArgs) -> Result<u8> {
     let key = ctx.key(&args.key.key)?;
     let token = required_token(&args.token.token, "renew")?;
     let locker = ctx.locker()?;
-    match locker.renew(&key, &token, args.ttl, locker.op_timeout())? {
+    let renewed = locker.renew(&key, &token, args.ttl, locker.op_timeout());
+    match renewed.map_err(|e| Failure::redis(&key, e))? {
         Renewed::Yes(ttl) => {
             ctx.say(format_args!(
                 "renewed lock '{}' for {}",
@@ -21,7 +22,7 @@ pub fn run(ctx: &Context, args: &RenewArgs) -> Result<u8> {
             Ok(0)
         }
         Renewed::NotOwner(why) => Err(Failure::NotPermitted {
-            about: About::Lock(key.name),
+            about: About::from(&key),
             refused: Refused::Renew(why),
         }
         .into()),

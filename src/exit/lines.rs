@@ -226,7 +226,6 @@ impl fmt::Display for RenewError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RenewError::Node(error) => write!(f, "{error}"),
-            RenewError::Failed(failure) => write!(f, "{failure}"),
             RenewError::NoThread(e) => write!(f, "cannot start the renewal thread: {e}"),
         }
     }

@@ -4,12 +4,12 @@
 -- KEYS[1] lock (a string holding the owner token)  KEYS[2] state (hash: fence, holder, and
 --         "next"/"next_until", the waiter a free lock is reserved for)  KEYS[3] queue (zset of
 --         waiting tokens, oldest first)
--- ARGV[1] token  ARGV[2] ttl ms  ARGV[3] "1" to join the queue when not granted, "0" to try once
--- ARGV[4] ms until the waiter's next check, when the lock has no expiry  ARGV[5] wake channel
--- ARGV[6..9] holder host, pid, user, command
--- ARGV[10] "" for an exclusive lock, "limit" for a semaphore, "shared" for a shared lock
--- ARGV[11] the semaphore's N
--- ARGV[12] the holder's pid namespace (for inspect's stale check; may be empty)
+-- ARGV by name (common.lua's args): token; ttl (ms); join ("1" to join the queue when not
+--         granted); check (ms until the waiter's next check, when the lock has no expiry);
+--         channel (the wake channel); host, pid, user, cmd (the holder); mode ("" for an
+--         exclusive lock, "limit" for a semaphore, "shared" for a shared lock); limit (the
+--         semaphore's N); pidns (the holder's pid namespace, for inspect's stale check; may be
+--         empty)
 -- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
 --   "ok" fence ttl                        granted: the fence, the lease (ms)
 --   "busy" pttl now host pid user since cmd [holders limit ahead] [place]
@@ -29,17 +29,18 @@
 -- Errors (nothing was changed): WRONGTYPE for a helper key of another type or a fence counter
 -- that cannot be raised, NOPERM for a command the ACL user may not run.
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
-local token, ttl, check, channel = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4]), ARGV[5]
-local now = now_ms()
-local mode, limit = ARGV[10] or "", tonumber(ARGV[11]) or 0
+local a = args()
+local token, ttl, check, channel = a.token, tonumber(a.ttl), tonumber(a.check), a.channel
+local now, now_us = now_ms()
+local mode, limit = a.mode or "", tonumber(a.limit) or 0
 -- The request, as slot.lua's wait_in_line and take_slot read it.
 local r = {lock = lock, state = state, queue = queue, token = token, ttl = ttl, now = now,
-  join = ARGV[3] == "1", channel = channel, mode = mode, limit = limit,
-  who = {host = ARGV[6], pid = ARGV[7], user = ARGV[8], cmd = ARGV[9], pidns = ARGV[12] or ""}}
+  now_us = now_us, join = a.join == "1", channel = channel, mode = mode, limit = limit,
+  who = {host = a.host or "", pid = a.pid or "", user = a.user or "", cmd = a.cmd or "",
+    pidns = a.pidns or ""}}
 
-local kind = redis.call("TYPE", lock)["ok"]
-local held_mode = multi_mode(kind, state)
-if (kind ~= "none" and kind ~= "string" and kind ~= "zset") or (kind == "zset" and not held_mode) then
+local kind, held_mode, is_lock = lock_kind(lock, state)
+if not is_lock then
   return reply("wrongtype", "type", kind)
 end
 -- Checks (common.lua), all before the first write.
@@ -109,12 +110,9 @@ end
 if current then
   local pttl = redis.call("PTTL", lock)
   wait_in_line(r, pttl >= 0 and pttl or check)
-  local h = redis.call("HMGET", state, "token", "host", "pid", "user", "since", "cmd")
-  if h[1] ~= current then
-    h = {}
-  end
-  return reply("busy", "pttl", pttl, "now", now, "host", h[2], "pid", h[3], "user", h[4],
-    "since", h[5], "cmd", h[6], "place", place_in_line(r))
+  local h = holder_of(state, current) or {}
+  return reply("busy", "pttl", pttl, "now", now, "host", h.host, "pid", h.pid, "user", h.user,
+    "since", h.since, "cmd", h.cmd, "place", place_in_line(r))
 end
 
 -- Free. Reserved for another waiter whose claim window is open: wait for it.
@@ -152,8 +150,7 @@ end
 fence = math.max(fence + 1, now_us)
 -- The record before the lock: a server older than Redis 4.0 refuses an HSET of several fields,
 -- and then nothing is held.
-redis.call("HSET", state, "fence", fence, "token", token, "host", ARGV[6], "pid", ARGV[7],
-  "user", ARGV[8], "cmd", ARGV[9], "since", now, "ttl", ttl, "renewed", now, "pidns", ARGV[12] or "")
+redis.call("HSET", state, unpack(holder_hset(token, holder_fields(r.who, fence, now, ttl))))
 redis.call("SET", lock, token, "PX", ttl)
 redis.call("HDEL", state, "released", "broken", "next", "next_until")
 redis.call("ZREM", queue, token)

@@ -36,18 +36,27 @@ local function reply(outcome, ...)
   return out
 end
 
+-- The script's arguments by name. ARGV is flat, name then value (`name1, value1, name2, value2,
+-- ...`, src/lock/call.rs), read once into a table here: a script never finds an argument by its
+-- position, so that an argument added later cannot shift the others.
+local function args()
+  local a = {}
+  for i = 1, #ARGV, 2 do
+    a[ARGV[i]] = ARGV[i + 1]
+  end
+  return a
+end
+
 -- How long a lock's helper keys outlive its last lease: every key rlock writes expires, at most
 -- this long after the lock has neither holder nor waiter.
 local KEEP_MS = 60000
 
--- The server's clock in microseconds, as the last now_ms() read it.
-local now_us = 0
-
--- The server's clock in milliseconds: one clock for every rlock, whatever the hosts' clocks say.
+-- The server's clock in milliseconds, and in microseconds (the fence's floor): one clock for
+-- every rlock, whatever the hosts' clocks say.
 local function now_ms()
   local t = redis.call("TIME")
-  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
 -- Lets `key` live at least `ms` longer, never shortening a longer life; a key with no TTL gets
@@ -124,6 +133,54 @@ local function multi_mode(kind, state)
     return mode
   end
   return nil
+end
+
+-- Whether `lock` is a lock, asked one way by every script: its Redis type, the kind of
+-- multi-holder lock it is (multi_mode, or nil), and true when it is free or a lock (a string,
+-- rlock's or another client's, or a sorted set that rlock's state calls a lock).
+local function lock_kind(lock, state)
+  local kind = redis.call("TYPE", lock)["ok"]
+  local mode = multi_mode(kind, state)
+  return kind, mode, kind == "none" or kind == "string" or mode ~= nil
+end
+
+-- The fields of the holder record of a lock with one holder, kept in its state hash beside
+-- "token" (and, as JSON, of each holder of a multi-holder lock, multi.lua's "h:<token>"): the
+-- list is spelled here only.
+local HOLDER_FIELDS = {"fence", "host", "pid", "user", "cmd", "since", "ttl", "renewed", "pidns"}
+
+-- The holder record of a grant to `who` (host, pid, user, cmd, pidns) with `fence`, at `now`,
+-- for `ttl` ms, by name.
+local function holder_fields(who, fence, now, ttl)
+  return {fence = fence, host = who.host, pid = who.pid, user = who.user, cmd = who.cmd,
+    since = now, ttl = ttl, renewed = now, pidns = who.pidns}
+end
+
+-- `record` (holder_fields') flat for HSET, "token" first: name, value, ...
+local function holder_hset(token, record)
+  local out = {"token", token}
+  for _, name in ipairs(HOLDER_FIELDS) do
+    out[#out + 1] = name
+    out[#out + 1] = record[name]
+  end
+  return out
+end
+
+-- The holder record in `state` by name, when it is `token`'s; nil when there is none (no state,
+-- a state of another type, a record of another token). A field the record lacks is nil.
+local function holder_of(state, token)
+  if not token or redis.call("TYPE", state)["ok"] ~= "hash" then
+    return nil
+  end
+  local v = redis.call("HMGET", state, "token", unpack(HOLDER_FIELDS))
+  if v[1] ~= token then
+    return nil
+  end
+  local h = {}
+  for i, name in ipairs(HOLDER_FIELDS) do
+    h[name] = v[i + 1] or nil
+  end
+  return h
 end
 
 -- The record of holder `token` of a multi-holder lock (multi.lua's JSON) as a table, or nil when

@@ -4,33 +4,20 @@
 
 use std::time::{Duration, Instant};
 
+use super::call;
+use super::call::acquire::Acquire;
+use super::call::acquire::Attempt;
+use super::call::release::{Release, ReleaseReply};
+use super::call::renew::{Fence, Leave, Renew};
 use super::history::HoldRecord;
 use super::key::LockKey;
 use super::lease::drift;
-use super::locker::{Locker, Quorum, eval_as, eval_keys_as, no_quorum};
+use super::locker::{Locker, Quorum, no_quorum};
 use super::redlock::release_verdict;
-use super::reply::{Crowd, Holder, KeyType, Refusal, ReleaseReply, unrecorded};
-use super::scripts::{ACQUIRE, FENCE, LEAVE, RELEASE, RENEW};
-use super::{CHECK_WITHOUT_EXPIRY, Grant, NotOwner, Released, Renewed, Request};
-use crate::backend::{Fault, Node, NodeError};
+use super::reply::{Holder, KeyType, Refusal};
+use super::{Grant, NotOwner, Released, Renewed, Request};
+use crate::backend::{Fault, NodeError};
 use crate::exit::{About, Failure, Refused};
-
-/// One try at taking the lock: acquire.lua's reply, decoded in reply.rs.
-#[derive(Debug)]
-pub(super) enum Attempt {
-    Granted(Grant),
-    Busy {
-        pttl: i64,
-        now_ms: i64,
-        holder: Holder,
-        crowd: Option<Crowd>,
-        /// The waiter's place in line (1 first), when it waits in line.
-        place: Option<i64>,
-    },
-    Queued {
-        wait_ms: i64,
-    },
-}
 
 /// What one node said to an acquire.
 type NodeAttempt = Result<Attempt, NodeError>;
@@ -50,34 +37,7 @@ impl Locker {
         within: Option<Duration>,
     ) -> Result<Attempt, Failure> {
         let began = Instant::now();
-        let Request {
-            key,
-            token,
-            ttl,
-            sharing,
-            who,
-        } = *req;
-        let (mode, limit) = sharing.script_args();
-        let ttl_ms = ttl.as_millis().max(1).to_string();
-        let check = CHECK_WITHOUT_EXPIRY.as_millis().to_string();
-        let pid = who.pid.to_string();
-        // A Redlock waiter does not queue: queues on independent masters could disagree on
-        // who is first. It waits for the release's "anyone" wake-up instead.
-        let join = join_queue && !self.is_quorum();
-        let args = [
-            token,
-            &ttl_ms,
-            if join { "1" } else { "0" },
-            &check,
-            &key.channel,
-            &who.host,
-            &pid,
-            &who.user,
-            &who.command,
-            mode,
-            &limit,
-            &who.pidns,
-        ];
+        let (key, token, ttl) = (req.key, req.token, req.ttl);
         // What is left of the wait, after what this try has taken so far.
         let left = || within.map(|w| w.saturating_sub(began.elapsed()));
         // Redlock: one vote per server, whatever names reach it (redlock.rs).
@@ -86,10 +46,16 @@ impl Locker {
             false => vec![None],
         };
         let timeout = capped(self.node_timeout(ttl), left());
-        let sent = Instant::now();
+        let call = Acquire {
+            req,
+            // A Redlock waiter does not queue: queues on independent masters could disagree
+            // on who is first. It waits for the release's "anyone" wake-up instead.
+            join: join_queue && !self.is_quorum(),
+            sent: Instant::now(),
+        };
         let results = self.on_each(|i, n| match &unidentified[i] {
             Some(e) => Err(e.clone()),
-            None => attempt_on(n, req, &args, timeout, sent),
+            None => call::run(n, &call, timeout),
         });
         if !self.is_quorum() {
             let mut result = results.into_iter().next().expect("one node");
@@ -111,14 +77,14 @@ impl Locker {
                     e.detail.push_str("; the grant was given back");
                 }
             }
-            return result.map_err(|e| e.into_failure(&key.name));
+            return result.map_err(|e| Failure::redis(key, e));
         }
         // A master that did not say who it is was sent no grant: nothing to give back there.
         let asked: Vec<bool> = unidentified.iter().map(Option::is_none).collect();
         let give_back = capped(self.node_timeout(ttl), left());
-        let attempt = self.combine_attempts(req, sent, results, &asked, give_back);
+        let attempt = self.combine_attempts(req, call.sent, results, &asked, give_back);
         if let Ok(Attempt::Granted(_)) = &attempt {
-            self.remember_grant(token, &args);
+            self.remember_grant(req);
         }
         attempt
     }
@@ -149,9 +115,10 @@ impl Locker {
             }));
         }
         // No grant: give back what was granted, everywhere it was asked.
+        let leave = Leave { key, token };
         self.on_each(|i, n| {
             if asked[i] {
-                let _ = n.eval(&LEAVE, &key.keys(), &[token, &key.channel], give_back);
+                let _ = call::run(n, &leave, give_back);
             }
         });
         no_grant(self.quorum(), key, results)
@@ -168,14 +135,17 @@ impl Locker {
         results: &[NodeAttempt],
         timeout: Duration,
     ) {
-        let floor = fence.to_string();
+        let raise = &Fence {
+            key,
+            token,
+            floor: fence,
+        };
         std::thread::scope(|s| {
             for (node, result) in self.nodes.iter().zip(results) {
                 if let Ok(Attempt::Granted(mine)) = result
                     && mine.fence < fence
                 {
-                    let (floor, keys) = (&floor, key.keys_for(&FENCE));
-                    s.spawn(move || node.eval(&FENCE, &keys, &[token, floor], timeout));
+                    s.spawn(move || call::run(node.as_ref(), raise, timeout));
                 }
             }
         });
@@ -193,9 +163,10 @@ impl Locker {
         token: &str,
         timeout: Duration,
     ) -> Result<(), Failure> {
-        let results = self.on_all(|n| n.eval(&LEAVE, &key.keys(), &[token, &key.channel], timeout));
+        let leave = Leave { key, token };
+        let results = self.on_all(|n| call::run(n, &leave, timeout));
         match results.into_iter().find_map(Result::err) {
-            Some(e) if !self.is_quorum() => Err(e.into_failure(&key.name)),
+            Some(e) if !self.is_quorum() => Err(Failure::redis(key, e)),
             _ => Ok(()),
         }
     }
@@ -232,17 +203,16 @@ impl Locker {
     where
         T: Send,
     {
-        let extra = record.map(HoldRecord::args);
-        let mut args = vec![token, key.channel.as_str(), if force { "1" } else { "0" }];
-        let mut keys = key.keys().to_vec();
-        if let Some(extra) = &extra {
-            args.extend(extra.iter().map(String::as_str));
-            keys.push(&key.history);
-        }
+        let release = Release {
+            key,
+            token,
+            force,
+            record,
+        };
         let results = self.on_all(|n| {
-            eval_keys_as(n, &RELEASE, &keys, &args, self.op_timeout, |r| {
-                let note = unrecorded(r).map(|why| format!("{}: {why}", n.name()));
-                Ok((decode(ReleaseReply::decode(r)?)?, note))
+            call::run_as(n, &release, self.op_timeout, |said| {
+                let note = said.unrecorded.map(|why| format!("{}: {why}", n.name()));
+                Ok((decode(said.reply)?, note))
             })
         });
         let mut notes = Vec::new();
@@ -269,13 +239,13 @@ impl Locker {
         }
         match results.into_iter().next().expect("one node") {
             Ok(ReleaseReply::Released | ReleaseReply::Already) => Ok(Released::Done),
-            Err(e) => Err(e.into_failure(&key.name)),
+            Err(e) => Err(Failure::redis(key, e)),
             Ok(ReleaseReply::Other) => Err(Failure::NotPermitted {
-                about: About::Lock(key.name.clone()),
+                about: About::from(key),
                 refused: Refused::ReleaseHeldByOther,
             }),
             Ok(_) => Err(Failure::NotPermitted {
-                about: About::Lock(key.name.clone()),
+                about: About::from(key),
                 refused: Refused::ReleaseNotHeld,
             }),
         }
@@ -311,38 +281,28 @@ fn force_outcome(
         return Ok(Released::Broken(Some(who)));
     }
     match results.into_iter().find_map(Result::err) {
-        Some(e) => Err(e.into_failure(&key.name)),
+        Some(e) => Err(Failure::redis(key, e)),
         None => Ok(Released::Broken(None)),
     }
 }
 
 impl Locker {
     /// Extends the lock if `token` owns it; `ttl` None keeps the TTL it was given. In Redlock
-    /// mode a majority must renew; the lock is lost once a majority can no longer renew it.
+    /// mode a majority must renew; the lock is lost once a majority can no longer renew it. A
+    /// renewal that failed is one node's error (in Redlock mode the first of them): the
+    /// renewal thread retries it, and only the command layer makes a failure of it.
     pub fn renew(
         &self,
         key: &LockKey,
         token: &str,
         ttl: Option<Duration>,
         timeout: Duration,
-    ) -> Result<Renewed, Failure> {
-        let ttl_ms = ttl
-            .map(|t| t.as_millis().max(1).to_string())
-            .unwrap_or_default();
+    ) -> Result<Renewed, NodeError> {
         let timeout = ttl.map_or(timeout, |t| timeout.min(self.node_timeout(t)));
-        let results = self.on_all(|n| {
-            eval_as(
-                n,
-                &RENEW,
-                key,
-                &[token, &ttl_ms],
-                timeout,
-                Renewed::from_reply,
-            )
-        });
+        let renew = Renew { key, token, ttl };
+        let results = self.on_all(|n| call::run(n, &renew, timeout));
         if !self.is_quorum() {
-            let result = results.into_iter().next().expect("one node");
-            return result.map_err(|e| e.into_failure(&key.name));
+            return results.into_iter().next().expect("one node");
         }
         let renewed: Vec<Duration> = results
             .iter()
@@ -352,7 +312,7 @@ impl Locker {
             })
             .collect();
         if self.quorum().reached_by(renewed.len()) {
-            self.repair(key, token, &ttl_ms, &results, timeout);
+            self.repair(key, token, ttl, &results, timeout);
             return Ok(Renewed::Yes(renewed.into_iter().min().unwrap_or_default()));
         }
         let not_owner = results
@@ -373,7 +333,7 @@ impl Locker {
                 node: "Redlock".into(),
                 detail: "too few nodes renewed in time".into(),
             });
-        Err(error.into_failure(&key.name))
+        Err(error)
     }
 }
 
@@ -382,18 +342,6 @@ pub(super) fn capped(timeout: Duration, within: Option<Duration>) -> Duration {
     within
         .map_or(timeout, |w| timeout.min(w))
         .max(Duration::from_millis(1))
-}
-
-fn attempt_on(
-    node: &dyn Node,
-    req: &Request,
-    args: &[&str],
-    timeout: Duration,
-    sent: Instant,
-) -> NodeAttempt {
-    eval_as(node, &ACQUIRE, req.key, args, timeout, |r| {
-        Attempt::from_reply(r, req, sent)
-    })
 }
 
 /// Who a forced release broke, as text; None when nobody held the lock.
@@ -459,14 +407,10 @@ fn no_grant(quorum: Quorum, key: &LockKey, results: Vec<NodeAttempt>) -> Result<
         }
     }
     if let Some(e) = errors.iter().find(|e| e.kind == Fault::WrongType) {
-        return Err(e.clone().into_failure(&key.name));
+        return Err(Failure::redis(key, e.clone()));
     }
     if quorum.lost_with(errors.len()) {
-        return Err(no_quorum(
-            About::Lock(key.name.clone()),
-            quorum.nodes(),
-            errors,
-        ));
+        return Err(no_quorum(About::from(key), quorum.nodes(), errors));
     }
     // The first of the busy answers with the shortest lease left (one that never expires, or
     // has just gone, only when no other says when).

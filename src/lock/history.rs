@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::call::{self, Args, Call, sources};
 use super::key::{LockKey, scan_pattern};
 use super::locker::{Locker, no_quorum};
-use super::scripts::{HISTORY, RECORD};
-use crate::backend::{Fault, Node, NodeError};
+use super::reply::{Refusal, Reply};
+use crate::backend::{Node, NodeError, Script};
 use crate::exit::{About, Failure};
 
 /// One run as the history keeps it. Every field is written by `record`; a field that is missing
@@ -79,6 +80,12 @@ impl RunRecord {
         put("signal", self.signal.clone());
         put("by", self.by.clone());
         out
+    }
+
+    /// The fields as one argument: a JSON list of name then value, in order (the scripts append
+    /// them to the stream as they are).
+    fn entry(&self) -> String {
+        serde_json::to_string(&self.fields()).expect("a list of strings")
     }
 
     /// An entry of XREVRANGE's reply: `[id, [name, value, ...]]`. None when it is not shaped
@@ -161,16 +168,90 @@ impl HoldRecord {
         }
     }
 
-    /// release.lua's ARGV[4..7], and ARGV[8..] for an exec's run.
-    pub(super) fn args(&self) -> Vec<String> {
-        let mut args = vec![
-            self.keep.runs.max(1).to_string(),
-            self.keep.ttl.as_millis().max(1).to_string(),
-            self.run.clone(),
-            self.by.clone(),
-        ];
-        args.extend(self.run_end.iter().flat_map(RunRecord::fields));
-        args
+    /// `args` (release.lua's) with what it needs to record the hold: keep_runs, keep_ms, run,
+    /// by, and for an exec's run its entry.
+    pub(super) fn args(&self, args: Args) -> Args {
+        self.keep
+            .args(args)
+            .with("run", &self.run)
+            .with("by", &self.by)
+            .with_some("entry", self.run_end.as_ref().map(RunRecord::entry))
+    }
+}
+
+impl Keep {
+    /// `args` with keep_runs (how many runs the history keeps, at least 1) and keep_ms (how
+    /// long it lives after this one).
+    fn args(&self, args: Args) -> Args {
+        args.with("keep_runs", self.runs.max(1))
+            .with("keep_ms", self.ttl.as_millis().max(1))
+    }
+}
+
+/// One entry appended at the end of each run (when the release did not record it).
+pub static RECORD: Script = Script::new("record", sources::RECORD);
+/// The reading.
+pub static HISTORY: Script = Script::new("history", sources::HISTORY);
+
+/// record.lua: appends `run` to `key`'s history, which keeps `keep`.
+struct Record<'a> {
+    key: &'a LockKey,
+    keep: Keep,
+    run: &'a RunRecord,
+}
+
+impl Call for Record<'_> {
+    /// The stream entry's ID.
+    type Reply = String;
+
+    fn script(&self) -> &'static Script {
+        &RECORD
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![&self.key.history]
+    }
+
+    fn args(&self) -> Args {
+        self.keep.args(Args::new()).with("entry", self.run.entry())
+    }
+
+    fn decode(&self, reply: &[Value]) -> Result<String, Refusal> {
+        let reply = Reply::parse(reply)?;
+        match reply.word.as_str() {
+            "recorded" => reply.fields.need_text("id"),
+            _ => Err(Refusal::Unexpected),
+        }
+    }
+}
+
+/// history.lua: the newest `count` runs of `key`'s history, newest first (XREVRANGE's entries,
+/// each read by name).
+struct History<'a> {
+    key: &'a LockKey,
+    count: usize,
+}
+
+impl Call for History<'_> {
+    type Reply = Vec<RunRecord>;
+
+    fn script(&self) -> &'static Script {
+        &HISTORY
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![&self.key.history]
+    }
+
+    fn args(&self) -> Args {
+        Args::new().with("count", self.count)
+    }
+
+    fn decode(&self, entries: &[Value]) -> Result<Vec<RunRecord>, Refusal> {
+        if !entries.iter().all(|e| matches!(e, Value::Array(_))) {
+            return Err(Refusal::Unexpected);
+        }
+        Ok(entries.iter().filter_map(RunRecord::from_entry).collect())
     }
 }
 
@@ -191,12 +272,8 @@ impl Locker {
         run: &RunRecord,
         timeout: Duration,
     ) -> Vec<NodeError> {
-        let limit = keep.runs.max(1).to_string();
-        let ttl = keep.ttl.as_millis().max(1).to_string();
-        let fields = run.fields();
-        let mut args: Vec<&str> = vec![&limit, &ttl];
-        args.extend(fields.iter().map(String::as_str));
-        self.on_all(|n| n.eval(&RECORD, &[&key.history], &args, timeout))
+        let call = Record { key, keep, run };
+        self.on_all(|n| call::run(n, &call, timeout))
             .into_iter()
             .filter_map(Result::err)
             .collect()
@@ -216,11 +293,11 @@ impl Locker {
             }
         }
         if errors.len() == self.nodes.len() {
-            let about = About::Lock(key.name.clone());
+            let about = About::from(key);
             return Err(if self.is_quorum() {
                 no_quorum(about, self.nodes.len(), errors)
             } else {
-                errors.remove(0).into_failure_for(about)
+                Failure::redis(about, errors.remove(0))
             });
         }
         if self.is_quorum() {
@@ -259,7 +336,7 @@ impl Locker {
             return Err(if self.is_quorum() {
                 no_quorum(about, self.nodes.len(), errors)
             } else {
-                errors.remove(0).into_failure_for(about)
+                Failure::redis(about, errors.remove(0))
             });
         }
         names.sort();
@@ -298,15 +375,7 @@ fn read_history(
     count: usize,
     timeout: Duration,
 ) -> Result<Vec<RunRecord>, NodeError> {
-    let count = count.to_string();
-    match node.eval(&HISTORY, &[&key.history], &[&count], timeout)? {
-        Value::Array(entries) => Ok(entries.iter().filter_map(RunRecord::from_entry).collect()),
-        other => Err(NodeError {
-            kind: Fault::Other,
-            node: node.name().into(),
-            detail: format!("unexpected reply to history: {other:?}"),
-        }),
-    }
+    call::run(node, &History { key, count }, timeout)
 }
 
 #[cfg(test)]

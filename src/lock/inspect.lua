@@ -11,7 +11,7 @@
 --     end, server ms), record (multi.lua's JSON)).
 local lock, state = KEYS[1], KEYS[2]
 local now = now_ms()
-local kind = redis.call("TYPE", lock)["ok"]
+local kind, mode = lock_kind(lock, state)
 local waiters = 0
 if redis.call("TYPE", KEYS[3])["ok"] == "zset" then
   waiters = redis.call("ZCARD", KEYS[3])
@@ -20,7 +20,6 @@ if kind == "none" then
   return reply(kind, "pttl", -2, "now", now, "waiters", waiters)
 end
 local pttl = redis.call("PTTL", lock)
-local mode = multi_mode(kind, state)
 if mode then
   -- Only holders whose lease runs (reading changes nothing; the next write drops the others).
   local live = {}
@@ -34,14 +33,7 @@ if mode then
     "limit", tonumber(redis.call("HGET", state, "limit")) or 0, "holders", holders_field(live))
 end
 local value = kind == "string" and redis.call("GET", lock)
-local h = {}
-if value and redis.call("TYPE", state)["ok"] == "hash" then
-  h = redis.call("HMGET", state, "token", "fence", "host", "pid", "user", "since", "cmd", "ttl",
-    "renewed", "pidns")
-  if h[1] ~= value then
-    h = {}
-  end
-end
-return reply(kind, "pttl", pttl, "now", now, "waiters", waiters, "value", value, "fence", h[2],
-  "host", h[3], "pid", h[4], "user", h[5], "since", h[6], "cmd", h[7], "ttl", h[8],
-  "renewed", h[9], "pidns", h[10])
+local h = value and holder_of(state, value) or {}
+return reply(kind, "pttl", pttl, "now", now, "waiters", waiters, "value", value, "fence", h.fence,
+  "host", h.host, "pid", h.pid, "user", h.user, "since", h.since, "cmd", h.cmd, "ttl", h.ttl,
+  "renewed", h.renewed, "pidns", h.pidns)

@@ -1,8 +1,8 @@
 //! The Redis names of one lock: the lock key, its helper keys in the same cluster slot, and its
 //! wake channel.
 
-use crate::backend::{Script, hash_tag};
-use crate::exit::Failure;
+use crate::backend::hash_tag;
+use crate::exit::{About, Failure};
 
 /// The Redis names of one lock.
 #[derive(Debug, Clone)]
@@ -67,17 +67,6 @@ impl LockKey {
         })
     }
 
-    /// The keys a script declares. Renew and fence use only the lock and its state: a key that
-    /// does not exist (the queue, usually) would make a Cluster answer TRYAGAIN while the slot
-    /// migrates, and a renewal must get through then.
-    pub(super) fn keys_for(&self, script: &Script) -> Vec<&str> {
-        let mut keys = self.keys().to_vec();
-        if matches!(script.name, "renew" | "fence") {
-            keys.truncate(2);
-        }
-        keys
-    }
-
     pub(super) fn keys(&self) -> [&str; 3] {
         [&self.redis_key, &self.state, &self.queue]
     }
@@ -94,6 +83,14 @@ impl LockKey {
             return false;
         };
         (base.starts_with('{') && base.ends_with('}')) || hash_tag(base).is_some()
+    }
+}
+
+/// A request about this lock, as a message names it. (Here beside the key, which already
+/// returns a `Failure`: in exit.rs it would make a circle of the two files.)
+impl From<&LockKey> for About {
+    fn from(key: &LockKey) -> Self {
+        About::Lock(key.name.clone())
     }
 }
 

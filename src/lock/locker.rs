@@ -5,13 +5,11 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis::Value;
-
+use super::Sharing;
 use super::key::LockKey;
-use super::redlock::Relock;
-use super::reply::Refusal;
-use crate::backend::{Fault, Node, NodeError, Script, Subscriber};
+use crate::backend::{Fault, Node, NodeError, Subscriber};
 use crate::exit::{About, Failure};
+use crate::identity::Identity;
 
 /// The lock operations on one deployment. The operations themselves live beside this file, one
 /// file per kind of lock (`exclusive.rs`, ...), all built on `on_all` and `Quorum`.
@@ -23,6 +21,16 @@ pub struct Locker {
     /// Redlock: the last grant's token and acquire arguments, with which a renewal writes the
     /// lock again on a master that lost it (see `redlock.rs`).
     pub(super) relock: Mutex<Option<Relock>>,
+}
+
+/// What a renewal needs to write a lock again where it is gone: the grant's request (its key
+/// aside, which the renewal names). See `redlock.rs`.
+#[derive(Debug, Clone)]
+pub(super) struct Relock {
+    pub token: String,
+    pub ttl: Duration,
+    pub sharing: Sharing,
+    pub who: Identity,
 }
 
 /// How long a run that has never reached Redis keeps trying, unless told otherwise.
@@ -149,49 +157,6 @@ impl Locker {
     }
 }
 
-/// Runs a script on one node and decodes its reply with `decode` (reply.rs); a refusal (a key
-/// that is not a lock, a lock of another kind, a reply no script gives) is the node's error.
-pub(super) fn eval_as<T>(
-    node: &dyn Node,
-    script: &Script,
-    key: &LockKey,
-    args: &[&str],
-    timeout: Duration,
-    decode: impl FnOnce(&[Value]) -> Result<T, Refusal>,
-) -> Result<T, NodeError> {
-    eval_keys_as(node, script, &key.keys_for(script), args, timeout, decode)
-}
-
-/// As `eval_as`, with the keys given.
-pub(super) fn eval_keys_as<T>(
-    node: &dyn Node,
-    script: &Script,
-    keys: &[&str],
-    args: &[&str],
-    timeout: Duration,
-    decode: impl FnOnce(&[Value]) -> Result<T, Refusal>,
-) -> Result<T, NodeError> {
-    let reply = match node.eval(script, keys, args, timeout)? {
-        Value::Array(items) => items,
-        other => vec![other],
-    };
-    decode(&reply).map_err(|refusal| {
-        let (kind, detail) = match refusal {
-            Refusal::WrongType(kind) => (Fault::WrongType, format!("it is a {kind}")),
-            Refusal::Mismatch(held) => (Fault::Mismatch, held.to_string()),
-            Refusal::Unexpected => (
-                Fault::Other,
-                format!("unexpected reply to {}: {reply:?}", script.name),
-            ),
-        };
-        NodeError {
-            kind,
-            node: node.name().into(),
-            detail,
-        }
-    })
-}
-
 /// A Redlock request about `about` that too few of its `n` masters answered: the first refusal
 /// among their errors (a wrong password, the ACL, TLS, a node of a Redis Cluster), which no wait
 /// cures, else no quorum.
@@ -203,7 +168,7 @@ pub(super) fn no_quorum(about: About, n: usize, errors: Vec<NodeError>) -> Failu
         )
     }) {
         let mut errors = errors;
-        return errors.swap_remove(refused).into_failure_for(about);
+        return Failure::redis(about, errors.swap_remove(refused));
     }
     Failure::NoQuorum {
         about,

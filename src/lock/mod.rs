@@ -12,9 +12,10 @@
 //!
 //! The `{…}` hash tag puts them all in one Redis Cluster slot with the lock key.
 //!
-//! The rooms: `key.rs` names the keys, `scripts.rs` holds the scripts, `reply.rs` decodes their
-//! answers by name, `locker.rs` is the deployment (fan-out to every node, the Redlock majority),
-//! `lease.rs` the lease arithmetic, `display.rs` the text. The operations sit on the `Locker`:
+//! The rooms: `key.rs` names the keys, `call/` is one typed call per script (its keys, its
+//! arguments by name, its reply decoded by name with `reply.rs`), `locker.rs` is the deployment
+//! (fan-out to every node, the Redlock majority), `lease.rs` the lease arithmetic, `display.rs`
+//! the text. The operations sit on the `Locker`:
 //! `exclusive.rs` (one try at taking, release, renewal), `redlock.rs` (one vote per server, a
 //! release by majority, a renewal that repairs a master restarted empty), `read.rs` (inspect,
 //! list), `wait.rs` (waiting without polling), `history.rs` (the runs on record).
@@ -24,6 +25,7 @@
 //! so acquire, release, renew and the waiting line serve every kind, and a `Sharing` says which
 //! kind an acquire asks for.
 
+mod call;
 mod display;
 mod exclusive;
 mod history;
@@ -33,7 +35,6 @@ mod locker;
 mod read;
 mod redlock;
 mod reply;
-mod scripts;
 mod wait;
 
 #[cfg(test)]
@@ -43,14 +44,17 @@ use std::time::{Duration, Instant};
 
 use crate::identity::Identity;
 
-pub use display::{human_duration, human_ms};
+pub use crate::output::{human_duration, human_ms};
+pub use call::acquire::ACQUIRE;
+pub use call::inspect::{INSPECT, LockInfo};
+pub use call::release::RELEASE;
+pub use call::renew::{FENCE, LEAVE, RENEW};
+pub use history::{HISTORY, RECORD};
 pub use history::{HoldRecord, Keep, LastRun, RunRecord};
 pub use key::LockKey;
 pub use lease::{Lease, deadline, drift};
 pub use locker::Locker;
-pub use read::LockInfo;
 pub use reply::{Crowd, Holder, HolderLease, HolderPid, KeyType};
-pub use scripts::{ACQUIRE, FENCE, HISTORY, INSPECT, LEAVE, RECORD, RELEASE, RENEW};
 pub use wait::{Hooks, Interrupt, WaitPolicy};
 
 /// How often a waiter checks a lock that has no expiry (another client's `SET` without `PX`):
@@ -77,15 +81,6 @@ impl Sharing {
             (_, true) => Sharing::Shared,
             (Some(n), false) if n > 1 => Sharing::Limit(n),
             _ => Sharing::Exclusive,
-        }
-    }
-
-    /// acquire.lua's ARGV[10] and ARGV[11].
-    fn script_args(self) -> (&'static str, String) {
-        match self {
-            Sharing::Exclusive => ("", "0".into()),
-            Sharing::Limit(n) => ("limit", n.to_string()),
-            Sharing::Shared => ("shared", "0".into()),
         }
     }
 }

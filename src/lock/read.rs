@@ -4,59 +4,22 @@
 use std::time::{Duration, Instant};
 
 use super::Grant;
+use super::call;
+use super::call::inspect::{Inspect, LockInfo};
 use super::key::{LockKey, scan_pattern};
-use super::locker::{Locker, eval_as, no_quorum};
-use super::reply::{Holder, HolderLease, KeyType};
-use super::scripts::INSPECT;
+use super::locker::{Locker, no_quorum};
+use super::reply::{Holder, KeyType};
 use crate::backend::NodeError;
 use crate::exit::{About, Failure};
-
-/// A lock as `inspect` reports it: inspect.lua's reply (decoded in reply.rs) and its key.
-#[derive(Debug, Clone)]
-pub struct LockInfo {
-    pub name: String,
-    pub redis_key: String,
-    /// What Redis holds at the key: nothing (free), a string (a lock), a hash (e.g. Redisson's)
-    /// or another type.
-    pub kind: KeyType,
-    pub pttl: i64,
-    pub now_ms: i64,
-    pub token: Option<String>,
-    pub fence: Option<i64>,
-    pub ttl_ms: Option<i64>,
-    pub holder: Holder,
-    /// When the holder of a lock last renewed it (or took it), server ms; for a semaphore or
-    /// shared lock each of `holders` has its own.
-    pub renewed_ms: Option<i64>,
-    pub waiters: i64,
-    /// A semaphore (`Some(N)`) or shared lock (`Some(0)`); None for a lock with one holder.
-    pub limit: Option<i64>,
-    /// Every holder of a semaphore or shared lock, the first lease to end first.
-    pub holders: Vec<HolderLease>,
-}
-
-impl LockInfo {
-    pub fn held(&self) -> bool {
-        self.kind != KeyType::None
-    }
-
-    /// Written by rlock (not by another client).
-    pub fn ours(&self) -> bool {
-        self.holder.host.is_some()
-    }
-}
 
 impl Locker {
     /// Reads one lock. In Redlock mode it is held when a majority holds the same token.
     pub fn inspect(&self, key: &LockKey) -> Result<LockInfo, Failure> {
-        let results = self.on_all(|n| {
-            eval_as(n, &INSPECT, key, &[], self.op_timeout, |r| {
-                LockInfo::from_reply(key, r)
-            })
-        });
+        let inspect = Inspect { key };
+        let results = self.on_all(|n| call::run(n, &inspect, self.op_timeout));
         if !self.is_quorum() {
             let result = results.into_iter().next().expect("one node");
-            return result.map_err(|e| e.into_failure(&key.name));
+            return result.map_err(|e| Failure::redis(key, e));
         }
         let infos: Vec<LockInfo> = results
             .iter()
@@ -64,11 +27,7 @@ impl Locker {
             .collect();
         if !self.quorum().reached_by(infos.len()) {
             let errors: Vec<NodeError> = results.into_iter().filter_map(Result::err).collect();
-            return Err(no_quorum(
-                About::Lock(key.name.clone()),
-                self.nodes.len(),
-                errors,
-            ));
+            return Err(no_quorum(About::from(key), self.nodes.len(), errors));
         }
         for info in infos.iter().filter(|i| i.held()) {
             let same: Vec<&LockInfo> = infos
@@ -108,7 +67,7 @@ impl Locker {
             return Err(if self.is_quorum() {
                 no_quorum(about, self.nodes.len(), errors)
             } else {
-                errors.remove(0).into_failure_for(about)
+                Failure::redis(about, errors.remove(0))
             });
         }
         keys.sort();

@@ -2,10 +2,10 @@
 -- expires a set time after the last run recorded (every key rlock writes expires).
 --
 -- KEYS[1]    the history, {K}:history (in the lock's cluster slot)
--- ARGV[1]    how many runs to keep: exact MAXLEN (an approximate `~` trims only whole stream
---            nodes, 100 entries by default, so a cap of 10 would keep 100)
--- ARGV[2]    how long the history lives after this run, ms
--- ARGV[3..]  the run's fields, name then value (src/lock/history.rs)
+-- ARGV       by name, as common.lua's args reads them: keep_runs, how many runs to keep: exact
+--            MAXLEN (an approximate `~` trims only whole stream nodes, 100 entries by default,
+--            so a cap of 10 would keep 100); keep_ms, how long the history lives after this
+--            run; entry, the run's fields, a JSON list of name then value (src/lock/history.rs)
 --
 -- Replies: {"recorded", "id", ID}. Errors, nothing written: WRONGTYPE when the key holds
 -- something other than a stream; NOPERM (asked first on Redis 7) when the user may not XADD or
@@ -13,13 +13,19 @@
 --
 -- On its own, without common.lua: it runs at the end of every `exec`, and common.lua's
 -- definitions cost more than this script's work (about 20 µs a run on Redis 7). Its error
--- helper is common.lua's `raise`, in short.
+-- helper is common.lua's `raise`, and its arguments are read as common.lua's `args` reads them,
+-- in short.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local function raise(msg)
   if redis.REDIS_VERSION then
     error({err = msg})
   end
   error(msg, 0)
+end
+
+local a = {}
+for i = 1, #ARGV, 2 do
+  a[ARGV[i]] = ARGV[i + 1]
 end
 
 local history = KEYS[1]
@@ -36,10 +42,6 @@ if redis.acl_check_cmd then
     end
   end
 end
-local fields = {}
-for i = 3, #ARGV do
-  fields[#fields + 1] = ARGV[i]
-end
-local id = redis.call("XADD", history, "MAXLEN", ARGV[1], "*", unpack(fields))
-redis.call("PEXPIRE", history, ARGV[2])
+local id = redis.call("XADD", history, "MAXLEN", a.keep_runs, "*", unpack(cjson.decode(a.entry)))
+redis.call("PEXPIRE", history, a.keep_ms)
 return {"recorded", "id", id}

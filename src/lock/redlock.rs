@@ -14,25 +14,16 @@
 //! time gets no grant that round: it cannot vote.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use redis::Value;
-
+use super::call::acquire::Acquire;
+use super::call::release::ReleaseReply;
+use super::call::{self, Identify};
 use super::key::LockKey;
-use super::locker::{Locker, Quorum, no_quorum};
-use super::reply::ReleaseReply;
-use super::scripts::{ACQUIRE, IDENTITY};
-use super::{NotOwner, Released, Renewed};
+use super::locker::{Locker, Quorum, Relock, no_quorum};
+use super::{NotOwner, Released, Renewed, Request};
 use crate::backend::{Fault, NodeError};
 use crate::exit::{About, Failure, Refused};
-
-/// What a renewal needs to write a lock again where it is gone: the grant's token and the
-/// acquire's arguments (acquire.lua's ARGV; the TTL second).
-#[derive(Debug, Clone)]
-pub(super) struct Relock {
-    pub token: String,
-    pub args: Vec<String>,
-}
 
 impl Locker {
     /// Asks every master which server it is, in parallel, each within `timeout`. Two that are
@@ -42,9 +33,8 @@ impl Locker {
     /// A server whose ACL user may not run INFO keeps its identity to itself: only its address
     /// was compared (see `Settings::check_independent`).
     pub(super) fn identify(&self, timeout: Duration) -> Result<Vec<Option<NodeError>>, Failure> {
-        let said = self.on_all(|n| match n.eval(&IDENTITY, &[], &[], timeout) {
-            Ok(Value::BulkString(id)) => Ok(Some(String::from_utf8_lossy(&id).into_owned())),
-            Ok(_) => Ok(None),
+        let said = self.on_all(|n| match call::run(n, &Identify, timeout) {
+            Ok(id) => Ok(id),
             // Before Redis 7 a refused INFO is an error, even from a script.
             Err(e) if e.kind == Fault::Denied => Ok(None),
             Err(e) => Err(e),
@@ -64,17 +54,19 @@ impl Locker {
         Ok(said.into_iter().map(Result::err).collect())
     }
 
-    /// Remembers a Redlock grant's acquire arguments, for `repair`.
-    pub(super) fn remember_grant(&self, token: &str, args: &[&str]) {
+    /// Remembers a Redlock grant's request, for `repair`.
+    pub(super) fn remember_grant(&self, req: &Request) {
         let relock = Relock {
-            token: token.to_string(),
-            args: args.iter().map(|a| a.to_string()).collect(),
+            token: req.token.to_string(),
+            ttl: req.ttl,
+            sharing: req.sharing,
+            who: req.who.clone(),
         };
         *self.relock.lock().unwrap_or_else(|p| p.into_inner()) = Some(relock);
     }
 
     /// After a renewal that a majority granted: writes the lock again (acquire.lua, with the
-    /// grant's token and arguments, the lease `ttl_ms` when given) on the masters that said it
+    /// grant's request, the lease `ttl` when given) on the masters that said it
     /// is gone. Safe because the lease holds on a majority at this moment, so no other holder
     /// has one, and acquire.lua writes only where the key is free. Best effort: a master that
     /// refuses or does not answer is left as it is. Only the process that took the lock knows
@@ -83,7 +75,7 @@ impl Locker {
         &self,
         key: &LockKey,
         token: &str,
-        ttl_ms: &str,
+        ttl: Option<Duration>,
         results: &[Result<Renewed, NodeError>],
         timeout: Duration,
     ) {
@@ -91,7 +83,7 @@ impl Locker {
         if !(0..results.len()).any(gone) {
             return;
         }
-        let Some(mut relock) = self
+        let Some(relock) = self
             .relock
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -102,13 +94,22 @@ impl Locker {
         if relock.token != token {
             return;
         }
-        if !ttl_ms.is_empty() {
-            relock.args[1] = ttl_ms.to_string();
-        }
-        let args: Vec<&str> = relock.args.iter().map(String::as_str).collect();
+        let req = Request {
+            key,
+            token,
+            ttl: ttl.unwrap_or(relock.ttl),
+            sharing: relock.sharing,
+            who: &relock.who,
+        };
+        // A Redlock grant never waits in line.
+        let acquire = Acquire {
+            req: &req,
+            join: false,
+            sent: Instant::now(),
+        };
         self.on_each(|i, n| {
             if gone(i) {
-                let _ = n.eval(&ACQUIRE, &key.keys(), &args, timeout);
+                let _ = call::run(n, &acquire, timeout);
             }
         });
     }
@@ -122,7 +123,7 @@ pub(super) fn release_verdict(
     key: &LockKey,
     results: Vec<Result<ReleaseReply, NodeError>>,
 ) -> Result<Released, Failure> {
-    let about = || About::Lock(key.name.clone());
+    let about = || About::from(key);
     let mut done = 0;
     let mut refused = 0;
     let mut other = false;
@@ -134,7 +135,7 @@ pub(super) fn release_verdict(
                 other |= matches!(reply, ReleaseReply::Other);
                 refused += 1;
             }
-            Err(e) if e.kind == Fault::WrongType => return Err(e.into_failure(&key.name)),
+            Err(e) if e.kind == Fault::WrongType => return Err(Failure::redis(key, e)),
             Err(e) => errors.push(e),
         }
     }

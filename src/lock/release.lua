@@ -1,14 +1,14 @@
 -- release: delete the lock if the token owns it (compare-and-delete), or whoever owns it when
 -- forced; then hand it to the first waiter in line (or wake anyone: "*", when nobody waits).
 -- KEYS[1] lock  KEYS[2] state  KEYS[3] queue  KEYS[4] (optional) the history, {K}:history
--- ARGV[1] token  ARGV[2] wake channel  ARGV[3] "1" to force
--- ARGV[4..7] (optional, with KEYS[4]) `rlock release` of a lock `acquire` took: record the hold
---         in the history (record.lua's stream) as it ends: how many runs the history keeps, its
---         life after this one (ms), the run's ID, and who forces ("user@host pid N")
--- ARGV[8..] (optional, with ARGV[4..7]) `rlock exec`'s run as it ends should this release give
---         the lock back, name then value (src/lock/history.rs): appended in place of the hold,
---         which saves exec a round trip; nothing is appended when the token no longer owns the
---         lock (exec then records the run as lost itself)
+-- ARGV by name (common.lua's args): token; channel (the wake channel); force ("1" to force);
+--   and, with KEYS[4], to record the hold in the history (record.lua's stream) as it ends:
+--   keep_runs (how many runs the history keeps), keep_ms (its life after this one), run (the
+--   run's ID), by (who forces, "user@host pid N"); and entry (optional): `rlock exec`'s run as
+--   it ends should this release give the lock back, a JSON list of name then value
+--   (src/lock/history.rs), appended in place of the hold, which saves exec a round trip;
+--   nothing is appended when the token no longer owns the lock (exec then records the run as
+--   lost itself)
 -- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
 --   "released"                    the token owned it; it is gone
 --   "already"                     this token released it before (a retried release; not after
@@ -29,16 +29,17 @@
 -- Errors (nothing was changed): WRONGTYPE for a helper key of another type, NOPERM for a command
 -- the ACL user may not run.
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
-local token, channel, force = ARGV[1], ARGV[2], ARGV[3] == "1"
+local a = args()
+local token, channel, force = a.token or "", a.channel, a.force == "1"
 local now = now_ms()
 
 -- The history, when this release records the hold it ends.
-local history, keep_runs = KEYS[4], tonumber(ARGV[4]) or 0
+local history, keep_runs = KEYS[4], tonumber(a.keep_runs) or 0
 local recording = history ~= nil and keep_runs > 0
 local unrecorded = nil
 local run_fields = nil
-if recording and #ARGV >= 8 then
-  run_fields = {unpack(ARGV, 8)}
+if recording and a.entry then
+  run_fields = cjson.decode(a.entry)
 end
 
 -- A whole number as Redis should keep it (never 1.79e+15), or nil.
@@ -89,25 +90,24 @@ local function record_hold(h, outcome, ended, run)
       end
     end
   end
-  local fields = run_fields or named("run", run or ARGV[6], "granted_ms", whole(since), "ended_ms", whole(ended),
+  local fields = run_fields or named("run", run or a.run, "granted_ms", whole(since), "ended_ms", whole(ended),
     "held_ms", whole(math.max(0, ended - since)), "host", text(h.host), "user", text(h.user),
     "pid", text(h.pid), "command", text(h.cmd), "fence", whole(h.fence), "outcome", outcome,
-    "by", outcome == "broken" and ARGV[7] or nil)
+    "by", outcome == "broken" and a.by or nil)
   local id = redis.pcall("XADD", history, "MAXLEN", tostring(keep_runs), "*", unpack(fields))
   if type(id) == "table" and id.err then
     unrecorded = id.err
     return
   end
-  local expired = redis.pcall("PEXPIRE", history, ARGV[5])
+  local expired = redis.pcall("PEXPIRE", history, a.keep_ms)
   if type(expired) == "table" and expired.err then
     unrecorded = expired.err
   end
 end
 
 -- Checks (common.lua), all before the first write.
-local kind = redis.call("TYPE", lock)["ok"]
-local multi = multi_mode(kind, state)
-if kind ~= "none" and kind ~= "string" and not multi and not (force and kind == "hash") then
+local kind, multi, is_lock = lock_kind(lock, state)
+if not is_lock and not (force and kind == "hash") then
   return reply("wrongtype", "type", kind)
 end
 expect_type(state, "hash", "state")
@@ -134,7 +134,7 @@ if multi then
       local ok, rec = pcall(cjson.decode, h.record or "")
       if ok and type(rec) == "table" then
         -- One entry per holder, the same on every Redlock master (and no token in it).
-        record_hold(rec, "broken", now, ARGV[6] .. "/" .. string.sub(redis.sha1hex(h.token), 1, 8))
+        record_hold(rec, "broken", now, a.run .. "/" .. string.sub(redis.sha1hex(h.token), 1, 8))
       end
     end
     return reply("brokenall", "now", now, "holders", holders_field(holders),
@@ -175,37 +175,26 @@ if force then
   if kind == "string" then
     value = redis.call("GET", lock)
   end
-  local h = redis.call("HMGET", state, "token", "host", "pid", "user", "since", "cmd", "fence")
+  local h = value and holder_of(state, value)
   redis.call("DEL", lock)
-  if value and h[1] == value then
+  if h then
     -- Broken, not released: the owner's own release must still hear that it lost the lock.
     redis.call("HDEL", state, "released")
     redis.call("HSET", state, "broken", now)
-  else
-    h = {}
   end
   hand_off(queue, state, channel, now)
   keep_at_most(state, AFTER_RELEASE_MS)
-  if h[1] then
-    record_hold({host = h[2], pid = h[3], user = h[4], since = h[5], cmd = h[6], fence = h[7]},
-      "broken", now)
+  if h then
+    record_hold(h, "broken", now)
   end
-  return reply("broken", "type", kind, "pttl", pttl, "value", value, "host", h[2], "pid", h[3],
-    "user", h[4], "since", h[5], "cmd", h[6], "now", now, "unrecorded", unrecorded)
+  h = h or {}
+  return reply("broken", "type", kind, "pttl", pttl, "value", value, "host", h.host, "pid", h.pid,
+    "user", h.user, "since", h.since, "cmd", h.cmd, "now", now, "unrecorded", unrecorded)
 end
-
--- The holder record (acquire.lua's), when it is this token's.
-local function holder_of(h)
-  if h[1] ~= token then
-    return nil
-  end
-  return {since = h[2], host = h[3], pid = h[4], user = h[5], cmd = h[6], fence = h[7]}
-end
-local RECORD_FIELDS = {"token", "since", "host", "pid", "user", "cmd", "fence"}
 
 local current = redis.call("GET", lock)
 if current == token then
-  local h = recording and holder_of(redis.call("HMGET", state, unpack(RECORD_FIELDS)))
+  local h = recording and holder_of(state, token)
   redis.call("DEL", lock)
   redis.call("HSET", state, "released", now)
   hand_off(queue, state, channel, now)
@@ -231,15 +220,15 @@ end
 -- A holder of a semaphore or shared lock whose lease ran out with the key (the last lease): its
 -- record is left, until the state expires; recorded once, as the record goes.
 if recording then
-  local s = redis.call("HMGET", state, "renewed", "ttl", "broken", "lost", unpack(RECORD_FIELDS))
-  local h = holder_of({select(5, unpack(s))})
+  local h = holder_of(state, token)
+  local s = h and redis.call("HMGET", state, "broken", "lost")
   local multi_holder = kind == "none" and record_of(state, token)
-  if h and not s[3] and s[4] ~= token then
+  if h and not s[1] and s[2] ~= token then
     local marked = redis.pcall("HSET", state, "lost", token)
     if type(marked) == "table" and marked.err then
       unrecorded = marked.err
     else
-      local ends = (tonumber(s[1]) or tonumber(h.since) or now) + (tonumber(s[2]) or 0)
+      local ends = (tonumber(h.renewed) or tonumber(h.since) or now) + (tonumber(h.ttl) or 0)
       record_hold(h, "lost", math.min(now, ends))
     end
   elseif multi_holder then

@@ -1,7 +1,7 @@
 -- renew: extend the lock if the token still owns it (to the TTL asked for, never shorter than
 -- what it has left).
 -- KEYS[1] lock  KEYS[2] state
--- ARGV[1] token  ARGV[2] ttl ms, or "" for the TTL the lock was last given
+-- ARGV by name (common.lua's args): token; ttl (ms; absent for the TTL the lock was last given)
 -- Returns a word, then fields by name (common.lua's reply):
 --   "renewed" ttl    extended: ttl is the lease it now has (ms)
 --   "free" [broken]  nobody holds it: the lease ran out, or the lock was deleted; broken (1)
@@ -12,9 +12,11 @@
 -- A renewal must get through whatever happened to the helper keys and however full the server
 -- is: it needs only the lock itself. The state (a record of the TTL and of when the lease was
 -- last renewed, for inspect) is written last, and may be refused without harm.
-local lock, state, token = KEYS[1], KEYS[2], ARGV[1]
-local kind = redis.call("TYPE", lock)["ok"]
-if multi_mode(kind, state) then
+local lock, state = KEYS[1], KEYS[2]
+local a = args()
+local token, asked_ttl = a.token, tonumber(a.ttl)
+local kind, mode, is_lock = lock_kind(lock, state)
+if mode then
   -- One holder of a semaphore or shared lock (multi.lua): its own lease, the key's expiry
   -- following the last lease. Written in the same order as below, PEXPIRE first.
   local now = now_ms()
@@ -26,7 +28,7 @@ if multi_mode(kind, state) then
     return reply("free")
   end
   local h = record_of(state, token)
-  local ttl = tonumber(ARGV[2]) or (h and tonumber(h.ttl)) or 30000
+  local ttl = asked_ttl or (h and tonumber(h.ttl)) or 30000
   -- A shorter TTL leaves the lease, and the TTL it was last given, as they are.
   local extended = now + ttl > ends
   ends = math.max(ends, now + ttl)
@@ -44,7 +46,7 @@ if multi_mode(kind, state) then
   keep_alive(state, ttl + KEEP_MS)
   return reply("renewed", "ttl", ends - now)
 end
-if kind ~= "none" and kind ~= "string" then
+if not is_lock then
   return reply("wrongtype", "type", kind)
 end
 local current = redis.call("GET", lock)
@@ -57,12 +59,8 @@ if current ~= token then
   return reply("free", "broken", broken and 1)
 end
 -- The state is read only when it is rlock's record of this very token.
-local recorded = redis.call("TYPE", state)["ok"] == "hash" and
-  redis.call("HGET", state, "token") == token
-local ttl = tonumber(ARGV[2])
-if not ttl then
-  ttl = (recorded and tonumber(redis.call("HGET", state, "ttl"))) or 30000
-end
+local recorded = holder_of(state, token)
+local ttl = asked_ttl or (recorded and tonumber(recorded.ttl)) or 30000
 -- Renewing extends: a lease is never shortened, so that a renew cannot cut short the lease an
 -- rlock exec is counting on. PEXPIRE comes first: on a server out of memory (maxmemory with
 -- noeviction) Redis refuses a script's first write when it may need memory (HSET does, PEXPIRE
@@ -79,10 +77,12 @@ if recorded then
   -- When it was renewed, for inspect: the grant wrote the field, so this overwrites a number of
   -- the same size and needs no new memory; and it is best-effort (pcall), as is the TTL.
   -- The TTL the lock was last given changes only with the lease: a shorter --ttl leaves both.
-  if extended and ARGV[2] ~= "" and redis.call("HGET", state, "ttl") ~= tostring(ttl) then
-    redis.pcall("HSET", state, "renewed", now_ms(), "ttl", ttl)
+  -- (One value of now_ms()'s two: as a call's last argument Lua would pass both.)
+  local now = now_ms()
+  if extended and asked_ttl and recorded.ttl ~= tostring(ttl) then
+    redis.pcall("HSET", state, "renewed", now, "ttl", ttl)
   else
-    redis.pcall("HSET", state, "renewed", now_ms())
+    redis.pcall("HSET", state, "renewed", now)
   end
 end
 return reply("renewed", "ttl", left)

@@ -1,16 +1,14 @@
-//! What the scripts answer, decoded by name in one place, straight into the types the callers
-//! use. Every reply is a word (what happened, or for inspect the key's type) followed by fields
-//! by name (common.lua's `reply`): a flat list of name, value pairs in which a field without a
-//! value is left out. Only this file reads them; nothing is found by its position.
+//! How the scripts answer, and the types of what they say: every reply is a word (what
+//! happened, or for inspect the key's type) followed by fields by name (common.lua's `reply`):
+//! a flat list of name, value pairs in which a field without a value is left out. Each script's
+//! call (call/) decodes its reply with these, by name; a field the reply must carry is an error
+//! when missing. Nothing is found by its position.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Value;
 
-use super::exclusive::Attempt;
-use super::key::LockKey;
-use super::read::LockInfo;
-use super::{Grant, NotOwner, Renewed, Request, Sharing};
+use super::Sharing;
 
 /// The Redis type of a lock key, as the scripts report it (`TYPE`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +26,7 @@ pub enum KeyType {
 }
 
 impl KeyType {
-    fn parse(name: &str) -> Self {
+    pub(super) fn parse(name: &str) -> Self {
         match name {
             "none" => KeyType::None,
             "string" => KeyType::String,
@@ -131,20 +129,22 @@ pub enum Refusal {
     WrongType(String),
     /// The lock is held as another kind than the one asked for.
     Mismatch(Sharing),
+    /// A field the reply must carry is missing.
+    Missing(&'static str),
     /// No version of the script answers this.
     Unexpected,
 }
 
-type Decoded<T> = Result<T, Refusal>;
+pub(super) type Decoded<T> = Result<T, Refusal>;
 
-/// A reply taken apart: its first word and its fields by name.
-struct Reply<'a> {
-    word: String,
-    fields: Fields<'a>,
+/// A reply taken apart: the word that says what happened and its fields by name.
+pub(super) struct Reply<'a> {
+    pub word: String,
+    pub fields: Fields<'a>,
 }
 
 impl<'a> Reply<'a> {
-    fn parse(r: &'a [Value]) -> Decoded<Self> {
+    pub fn parse(r: &'a [Value]) -> Decoded<Self> {
         let (first, rest) = r.split_first().ok_or(Refusal::Unexpected)?;
         Ok(Reply {
             word: as_text(first).ok_or(Refusal::Unexpected)?,
@@ -153,7 +153,7 @@ impl<'a> Reply<'a> {
     }
 
     /// The `{"wrongtype", type}` refusal.
-    fn wrong_type(&self) -> Refusal {
+    pub fn wrong_type(&self) -> Refusal {
         Refusal::WrongType(
             self.fields
                 .text("type")
@@ -163,10 +163,10 @@ impl<'a> Reply<'a> {
 }
 
 /// Fields by name (common.lua's `named`): name, value, name, value, ...
-struct Fields<'a>(Vec<(String, &'a Value)>);
+pub(super) struct Fields<'a>(Vec<(String, &'a Value)>);
 
 impl<'a> Fields<'a> {
-    fn parse(r: &'a [Value]) -> Decoded<Self> {
+    pub fn parse(r: &'a [Value]) -> Decoded<Self> {
         if !r.len().is_multiple_of(2) {
             return Err(Refusal::Unexpected);
         }
@@ -180,16 +180,33 @@ impl<'a> Fields<'a> {
         self.0.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
     }
 
-    fn text(&self, name: &str) -> Option<String> {
+    /// An optional field, as text.
+    pub fn text(&self, name: &str) -> Option<String> {
         self.get(name).and_then(as_text)
     }
 
-    fn int(&self, name: &str) -> Option<i64> {
+    /// An optional field, as a whole number.
+    pub fn int(&self, name: &str) -> Option<i64> {
         self.get(name).and_then(as_int)
     }
 
+    /// A field the reply must carry, as text.
+    pub fn need_text(&self, name: &'static str) -> Decoded<String> {
+        self.text(name).ok_or(Refusal::Missing(name))
+    }
+
+    /// A field the reply must carry, as a whole number.
+    pub fn need_int(&self, name: &'static str) -> Decoded<i64> {
+        self.int(name).ok_or(Refusal::Missing(name))
+    }
+
+    /// A field the reply must carry, a number of milliseconds (none below zero).
+    pub fn need_millis(&self, name: &'static str) -> Decoded<Duration> {
+        self.need_int(name).map(millis)
+    }
+
     /// A field that is itself a list (empty when absent).
-    fn list(&self, name: &str) -> &'a [Value] {
+    pub fn list(&self, name: &str) -> &'a [Value] {
         match self.get(name) {
             Some(Value::Array(items)) => items,
             _ => &[],
@@ -197,7 +214,7 @@ impl<'a> Fields<'a> {
     }
 
     /// The fields host, pid, user, since and cmd.
-    fn holder(&self) -> Holder {
+    pub fn holder(&self) -> Holder {
         Holder {
             host: self.text("host"),
             pid: self.text("pid").map(HolderPid::parse),
@@ -209,199 +226,18 @@ impl<'a> Fields<'a> {
     }
 }
 
-impl Attempt {
-    /// acquire.lua's reply to `req`, sent at `sent`.
-    pub(super) fn from_reply(r: &[Value], req: &Request, sent: Instant) -> Decoded<Self> {
-        let reply = Reply::parse(r)?;
-        let f = &reply.fields;
-        Ok(match reply.word.as_str() {
-            "ok" => Attempt::Granted(Grant {
-                key: req.key.clone(),
-                token: req.token.to_string(),
-                fence: f.int("fence").unwrap_or(0),
-                ttl: millis(f.int("ttl").unwrap_or(0)),
-                sent,
-            }),
-            "busy" => Attempt::Busy {
-                pttl: f.int("pttl").unwrap_or(-2),
-                now_ms: f.int("now").unwrap_or(0),
-                holder: f.holder(),
-                crowd: f.int("holders").map(|holders| Crowd {
-                    holders,
-                    limit: f.int("limit").unwrap_or(0),
-                    exclusive_ahead: f.int("ahead") == Some(1),
-                }),
-                place: f.int("place"),
-            },
-            "queued" => Attempt::Queued {
-                wait_ms: f.int("wait").unwrap_or(0),
-            },
-            "mismatch" => {
-                return Err(Refusal::Mismatch(match f.text("held").as_deref() {
-                    Some("exclusive") => Sharing::Exclusive,
-                    Some("shared") => Sharing::Shared,
-                    Some("limit") => Sharing::Limit(
-                        f.int("limit")
-                            .and_then(|n| u32::try_from(n).ok())
-                            .unwrap_or(0),
-                    ),
-                    _ => return Err(Refusal::Unexpected),
-                }));
-            }
-            "wrongtype" => return Err(reply.wrong_type()),
-            _ => return Err(Refusal::Unexpected),
-        })
-    }
-}
-
-/// True for acquire.lua's grant ("ok"): what --replicas must see reach the replicas.
-pub fn is_granted(reply: &Value) -> bool {
-    first_word(reply) == Some(b"ok")
-}
-
-/// True for renew.lua's "renewed".
-pub fn is_renewed(reply: &Value) -> bool {
-    first_word(reply) == Some(b"renewed")
-}
-
-fn first_word(reply: &Value) -> Option<&[u8]> {
-    match reply {
-        Value::Array(items) => match items.first()? {
-            Value::BulkString(b) => Some(b),
-            Value::SimpleString(s) => Some(s.as_bytes()),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// release.lua's answer.
-#[derive(Debug)]
-pub enum ReleaseReply {
-    Released,
-    /// This token released it before (a retried release).
-    Already,
-    /// The lock is free: the token's grant ran out.
-    Expired,
-    /// Someone else holds it.
-    Other,
-    /// Forced, and nobody held it.
-    Free,
-    /// Forced: what was there, and who held it when rlock wrote it.
-    Broken {
-        kind: KeyType,
-        value: Option<String>,
-        holder: Holder,
-        now_ms: i64,
-    },
-    /// Forced, a semaphore or shared lock: every holder.
-    BrokenAll {
-        now_ms: i64,
-        holders: Vec<HolderLease>,
-    },
-}
-
-impl ReleaseReply {
-    pub fn decode(r: &[Value]) -> Decoded<Self> {
-        let reply = Reply::parse(r)?;
-        let f = &reply.fields;
-        Ok(match reply.word.as_str() {
-            "released" => ReleaseReply::Released,
-            "already" => ReleaseReply::Already,
-            "expired" => ReleaseReply::Expired,
-            "other" => ReleaseReply::Other,
-            "free" => ReleaseReply::Free,
-            "broken" => ReleaseReply::Broken {
-                kind: KeyType::parse(&f.text("type").unwrap_or_default()),
-                value: f.text("value"),
-                holder: f.holder(),
-                now_ms: f.int("now").unwrap_or(0),
-            },
-            "brokenall" => ReleaseReply::BrokenAll {
-                now_ms: f.int("now").unwrap_or(0),
-                holders: holder_leases(f.list("holders")),
-            },
-            "wrongtype" => return Err(reply.wrong_type()),
-            _ => return Err(Refusal::Unexpected),
-        })
-    }
-}
-
-/// Why release.lua did not record the hold it ended in the lock's history (its "unrecorded"
-/// field: the ACL, a history key of another type, a full server); None when it did, or was not
-/// asked to.
-pub fn unrecorded(r: &[Value]) -> Option<String> {
-    Reply::parse(r).ok()?.fields.text("unrecorded")
-}
-
-impl Renewed {
-    /// renew.lua's reply.
-    pub(super) fn from_reply(r: &[Value]) -> Decoded<Self> {
-        let reply = Reply::parse(r)?;
-        Ok(match reply.word.as_str() {
-            "renewed" => Renewed::Yes(millis(reply.fields.int("ttl").unwrap_or(0))),
-            "free" if reply.fields.int("broken") == Some(1) => Renewed::NotOwner(NotOwner::Broken),
-            "free" => Renewed::NotOwner(NotOwner::Gone),
-            "other" => Renewed::NotOwner(NotOwner::Taken),
-            "wrongtype" => return Err(reply.wrong_type()),
-            _ => return Err(Refusal::Unexpected),
-        })
-    }
-}
-
-impl LockInfo {
-    /// inspect.lua's reply about `key`.
-    pub(super) fn from_reply(key: &LockKey, r: &[Value]) -> Decoded<Self> {
-        let reply = Reply::parse(r)?;
-        let f = &reply.fields;
-        let mode = f.text("mode");
-        let kind = match KeyType::parse(&reply.word) {
-            // A sorted set rlock did not write.
-            KeyType::Holders if mode.is_none() => KeyType::Other("zset".into()),
-            kind => kind,
-        };
-        let limit = mode.map(|mode| match mode.as_str() {
-            "shared" => 0,
-            _ => f.int("limit").unwrap_or(0),
-        });
-        let holders = holder_leases(f.list("holders"));
-        let holder = f.holder();
-        Ok(LockInfo {
-            name: key.name.clone(),
-            redis_key: key.redis_key.clone(),
-            kind,
-            pttl: f.int("pttl").unwrap_or(-2),
-            now_ms: f.int("now").unwrap_or(0),
-            token: f.text("value"),
-            fence: f.int("fence"),
-            ttl_ms: f.int("ttl"),
-            // Never before the grant (a record an older rlock left may lack it, or be older).
-            renewed_ms: f
-                .int("renewed")
-                .max(holder.since_ms)
-                .filter(|_| limit.is_none()),
-            // A semaphore or shared lock stands for its first holder where one is shown.
-            holder: holders.first().map_or(holder, |first| first.holder.clone()),
-            waiters: f.int("waiters").unwrap_or(0),
-            limit,
-            holders,
-        })
-    }
-}
-
-/// The holders of a semaphore or shared lock: a list of fields each (token, ends, and record,
-/// multi.lua's JSON).
-fn holder_leases(list: &[Value]) -> Vec<HolderLease> {
+/// The holders of a semaphore or shared lock: a list of fields each (token and ends, which every
+/// entry must carry, and record, multi.lua's JSON).
+pub(super) fn holder_leases(list: &[Value]) -> Decoded<Vec<HolderLease>> {
     list.iter()
-        .filter_map(|entry| match entry {
-            Value::Array(items) => Fields::parse(items).ok(),
-            _ => None,
-        })
-        .filter_map(|f| {
-            let token = f.text("token")?;
-            Some(holder_lease(
-                token,
-                f.int("ends").unwrap_or(0),
+        .map(|entry| {
+            let Value::Array(items) = entry else {
+                return Err(Refusal::Unexpected);
+            };
+            let f = Fields::parse(items)?;
+            Ok(holder_lease(
+                f.need_text("token")?,
+                f.need_int("ends")?,
                 f.text("record"),
             ))
         })
@@ -437,7 +273,7 @@ fn holder_lease(token: String, ends_ms: i64, record: Option<String>) -> HolderLe
     }
 }
 
-fn millis(ms: i64) -> Duration {
+pub(super) fn millis(ms: i64) -> Duration {
     Duration::from_millis(ms.max(0) as u64)
 }
 

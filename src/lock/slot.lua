@@ -64,7 +64,7 @@ local function take_slot(r, kind)
     admitted = blocked == nil and (shared or #go < r.limit - held)
   end
   if admitted then
-    local fence = math.max(r.fence + 1, now_us)
+    local fence = math.max(r.fence + 1, r.now_us)
     if kind == "none" then
       -- Records of holders of an earlier life of the key.
       for _, f in ipairs(redis.call("HKEYS", state)) do
@@ -76,11 +76,8 @@ local function take_slot(r, kind)
     -- The record before the slot: a server older than Redis 4.0 refuses an HSET of several
     -- fields, and then no slot is held. (cjson writes numbers with 14 digits: the fence goes as
     -- a string.)
-    local who = r.who
     redis.call("HSET", state, "fence", fence, "mode", r.mode, "limit", r.limit, "h:" .. token,
-      cjson.encode({fence = string.format("%.0f", fence), host = who.host, pid = who.pid,
-        user = who.user, cmd = who.cmd, since = now, ttl = r.ttl, renewed = now,
-        pidns = who.pidns}))
+      cjson.encode(holder_fields(r.who, string.format("%.0f", fence), now, r.ttl)))
     redis.call("ZADD", lock, now + r.ttl, token)
     expire_with_last(lock, now)
     redis.call("HDEL", state, "go:" .. token)

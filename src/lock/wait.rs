@@ -27,7 +27,8 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 
 use self::progress::Progress;
-use super::exclusive::{Attempt, capped};
+use super::call::acquire::Attempt;
+use super::exclusive::capped;
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
 use crate::exit::{About, Code, Failure, Interruption, Seen, Waited};
@@ -39,8 +40,6 @@ pub struct WaitPolicy {
     /// None: wait as long as it takes.
     pub wait: Option<Duration>,
     pub no_wait: bool,
-    /// Exit code for "busy" (75 unless `-E`).
-    pub busy_code: u8,
 }
 
 /// What ends a wait besides Redis: signals, read from a file descriptor (a signalfd) that the
@@ -85,7 +84,7 @@ impl Locker {
         hooks: Hooks,
     ) -> Result<Grant, Failure> {
         if policy.no_wait || policy.wait == Some(Duration::ZERO) {
-            return self.try_once(req, &policy, hooks);
+            return self.try_once(req, hooks);
         }
         let start = Instant::now();
         let waiter = Waiter {
@@ -95,7 +94,6 @@ impl Locker {
             start,
             // A wait too long for the clock to add is as good as waiting forever.
             deadline: policy.wait.and_then(|w| start.checked_add(w)),
-            busy_code: policy.busy_code,
             outage: None,
             progress: Progress::new(start),
             subs: Vec::new(),
@@ -108,13 +106,12 @@ impl Locker {
     /// One try, no wait (`-n`). A signal that came during the request is answered once it
     /// returns (signals are not let interrupt rlock's system calls): a failure then reports
     /// the signal.
-    fn try_once(&self, req: &Request, policy: &WaitPolicy, hooks: Hooks) -> Result<Grant, Failure> {
+    fn try_once(&self, req: &Request, hooks: Hooks) -> Result<Grant, Failure> {
         let key = req.key;
         let busy = |seen: Seen| Failure::Busy {
-            about: About::Lock(key.name.clone()),
+            about: About::from(key),
             seen,
             waited: Waited::NotAtAll,
-            code: policy.busy_code,
         };
         match self.attempt(req, false, None) {
             Err(e) => Err(hooks
@@ -148,7 +145,6 @@ struct Waiter<'a> {
     start: Instant,
     /// None: as long as it takes.
     deadline: Option<Instant>,
-    busy_code: u8,
     outage: Option<Outage>,
     progress: Progress,
     subs: Vec<Subscriber>,
@@ -370,10 +366,9 @@ impl Waiter<'_> {
     /// The failure of a wait that ends now with the lock busy, as the last try `seen` it.
     fn busy(&self, seen: Seen) -> Failure {
         Failure::Busy {
-            about: About::Lock(self.req.key.name.clone()),
+            about: About::from(self.req.key),
             seen,
             waited: Waited::For(self.start.elapsed()),
-            code: self.busy_code,
         }
     }
 
@@ -402,7 +397,7 @@ impl Waiter<'_> {
 
 fn interrupted(key: &LockKey, signal: Signal) -> Failure {
     Failure::Interrupted {
-        about: About::Lock(key.name.clone()),
+        about: About::from(key),
         signal,
         when: Interruption::Waiting,
     }

@@ -27,7 +27,6 @@ fn busy(seen: Seen, waited: Waited) -> String {
         about: jobs(),
         seen,
         waited,
-        code: 75,
     }
     .to_string()
 }
@@ -121,7 +120,7 @@ fn a_lost_lock_says_why_and_what_the_command_was_sent() {
         lost(running(ran_out(None))),
         "lost lock 'jobs' while the command ran: could not renew it before the last 2s of its lease (--grace) (no renewal succeeded); sent SIGTERM to everything the command started"
     );
-    let timeout = RenewError::from(node(Fault::Timeout, "timed out").into_failure("jobs"));
+    let timeout = RenewError::Node(node(Fault::Timeout, "timed out"));
     assert_eq!(
         lost(running(ran_out(Some(timeout)))),
         "lost lock 'jobs' while the command ran: could not renew it before the last 2s of its lease (--grace) (redis://h:6379: timed out); sent SIGTERM to everything the command started"
@@ -143,15 +142,10 @@ fn a_renewal_error_is_the_node_and_what_it_said() {
         RenewError::NoThread(io).to_string(),
         "cannot start the renewal thread: no threads left"
     );
-    let no_quorum = Failure::NoQuorum {
-        about: jobs(),
-        nodes: 3,
-        errors: vec![node(Fault::Connect, "refused"); 2],
-    };
-    assert!(matches!(
-        RenewError::from(no_quorum),
-        RenewError::Failed(f) if f.to_string().starts_with("no quorum for lock 'jobs': 2 of 3")
-    ));
+    assert_eq!(
+        RenewError::Node(node(Fault::Connect, "refused")).to_string(),
+        "redis://h:6379: refused"
+    );
 }
 
 #[test]
@@ -180,7 +174,10 @@ fn a_refused_token_is_told_what_was_not_done() {
 #[test]
 fn an_outage_and_an_interruption_read_as_before() {
     let outage = Failure::Outage {
-        last: Box::new(node(Fault::Connect, "Connection refused").into_failure("jobs")),
+        last: Box::new(Failure::redis(
+            jobs(),
+            node(Fault::Connect, "Connection refused"),
+        )),
         waited: Duration::from_millis(1500),
         down_for: Duration::from_millis(1200),
     };

@@ -111,7 +111,7 @@ fn no_grant_without_a_majority_answering() {
         matches!(&failure, Failure::NoQuorum { nodes: 3, errors, .. } if errors.len() == 2),
         "{failure:?}"
     );
-    assert_eq!(failure.exit_code(), 69);
+    assert_eq!(failure.exit_code(75), 69);
     assert_eq!(
         failure.to_string(),
         "no quorum for lock 'jobs': 2 of 3 Redis nodes unavailable \
@@ -147,7 +147,7 @@ fn a_redlock_release_counts_a_majority() {
     let three = Quorum::of(3);
     let code = |r: Result<Released, Failure>| match r {
         Ok(_) => 0,
-        Err(f) => f.exit_code(),
+        Err(f) => f.exit_code(75),
     };
     let gone = || Ok(ReleaseReply::Expired);
     let other = || Ok(ReleaseReply::Other);

@@ -1,6 +1,14 @@
 //! Unit tests of the reply decoding: Values as the scripts answer them, decoded by name.
+use std::time::Instant;
+
 use super::*;
+use crate::lock::call::Call;
+use crate::lock::call::acquire::{Acquire, Attempt};
+use crate::lock::call::inspect::{Inspect, LockInfo};
+use crate::lock::call::release::{Release, ReleaseReply};
+use crate::lock::call::renew::Renew;
 use crate::lock::test_request::with_request;
+use crate::lock::{LockKey, NotOwner, Renewed};
 
 fn bulk(s: &str) -> Value {
     Value::BulkString(s.as_bytes().to_vec())
@@ -26,7 +34,39 @@ fn key() -> LockKey {
 }
 
 fn attempt(r: &[Value]) -> Decoded<Attempt> {
-    with_request(|req| Attempt::from_reply(r, req, Instant::now()))
+    with_request(|req| {
+        let call = Acquire {
+            req,
+            join: false,
+            sent: Instant::now(),
+        };
+        call.decode(r)
+    })
+}
+
+fn release(r: &[Value]) -> Decoded<ReleaseReply> {
+    let key = key();
+    let call = Release {
+        key: &key,
+        token: "tok",
+        force: false,
+        record: None,
+    };
+    call.decode(r).map(|said| said.reply)
+}
+
+fn renewed(r: &[Value]) -> Decoded<Renewed> {
+    let key = key();
+    let call = Renew {
+        key: &key,
+        token: "tok",
+        ttl: None,
+    };
+    call.decode(r)
+}
+
+fn inspect(key: &LockKey, r: &[Value]) -> Decoded<LockInfo> {
+    Inspect { key }.decode(r)
 }
 
 #[test]
@@ -116,7 +156,12 @@ fn busy_with_several_holders_reports_the_crowd() {
     assert_eq!(crowd, Some(want));
     let r = reply(
         "busy",
-        &[("holders", Value::Int(2)), ("limit", Value::Int(2))],
+        &[
+            ("pttl", Value::Int(5)),
+            ("now", Value::Int(1)),
+            ("holders", Value::Int(2)),
+            ("limit", Value::Int(2)),
+        ],
     );
     let Ok(Attempt::Busy { crowd, .. }) = attempt(&r) else {
         panic!("not busy: {r:?}");
@@ -125,6 +170,21 @@ fn busy_with_several_holders_reports_the_crowd() {
         crowd.map(|c| (c.limit, c.exclusive_ahead)),
         Some((2, false))
     );
+    // Fields every busy reply carries, and the limit of a crowd, are not made up when missing.
+    let r = reply(
+        "busy",
+        &[("holders", Value::Int(2)), ("limit", Value::Int(2))],
+    );
+    assert_eq!(attempt(&r).err(), Some(Refusal::Missing("pttl")));
+    let r = reply(
+        "busy",
+        &[
+            ("pttl", Value::Int(5)),
+            ("now", Value::Int(1)),
+            ("holders", Value::Int(2)),
+        ],
+    );
+    assert_eq!(attempt(&r).err(), Some(Refusal::Missing("limit")));
 }
 
 #[test]
@@ -164,11 +224,11 @@ fn refusals_say_what_is_there() {
 #[test]
 fn releases_and_renewals() {
     assert!(matches!(
-        ReleaseReply::decode(&reply("already", &[])),
+        release(&reply("already", &[])),
         Ok(ReleaseReply::Already)
     ));
     assert!(matches!(
-        ReleaseReply::decode(&reply("other", &[("pttl", Value::Int(5))])),
+        release(&reply("other", &[("pttl", Value::Int(5))])),
         Ok(ReleaseReply::Other)
     ));
     let r = reply(
@@ -184,30 +244,30 @@ fn releases_and_renewals() {
         value,
         holder,
         now_ms,
-    }) = ReleaseReply::decode(&r)
+    }) = release(&r)
     else {
         panic!("not broken: {r:?}");
     };
     assert_eq!((kind, value, now_ms), (KeyType::Hash, None, 77));
     assert!(holder.host.is_none());
     assert_eq!(
-        Renewed::from_reply(&reply("renewed", &[("ttl", Value::Int(4000))])),
+        renewed(&reply("renewed", &[("ttl", Value::Int(4000))])),
         Ok(Renewed::Yes(Duration::from_secs(4)))
     );
     assert_eq!(
-        Renewed::from_reply(&reply("other", &[("pttl", Value::Int(9))])),
+        renewed(&reply("other", &[("pttl", Value::Int(9))])),
         Ok(Renewed::NotOwner(NotOwner::Taken))
     );
     assert_eq!(
-        Renewed::from_reply(&reply("free", &[])),
+        renewed(&reply("free", &[])),
         Ok(Renewed::NotOwner(NotOwner::Gone))
     );
     assert_eq!(
-        Renewed::from_reply(&reply("free", &[("broken", Value::Int(1))])),
+        renewed(&reply("free", &[("broken", Value::Int(1))])),
         Ok(Renewed::NotOwner(NotOwner::Broken))
     );
     assert_eq!(
-        Renewed::from_reply(&reply("wrongtype", &[])),
+        renewed(&reply("wrongtype", &[])),
         Err(Refusal::WrongType("value of another type".into()))
     );
 }
@@ -232,7 +292,7 @@ fn a_forced_release_of_a_semaphore_names_every_holder() {
             ("holders", Value::Array(holders)),
         ],
     );
-    let Ok(ReleaseReply::BrokenAll { now_ms, holders }) = ReleaseReply::decode(&r) else {
+    let Ok(ReleaseReply::BrokenAll { now_ms, holders }) = release(&r) else {
         panic!("not brokenall: {r:?}");
     };
     assert_eq!(now_ms, 1000);
@@ -270,7 +330,7 @@ fn inspect_of_a_lock_rlock_holds() {
             ("pidns", bulk("pid:[4026531836]")),
         ],
     );
-    let info = LockInfo::from_reply(&key(), &r).unwrap();
+    let info = inspect(&key(), &r).unwrap();
     assert_eq!(
         (info.name.as_str(), info.redis_key.as_str()),
         ("jobs", "rlock:jobs")
@@ -292,13 +352,33 @@ fn inspect_of_a_lock_rlock_holds() {
 #[test]
 fn inspect_of_free_foreign_and_multi_holder_locks() {
     let free = reply("none", &[("pttl", Value::Int(-2)), ("now", Value::Int(1))]);
-    let info = LockInfo::from_reply(&key(), &free).unwrap();
+    assert_eq!(
+        inspect(&key(), &free).err(),
+        Some(Refusal::Missing("waiters")),
+        "a field inspect.lua always sends"
+    );
+    let free = reply(
+        "none",
+        &[
+            ("pttl", Value::Int(-2)),
+            ("now", Value::Int(1)),
+            ("waiters", Value::Int(0)),
+        ],
+    );
+    let info = inspect(&key(), &free).unwrap();
     assert!(!info.held() && !info.ours());
     assert_eq!((info.waiters, info.fence), (0, None));
 
     // A sorted set rlock did not write: no mode.
-    let zset = reply("zset", &[("pttl", Value::Int(-1)), ("now", Value::Int(1))]);
-    let info = LockInfo::from_reply(&key(), &zset).unwrap();
+    let zset = reply(
+        "zset",
+        &[
+            ("pttl", Value::Int(-1)),
+            ("now", Value::Int(1)),
+            ("waiters", Value::Int(0)),
+        ],
+    );
+    let info = inspect(&key(), &zset).unwrap();
     assert_eq!(info.kind, KeyType::Other("zset".into()));
 
     let record = r#"{"fence":"41","host":"b","pid":"7","user":"bob","cmd":"read","since":5,"ttl":9000,"renewed":6}"#;
@@ -314,7 +394,7 @@ fn inspect_of_free_foreign_and_multi_holder_locks() {
             ("holders", Value::Array(vec![lease("t1", 9010, record)])),
         ],
     );
-    let info = LockInfo::from_reply(&key(), &shared).unwrap();
+    let info = inspect(&key(), &shared).unwrap();
     assert_eq!(info.kind, KeyType::Holders);
     assert_eq!(info.limit, Some(0));
     assert_eq!(info.renewed_ms, None, "each holder has its own");
@@ -324,15 +404,18 @@ fn inspect_of_free_foreign_and_multi_holder_locks() {
     let semaphore = reply(
         "zset",
         &[
+            ("pttl", Value::Int(9000)),
+            ("now", Value::Int(10)),
+            ("waiters", Value::Int(2)),
             ("mode", bulk("limit")),
             ("limit", Value::Int(3)),
             ("holders", Value::Array(vec![])),
         ],
     );
-    let info = LockInfo::from_reply(&key(), &semaphore).unwrap();
+    let info = inspect(&key(), &semaphore).unwrap();
     assert_eq!((info.limit, info.holders.len()), (Some(3), 0));
     assert_eq!(
-        LockInfo::from_reply(&key(), &[Value::Nil]).err(),
+        inspect(&key(), &[Value::Nil]).err(),
         Some(Refusal::Unexpected)
     );
 }

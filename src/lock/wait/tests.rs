@@ -141,7 +141,6 @@ fn forever() -> WaitPolicy {
     WaitPolicy {
         wait: None,
         no_wait: false,
-        busy_code: 75,
     }
 }
 
@@ -180,8 +179,8 @@ fn a_bounded_wait_gives_up_busy_at_its_deadline() {
     };
     let (outcome, _, took) = acquire(vec![busy(60_000), busy(60_000), busy(60_000)], policy);
     match outcome {
-        Err(busy @ Failure::Busy { code, .. }) => {
-            assert_eq!(code, 75);
+        Err(busy @ Failure::Busy { .. }) => {
+            assert_eq!(busy.exit_code(75), 75);
             let message = busy.to_string();
             assert!(message.contains("gave up after"), "{message}");
         }

@@ -52,8 +52,18 @@ fn a_retried_acquire_script_is_idempotent() {
             .arg(script)
             .arg(3)
             .arg(&[lock_key("jobs"), state_key("jobs"), queue_key("jobs")][..])
-            .arg(&["tok-1", "60000", "0", "5000", "{rlock:jobs}:wake"][..])
-            .arg(&["host-a", "4242", "alice", "cron"][..])
+            // The arguments by name, as rlock sends them.
+            .arg(
+                &[
+                    "token", "tok-1", "ttl", "60000", "join", "0", "check", "5000",
+                ][..],
+            )
+            .arg(&["channel", "{rlock:jobs}:wake"][..])
+            .arg(
+                &[
+                    "host", "host-a", "pid", "4242", "user", "alice", "cmd", "cron",
+                ][..],
+            )
             .query(&mut server.conn())
             .expect("EVAL acquire.lua")
     };

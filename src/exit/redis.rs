@@ -1,0 +1,71 @@
+//! The words of a Redis endpoint's failure (`Failure::Redis`): one line per fault, saying what
+//! happened and what to do.
+
+use super::About;
+use crate::backend::{Fault, NodeError, TlsRefusal};
+
+/// The user's one line for `error` on a request about `about`: what happened and what to do.
+/// (Its exit code is exit.rs's, by the fault.)
+pub(super) fn line(error: &NodeError, about: &About) -> String {
+    match error.kind {
+        Fault::Connect | Fault::Unresolved | Fault::Timeout | Fault::Io | Fault::NotServing => {
+            format!(
+                "Redis unavailable for {about}: {error}; check that the server is up and --url is right"
+            )
+        }
+        Fault::Tls(refusal) => {
+            let hint = match refusal {
+                TlsRefusal::ClientCertificateWanted => {
+                    "the server asks for a client certificate: give --tls-cert and --tls-key"
+                }
+                TlsRefusal::Untrusted => {
+                    "the server's TLS certificate was not trusted: check --tls-ca (and the host name in the URL)"
+                }
+                TlsRefusal::Refused => {
+                    "the server refused the TLS handshake: check --tls-cert, --tls-key and --tls-ca"
+                }
+            };
+            format!("cannot reach Redis securely for {about}: {error}; {hint}")
+        }
+        Fault::NoMaster => format!(
+            "no Sentinel names a master for {about}: {error}; check the master's name given to --sentinel (a Sentinel's 'sentinel monitor NAME')"
+        ),
+        Fault::Migrating => format!(
+            "Redis Cluster is moving the slot of {about} between masters (TRYAGAIN): {error}; retried for --op-timeout; it passes when the migration (redis-cli --cluster reshard) moves the lock's keys"
+        ),
+        Fault::ClusterDown => format!(
+            "Redis Cluster cannot serve {about} now (CLUSTERDOWN): {error}; a master of the cluster is down and not yet failed over; check CLUSTER INFO"
+        ),
+        Fault::NotRedis => format!("Redis unavailable for {about}: {error}"),
+        Fault::NoPassword => format!("Redis refused rlock for {about}: {error}"),
+        Fault::Auth => format!(
+            "Redis refused rlock for {about}: {error}; check --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or the URL's password, and the user's ACL"
+        ),
+        Fault::Denied => format!(
+            "Redis's ACL refused what rlock needs for {about}: {error}; give the user the rights listed in docs/connecting.md (\"ACL: the rights a lock user needs\")"
+        ),
+        Fault::Mismatch => format!(
+            "{about} is held as {}; every holder of a lock must ask for the same kind; nothing was changed",
+            error.detail
+        ),
+        Fault::WrongType => format!(
+            "{about} holds a value rlock cannot treat as a lock ({}); nothing was changed",
+            error.detail
+        ),
+        Fault::Replicas => format!(
+            "{about}: {error}; check the replicas and their links (INFO replication), or lower --replicas"
+        ),
+        Fault::Other => format!("Redis answered an error for {about}: {error}"),
+        Fault::TooOld => {
+            format!("Redis is too old for {about}: {error}; rlock needs Redis 5.0 or later")
+        }
+        Fault::WrongMode => format!("wrong kind of server for {about}: {error}"),
+        Fault::ClusterNode => format!(
+            "cannot list {about} from {error}; add --cluster (or set RLOCK_CLUSTER=1) to list the locks of every master"
+        ),
+        Fault::Setup => format!("cannot reach Redis for {about}: {error}"),
+        Fault::Config => format!(
+            "Redis refused the connection settings for {about}: {error}; check the database number in --url"
+        ),
+    }
+}

@@ -1,0 +1,224 @@
+//! The seam between rlock and its scripts, one typed call per script, both directions: a call
+//! owns its keys, its arguments by name (a flat ARGV, `name1, value1, name2, value2, ...`, that
+//! common.lua's `args` reads into a table) and the type its reply decodes into, by name
+//! (reply.rs). Whether a write must reach --replicas replicas is the script's, decided on the
+//! decoded reply. Nothing on either side is found by its position.
+//!
+//! One file per script (or for the three small ones): `acquire.rs`, `release.rs`, `renew.rs`
+//! (renew, leave, fence), `inspect.rs`; record and history are beside the runs they carry, in
+//! `../history.rs`.
+
+pub(super) mod acquire;
+pub(super) mod inspect;
+pub(super) mod release;
+pub(super) mod renew;
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::reply::Refusal;
+use crate::backend::{Fault, Node, NodeError, Script};
+
+/// The Lua sources and SHA1s of the scripts, from build.rs (which lists the files of each).
+pub(super) mod sources {
+    include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
+}
+
+/// Which server answers (its run_id): asked of every Redlock master before each grant.
+pub static IDENTITY: Script = Script::new("identity", sources::IDENTITY);
+
+/// identity.lua: no keys, no arguments; its reply is the server's run_id, or nil when the ACL
+/// user may not ask (the server then keeps its identity to itself).
+pub(super) struct Identify;
+
+impl Call for Identify {
+    type Reply = Option<String>;
+
+    fn script(&self) -> &'static Script {
+        &IDENTITY
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
+    fn args(&self) -> Args {
+        Args::new()
+    }
+
+    fn decode(&self, reply: &[Value]) -> Result<Option<String>, Refusal> {
+        Ok(match reply {
+            [Value::BulkString(id)] => Some(String::from_utf8_lossy(id).into_owned()),
+            _ => None,
+        })
+    }
+}
+
+/// A script's arguments by name: ARGV as `name1, value1, name2, value2, ...`. An argument
+/// without a value (`None`) is left out, and the script reads it as nil.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Args(Vec<String>);
+
+impl Args {
+    pub fn new() -> Self {
+        Args(Vec::new())
+    }
+
+    /// With `name` = `value`.
+    pub fn with(mut self, name: &str, value: impl ToString) -> Self {
+        self.0.push(name.to_string());
+        self.0.push(value.to_string());
+        self
+    }
+
+    /// With `name` = `value` when there is one.
+    pub fn with_some(self, name: &str, value: Option<impl ToString>) -> Self {
+        match value {
+            Some(value) => self.with(name, value),
+            None => self,
+        }
+    }
+
+    /// The value of `name`, as the script reads it.
+    #[cfg(test)]
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .chunks(2)
+            .find(|pair| pair[0] == name)
+            .map(|pair| pair[1].as_str())
+    }
+
+    fn as_strs(&self) -> Vec<&str> {
+        self.0.iter().map(String::as_str).collect()
+    }
+}
+
+/// One call of one script: what it sends and what its reply means.
+pub(super) trait Call {
+    /// What the reply decodes into.
+    type Reply;
+
+    fn script(&self) -> &'static Script;
+
+    /// The keys the script declares (for a Cluster, all in one slot).
+    fn keys(&self) -> Vec<&str>;
+
+    /// The arguments, by name.
+    fn args(&self) -> Args;
+
+    /// The reply: a word, then fields by name (common.lua's `reply`); a refusal for a key
+    /// that is not a lock, a lock of another kind, or a reply no version of the script gives.
+    fn decode(&self, reply: &[Value]) -> Result<Self::Reply, Refusal>;
+}
+
+/// Runs `call` on `node`, its reply expected within `timeout`, and decodes the reply; a
+/// refusal is the node's error.
+pub(super) fn run<C: Call>(
+    node: &dyn Node,
+    call: &C,
+    timeout: Duration,
+) -> Result<C::Reply, NodeError> {
+    run_as(node, call, timeout, Ok)
+}
+
+/// As `run`, the decoded reply then taken as `then` says: a reply the caller cannot take (an
+/// answer to another kind of request) is refused as a reply no script gives.
+pub(super) fn run_as<C: Call, T>(
+    node: &dyn Node,
+    call: &C,
+    timeout: Duration,
+    then: impl FnOnce(C::Reply) -> Result<T, Refusal>,
+) -> Result<T, NodeError> {
+    let script = call.script();
+    let args = call.args();
+    let reply = match node.eval(script, &call.keys(), &args.as_strs(), timeout)? {
+        Value::Array(items) => items,
+        other => vec![other],
+    };
+    call.decode(&reply).and_then(then).map_err(|refusal| {
+        let (kind, detail) = match refusal {
+            Refusal::WrongType(kind) => (Fault::WrongType, format!("it is a {kind}")),
+            Refusal::Mismatch(held) => (Fault::Mismatch, held.to_string()),
+            Refusal::Missing(field) => (
+                Fault::Other,
+                format!(
+                    "unexpected reply to {}, without its '{field}': {reply:?}",
+                    script.name
+                ),
+            ),
+            Refusal::Unexpected => (
+                Fault::Other,
+                format!("unexpected reply to {}: {reply:?}", script.name),
+            ),
+        };
+        NodeError {
+            kind,
+            node: node.name().into(),
+            detail,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::acquire::ACQUIRE;
+    use super::inspect::INSPECT;
+    use super::release::RELEASE;
+    use super::renew::{FENCE, LEAVE, RENEW};
+    use super::*;
+    use crate::lock::history::{HISTORY, RECORD};
+
+    #[test]
+    fn script_hashes_are_what_redis_computes() {
+        for script in [
+            &ACQUIRE, &RELEASE, &RENEW, &LEAVE, &INSPECT, &FENCE, &RECORD, &HISTORY, &IDENTITY,
+        ] {
+            let sha = redis::Script::new(script.source).get_hash().to_string();
+            assert_eq!(script.sha, sha, "SHA1 of {}", script.name);
+        }
+        assert!(ACQUIRE.source.starts_with(include_str!("common.lua")));
+        assert!(ACQUIRE.source.ends_with(include_str!("acquire.lua")));
+    }
+
+    #[test]
+    fn the_give_back_fits_in_one_read_of_the_server() {
+        // Sent whole, often to a server that has just stalled: in one 16 KB read of its query
+        // buffer it runs when the server thaws, before the commands that other connections
+        // (the waiter's next try) sent later.
+        assert!(
+            LEAVE.source.len() < 16 * 1024,
+            "{} bytes",
+            LEAVE.source.len()
+        );
+    }
+
+    #[test]
+    fn no_script_reads_an_argument_by_its_position() {
+        // common.lua's `args` (and record.lua's copy of it) read ARGV once, by name.
+        for file in [
+            include_str!("acquire.lua"),
+            include_str!("release.lua"),
+            include_str!("renew.lua"),
+            include_str!("leave.lua"),
+            include_str!("fence.lua"),
+            include_str!("inspect.lua"),
+            include_str!("history.lua"),
+            include_str!("multi.lua"),
+            include_str!("slot.lua"),
+        ] {
+            assert!(!file.contains("ARGV["), "{file}");
+        }
+    }
+
+    #[test]
+    fn arguments_go_by_name_and_absent_ones_are_left_out() {
+        let args = Args::new()
+            .with("token", "t1")
+            .with("ttl", 30_000)
+            .with_some("limit", None::<u32>);
+        assert_eq!(args.as_strs(), ["token", "t1", "ttl", "30000"]);
+        assert_eq!(args.get("ttl"), Some("30000"));
+        assert_eq!(args.get("limit"), None);
+    }
+}

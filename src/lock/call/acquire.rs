@@ -1,0 +1,193 @@
+//! acquire.lua as a typed call: one try at taking a lock (or a slot of it) for a request.
+
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::super::reply::{Crowd, Holder, Refusal, Reply};
+use super::super::{CHECK_WITHOUT_EXPIRY, Grant, Request, Sharing};
+use super::{Args, Call, sources};
+use crate::backend::Script;
+
+/// With --replicas, a grant counts only once the replicas have it.
+pub static ACQUIRE: Script =
+    Script::new("acquire", sources::ACQUIRE).replicated("grant", is_granted);
+
+/// One try at taking the lock: acquire.lua's reply.
+#[derive(Debug)]
+pub(in crate::lock) enum Attempt {
+    Granted(Grant),
+    Busy {
+        pttl: i64,
+        now_ms: i64,
+        holder: Holder,
+        crowd: Option<Crowd>,
+        /// The waiter's place in line (1 first), when it waits in line.
+        place: Option<i64>,
+    },
+    Queued {
+        wait_ms: i64,
+    },
+}
+
+/// acquire.lua for `req`: with `join`, a busy try keeps a place in line; `sent` is when it goes,
+/// from which the grant's lease counts.
+pub(in crate::lock) struct Acquire<'a> {
+    pub req: &'a Request<'a>,
+    pub join: bool,
+    pub sent: Instant,
+}
+
+impl Call for Acquire<'_> {
+    type Reply = Attempt;
+
+    fn script(&self) -> &'static Script {
+        &ACQUIRE
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.req.key.keys().to_vec()
+    }
+
+    fn args(&self) -> Args {
+        let Request {
+            key,
+            token,
+            ttl,
+            sharing,
+            who,
+        } = *self.req;
+        let (mode, limit) = match sharing {
+            Sharing::Exclusive => ("", 0),
+            Sharing::Limit(n) => ("limit", n),
+            Sharing::Shared => ("shared", 0),
+        };
+        Args::new()
+            .with("token", token)
+            .with("ttl", ttl.as_millis().max(1))
+            .with("join", if self.join { "1" } else { "0" })
+            .with("check", CHECK_WITHOUT_EXPIRY.as_millis())
+            .with("channel", &key.channel)
+            .with("host", &who.host)
+            .with("pid", who.pid)
+            .with("user", &who.user)
+            .with("cmd", &who.command)
+            .with("mode", mode)
+            .with("limit", limit)
+            .with("pidns", &who.pidns)
+    }
+
+    fn decode(&self, reply: &[Value]) -> Result<Attempt, Refusal> {
+        Ok(match answer(reply)? {
+            Answer::Granted { fence, ttl } => Attempt::Granted(Grant {
+                key: self.req.key.clone(),
+                token: self.req.token.to_string(),
+                fence,
+                ttl,
+                sent: self.sent,
+            }),
+            Answer::Not(attempt) => attempt,
+        })
+    }
+}
+
+/// acquire.lua's reply, before it is tied to its request.
+enum Answer {
+    Granted { fence: i64, ttl: Duration },
+    Not(Attempt),
+}
+
+fn answer(r: &[Value]) -> Result<Answer, Refusal> {
+    let reply = Reply::parse(r)?;
+    let f = &reply.fields;
+    Ok(match reply.word.as_str() {
+        "ok" => Answer::Granted {
+            fence: f.need_int("fence")?,
+            ttl: f.need_millis("ttl")?,
+        },
+        "busy" => Answer::Not(Attempt::Busy {
+            pttl: f.need_int("pttl")?,
+            now_ms: f.need_int("now")?,
+            holder: f.holder(),
+            crowd: match f.int("holders") {
+                Some(holders) => Some(Crowd {
+                    holders,
+                    limit: f.need_int("limit")?,
+                    exclusive_ahead: f.int("ahead") == Some(1),
+                }),
+                None => None,
+            },
+            place: f.int("place"),
+        }),
+        "queued" => Answer::Not(Attempt::Queued {
+            wait_ms: f.need_int("wait")?,
+        }),
+        "mismatch" => {
+            return Err(Refusal::Mismatch(match f.need_text("held")?.as_str() {
+                "exclusive" => Sharing::Exclusive,
+                "shared" => Sharing::Shared,
+                "limit" => Sharing::Limit(
+                    u32::try_from(f.need_int("limit")?).map_err(|_| Refusal::Unexpected)?,
+                ),
+                _ => return Err(Refusal::Unexpected),
+            }));
+        }
+        "wrongtype" => return Err(reply.wrong_type()),
+        _ => return Err(Refusal::Unexpected),
+    })
+}
+
+/// True for a grant: what --replicas must see reach the replicas. Decoded as every reply is,
+/// by name.
+fn is_granted(reply: &Value) -> bool {
+    let Value::Array(items) = reply else {
+        return false;
+    };
+    matches!(answer(items), Ok(Answer::Granted { .. }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::test_request::with_request;
+
+    #[test]
+    fn an_acquire_sends_its_arguments_by_name() {
+        with_request(|req| {
+            let call = Acquire {
+                req,
+                join: true,
+                sent: Instant::now(),
+            };
+            let args = call.args();
+            assert_eq!(args.get("token"), Some(req.token));
+            assert_eq!(args.get("join"), Some("1"));
+            assert_eq!(args.get("channel"), Some(req.key.channel.as_str()));
+            assert_eq!(args.get("host"), Some(req.who.host.as_str()));
+            assert_eq!(args.get("mode"), Some(""));
+            assert_eq!(call.keys(), req.key.keys());
+        });
+    }
+
+    #[test]
+    fn a_grant_without_its_fence_is_no_grant() {
+        let r = |fields: &[(&str, i64)]| {
+            let mut v = vec![Value::SimpleString("ok".into())];
+            for (name, n) in fields {
+                v.push(Value::SimpleString(name.to_string()));
+                v.push(Value::Int(*n));
+            }
+            v
+        };
+        assert!(matches!(
+            answer(&r(&[("fence", 7), ("ttl", 100)])),
+            Ok(Answer::Granted { fence: 7, .. })
+        ));
+        assert_eq!(
+            answer(&r(&[("ttl", 100)])).err(),
+            Some(Refusal::Missing("fence"))
+        );
+        assert!(is_granted(&Value::Array(r(&[("fence", 7), ("ttl", 100)]))));
+        assert!(!is_granted(&Value::Array(r(&[("ttl", 100)]))));
+    }
+}
