@@ -1,6 +1,5 @@
 //! `rlock exec`: take the lock, run the command under it, and give it back.
 
-use std::cell::RefCell;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Instant;
 
@@ -21,8 +20,7 @@ use crate::observe::{Note, Observer};
 use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
-    self, Cgroup, CgroupSoon, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports,
-    Terminal,
+    self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
 };
 
 pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
@@ -33,19 +31,13 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let key = ctx.key(&args.key.key)?;
     // Checked before any Redis traffic, with the TTL asked for.
     lease(ctx, args, args.ttl)?;
-    // The command's cgroup is made while Redis is asked for the lock; should the lock be busy,
-    // it goes at once (it would stand empty all along, and be left behind by an rlock killed
-    // meanwhile), and is made anew for a command about to start.
-    let cgroup = RefCell::new((args.contain != Containment::Tree).then(Cgroup::create_soon));
     let locker = ctx.locker()?;
     // The run on record (history, metrics): written once it has ended, never before the start.
     let mut record = Recorder::asked(ctx, &locker, &key, args);
 
-    let held =
-        hold(ctx, &locker, &key, args, &signals, &cgroup).inspect_err(|e| record.failed(e))?;
-    let cgroup = cgroup.into_inner();
+    let held = hold(ctx, &locker, &key, args, &signals).inspect_err(|e| record.failed(e))?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
-    let child = start(ctx, &locker, &held, args, cgroup).inspect_err(|e| record.failed(e))?;
+    let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
     let died_of = outcome.signal;
     // The lock first: the next holder waits for nothing else. The run goes on record in the
@@ -102,12 +94,11 @@ fn hold(
     key: &crate::lock::LockKey,
     args: &ExecArgs,
     signals: &Signals,
-    cgroup: &RefCell<Option<CgroupSoon>>,
 ) -> Result<Held, Failure> {
     let (mut grant, owner) = match inherited(ctx, locker, key)? {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
-        None => (acquire(ctx, locker, key, args, signals, cgroup)?, Owner::Us),
+        None => (acquire(ctx, locker, key, args, signals)?, Owner::Us),
     };
     // An inherited lock is renewed with the lease it was given, not this command's --ttl.
     let ttl = if owner == Owner::Us || grant.ttl.is_zero() {
@@ -166,7 +157,6 @@ fn acquire(
     key: &crate::lock::LockKey,
     args: &ExecArgs,
     signals: &Signals,
-    cgroup: &RefCell<Option<CgroupSoon>>,
 ) -> Result<Grant, Failure> {
     let command = args.label.label.clone().unwrap_or_else(|| {
         let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
@@ -188,7 +178,6 @@ fn acquire(
     let observer = ExecWait {
         ctx,
         program: &args.command[0],
-        cgroup,
     };
     let hooks = Hooks {
         interrupt: &WaitSignals(signals),
@@ -204,15 +193,10 @@ fn acquire(
 struct ExecWait<'a> {
     ctx: &'a Context,
     program: &'a std::ffi::OsString,
-    /// The cgroup being made, dropped (removed) when the lock is found busy.
-    cgroup: &'a RefCell<Option<CgroupSoon>>,
 }
 
 impl Observer for ExecWait<'_> {
     fn observe(&self, note: Note<'_>) {
-        if let Note::WaitBegins { .. } = note {
-            drop(self.cgroup.borrow_mut().take());
-        }
         if let Note::WaitBegins { key, .. } = note
             && let Err(why) = supervise::runnable(self.program)
         {
@@ -255,13 +239,7 @@ fn interrupt(signals: &Signals) -> Option<Signal> {
 /// Step 2: the command, in a process group of its own, given the terminal when rlock has it,
 /// started by the guardian, which keeps everything the command starts below itself (and in a
 /// cgroup of its own where one can be made) and kills all of it should rlock be killed.
-fn start(
-    ctx: &Context,
-    locker: &Locker,
-    held: &Held,
-    args: &ExecArgs,
-    cgroup: Option<CgroupSoon>,
-) -> Result<Child, Failure> {
+fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result<Child, Failure> {
     let grant = &held.grant;
     let renewer_pid = match held.owner {
         Owner::OuterExec => nested::enclosing_exec(&grant.token).unwrap_or(0),
@@ -273,11 +251,9 @@ fn start(
         release(ctx, locker, held);
         Failure::Internal(format!("cannot make a pipe: {e}"))
     })?;
-    let made = match (args.contain, cgroup) {
-        (Containment::Tree, _) => None,
-        (_, Some(soon)) => Some(soon.wait()),
-        (_, None) => Some(Cgroup::create()),
-    };
+    // Made once the lock is granted: a waiter holds none (however long it waits, and killed
+    // meanwhile it leaves none behind).
+    let made = (args.contain != Containment::Tree).then(Cgroup::create);
     let (cgroup, why_not) = match made {
         None => (None, Some("--contain tree".to_string())),
         Some(made) => match made {

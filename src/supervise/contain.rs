@@ -96,18 +96,6 @@ impl Cgroup {
         ))
     }
 
-    /// Starts making the cgroup on a thread of its own, so that it is made while rlock asks
-    /// Redis for the lock (the mkdir and the reading of /proc cost about 0.2 ms, a round trip's
-    /// worth). The thread is joined before the guardian is forked (spawn.rs: no other thread at
-    /// a fork).
-    pub fn create_soon() -> CgroupSoon {
-        let thread = std::thread::Builder::new()
-            .name("cgroup".into())
-            .stack_size(64 * 1024)
-            .spawn(Cgroup::create);
-        CgroupSoon(thread.ok())
-    }
-
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -216,30 +204,6 @@ impl Cgroup {
     /// can fail for a moment after the last process ended (EBUSY): it is tried again, briefly.
     pub fn remove(&self) {
         remove_cgroup(&self.dir);
-    }
-}
-
-/// A cgroup being made (`Cgroup::create_soon`). Dropped unused (the lock was not granted), it
-/// removes the cgroup.
-pub struct CgroupSoon(Option<std::thread::JoinHandle<Result<Cgroup, String>>>);
-
-impl CgroupSoon {
-    /// The cgroup, once made, or why it could not be. Made here when no thread could be started.
-    pub fn wait(mut self) -> Result<Cgroup, String> {
-        match self.0.take() {
-            Some(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err("making the cgroup failed".into())),
-            None => Cgroup::create(),
-        }
-    }
-}
-
-impl Drop for CgroupSoon {
-    fn drop(&mut self) {
-        if let Some(Ok(Ok(cgroup))) = self.0.take().map(std::thread::JoinHandle::join) {
-            cgroup.remove();
-        }
     }
 }
 

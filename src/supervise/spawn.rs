@@ -6,11 +6,9 @@
 //!   from a signalfd (`crate::signals`); no code of rlock's ever runs in signal context, so a
 //!   child sharing rlock's memory cannot be entered by a handler.
 //! - **No other thread exists at spawn.** The command is spawned, and the guardian forked,
-//!   before the renewal thread starts (it starts when the first renewal is due); Redlock's
-//!   per-node threads are scoped and joined before, and so is the thread that makes the cgroup
-//!   (`Cgroup::create_soon`). So no lock (malloc's, stdio's) can be held by another thread at
-//!   the fork or in the vfork child. (A joined thread may still be listed in /proc a moment
-//!   after it ran its last instruction, so that is no check of it.)
+//!   before the renewal thread starts (it starts when the first renewal is due), and Redlock's
+//!   per-node threads are scoped and joined before. So no lock (malloc's, stdio's) can be held
+//!   by another thread at the fork or in the vfork child.
 
 use std::ffi::{CString, OsString};
 use std::io;
