@@ -177,7 +177,8 @@ impl Locker {
     }
 
     /// As `release`; with `record`, the hold that ends is recorded in the lock's history in the
-    /// same script (release.lua): released, or lost when the token's lease ran out first. Also
+    /// same script (release.lua): released, or lost when the token's lease ran out first (an
+    /// exec's run, `HoldRecord::run_end`, only when the release gives the lock back). Also
     /// why the record was not written, on each node that did not write it: that changes nothing
     /// else.
     pub fn release_recording(

@@ -143,8 +143,9 @@ pub struct Keep {
     pub ttl: Duration,
 }
 
-/// What `rlock release` asks release.lua to record of the hold it ends (the script reads the
-/// rest, the holder record, from the state): where `record` appends an `exec`'s run.
+/// What a release asks release.lua to record: for `rlock release`, the hold it ends (the script
+/// reads the rest, the holder record, from the state); for `exec`, its run as it ends should the
+/// release give the lock back (`run_end`), and nothing otherwise.
 #[derive(Debug, Clone)]
 pub struct HoldRecord {
     pub keep: Keep,

@@ -11,8 +11,9 @@
 -- something other than a stream; NOPERM (asked first on Redis 7) when the user may not XADD or
 -- PEXPIRE it.
 --
--- On its own, without common.lua: it runs at the end of every `exec`, and common.lua's
--- definitions cost more than this script's work (about 20 µs a run on Redis 7). Its error
+-- On its own, without common.lua: it runs at the end of every `exec` whose release did not
+-- record the run (one that found the lock lost, one that never got it, every run on Redlock),
+-- and common.lua's definitions cost more than this script's work (about 20 µs a run on Redis 7). Its error
 -- helper is common.lua's `raise`, and its arguments are read as common.lua's `args` reads them,
 -- in short.
 if redis.replicate_commands then pcall(redis.replicate_commands) end

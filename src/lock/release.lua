@@ -219,7 +219,8 @@ end
 -- (its last renewal and TTL). A forced break was recorded by the break.
 -- A holder of a semaphore or shared lock whose lease ran out with the key (the last lease): its
 -- record is left, until the state expires; recorded once, as the record goes.
-if recording then
+-- Not for `rlock exec`'s run (entry): exec records a run lost at its release itself.
+if recording and not run_fields then
   local h = holder_of(state, token)
   local s = h and redis.call("HMGET", state, "broken", "lost")
   local multi_holder = kind == "none" and record_of(state, token)

@@ -291,3 +291,28 @@ fn without_k_the_last_run_of_every_lock_is_listed() {
     );
     assert!(history_of(rlock_at(&server), "none", 5).is_empty());
 }
+
+/// A run whose release finds the lock gone (deleted) or someone else's (overwritten) exits 76
+/// and is on record once, as lost: the release, which records a run it gives back, records
+/// nothing of one it cannot, and exec records the loss itself.
+#[test]
+fn a_run_lost_at_its_release_is_on_record_once_as_lost() {
+    let server = RedisServer::start();
+    let port = server.port().to_string();
+    for (key, how) in [
+        ("gone", "DEL rlock:gone"),
+        ("taken", "SET rlock:taken intruder"),
+    ] {
+        let script = format!("redis-cli -p {port} {how} > /dev/null");
+        let out = exec(&server, key, &["--", "sh", "-c", &script]);
+        assert_eq!(out.code, 76, "{how}: {out}");
+        let runs = history_of(rlock_at(&server), key, 10);
+        assert_eq!(outcomes(&runs), ["lost"], "{how}: {runs:#?}");
+        assert_eq!(runs[0]["code"], 76, "{how}");
+        assert_eq!(
+            xlen(&server, &format!("{{rlock:{key}}}:history")),
+            1,
+            "{how}"
+        );
+    }
+}
