@@ -47,7 +47,9 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
                 interrupt: &signals,
                 observer: ctx,
             };
-            locker.acquire(&request, policy, hooks)?
+            locker
+                .acquire(&request, policy, hooks)
+                .map_err(Failure::from)?
         }
     };
     ctx.say(format_args!(

@@ -11,12 +11,12 @@ use super::nested::{self, inherited, inside_exec};
 use super::record::Recorder;
 use super::{Context, new_token};
 use crate::cli::ExecArgs;
-use crate::exit::{About, Code, Exit, Failure, Interruption, LostHow};
+use crate::exit::{Code, Exit, Failure, LostHow};
 use crate::identity::Identity;
 use crate::lock::{
-    Grant, HoldRecord, Hooks, Interrupt, Lease, Locker, Renewed, Request, WaitPolicy,
+    About, Grant, HoldRecord, Hooks, Interrupt, Interruption, Lease, Locker, Note, Observer,
+    Renewed, Request, WaitPolicy,
 };
-use crate::observe::{Note, Observer};
 use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
@@ -84,7 +84,12 @@ struct Child {
 }
 
 fn lease(ctx: &Context, args: &ExecArgs, ttl: std::time::Duration) -> Result<Lease, Failure> {
-    Lease::new(ttl, args.renew_every, args.grace, ctx.settings.op_timeout)
+    Ok(Lease::new(
+        ttl,
+        args.renew_every,
+        args.grace,
+        ctx.settings.op_timeout,
+    )?)
 }
 
 /// Step 1: the lock this process tree already holds (nested rlock), or a new grant.
@@ -183,7 +188,7 @@ fn acquire(
         interrupt: &WaitSignals(signals),
         observer: &observer,
     };
-    locker.acquire(&request, policy, hooks)
+    Ok(locker.acquire(&request, policy, hooks)?)
 }
 
 /// What exec says while it waits: what every wait says, and, when the lock is found busy, at
@@ -366,6 +371,7 @@ fn give_back(
     }
     let (released, unrecorded) =
         locker.release_recording(&held.grant.key, &held.grant.token, run.as_ref());
+    let released = released.map_err(Failure::from);
     let unavailable = |e: &Failure| e.code() == Some(Code::Unavailable);
     match released {
         Ok(_) => {
@@ -399,7 +405,7 @@ fn release(ctx: &Context, locker: &Locker, held: &Held) {
     if held.owner == Owner::Us
         && let Err(e) = locker.release(&held.grant.key, &held.grant.token)
     {
-        ctx.note(format_args!("{e}"));
+        ctx.note(format_args!("{}", Failure::from(e)));
     }
 }
 

@@ -12,9 +12,9 @@ use nix::sys::signal::Signal;
 
 use super::Context;
 use crate::cli::ExecArgs;
-use crate::exit::{Code, Exit, Failure, Waited};
+use crate::exit::{Code, Exit, Failure};
 use crate::identity::Identity;
-use crate::lock::{Grant, HoldRecord, Keep, LockKey, Locker, RunRecord};
+use crate::lock::{Grant, HoldRecord, Keep, LockKey, Locker, RunRecord, Waited};
 use crate::metrics;
 use crate::redact::redact_command;
 

@@ -27,11 +27,13 @@
 
 mod call;
 mod display;
+mod error;
 mod exclusive;
 mod history;
 mod key;
 mod lease;
 mod locker;
+mod observe;
 mod read;
 mod redlock;
 mod reply;
@@ -49,11 +51,13 @@ pub use call::acquire::ACQUIRE;
 pub use call::inspect::{INSPECT, LockInfo};
 pub use call::release::RELEASE;
 pub use call::renew::{FENCE, LEAVE, RENEW};
+pub use error::{About, Error, Interruption, Refused, RenewError, Seen, Waited};
 pub use history::{HISTORY, RECORD};
 pub use history::{HoldRecord, Keep, LastRun, RunRecord};
 pub use key::LockKey;
 pub use lease::{Lease, deadline, drift};
 pub use locker::Locker;
+pub use observe::{Note, Observer, Silent};
 pub use reply::{Crowd, Holder, HolderLease, HolderPid, KeyType};
 pub use wait::{Hooks, Interrupt, WaitPolicy};
 

@@ -28,11 +28,11 @@ use nix::sys::signal::Signal;
 
 use self::progress::Progress;
 use super::call::acquire::Attempt;
+use super::error::{About, Error, Interruption, Seen, Waited};
 use super::exclusive::capped;
+use super::observe::{Note, Observer};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
-use crate::exit::{About, Code, Failure, Interruption, Seen, Waited};
-use crate::observe::{Note, Observer};
 
 /// How long to wait for a busy lock.
 #[derive(Debug, Clone)]
@@ -70,19 +70,14 @@ const CLAIM_SLACK: Duration = Duration::from_millis(5);
 struct Outage {
     since: Instant,
     /// What the last try said.
-    last: Failure,
+    last: Error,
     /// The pause before the next try, doubled after each (up to OUTAGE_BACKOFF_MAX).
     backoff: Duration,
 }
 
 impl Locker {
     /// Takes the lock (or a slot of it) that `req` asks for, waiting as `policy` says.
-    pub fn acquire(
-        &self,
-        req: &Request,
-        policy: WaitPolicy,
-        hooks: Hooks,
-    ) -> Result<Grant, Failure> {
+    pub fn acquire(&self, req: &Request, policy: WaitPolicy, hooks: Hooks) -> Result<Grant, Error> {
         if policy.no_wait || policy.wait == Some(Duration::ZERO) {
             return self.try_once(req, hooks);
         }
@@ -106,9 +101,9 @@ impl Locker {
     /// One try, no wait (`-n`). A signal that came during the request is answered once it
     /// returns (signals are not let interrupt rlock's system calls): a failure then reports
     /// the signal.
-    fn try_once(&self, req: &Request, hooks: Hooks) -> Result<Grant, Failure> {
+    fn try_once(&self, req: &Request, hooks: Hooks) -> Result<Grant, Error> {
         let key = req.key;
-        let busy = |seen: Seen| Failure::Busy {
+        let busy = |seen: Seen| Error::Busy {
             about: About::from(key),
             seen,
             waited: Waited::NotAtAll,
@@ -158,7 +153,7 @@ struct Waiter<'a> {
 /// What one try and the sleep after it came to.
 enum Step {
     Granted(Grant),
-    GaveUp(Failure),
+    GaveUp(Error),
     /// Try again.
     Again,
 }
@@ -174,7 +169,7 @@ enum Slept {
 }
 
 impl Waiter<'_> {
-    fn wait(mut self) -> Result<Grant, Failure> {
+    fn wait(mut self) -> Result<Grant, Error> {
         loop {
             match self.step() {
                 Step::Granted(grant) => return Ok(grant),
@@ -183,7 +178,7 @@ impl Waiter<'_> {
                     // answer, the failed attempt has already tried that; once is enough.)
                     // Within what is left of a bounded wait: nothing (the script is sent,
                     // and runs, even when its reply is not waited for).
-                    if failure.code() != Some(Code::Unavailable) {
+                    if !failure.is_unavailable() {
                         let timeout = capped(self.locker.op_timeout(), self.left());
                         let _ = self
                             .locker
@@ -285,7 +280,7 @@ impl Waiter<'_> {
 
     /// A try got no answer that time may cure: the outage begins or goes on, and the next try
     /// comes after a backoff (or the wait ends at its deadline).
-    fn ride_out(&mut self, failure: Failure, tried: Instant) -> Step {
+    fn ride_out(&mut self, failure: Error, tried: Instant) -> Step {
         let key = &self.req.key.name;
         let outage = match self.outage.take() {
             Some(mut o) => {
@@ -312,7 +307,7 @@ impl Waiter<'_> {
         if let Some(deadline) = self.deadline
             && Instant::now() >= deadline
         {
-            return Step::GaveUp(Failure::Outage {
+            return Step::GaveUp(Error::Outage {
                 last: Box::new(outage.last),
                 waited: self.start.elapsed(),
                 down_for: outage.since.elapsed(),
@@ -320,7 +315,7 @@ impl Waiter<'_> {
         }
         let first_contact = self.first_contact_ends();
         if first_contact.is_some_and(|end| Instant::now() >= end) {
-            return Step::GaveUp(Failure::NeverReached {
+            return Step::GaveUp(Error::NeverReached {
                 last: Box::new(outage.last),
                 tried_for: self.start.elapsed(),
             });
@@ -364,8 +359,8 @@ impl Waiter<'_> {
     }
 
     /// The failure of a wait that ends now with the lock busy, as the last try `seen` it.
-    fn busy(&self, seen: Seen) -> Failure {
-        Failure::Busy {
+    fn busy(&self, seen: Seen) -> Error {
+        Error::Busy {
             about: About::from(self.req.key),
             seen,
             waited: Waited::For(self.start.elapsed()),
@@ -395,8 +390,8 @@ impl Waiter<'_> {
     }
 }
 
-fn interrupted(key: &LockKey, signal: Signal) -> Failure {
-    Failure::Interrupted {
+fn interrupted(key: &LockKey, signal: Signal) -> Error {
+    Error::Interrupted {
         about: About::from(key),
         signal,
         when: Interruption::Waiting,

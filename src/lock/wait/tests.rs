@@ -1,5 +1,7 @@
 //! Unit tests of the wait's state machine, against a scripted `Node` (no server): what a waiter
-//! does with each answer the acquire script can give, with outages, and with its deadline.
+//! does with each answer the acquire script can give, with outages, and with its deadline; and
+//! against scripted `Tries` (no node at all): the loop alone, given the answers of its tries.
+//! The outcomes are read as the user gets them, as `Failure`s (their words and codes are exit's).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -9,6 +11,7 @@ use redis::Value;
 
 use super::*;
 use crate::backend::{Fault, Node, NodeError, Script};
+use crate::exit::{Code, Failure};
 use crate::lock::test_request::with_request;
 
 /// A node that answers the acquire script from a list, and everything else (the give-back)
@@ -132,7 +135,7 @@ fn acquire(
         observer: &heard,
     };
     let start = Instant::now();
-    let outcome = with_request(|req| locker.acquire(req, policy, hooks));
+    let outcome = with_request(|req| locker.acquire(req, policy, hooks)).map_err(Failure::from);
     let took = start.elapsed();
     (outcome, heard.0.into_inner(), took)
 }
