@@ -7,15 +7,15 @@ use anyhow::Result;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use super::Context;
 use super::nested::{self, inherited, inside_exec};
 use super::record::Recorder;
-use super::{Context, new_token};
+use super::take::{Ask, holder, take};
 use crate::cli::ExecArgs;
 use crate::exit::{Code, Exit, Failure, LostHow};
 use crate::identity::Identity;
 use crate::lock::{
-    About, Grant, HoldRecord, Hooks, Interrupt, Interruption, Lease, Locker, Note, Observer,
-    Renewed, Request, WaitPolicy,
+    About, Grant, HoldRecord, Interrupt, Interruption, Lease, Locker, Note, Observer, Renewed,
 };
 use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
@@ -163,32 +163,27 @@ fn acquire(
     args: &ExecArgs,
     signals: &Signals,
 ) -> Result<Grant, Failure> {
-    let command = args.label.label.clone().unwrap_or_else(|| {
-        let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
-        redact_command(&words)
-    });
-    let who = Identity::current(std::process::id(), command);
-    let policy = WaitPolicy {
-        wait: args.wait.wait,
-        no_wait: args.wait.no_wait,
-    };
-    let token = new_token();
-    let request = Request {
+    let ask = Ask {
         key,
-        token: &token,
         ttl: args.ttl,
         sharing: super::sharing(locker, &args.sharing)?,
-        who: &who,
+        wait: &args.wait,
+        who: exec_holder(args),
     };
     let observer = ExecWait {
         ctx,
         program: &args.command[0],
     };
-    let hooks = Hooks {
-        interrupt: &WaitSignals(signals),
-        observer: &observer,
-    };
-    Ok(locker.acquire(&request, policy, hooks)?)
+    take(locker, ask, &WaitSignals(signals), &observer)
+}
+
+/// The holder of exec's lock: this process, described by --label, else by the command line
+/// (its secrets masked). The history records the run by it too.
+pub(super) fn exec_holder(args: &ExecArgs) -> Identity {
+    holder(std::process::id(), &args.label, || {
+        let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
+        redact_command(&words)
+    })
 }
 
 /// What exec says while it waits: what every wait says, and, when the lock is found busy, at

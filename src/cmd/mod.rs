@@ -8,6 +8,7 @@ pub mod nested;
 pub mod record;
 pub mod release;
 pub mod renew;
+pub mod take;
 mod waiting;
 
 use crate::backend::{Settings, TlsFiles, split_urls};
@@ -167,9 +168,4 @@ pub fn sharing(locker: &Locker, args: &SharingArgs) -> Result<Sharing, Failure> 
         )));
     }
     Ok(sharing)
-}
-
-/// A fresh owner token.
-pub fn new_token() -> String {
-    uuid::Uuid::new_v4().to_string()
 }
