@@ -44,7 +44,7 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
         "acquired lock '{}' (fence {}, ttl {})",
         key.name,
         grant.fence,
-        crate::lock::human_duration(grant.ttl)
+        crate::lock::human_duration(grant.ttl.length())
     ));
     if let Err(e) = print(&grant, args) {
         // Nobody got the token, so nobody could release the lock: give it back now (unless it
@@ -83,7 +83,7 @@ fn print(grant: &Grant, args: &AcquireArgs) -> std::io::Result<()> {
             "redis_key": grant.key.redis_key,
             "token": grant.token,
             "fence": grant.fence,
-            "ttl_ms": grant.ttl.as_millis() as u64,
+            "ttl_ms": grant.ttl.length().as_millis() as u64,
         }))
     } else {
         output::data(&grant.token)

@@ -15,7 +15,7 @@ use crate::cli::ExecArgs;
 use crate::exit::{Code, Exit, Failure, LostHow};
 use crate::identity::Identity;
 use crate::lock::{
-    About, Grant, HoldRecord, Interrupt, Interruption, Lease, Locker, Note, Observer, Renewed,
+    About, Grant, HoldRecord, Interrupt, Interruption, Lease, Locker, Note, Observer, Renewed, Ttl,
 };
 use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
@@ -29,13 +29,13 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // on to it.
     let signals = Signals::for_exec()?;
     let key = ctx.key(&args.key.key)?;
-    // Checked before any Redis traffic, with the TTL asked for.
-    lease(ctx, args, args.ttl)?;
+    // The lease asked for, checked (once) before any Redis traffic.
+    let asked = lease(ctx, args, args.ttl)?;
     let locker = ctx.locker()?;
     // The run on record (history, metrics): written once it has ended, never before the start.
     let mut record = Recorder::asked(ctx, &locker, &key, args);
 
-    let held = hold(ctx, &locker, &key, args, &signals).inspect_err(|e| record.failed(e))?;
+    let held = hold(ctx, &locker, &key, args, &signals, asked).inspect_err(|e| record.failed(e))?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
     let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
@@ -83,6 +83,7 @@ struct Child {
     reports: Reports,
 }
 
+/// The lease of a lock whose TTL is `ttl`, with the options' renewal timing, checked for sense.
 fn lease(ctx: &Context, args: &ExecArgs, ttl: std::time::Duration) -> Result<Lease, Failure> {
     Ok(Lease::new(
         ttl,
@@ -92,26 +93,31 @@ fn lease(ctx: &Context, args: &ExecArgs, ttl: std::time::Duration) -> Result<Lea
     )?)
 }
 
-/// Step 1: the lock this process tree already holds (nested rlock), or a new grant.
+/// The lease a held lock is kept by: the one `asked` for, or for an inherited lock (whose grant
+/// tells the lease its holder gave it) a lease of that TTL, not this command's --ttl.
+fn kept_by(ctx: &Context, args: &ExecArgs, asked: Lease, grant: &Grant) -> Result<Lease, Failure> {
+    match grant.ttl {
+        Ttl::Inferred(given) if !given.is_zero() && given != asked.ttl => lease(ctx, args, given),
+        _ => Ok(asked),
+    }
+}
+
+/// Step 1: the lock this process tree already holds (nested rlock), or a new grant, and the
+/// lease it is kept by.
 fn hold(
     ctx: &Context,
     locker: &Locker,
     key: &crate::lock::LockKey,
     args: &ExecArgs,
     signals: &Signals,
+    asked: Lease,
 ) -> Result<Held, Failure> {
     let (mut grant, owner) = match inherited(ctx, locker, key)? {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
         None => (acquire(ctx, locker, key, args, signals)?, Owner::Us),
     };
-    // An inherited lock is renewed with the lease it was given, not this command's --ttl.
-    let ttl = if owner == Owner::Us || grant.ttl.is_zero() {
-        args.ttl
-    } else {
-        grant.ttl
-    };
-    let lease = lease(ctx, args, ttl)?;
+    let lease = kept_by(ctx, args, asked, &grant)?;
     if owner == Owner::Shell {
         // A lock inherited from a shell may have little of its lease left: renew it once before
         // the command starts, so that the deadline counts from now.

@@ -16,7 +16,7 @@ use super::lease::drift;
 use super::locker::{Locker, Quorum, no_quorum};
 use super::redlock::release_verdict;
 use super::reply::{Holder, KeyType, Refusal};
-use super::{Grant, NotOwner, Released, Renewed, Request};
+use super::{Grant, NotOwner, Released, Renewed, Request, Ttl};
 use crate::backend::{Fault, NodeError};
 
 /// What one node said to an acquire.
@@ -110,7 +110,7 @@ impl Locker {
                 key: key.clone(),
                 token: token.to_string(),
                 fence,
-                ttl: validity,
+                ttl: Ttl::Validity(validity),
                 sent,
             }));
         }

@@ -106,9 +106,33 @@ pub struct Grant {
     pub key: LockKey,
     pub token: String,
     pub fence: i64,
-    pub ttl: Duration,
+    /// How long the lease is, in the one of its three meanings this grant has.
+    pub ttl: Ttl,
     /// When the request that won the lock was sent: the first lease is measured from here.
     pub sent: Instant,
+}
+
+/// A grant's lease, which means one of three things, by where the grant came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ttl {
+    /// One Redis: the TTL asked for (--ttl), as the server granted it.
+    Asked(Duration),
+    /// Redlock: what the grant can count on, the TTL asked for less the round trip and the
+    /// drift allowance (TTL − elapsed − drift).
+    Validity(Duration),
+    /// A lock this process tree already held (nested rlock, found by its token): the lease its
+    /// holder gave it as Redis keeps it, or at least what is left of it; zero when Redis says
+    /// neither.
+    Inferred(Duration),
+}
+
+impl Ttl {
+    /// How long, whichever it means.
+    pub fn length(self) -> Duration {
+        match self {
+            Ttl::Asked(d) | Ttl::Validity(d) | Ttl::Inferred(d) => d,
+        }
+    }
 }
 
 /// The outcome of a release.

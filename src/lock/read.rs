@@ -3,13 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::Grant;
 use super::call;
 use super::call::inspect::{Inspect, LockInfo};
 use super::error::{About, Error};
 use super::key::{LockKey, scan_pattern};
 use super::locker::{Locker, no_quorum};
 use super::reply::{Holder, KeyType};
+use super::{Grant, Ttl};
 use crate::backend::NodeError;
 
 impl Locker {
@@ -114,7 +114,7 @@ impl Locker {
             key: key.clone(),
             token: token.to_string(),
             fence: info.fence.unwrap_or(0),
-            ttl: lease,
+            ttl: Ttl::Inferred(lease),
             sent: now.checked_sub(lease - left).unwrap_or(now),
         }))
     }

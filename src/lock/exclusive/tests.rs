@@ -11,7 +11,7 @@ fn granted(fence: i64) -> NodeAttempt {
         key: key(),
         token: "tok".into(),
         fence,
-        ttl: Duration::from_secs(10),
+        ttl: Ttl::Asked(Duration::from_secs(10)),
         sent: Instant::now(),
     }))
 }

@@ -12,6 +12,7 @@ use redis::Value;
 use super::*;
 use crate::backend::{Fault, Node, NodeError, Script};
 use crate::exit::{Code, Failure};
+use crate::lock::Ttl;
 use crate::lock::test_request::with_request;
 
 /// A node that answers the acquire script from a list, and everything else (the give-back)
@@ -152,7 +153,7 @@ fn a_busy_lock_is_tried_again_when_its_lease_ends_then_granted() {
     let (outcome, heard, took) = acquire(vec![busy(40), busy(40), granted(7)], forever());
     let grant = outcome.expect("granted");
     assert_eq!(grant.fence, 7);
-    assert_eq!(grant.ttl, Duration::from_secs(30));
+    assert_eq!(grant.ttl, Ttl::Asked(Duration::from_secs(30)));
     // The first busy answer subscribes and tries again at once; the second sleeps its 40 ms.
     assert!(took >= Duration::from_millis(40), "{took:?}");
     assert!(took < Duration::from_secs(2), "{took:?}");
@@ -320,7 +321,7 @@ fn grant(fence: i64) -> Result<Attempt, Error> {
         key: LockKey::new("rlock:", "jobs").unwrap(),
         token: "tok".into(),
         fence,
-        ttl: Duration::from_secs(30),
+        ttl: Ttl::Asked(Duration::from_secs(30)),
         sent: Instant::now(),
     }))
 }
