@@ -10,14 +10,12 @@ use nix::unistd::Pid;
 use super::Context;
 use super::nested::{self, inherited, inside_exec};
 use super::record::Recorder;
-use super::take::{Ask, holder, take};
+use super::take::{Ask, exec_holder, take};
 use crate::cli::ExecArgs;
 use crate::exit::{Code, Exit, Failure, LostHow};
-use crate::identity::Identity;
 use crate::lock::{
     About, Grant, HoldRecord, Interrupt, Interruption, Lease, Locker, Note, Observer, Renewed, Ttl,
 };
-use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
     self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
@@ -181,15 +179,6 @@ fn acquire(
         program: &args.command[0],
     };
     take(locker, ask, &WaitSignals(signals), &observer)
-}
-
-/// The holder of exec's lock: this process, described by --label, else by the command line
-/// (its secrets masked). The history records the run by it too.
-pub(super) fn exec_holder(args: &ExecArgs) -> Identity {
-    holder(std::process::id(), &args.label, || {
-        let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
-        redact_command(&words)
-    })
 }
 
 /// What exec says while it waits: what every wait says, and, when the lock is found busy, at

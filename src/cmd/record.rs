@@ -258,7 +258,7 @@ impl<'a> Recorder<'a> {
     /// command line with its secrets masked, as `acquire` records it), the times and the end.
     fn record(&self, outcome: Outcome, code: i64, signal: Option<Signal>) -> RunRecord {
         let args = self.args;
-        let who = super::exec::exec_holder(args);
+        let who = super::take::exec_holder(args);
         let ms = |since: Instant| since.elapsed().as_millis() as i64;
         let (wait_ms, held_ms, fence) = match self.granted {
             Some((at, fence)) => (

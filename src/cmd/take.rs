@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
-use crate::cli::{LabelArg, WaitArgs};
+use crate::cli::{ExecArgs, LabelArg, WaitArgs};
 use crate::exit::Failure;
 use crate::identity::Identity;
 use crate::lock::{
     Grant, Hooks, Interrupt, LockKey, Locker, Observer, Request, Sharing, WaitPolicy,
 };
+use crate::redact::redact_command;
 
 /// What a command asks for when it takes a lock.
 pub struct Ask<'a> {
@@ -55,4 +56,13 @@ pub fn take(
 /// line, secrets masked).
 pub fn holder(pid: u32, label: &LabelArg, command: impl FnOnce() -> String) -> Identity {
     Identity::current(pid, label.label.clone().unwrap_or_else(command))
+}
+
+/// The holder of exec's lock: this process, described by --label, else by the command it runs
+/// (its secrets masked). The history records the run by it too.
+pub fn exec_holder(args: &ExecArgs) -> Identity {
+    holder(std::process::id(), &args.label, || {
+        let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
+        redact_command(&words)
+    })
 }
