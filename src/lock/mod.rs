@@ -15,7 +15,8 @@
 //! The rooms: `key.rs` names the keys, `call/` is one typed call per script (its keys, its
 //! arguments by name, its reply decoded by name with `reply.rs`), `locker.rs` is the deployment
 //! (fan-out to every node, the Redlock majority), `lease.rs` the lease arithmetic, `display.rs`
-//! the text. The operations sit on the `Locker`:
+//! the text, `error.rs` the layer's errors (fields; their words and exit codes are `exit`'s),
+//! `observe.rs` what the layers report as they work. The operations sit on the `Locker`:
 //! `exclusive.rs` (one try at taking, release, renewal), `redlock.rs` (one vote per server, a
 //! release by majority, a renewal that repairs a master restarted empty), `read.rs` (inspect,
 //! list), `wait.rs` (waiting without polling), `history.rs` (the runs on record).
