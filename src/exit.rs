@@ -350,4 +350,36 @@ mod tests {
         let config: anyhow::Error = Failure::from(SetupError::Config("bad".into())).into();
         assert_eq!(code_of(&config, 75), 78);
     }
+
+    #[test]
+    fn a_lower_layers_error_keeps_its_row_and_its_words_through_from() {
+        let cannot_run = |not_found| {
+            Failure::from(LaunchError::CannotRun {
+                message: "cannot run 'x': command not found".into(),
+                not_found,
+            })
+        };
+        assert_eq!(cannot_run(true).exit_code(75), 127);
+        assert_eq!(cannot_run(false).exit_code(75), 126);
+        assert_eq!(
+            cannot_run(true).to_string(),
+            "cannot run 'x': command not found"
+        );
+        // A wait that ended in an outage: the last try's failure is converted too.
+        let node = NodeError {
+            kind: Fault::Connect,
+            node: "redis://h:6379".into(),
+            detail: "said no".into(),
+        };
+        let outage = Failure::from(crate::lock::Error::Outage {
+            last: Box::new(crate::lock::Error::redis(About::Lock("jobs".into()), node)),
+            waited: Duration::from_secs(5),
+            down_for: Duration::from_secs(5),
+        });
+        assert_eq!(outage.exit_code(75), 69);
+        assert_eq!(
+            outage.to_string(),
+            "Redis unavailable for lock 'jobs': redis://h:6379: said no; check that the server is up and --url is right; gave up after 5.0s, Redis unavailable throughout"
+        );
+    }
 }
