@@ -1,18 +1,21 @@
-//! The exit-code table of the contract, and the one error type of the library (`Failure`) that
-//! maps onto it, in one place.
+//! The exit-code table of the contract, and the one user-facing error type (`Failure`) that
+//! maps onto it, in one place. It sits at the top: the layers below return their own errors
+//! (`backend::SetupError`, `lock::Error`, `supervise::LaunchError`), which reach `Failure`
+//! only through `From`, and never know of it.
 
 mod lines;
 mod redis;
 
-use std::fmt;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-pub use lines::{Interruption, LostHow, Refused, Seen, Waited};
+pub use lines::LostHow;
 
-use crate::backend::{Fault, NodeError, SetupError};
+use crate::backend::{Class, Fault, NodeError, SetupError};
+use crate::lock::{About, Interruption, Refused, Seen, Waited};
+use crate::supervise::LaunchError;
 
 /// Exit codes that rlock itself chooses (a child's own status passes through unchanged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,27 +49,9 @@ impl From<Code> for ExitCode {
     }
 }
 
-/// What a request to Redis was about, as messages name it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum About {
-    /// The lock of this name.
-    Lock(String),
-    /// Every lock under this prefix (a listing).
-    Locks(String),
-}
-
-impl fmt::Display for About {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            About::Lock(name) => write!(f, "lock '{name}'"),
-            About::Locks(prefix) => write!(f, "the locks under '{prefix}'"),
-        }
-    }
-}
-
-/// An expected way for rlock to fail: the one error type of the library, from the Redis
-/// endpoints up to the command layer. The message is the whole line printed after `rlock: `.
-/// (No field is a `source`: the line is the message alone, never a chain.)
+/// An expected way for rlock to fail: the one user-facing error type, made by the command layer
+/// or from the errors of the layers below. The message is the whole line printed after
+/// `rlock: `. (No field is a `source`: the line is the message alone, never a chain.)
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
     #[error("{0}")]
@@ -143,6 +128,79 @@ impl From<SetupError> for Failure {
     }
 }
 
+/// A lock's failure, field for field: the lock layer says what happened, the words and the
+/// code are decided here.
+impl From<crate::lock::Error> for Failure {
+    fn from(e: crate::lock::Error) -> Self {
+        use crate::lock::Error;
+        match e {
+            Error::Usage(line) => Failure::Usage(line),
+            Error::Config(line) => Failure::Config(line),
+            Error::Redis { about, error } => Failure::Redis { about, error },
+            Error::NoQuorum {
+                about,
+                nodes,
+                errors,
+            } => Failure::NoQuorum {
+                about,
+                nodes,
+                errors,
+            },
+            Error::Outage {
+                last,
+                waited,
+                down_for,
+            } => Failure::Outage {
+                last: Box::new(Failure::from(*last)),
+                waited,
+                down_for,
+            },
+            Error::NeverReached { last, tried_for } => Failure::NeverReached {
+                last: Box::new(Failure::from(*last)),
+                tried_for,
+            },
+            Error::Busy {
+                about,
+                seen,
+                waited,
+            } => Failure::Busy {
+                about,
+                seen,
+                waited,
+            },
+            Error::NotPermitted { about, refused } => Failure::NotPermitted { about, refused },
+            Error::Interrupted {
+                about,
+                signal,
+                when,
+            } => Failure::Interrupted {
+                about,
+                signal,
+                when,
+            },
+        }
+    }
+}
+
+/// A command that was not started: 126 or 127 when it cannot run, else the row of its kind.
+impl From<LaunchError> for Failure {
+    fn from(e: LaunchError) -> Self {
+        match e {
+            LaunchError::Usage(line) => Failure::Usage(line),
+            LaunchError::Internal(line) => Failure::Internal(line),
+            LaunchError::Config(line) => Failure::Config(line),
+            LaunchError::CannotRun { message, not_found } => Failure::CannotRun {
+                message,
+                code: if not_found {
+                    Code::NotFound
+                } else {
+                    Code::CannotRun
+                },
+            },
+        }
+    }
+}
+
 impl Failure {
     /// A Redis endpoint's `error` on a request about `about` (a lock, or a listing).
     pub fn redis(about: impl Into<About>, error: NodeError) -> Self {
@@ -181,39 +239,16 @@ impl Failure {
             Failure::Internal(_) => Code::Internal,
         })
     }
-
-    /// A failure that time may cure: Redis unreachable, timing out or not serving now, on the
-    /// one node or on too many of a Redlock's (which a waiter rides out).
-    pub fn is_transient(&self) -> bool {
-        match self {
-            Failure::Redis { error, .. } => error.is_transient(),
-            Failure::NoQuorum { errors, .. } => errors.iter().all(NodeError::is_transient),
-            _ => false,
-        }
-    }
 }
 
-/// The exit code of each fault of a Redis endpoint. Every fault is named, so that a new one
-/// must be given its row.
+/// The exit code of each fault of a Redis endpoint, by its class (every fault is given one in
+/// backend/error.rs, where it is decided).
 fn fault_code(kind: Fault) -> Code {
-    match kind {
-        Fault::Connect
-        | Fault::Unresolved
-        | Fault::Timeout
-        | Fault::Io
-        | Fault::NotServing
-        | Fault::Migrating
-        | Fault::NoMaster
-        | Fault::ClusterDown
-        | Fault::NotRedis
-        | Fault::Replicas
-        | Fault::TooOld
-        | Fault::Other => Code::Unavailable,
-        Fault::NoPassword | Fault::Auth | Fault::Denied => Code::NotPermitted,
-        Fault::WrongType | Fault::Mismatch => Code::NotALock,
-        Fault::Tls(_) | Fault::ClusterNode | Fault::Config | Fault::Setup | Fault::WrongMode => {
-            Code::Config
-        }
+    match kind.class() {
+        Class::Unavailable => Code::Unavailable,
+        Class::Refused => Code::NotPermitted,
+        Class::NotALock => Code::NotALock,
+        Class::Config => Code::Config,
     }
 }
 
@@ -281,8 +316,6 @@ mod tests {
             78
         );
         assert_eq!(on_node(Fault::Setup).exit_code(75), 78);
-        assert!(on_node(Fault::Connect).is_transient());
-        assert!(!on_node(Fault::Unresolved).is_transient());
         assert_eq!(
             on_node(Fault::Connect).to_string(),
             "Redis unavailable for lock 'jobs': redis://h:6379: said no; check that the server is up and --url is right"
@@ -316,5 +349,37 @@ mod tests {
         assert_eq!(code_of(&full, 75), Code::Internal as u8);
         let config: anyhow::Error = Failure::from(SetupError::Config("bad".into())).into();
         assert_eq!(code_of(&config, 75), 78);
+    }
+
+    #[test]
+    fn a_lower_layers_error_keeps_its_row_and_its_words_through_from() {
+        let cannot_run = |not_found| {
+            Failure::from(LaunchError::CannotRun {
+                message: "cannot run 'x': command not found".into(),
+                not_found,
+            })
+        };
+        assert_eq!(cannot_run(true).exit_code(75), 127);
+        assert_eq!(cannot_run(false).exit_code(75), 126);
+        assert_eq!(
+            cannot_run(true).to_string(),
+            "cannot run 'x': command not found"
+        );
+        // A wait that ended in an outage: the last try's failure is converted too.
+        let node = NodeError {
+            kind: Fault::Connect,
+            node: "redis://h:6379".into(),
+            detail: "said no".into(),
+        };
+        let outage = Failure::from(crate::lock::Error::Outage {
+            last: Box::new(crate::lock::Error::redis(About::Lock("jobs".into()), node)),
+            waited: Duration::from_secs(5),
+            down_for: Duration::from_secs(5),
+        });
+        assert_eq!(outage.exit_code(75), 69);
+        assert_eq!(
+            outage.to_string(),
+            "Redis unavailable for lock 'jobs': redis://h:6379: said no; check that the server is up and --url is right; gave up after 5.0s, Redis unavailable throughout"
+        );
     }
 }

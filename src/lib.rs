@@ -11,7 +11,6 @@ pub mod identity;
 pub mod lock;
 pub mod metrics;
 pub mod names;
-pub mod observe;
 pub mod output;
 pub mod redact;
 pub mod runtime;

@@ -1,12 +1,11 @@
 //! The renewal thread and the lease deadline. No process code here: the watchdog only says
 //! when the lease ends; `supervise` decides what that means for the child.
 
-use std::io;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Fault, NodeError};
-use crate::lock::{Grant, Lease, Locker, NotOwner, Renewed, deadline};
+use crate::lock::{Grant, Lease, Locker, NotOwner, RenewError, Renewed, deadline};
 
 /// What the renewal thread tells the supervisor.
 #[derive(Debug)]
@@ -32,15 +31,6 @@ pub enum Loss {
         grace: Duration,
         last: Option<RenewError>,
     },
-}
-
-/// Why a renewal did not happen; it is retried while the lease lasts.
-#[derive(Debug)]
-pub enum RenewError {
-    /// A Redis endpoint failed it (in Redlock mode, the first of the masters that did).
-    Node(NodeError),
-    /// The renewal thread could not be started.
-    NoThread(io::Error),
 }
 
 /// Renews `grant` every `lease.renew_every`, the first time `lease.renew_every` after the grant

@@ -124,7 +124,49 @@ impl fmt::Display for NodeError {
     }
 }
 
+/// What a fault means for the run, whatever was asked: the four rows of the exit-code table a
+/// Redis endpoint's fault can fall in (exit.rs gives each its code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Redis could not serve the request, now or at all: unreachable, timing out, not serving,
+    /// not Redis, too old, or an error of its own.
+    Unavailable,
+    /// Redis refused rlock: the password, or the ACL.
+    Refused,
+    /// The key holds what rlock cannot treat as this lock.
+    NotALock,
+    /// The settings cannot work: TLS, the database number, a node of a Cluster used alone, the
+    /// wrong kind of deployment.
+    Config,
+}
+
 impl Fault {
+    /// The class of this fault. Every fault is named, so that a new one must be given its
+    /// class (and so its exit code).
+    pub fn class(self) -> Class {
+        match self {
+            Fault::Connect
+            | Fault::Unresolved
+            | Fault::Timeout
+            | Fault::Io
+            | Fault::NotServing
+            | Fault::Migrating
+            | Fault::NoMaster
+            | Fault::ClusterDown
+            | Fault::NotRedis
+            | Fault::Replicas
+            | Fault::TooOld
+            | Fault::Other => Class::Unavailable,
+            Fault::NoPassword | Fault::Auth | Fault::Denied => Class::Refused,
+            Fault::WrongType | Fault::Mismatch => Class::NotALock,
+            Fault::Tls(_)
+            | Fault::ClusterNode
+            | Fault::Config
+            | Fault::Setup
+            | Fault::WrongMode => Class::Config,
+        }
+    }
+
     /// The kind of a client library error, `text` being its message: decided here, once, from
     /// the code, the library's kind and the words of the server or of the OS.
     fn of(err: &RedisError, text: &str) -> Self {

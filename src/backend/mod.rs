@@ -17,7 +17,7 @@ mod subscriber;
 use std::time::Duration;
 
 pub use cluster::Cluster;
-pub use error::{Fault, NodeError, SetupError, TlsRefusal};
+pub use error::{Class, Fault, NodeError, SetupError, TlsRefusal};
 pub use sentinel::Sentinel;
 pub use settings::{Settings, TlsFiles, split_urls, with_addr};
 pub use single::Single;

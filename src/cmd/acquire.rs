@@ -4,11 +4,11 @@ use anyhow::Result;
 
 use super::hint::shell_quote;
 use super::nested::{FENCE_VAR, KEY_VAR, TOKEN_VAR, inherited};
-use super::{Context, new_token, sharing};
+use super::take::{Ask, holder, take};
+use super::{Context, sharing};
 use crate::cli::AcquireArgs;
 use crate::exit::Failure;
-use crate::identity::Identity;
-use crate::lock::{Grant, Hooks, Request, WaitPolicy};
+use crate::lock::Grant;
 use crate::output;
 use crate::redact::redact_command;
 use crate::signals::Signals;
@@ -24,37 +24,27 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
         None => {
             // The holder is the calling shell: this process exits as soon as it has the lock.
             let ppid = nix::unistd::getppid().as_raw() as u32;
-            let command = args.label.label.clone();
-            let who = Identity::current(ppid, command.unwrap_or_else(|| parent_command(ppid)));
-            let policy = WaitPolicy {
-                wait: args.wait.wait,
-                no_wait: args.wait.no_wait,
-            };
-            let signals = if policy.no_wait {
+            let who = holder(ppid, &args.label, || parent_command(ppid));
+            let signals = if args.wait.no_wait {
                 None
             } else {
                 Some(Signals::for_wait()?)
             };
-            let token = new_token();
-            let request = Request {
+            let ask = Ask {
                 key: &key,
-                token: &token,
                 ttl: args.ttl,
                 sharing,
-                who: &who,
+                wait: &args.wait,
+                who,
             };
-            let hooks = Hooks {
-                interrupt: &signals,
-                observer: ctx,
-            };
-            locker.acquire(&request, policy, hooks)?
+            take(&locker, ask, &signals, ctx)?
         }
     };
     ctx.say(format_args!(
         "acquired lock '{}' (fence {}, ttl {})",
         key.name,
         grant.fence,
-        crate::lock::human_duration(grant.ttl)
+        crate::lock::human_duration(grant.ttl.length())
     ));
     if let Err(e) = print(&grant, args) {
         // Nobody got the token, so nobody could release the lock: give it back now (unless it
@@ -93,7 +83,7 @@ fn print(grant: &Grant, args: &AcquireArgs) -> std::io::Result<()> {
             "redis_key": grant.key.redis_key,
             "token": grant.token,
             "fence": grant.fence,
-            "ttl_ms": grant.ttl.as_millis() as u64,
+            "ttl_ms": grant.ttl.length().as_millis() as u64,
         }))
     } else {
         output::data(&grant.token)

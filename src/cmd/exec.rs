@@ -7,17 +7,15 @@ use anyhow::Result;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use super::Context;
 use super::nested::{self, inherited, inside_exec};
 use super::record::Recorder;
-use super::{Context, new_token};
+use super::take::{Ask, exec_holder, take};
 use crate::cli::ExecArgs;
-use crate::exit::{About, Code, Exit, Failure, Interruption, LostHow};
-use crate::identity::Identity;
+use crate::exit::{Code, Exit, Failure, LostHow};
 use crate::lock::{
-    Grant, HoldRecord, Hooks, Interrupt, Lease, Locker, Renewed, Request, WaitPolicy,
+    About, Grant, HoldRecord, Interrupt, Interruption, Lease, Locker, Note, Observer, Renewed, Ttl,
 };
-use crate::observe::{Note, Observer};
-use crate::redact::redact_command;
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
     self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
@@ -29,13 +27,13 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // on to it.
     let signals = Signals::for_exec()?;
     let key = ctx.key(&args.key.key)?;
-    // Checked before any Redis traffic, with the TTL asked for.
-    lease(ctx, args, args.ttl)?;
+    // The lease asked for, checked (once) before any Redis traffic.
+    let asked = lease(ctx, args, args.ttl)?;
     let locker = ctx.locker()?;
     // The run on record (history, metrics): written once it has ended, never before the start.
     let mut record = Recorder::asked(ctx, &locker, &key, args);
 
-    let held = hold(ctx, &locker, &key, args, &signals).inspect_err(|e| record.failed(e))?;
+    let held = hold(ctx, &locker, &key, args, &signals, asked).inspect_err(|e| record.failed(e))?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
     let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
@@ -83,30 +81,41 @@ struct Child {
     reports: Reports,
 }
 
+/// The lease of a lock whose TTL is `ttl`, with the options' renewal timing, checked for sense.
 fn lease(ctx: &Context, args: &ExecArgs, ttl: std::time::Duration) -> Result<Lease, Failure> {
-    Lease::new(ttl, args.renew_every, args.grace, ctx.settings.op_timeout)
+    Ok(Lease::new(
+        ttl,
+        args.renew_every,
+        args.grace,
+        ctx.settings.op_timeout,
+    )?)
 }
 
-/// Step 1: the lock this process tree already holds (nested rlock), or a new grant.
+/// The lease a held lock is kept by: the one `asked` for, or for an inherited lock (whose grant
+/// tells the lease its holder gave it) a lease of that TTL, not this command's --ttl.
+fn kept_by(ctx: &Context, args: &ExecArgs, asked: Lease, grant: &Grant) -> Result<Lease, Failure> {
+    match grant.ttl {
+        Ttl::Inferred(given) if !given.is_zero() && given != asked.ttl => lease(ctx, args, given),
+        _ => Ok(asked),
+    }
+}
+
+/// Step 1: the lock this process tree already holds (nested rlock), or a new grant, and the
+/// lease it is kept by.
 fn hold(
     ctx: &Context,
     locker: &Locker,
     key: &crate::lock::LockKey,
     args: &ExecArgs,
     signals: &Signals,
+    asked: Lease,
 ) -> Result<Held, Failure> {
     let (mut grant, owner) = match inherited(ctx, locker, key)? {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
         None => (acquire(ctx, locker, key, args, signals)?, Owner::Us),
     };
-    // An inherited lock is renewed with the lease it was given, not this command's --ttl.
-    let ttl = if owner == Owner::Us || grant.ttl.is_zero() {
-        args.ttl
-    } else {
-        grant.ttl
-    };
-    let lease = lease(ctx, args, ttl)?;
+    let lease = kept_by(ctx, args, asked, &grant)?;
     if owner == Owner::Shell {
         // A lock inherited from a shell may have little of its lease left: renew it once before
         // the command starts, so that the deadline counts from now.
@@ -158,32 +167,18 @@ fn acquire(
     args: &ExecArgs,
     signals: &Signals,
 ) -> Result<Grant, Failure> {
-    let command = args.label.label.clone().unwrap_or_else(|| {
-        let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
-        redact_command(&words)
-    });
-    let who = Identity::current(std::process::id(), command);
-    let policy = WaitPolicy {
-        wait: args.wait.wait,
-        no_wait: args.wait.no_wait,
-    };
-    let token = new_token();
-    let request = Request {
+    let ask = Ask {
         key,
-        token: &token,
         ttl: args.ttl,
         sharing: super::sharing(locker, &args.sharing)?,
-        who: &who,
+        wait: &args.wait,
+        who: exec_holder(args),
     };
     let observer = ExecWait {
         ctx,
         program: &args.command[0],
     };
-    let hooks = Hooks {
-        interrupt: &WaitSignals(signals),
-        observer: &observer,
-    };
-    locker.acquire(&request, policy, hooks)
+    take(locker, ask, &WaitSignals(signals), &observer)
 }
 
 /// What exec says while it waits: what every wait says, and, when the lock is found busy, at
@@ -366,6 +361,7 @@ fn give_back(
     }
     let (released, unrecorded) =
         locker.release_recording(&held.grant.key, &held.grant.token, run.as_ref());
+    let released = released.map_err(Failure::from);
     let unavailable = |e: &Failure| e.code() == Some(Code::Unavailable);
     match released {
         Ok(_) => {
@@ -399,7 +395,7 @@ fn release(ctx: &Context, locker: &Locker, held: &Held) {
     if held.owner == Owner::Us
         && let Err(e) = locker.release(&held.grant.key, &held.grant.token)
     {
-        ctx.note(format_args!("{e}"));
+        ctx.note(format_args!("{}", Failure::from(e)));
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::Context;
 use crate::cli::InspectArgs;
-use crate::exit::{Code, Exit};
+use crate::exit::{Code, Exit, Failure};
 use crate::identity::process_gone;
 use crate::lock::{Holder, HolderPid, LockInfo, Locker};
 
@@ -50,11 +50,12 @@ pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
 /// make: 1 when a named key is free.
 fn read(ctx: &Context, locker: &Locker, args: &InspectArgs) -> Result<(Vec<LockInfo>, Code)> {
     if args.keys.is_empty() {
-        return Ok((locker.list(&ctx.global.prefix)?, Code::Ok));
+        let locks = locker.list(&ctx.global.prefix).map_err(Failure::from)?;
+        return Ok((locks, Code::Ok));
     }
     let mut locks = Vec::new();
     for name in &args.keys {
-        locks.push(locker.inspect(&ctx.key(name)?)?);
+        locks.push(locker.inspect(&ctx.key(name)?).map_err(Failure::from)?);
     }
     let code = if locks.iter().all(LockInfo::held) {
         Code::Ok

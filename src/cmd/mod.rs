@@ -8,13 +8,13 @@ pub mod nested;
 pub mod record;
 pub mod release;
 pub mod renew;
+pub mod take;
 mod waiting;
 
 use crate::backend::{Settings, TlsFiles, split_urls};
 use crate::cli::{Global, SharingArgs};
 use crate::exit::Failure;
-use crate::lock::{LockKey, Locker, Sharing, human_ms};
-use crate::observe::{Note, Observer};
+use crate::lock::{LockKey, Locker, Note, Observer, Sharing, human_ms};
 
 /// The global options, resolved.
 pub struct Context {
@@ -50,7 +50,7 @@ impl Context {
     }
 
     pub fn key(&self, name: &str) -> Result<LockKey, Failure> {
-        LockKey::new(&self.global.prefix, name)
+        Ok(LockKey::new(&self.global.prefix, name)?)
     }
 
     pub fn locker(&self) -> Result<Locker, Failure> {
@@ -115,14 +115,16 @@ impl Observer for Context {
                 failure,
                 first_contact: None,
             } => self.note(format_args!(
-                "{failure}; still waiting for lock '{key}', trying again at most 1s apart"
+                "{}; still waiting for lock '{key}', trying again at most 1s apart",
+                Failure::from(failure.clone())
             )),
             Note::OutageBegan {
                 failure,
                 first_contact: Some(bound),
                 ..
             } => self.note(format_args!(
-                "{failure}; trying again for up to {} (--connect-timeout)",
+                "{}; trying again for up to {} (--connect-timeout)",
+                Failure::from(failure.clone()),
                 crate::lock::human_duration(bound)
             )),
             Note::OutageEnded { key, after } => self.note(format_args!(
@@ -166,9 +168,4 @@ pub fn sharing(locker: &Locker, args: &SharingArgs) -> Result<Sharing, Failure> 
         )));
     }
     Ok(sharing)
-}
-
-/// A fresh owner token.
-pub fn new_token() -> String {
-    uuid::Uuid::new_v4().to_string()
 }

@@ -12,11 +12,9 @@ use nix::sys::signal::Signal;
 
 use super::Context;
 use crate::cli::ExecArgs;
-use crate::exit::{Code, Exit, Failure, Waited};
-use crate::identity::Identity;
-use crate::lock::{Grant, HoldRecord, Keep, LockKey, Locker, RunRecord};
+use crate::exit::{Code, Exit, Failure};
+use crate::lock::{Grant, HoldRecord, Keep, LockKey, Locker, RunRecord, Waited};
 use crate::metrics;
-use crate::redact::redact_command;
 
 /// How a run ended, as the history and the metrics name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,11 +258,7 @@ impl<'a> Recorder<'a> {
     /// command line with its secrets masked, as `acquire` records it), the times and the end.
     fn record(&self, outcome: Outcome, code: i64, signal: Option<Signal>) -> RunRecord {
         let args = self.args;
-        let command = args.label.label.clone().unwrap_or_else(|| {
-            let words: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
-            redact_command(&words)
-        });
-        let who = Identity::current(std::process::id(), command);
+        let who = super::take::exec_holder(args);
         let ms = |since: Instant| since.elapsed().as_millis() as i64;
         let (wait_ms, held_ms, fence) = match self.granted {
             Some((at, fence)) => (

@@ -5,6 +5,7 @@ use anyhow::Result;
 
 use super::{Context, nested, required_token};
 use crate::cli::ReleaseArgs;
+use crate::exit::Failure;
 use crate::identity::Identity;
 use crate::lock::{HoldRecord, Keep, LockKey, Released};
 
@@ -15,7 +16,7 @@ pub fn run(ctx: &Context, args: &ReleaseArgs) -> Result<u8> {
         let locker = ctx.locker()?;
         let (result, unrecorded) = locker.force_release_recording(&key, record.as_ref());
         say_unrecorded(ctx, &key, &unrecorded);
-        match result? {
+        match result.map_err(Failure::from)? {
             // What was broken is news, not data: -q (only errors) keeps it quiet.
             // The lock is broken whether or not the line can be written (`| head -c 10`).
             Released::Broken(Some(who)) if !ctx.global.quiet => {
@@ -43,7 +44,7 @@ pub fn run(ctx: &Context, args: &ReleaseArgs) -> Result<u8> {
     let locker = ctx.locker()?;
     let (result, unrecorded) = locker.release_recording(&key, &token, record.as_ref());
     say_unrecorded(ctx, &key, &unrecorded);
-    result?;
+    result.map_err(Failure::from)?;
     ctx.say(format_args!("released lock '{}'", key.name));
     Ok(0)
 }

@@ -4,8 +4,8 @@ use anyhow::Result;
 
 use super::{Context, required_token};
 use crate::cli::RenewArgs;
-use crate::exit::{About, Failure, Refused};
-use crate::lock::Renewed;
+use crate::exit::Failure;
+use crate::lock::{About, Refused, Renewed};
 
 pub fn run(ctx: &Context, args: &RenewArgs) -> Result<u8> {
     let key = ctx.key(&args.key.key)?;

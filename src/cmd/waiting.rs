@@ -10,8 +10,7 @@
 
 use std::time::Duration;
 
-use crate::exit::Seen;
-use crate::lock::{Crowd, human_ms};
+use crate::lock::{Crowd, Seen, human_ms};
 
 /// `waiting for lock 'deploy': held by …; first in line`
 pub fn begins(key: &str, seen: &Seen, place: Option<i64>) -> String {

@@ -1,38 +1,19 @@
-//! The fields of the failures that end a use of a lock (busy, lost, refused, given up during an
-//! outage, interrupted), and the one line each makes. Every word of those lines is here, built
-//! from the fields where the line is printed; the layers below only say what happened.
+//! The one line each failure that ends a use of a lock makes (busy, lost, refused, given up
+//! during an outage, interrupted), and how the lock's and the watchdog's types read in it. Every
+//! word of those lines is here, built from the fields where the line is printed; the layers
+//! below only say what happened (`lock::{About, Seen, Waited, Refused, Interruption}`,
+//! `watchdog::Loss`).
 
 use std::fmt;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::{About, Failure};
-use crate::lock::{Crowd, Holder, NotOwner, human_ms};
-use crate::watchdog::{Loss, RenewError};
-
-/// What the last try at a busy lock found.
-#[derive(Debug, Clone)]
-pub enum Seen {
-    /// Held: the lease's time left (PTTL: -1 never expires, below that just released), the
-    /// server's clock, who holds it, and for a semaphore or shared lock how many do.
-    Held {
-        pttl: i64,
-        now_ms: i64,
-        holder: Box<Holder>,
-        crowd: Option<Crowd>,
-    },
-    /// Being handed to a process ahead in line.
-    Handed,
-}
-
-/// How long a busy request waited before it gave up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Waited {
-    /// Not at all (`-n`, or `--wait 0`).
-    NotAtAll,
-    For(Duration),
-}
+use super::Failure;
+use crate::lock::{
+    About, Crowd, Holder, Interruption, NotOwner, Refused, RenewError, Seen, Waited, human_ms,
+};
+use crate::watchdog::Loss;
 
 /// How the lock the command runs under was lost.
 #[derive(Debug)]
@@ -46,26 +27,6 @@ pub enum LostHow {
     /// Something the command started did not end within this long of its SIGKILL (stuck in
     /// the kernel): the lock was not released, so that it cannot be granted while that runs.
     Unstoppable(std::time::Duration),
-}
-
-/// What a token was refused, not owning the lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// A release found the lock held by another token.
-    ReleaseHeldByOther,
-    /// A release found the lock free: it expired or was broken before.
-    ReleaseNotHeld,
-    /// A renewal found the token no longer owns the lock.
-    Renew(NotOwner),
-}
-
-/// When a signal ended rlock before its command ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Interruption {
-    /// While waiting for the lock: nothing was left in Redis.
-    Waiting,
-    /// Between the grant and the start of the command: the lock was released.
-    BeforeStart,
 }
 
 /// `lock 'jobs' is busy (held by build-7 pid 4411 for 2m13s, expires in 28s); gave up after 5s`
@@ -194,6 +155,16 @@ pub(super) fn interrupted(about: &About, signal: Signal, when: Interruption) -> 
         Interruption::Waiting => format!("interrupted by {signal} while waiting for {about}"),
         Interruption::BeforeStart => {
             format!("interrupted by {signal} before the command started; {about} released")
+        }
+    }
+}
+
+/// What a request was about, as the lines name it.
+impl fmt::Display for About {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            About::Lock(name) => write!(f, "lock '{name}'"),
+            About::Locks(prefix) => write!(f, "the locks under '{prefix}'"),
         }
     }
 }

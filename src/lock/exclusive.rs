@@ -9,22 +9,22 @@ use super::call::acquire::Acquire;
 use super::call::acquire::Attempt;
 use super::call::release::{Release, ReleaseReply};
 use super::call::renew::{Fence, Leave, Renew};
+use super::error::{About, Error, Refused};
 use super::history::HoldRecord;
 use super::key::LockKey;
 use super::lease::drift;
 use super::locker::{Locker, Quorum, no_quorum};
 use super::redlock::release_verdict;
 use super::reply::{Holder, KeyType, Refusal};
-use super::{Grant, NotOwner, Released, Renewed, Request};
+use super::{Grant, NotOwner, Released, Renewed, Request, Ttl};
 use crate::backend::{Fault, NodeError};
-use crate::exit::{About, Failure, Refused};
 
 /// What one node said to an acquire.
 type NodeAttempt = Result<Attempt, NodeError>;
 
 impl Locker {
     /// One try at taking the lock; with `join_queue`, a busy try keeps a place in line. A try
-    /// that got no usable answer fails; `Failure::is_transient` says whether time may cure it
+    /// that got no usable answer fails; `Error::is_transient` says whether time may cure it
     /// (an outage, which a waiter rides out) or not (a refusal, a key that is not a lock, a URL
     /// that does not resolve).
     ///
@@ -35,7 +35,7 @@ impl Locker {
         req: &Request,
         join_queue: bool,
         within: Option<Duration>,
-    ) -> Result<Attempt, Failure> {
+    ) -> Result<Attempt, Error> {
         let began = Instant::now();
         let (key, token, ttl) = (req.key, req.token, req.ttl);
         // What is left of the wait, after what this try has taken so far.
@@ -77,7 +77,7 @@ impl Locker {
                     e.detail.push_str("; the grant was given back");
                 }
             }
-            return result.map_err(|e| Failure::redis(key, e));
+            return result.map_err(|e| Error::redis(key, e));
         }
         // A master that did not say who it is was sent no grant: nothing to give back there.
         let asked: Vec<bool> = unidentified.iter().map(Option::is_none).collect();
@@ -99,7 +99,7 @@ impl Locker {
         results: Vec<NodeAttempt>,
         asked: &[bool],
         give_back: Duration,
-    ) -> Result<Attempt, Failure> {
+    ) -> Result<Attempt, Error> {
         let (key, token, ttl) = (req.key, req.token, req.ttl);
         let timeout = self.node_timeout(ttl);
         if let Some(fence) = majority_fence(self.quorum(), &results)
@@ -110,7 +110,7 @@ impl Locker {
                 key: key.clone(),
                 token: token.to_string(),
                 fence,
-                ttl: validity,
+                ttl: Ttl::Validity(validity),
                 sent,
             }));
         }
@@ -152,7 +152,7 @@ impl Locker {
     }
 
     /// Leaves the wait queue, giving back a grant that raced with giving up. Best effort.
-    pub fn leave(&self, key: &LockKey, token: &str) -> Result<(), Failure> {
+    pub fn leave(&self, key: &LockKey, token: &str) -> Result<(), Error> {
         self.leave_within(key, token, self.op_timeout)
     }
 
@@ -162,17 +162,17 @@ impl Locker {
         key: &LockKey,
         token: &str,
         timeout: Duration,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), Error> {
         let leave = Leave { key, token };
         let results = self.on_all(|n| call::run(n, &leave, timeout));
         match results.into_iter().find_map(Result::err) {
-            Some(e) if !self.is_quorum() => Err(Failure::redis(key, e)),
+            Some(e) if !self.is_quorum() => Err(Error::redis(key, e)),
             _ => Ok(()),
         }
     }
 
     /// Releases the lock if `token` owns it. A retried release of the same token succeeds.
-    pub fn release(&self, key: &LockKey, token: &str) -> Result<Released, Failure> {
+    pub fn release(&self, key: &LockKey, token: &str) -> Result<Released, Error> {
         self.release_recording(key, token, None).0
     }
 
@@ -186,7 +186,7 @@ impl Locker {
         key: &LockKey,
         token: &str,
         record: Option<&HoldRecord>,
-    ) -> (Result<Released, Failure>, Vec<String>) {
+    ) -> (Result<Released, Error>, Vec<String>) {
         let (results, unrecorded) = self.run_release(key, token, false, record, Ok);
         (self.release_outcome(key, results), unrecorded)
     }
@@ -234,18 +234,18 @@ impl Locker {
         &self,
         key: &LockKey,
         results: Vec<Result<ReleaseReply, NodeError>>,
-    ) -> Result<Released, Failure> {
+    ) -> Result<Released, Error> {
         if self.is_quorum() {
             return release_verdict(self.quorum(), key, results);
         }
         match results.into_iter().next().expect("one node") {
             Ok(ReleaseReply::Released | ReleaseReply::Already) => Ok(Released::Done),
-            Err(e) => Err(Failure::redis(key, e)),
-            Ok(ReleaseReply::Other) => Err(Failure::NotPermitted {
+            Err(e) => Err(Error::redis(key, e)),
+            Ok(ReleaseReply::Other) => Err(Error::NotPermitted {
                 about: About::from(key),
                 refused: Refused::ReleaseHeldByOther,
             }),
-            Ok(_) => Err(Failure::NotPermitted {
+            Ok(_) => Err(Error::NotPermitted {
                 about: About::from(key),
                 refused: Refused::ReleaseNotHeld,
             }),
@@ -253,7 +253,7 @@ impl Locker {
     }
 
     /// Breaks the lock whoever holds it.
-    pub fn force_release(&self, key: &LockKey) -> Result<Released, Failure> {
+    pub fn force_release(&self, key: &LockKey) -> Result<Released, Error> {
         self.force_release_recording(key, None).0
     }
 
@@ -264,7 +264,7 @@ impl Locker {
         &self,
         key: &LockKey,
         record: Option<&HoldRecord>,
-    ) -> (Result<Released, Failure>, Vec<String>) {
+    ) -> (Result<Released, Error>, Vec<String>) {
         let (results, unrecorded) = self.run_release(key, "", true, record, broken_holder);
         (force_outcome(key, results), unrecorded)
     }
@@ -274,7 +274,7 @@ impl Locker {
 fn force_outcome(
     key: &LockKey,
     results: Vec<Result<Option<String>, NodeError>>,
-) -> Result<Released, Failure> {
+) -> Result<Released, Error> {
     if let Some(who) = results
         .iter()
         .find_map(|r| r.as_ref().ok().cloned().flatten())
@@ -282,7 +282,7 @@ fn force_outcome(
         return Ok(Released::Broken(Some(who)));
     }
     match results.into_iter().find_map(Result::err) {
-        Some(e) => Err(Failure::redis(key, e)),
+        Some(e) => Err(Error::redis(key, e)),
         None => Ok(Released::Broken(None)),
     }
 }
@@ -397,7 +397,7 @@ fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
 /// A Redlock try that won no grant: a key that is not a lock on any node; no usable answer
 /// when too few nodes answered; else busy, as the answer whose lease ends soonest says (or
 /// with nothing to say when a majority granted, but too slowly: try again soon).
-fn no_grant(quorum: Quorum, key: &LockKey, results: Vec<NodeAttempt>) -> Result<Attempt, Failure> {
+fn no_grant(quorum: Quorum, key: &LockKey, results: Vec<NodeAttempt>) -> Result<Attempt, Error> {
     let mut busy = Vec::new();
     let mut errors = Vec::new();
     for r in results {
@@ -408,7 +408,7 @@ fn no_grant(quorum: Quorum, key: &LockKey, results: Vec<NodeAttempt>) -> Result<
         }
     }
     if let Some(e) = errors.iter().find(|e| e.kind == Fault::WrongType) {
-        return Err(Failure::redis(key, e.clone()));
+        return Err(Error::redis(key, e.clone()));
     }
     if quorum.lost_with(errors.len()) {
         return Err(no_quorum(About::from(key), quorum.nodes(), errors));

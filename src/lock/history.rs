@@ -11,11 +11,11 @@ use std::time::Duration;
 use redis::Value;
 
 use super::call::{self, Args, Call, sources};
+use super::error::{About, Error};
 use super::key::{LockKey, scan_pattern};
 use super::locker::{Locker, no_quorum};
 use super::reply::{Refusal, Reply};
 use crate::backend::{Node, NodeError, Script};
-use crate::exit::{About, Failure};
 
 /// One run as the history keeps it. Every field is written by `record`; a field that is missing
 /// or unreadable in an entry (another writer, an older rlock) reads as None.
@@ -283,7 +283,7 @@ impl Locker {
     /// The newest `count` runs of `key`, newest first. On Redlock, the runs any master that
     /// answers holds, each once (by its run ID), newest first by the time it ended: a master
     /// that missed a run (down then) leaves no gap, and no majority is needed to read.
-    pub fn history(&self, key: &LockKey, count: usize) -> Result<Vec<RunRecord>, Failure> {
+    pub fn history(&self, key: &LockKey, count: usize) -> Result<Vec<RunRecord>, Error> {
         let results = self.on_all(|n| read_history(n, key, count, self.op_timeout));
         let mut runs: Vec<RunRecord> = Vec::new();
         let mut errors = Vec::new();
@@ -298,7 +298,7 @@ impl Locker {
             return Err(if self.is_quorum() {
                 no_quorum(about, self.nodes.len(), errors)
             } else {
-                Failure::redis(about, errors.remove(0))
+                Error::redis(about, errors.remove(0))
             });
         }
         if self.is_quorum() {
@@ -311,7 +311,7 @@ impl Locker {
     }
 
     /// The last run of every lock under `prefix` that has a history (SCAN, never KEYS), by name.
-    pub fn histories(&self, prefix: &str) -> Result<Vec<LastRun>, Failure> {
+    pub fn histories(&self, prefix: &str) -> Result<Vec<LastRun>, Error> {
         // `{PREFIX+KEY}:history`, or `PREFIX+KEY:history` for a key with a hash tag of its own.
         let patterns = [
             format!("{{{}}}:history", scan_pattern(prefix)),
@@ -337,7 +337,7 @@ impl Locker {
             return Err(if self.is_quorum() {
                 no_quorum(about, self.nodes.len(), errors)
             } else {
-                Failure::redis(about, errors.remove(0))
+                Error::redis(about, errors.remove(0))
             });
         }
         names.sort();

@@ -1,8 +1,8 @@
 //! The Redis names of one lock: the lock key, its helper keys in the same cluster slot, and its
 //! wake channel.
 
+use super::error::Error;
 use crate::backend::hash_tag;
-use crate::exit::{About, Failure};
 
 /// The Redis names of one lock.
 #[derive(Debug, Clone)]
@@ -19,9 +19,9 @@ pub struct LockKey {
 }
 
 impl LockKey {
-    pub fn new(prefix: &str, name: &str) -> Result<Self, Failure> {
+    pub fn new(prefix: &str, name: &str) -> Result<Self, Error> {
         if name.is_empty() {
-            return Err(Failure::Usage("the key must not be empty".into()));
+            return Err(Error::Usage("the key must not be empty".into()));
         }
         let redis_key = format!("{prefix}{name}");
         // Helper keys must hash to the lock key's cluster slot. Appending to a key that has a
@@ -34,7 +34,7 @@ impl LockKey {
             } else {
                 format!("key '{name}'")
             };
-            return Err(Failure::Usage(format!(
+            return Err(Error::Usage(format!(
                 "{culprit} has a '}}' outside a {{hash tag}}; rlock could not keep its helper keys in the lock's cluster slot"
             )));
         } else {
@@ -83,14 +83,6 @@ impl LockKey {
             return false;
         };
         (base.starts_with('{') && base.ends_with('}')) || hash_tag(base).is_some()
-    }
-}
-
-/// A request about this lock, as a message names it. (Here beside the key, which already
-/// returns a `Failure`: in exit.rs it would make a circle of the two files.)
-impl From<&LockKey> for About {
-    fn from(key: &LockKey) -> Self {
-        About::Lock(key.name.clone())
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::exit::Failure;
+use super::error::Error;
 
 /// Clock drift allowance of the contract: 1% of the TTL plus 2 ms.
 pub fn drift(ttl: Duration) -> Duration {
@@ -33,7 +33,7 @@ impl Lease {
         renew_every: Option<Duration>,
         grace: Option<Duration>,
         op_timeout: Duration,
-    ) -> Result<Self, Failure> {
+    ) -> Result<Self, Error> {
         let defaults = renew_every.is_none() && grace.is_none();
         let renew_every = renew_every.unwrap_or(ttl / 3);
         let grace = grace.unwrap_or(ttl / 4);
@@ -41,20 +41,20 @@ impl Lease {
         // Neither given: the TTL alone is at fault, and the message says so rather than blame
         // options left at their defaults.
         if defaults && (grace >= usable || renew_every >= usable - grace) {
-            return Err(Failure::Usage(format!(
+            return Err(Error::Usage(format!(
                 "--ttl {} is too short for exec: less the drift allowance (1% and 2ms) it leaves no room to renew before the lease ends; give a longer --ttl (seconds, in practice)",
                 crate::lock::human_duration(ttl)
             )));
         }
         if grace >= usable {
-            return Err(Failure::Usage(format!(
+            return Err(Error::Usage(format!(
                 "--grace {} leaves no lease: it must be shorter than --ttl {} minus 1% and 2ms",
                 crate::lock::human_duration(grace),
                 crate::lock::human_duration(ttl)
             )));
         }
         if renew_every >= usable - grace {
-            return Err(Failure::Usage(format!(
+            return Err(Error::Usage(format!(
                 "--renew-every {} is too slow for --ttl {}: renewals must come before the lease ends minus --grace ({})",
                 crate::lock::human_duration(renew_every),
                 crate::lock::human_duration(ttl),
@@ -138,13 +138,13 @@ mod tests {
             Duration::from_millis(5)
         );
         // Too short a TTL, with the defaults: the TTL is named, not --grace.
-        let e = Lease::new(Duration::from_millis(1), None, None, op)
-            .unwrap_err()
-            .to_string();
+        let usage = |ttl| match Lease::new(ttl, None, None, op) {
+            Err(Error::Usage(line)) => line,
+            other => panic!("{other:?}"),
+        };
+        let e = usage(Duration::from_millis(1));
         assert!(e.starts_with("--ttl 1ms is too short for exec"), "{e}");
-        let e = Lease::new(Duration::from_millis(4), None, None, op)
-            .unwrap_err()
-            .to_string();
+        let e = usage(Duration::from_millis(4));
         assert!(e.starts_with("--ttl 4ms is too short"), "{e}");
         assert!(Lease::new(Duration::from_millis(5), None, None, op).is_ok());
     }

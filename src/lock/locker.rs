@@ -6,9 +6,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::Sharing;
+use super::error::{About, Error};
 use super::key::LockKey;
 use crate::backend::{Fault, Node, NodeError, Subscriber};
-use crate::exit::{About, Failure};
 use crate::identity::Identity;
 
 /// The lock operations on one deployment. The operations themselves live beside this file, one
@@ -160,7 +160,7 @@ impl Locker {
 /// A Redlock request about `about` that too few of its `n` masters answered: the first refusal
 /// among their errors (a wrong password, the ACL, TLS, a node of a Redis Cluster), which no wait
 /// cures, else no quorum.
-pub(super) fn no_quorum(about: About, n: usize, errors: Vec<NodeError>) -> Failure {
+pub(super) fn no_quorum(about: About, n: usize, errors: Vec<NodeError>) -> Error {
     if let Some(refused) = errors.iter().position(|e| {
         matches!(
             e.kind,
@@ -168,9 +168,9 @@ pub(super) fn no_quorum(about: About, n: usize, errors: Vec<NodeError>) -> Failu
         )
     }) {
         let mut errors = errors;
-        return Failure::redis(about, errors.swap_remove(refused));
+        return Error::redis(about, errors.swap_remove(refused));
     }
-    Failure::NoQuorum {
+    Error::NoQuorum {
         about,
         nodes: n,
         errors,

@@ -15,7 +15,8 @@
 //! The rooms: `key.rs` names the keys, `call/` is one typed call per script (its keys, its
 //! arguments by name, its reply decoded by name with `reply.rs`), `locker.rs` is the deployment
 //! (fan-out to every node, the Redlock majority), `lease.rs` the lease arithmetic, `display.rs`
-//! the text. The operations sit on the `Locker`:
+//! the text, `error.rs` the layer's errors (fields; their words and exit codes are `exit`'s),
+//! `observe.rs` what the layers report as they work. The operations sit on the `Locker`:
 //! `exclusive.rs` (one try at taking, release, renewal), `redlock.rs` (one vote per server, a
 //! release by majority, a renewal that repairs a master restarted empty), `read.rs` (inspect,
 //! list), `wait.rs` (waiting without polling), `history.rs` (the runs on record).
@@ -27,11 +28,13 @@
 
 mod call;
 mod display;
+mod error;
 mod exclusive;
 mod history;
 mod key;
 mod lease;
 mod locker;
+mod observe;
 mod read;
 mod redlock;
 mod reply;
@@ -49,11 +52,13 @@ pub use call::acquire::ACQUIRE;
 pub use call::inspect::{INSPECT, LockInfo};
 pub use call::release::RELEASE;
 pub use call::renew::{FENCE, LEAVE, RENEW};
+pub use error::{About, Error, Interruption, Refused, RenewError, Seen, Waited};
 pub use history::{HISTORY, RECORD};
 pub use history::{HoldRecord, Keep, LastRun, RunRecord};
 pub use key::LockKey;
 pub use lease::{Lease, deadline, drift};
 pub use locker::Locker;
+pub use observe::{Note, Observer, Silent};
 pub use reply::{Crowd, Holder, HolderLease, HolderPid, KeyType};
 pub use wait::{Hooks, Interrupt, WaitPolicy};
 
@@ -102,9 +107,33 @@ pub struct Grant {
     pub key: LockKey,
     pub token: String,
     pub fence: i64,
-    pub ttl: Duration,
+    /// How long the lease is, in the one of its three meanings this grant has.
+    pub ttl: Ttl,
     /// When the request that won the lock was sent: the first lease is measured from here.
     pub sent: Instant,
+}
+
+/// A grant's lease, which means one of three things, by where the grant came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ttl {
+    /// One Redis: the TTL asked for (--ttl), as the server granted it.
+    Asked(Duration),
+    /// Redlock: what the grant can count on, the TTL asked for less the round trip and the
+    /// drift allowance (TTL − elapsed − drift).
+    Validity(Duration),
+    /// A lock this process tree already held (nested rlock, found by its token): the lease its
+    /// holder gave it as Redis keeps it, or at least what is left of it; zero when Redis says
+    /// neither.
+    Inferred(Duration),
+}
+
+impl Ttl {
+    /// How long, whichever it means.
+    pub fn length(self) -> Duration {
+        match self {
+            Ttl::Asked(d) | Ttl::Validity(d) | Ttl::Inferred(d) => d,
+        }
+    }
 }
 
 /// The outcome of a release.

@@ -3,23 +3,23 @@
 
 use std::time::{Duration, Instant};
 
-use super::Grant;
 use super::call;
 use super::call::inspect::{Inspect, LockInfo};
+use super::error::{About, Error};
 use super::key::{LockKey, scan_pattern};
 use super::locker::{Locker, no_quorum};
 use super::reply::{Holder, KeyType};
+use super::{Grant, Ttl};
 use crate::backend::NodeError;
-use crate::exit::{About, Failure};
 
 impl Locker {
     /// Reads one lock. In Redlock mode it is held when a majority holds the same token.
-    pub fn inspect(&self, key: &LockKey) -> Result<LockInfo, Failure> {
+    pub fn inspect(&self, key: &LockKey) -> Result<LockInfo, Error> {
         let inspect = Inspect { key };
         let results = self.on_all(|n| call::run(n, &inspect, self.op_timeout));
         if !self.is_quorum() {
             let result = results.into_iter().next().expect("one node");
-            return result.map_err(|e| Failure::redis(key, e));
+            return result.map_err(|e| Error::redis(key, e));
         }
         let infos: Vec<LockInfo> = results
             .iter()
@@ -51,7 +51,7 @@ impl Locker {
     }
 
     /// Every lock under `prefix` (SCAN, never KEYS), rlock's helper keys left out.
-    pub fn list(&self, prefix: &str) -> Result<Vec<LockInfo>, Failure> {
+    pub fn list(&self, prefix: &str) -> Result<Vec<LockInfo>, Error> {
         let pattern = scan_pattern(prefix);
         let results = self.on_all(|n| n.scan(&pattern, self.op_timeout));
         let mut keys: Vec<String> = Vec::new();
@@ -67,7 +67,7 @@ impl Locker {
             return Err(if self.is_quorum() {
                 no_quorum(about, self.nodes.len(), errors)
             } else {
-                Failure::redis(about, errors.remove(0))
+                Error::redis(about, errors.remove(0))
             });
         }
         keys.sort();
@@ -92,7 +92,7 @@ impl Locker {
     }
 
     /// The lock `token` holds on `key`, if it does: a nested rlock inside `rlock exec`.
-    pub fn owned(&self, key: &LockKey, token: &str) -> Result<Option<Grant>, Failure> {
+    pub fn owned(&self, key: &LockKey, token: &str) -> Result<Option<Grant>, Error> {
         let mut info = self.inspect(key)?;
         if let Some(mine) = info.holders.iter().find(|h| h.token == token) {
             // One holder of a semaphore or shared lock: a nested rlock takes no second slot.
@@ -114,7 +114,7 @@ impl Locker {
             key: key.clone(),
             token: token.to_string(),
             fence: info.fence.unwrap_or(0),
-            ttl: lease,
+            ttl: Ttl::Inferred(lease),
             sent: now.checked_sub(lease - left).unwrap_or(now),
         }))
     }

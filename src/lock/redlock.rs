@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 use super::call::acquire::Acquire;
 use super::call::release::ReleaseReply;
 use super::call::{self, Identify};
+use super::error::{About, Error, Refused};
 use super::key::LockKey;
 use super::locker::{Locker, Quorum, Relock, no_quorum};
 use super::{NotOwner, Released, Renewed, Request};
 use crate::backend::{Fault, NodeError};
-use crate::exit::{About, Failure, Refused};
 
 impl Locker {
     /// Asks every master which server it is, in parallel, each within `timeout`. Two that are
@@ -32,7 +32,7 @@ impl Locker {
     ///
     /// A server whose ACL user may not run INFO keeps its identity to itself: only its address
     /// was compared (see `Settings::check_independent`).
-    pub(super) fn identify(&self, timeout: Duration) -> Result<Vec<Option<NodeError>>, Failure> {
+    pub(super) fn identify(&self, timeout: Duration) -> Result<Vec<Option<NodeError>>, Error> {
         let said = self.on_all(|n| match call::run(n, &Identify, timeout) {
             Ok(id) => Ok(id),
             // Before Redis 7 a refused INFO is an error, even from a script.
@@ -44,7 +44,7 @@ impl Locker {
             if let Ok(Some(id)) = id
                 && let Some(first) = seen.insert(id, i)
             {
-                return Err(Failure::Config(format!(
+                return Err(Error::Config(format!(
                     "'{}' and '{}' are the same Redis server (it gives both the same run_id): Redlock needs independent masters, one vote each",
                     self.nodes[first].name(),
                     self.nodes[i].name()
@@ -122,7 +122,7 @@ pub(super) fn release_verdict(
     quorum: Quorum,
     key: &LockKey,
     results: Vec<Result<ReleaseReply, NodeError>>,
-) -> Result<Released, Failure> {
+) -> Result<Released, Error> {
     let about = || About::from(key);
     let mut done = 0;
     let mut refused = 0;
@@ -135,7 +135,7 @@ pub(super) fn release_verdict(
                 other |= matches!(reply, ReleaseReply::Other);
                 refused += 1;
             }
-            Err(e) if e.kind == Fault::WrongType => return Err(Failure::redis(key, e)),
+            Err(e) if e.kind == Fault::WrongType => return Err(Error::redis(key, e)),
             Err(e) => errors.push(e),
         }
     }
@@ -143,7 +143,7 @@ pub(super) fn release_verdict(
         return Ok(Released::Done);
     }
     if quorum.lost_with(refused) {
-        return Err(Failure::NotPermitted {
+        return Err(Error::NotPermitted {
             about: about(),
             refused: if other {
                 Refused::ReleaseHeldByOther

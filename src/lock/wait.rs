@@ -18,7 +18,10 @@
 //! A run that has never reached Redis rides an outage out only for the locker's `first_contact`
 //! (a typo in a port must not hang a cron job), then gives up (69).
 //!
-//! What the waiter tells while it waits is `progress.rs`.
+//! The waiter is generic over its tries (`Tries`: one try at the lock, and the line, the wake
+//! channel and the first contact around it): `Locker::acquire` gives it a request's tries on the
+//! deployment; its unit tests give it listed answers. What the waiter tells while it waits is
+//! `progress.rs`.
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
@@ -28,11 +31,11 @@ use nix::sys::signal::Signal;
 
 use self::progress::Progress;
 use super::call::acquire::Attempt;
+use super::error::{About, Error, Interruption, Seen, Waited};
 use super::exclusive::capped;
+use super::observe::{Note, Observer};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
-use crate::exit::{About, Code, Failure, Interruption, Seen, Waited};
-use crate::observe::{Note, Observer};
 
 /// How long to wait for a busy lock.
 #[derive(Debug, Clone)]
@@ -66,81 +69,137 @@ const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// server's clock.
 const CLAIM_SLACK: Duration = Duration::from_millis(5);
 
+/// What a waiter waits on: one try at the lock, and what a wait needs around its tries. The
+/// waiter is generic over it: `Asking` is the real one (a request on a `Locker`); a unit test
+/// may give its own.
+pub(super) trait Tries {
+    /// One try at the lock; with `join`, a busy try keeps a place in line. `within`: what is
+    /// left of a bounded wait, which the try (and its give-back) end within.
+    fn attempt(&self, join: bool, within: Option<Duration>) -> Result<Attempt, Error>;
+    /// Leaves the line, giving back a grant that raced with giving up; best effort, `within`
+    /// what is left of a bounded wait.
+    fn leave(&self, within: Option<Duration>);
+    /// Connections subscribed to the waiter's wake channel.
+    fn subscribe(&self) -> Vec<Subscriber>;
+    /// True when waiters race each other on several masters (Redlock), and must be spread out.
+    fn races(&self) -> bool;
+    /// How long a wait that has had no answer from Redis yet keeps trying.
+    fn first_contact(&self) -> Duration;
+}
+
+/// The tries of `req` on `locker`.
+struct Asking<'a> {
+    locker: &'a Locker,
+    req: &'a Request<'a>,
+}
+
+impl Tries for Asking<'_> {
+    fn attempt(&self, join: bool, within: Option<Duration>) -> Result<Attempt, Error> {
+        self.locker.attempt(self.req, join, within)
+    }
+
+    fn leave(&self, within: Option<Duration>) {
+        let timeout = capped(self.locker.op_timeout(), within);
+        let _ = self
+            .locker
+            .leave_within(self.req.key, self.req.token, timeout);
+    }
+
+    fn subscribe(&self) -> Vec<Subscriber> {
+        self.locker.subscribers(self.req.key, self.req.token)
+    }
+
+    fn races(&self) -> bool {
+        self.locker.is_quorum()
+    }
+
+    fn first_contact(&self) -> Duration {
+        self.locker.first_contact()
+    }
+}
+
 /// An outage that a waiter rides out.
 struct Outage {
     since: Instant,
     /// What the last try said.
-    last: Failure,
+    last: Error,
     /// The pause before the next try, doubled after each (up to OUTAGE_BACKOFF_MAX).
     backoff: Duration,
 }
 
 impl Locker {
     /// Takes the lock (or a slot of it) that `req` asks for, waiting as `policy` says.
-    pub fn acquire(
-        &self,
-        req: &Request,
-        policy: WaitPolicy,
-        hooks: Hooks,
-    ) -> Result<Grant, Failure> {
-        if policy.no_wait || policy.wait == Some(Duration::ZERO) {
-            return self.try_once(req, hooks);
-        }
-        let start = Instant::now();
-        let waiter = Waiter {
-            locker: self,
-            req,
-            hooks,
-            start,
-            // A wait too long for the clock to add is as good as waiting forever.
-            deadline: policy.wait.and_then(|w| start.checked_add(w)),
-            outage: None,
-            progress: Progress::new(start),
-            subs: Vec::new(),
-            subscribed: false,
-            heard: false,
-        };
-        waiter.wait()
-    }
-
-    /// One try, no wait (`-n`). A signal that came during the request is answered once it
-    /// returns (signals are not let interrupt rlock's system calls): a failure then reports
-    /// the signal.
-    fn try_once(&self, req: &Request, hooks: Hooks) -> Result<Grant, Failure> {
-        let key = req.key;
-        let busy = |seen: Seen| Failure::Busy {
-            about: About::from(key),
-            seen,
-            waited: Waited::NotAtAll,
-        };
-        match self.attempt(req, false, None) {
-            Err(e) => Err(hooks
-                .interrupt
-                .take()
-                .map_or(e, |sig| interrupted(key, sig))),
-            Ok(Attempt::Granted(grant)) => Ok(grant),
-            Ok(Attempt::Busy {
-                pttl,
-                now_ms,
-                holder,
-                crowd,
-                ..
-            }) => Err(busy(Seen::Held {
-                pttl,
-                now_ms,
-                holder: Box::new(holder),
-                crowd,
-            })),
-            Ok(Attempt::Queued { .. }) => Err(busy(Seen::Handed)),
-        }
+    pub fn acquire(&self, req: &Request, policy: WaitPolicy, hooks: Hooks) -> Result<Grant, Error> {
+        let tries = Asking { locker: self, req };
+        wait_for(&tries, req.key, req.token, policy, hooks)
     }
 }
 
-/// A wait for a lock: its request, how long it may last, the outage it is riding out, and its
+/// Takes the lock `key` by `tries` for `token`, waiting as `policy` says.
+pub(super) fn wait_for<T: Tries>(
+    tries: &T,
+    key: &LockKey,
+    token: &str,
+    policy: WaitPolicy,
+    hooks: Hooks,
+) -> Result<Grant, Error> {
+    if policy.no_wait || policy.wait == Some(Duration::ZERO) {
+        return try_once(tries, key, hooks);
+    }
+    let start = Instant::now();
+    let waiter = Waiter {
+        tries,
+        key,
+        token,
+        hooks,
+        start,
+        // A wait too long for the clock to add is as good as waiting forever.
+        deadline: policy.wait.and_then(|w| start.checked_add(w)),
+        outage: None,
+        progress: Progress::new(start),
+        subs: Vec::new(),
+        subscribed: false,
+        heard: false,
+    };
+    waiter.wait()
+}
+
+/// One try, no wait (`-n`). A signal that came during the request is answered once it returns
+/// (signals are not let interrupt rlock's system calls): a failure then reports the signal.
+fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Result<Grant, Error> {
+    let busy = |seen: Seen| Error::Busy {
+        about: About::from(key),
+        seen,
+        waited: Waited::NotAtAll,
+    };
+    match tries.attempt(false, None) {
+        Err(e) => Err(hooks
+            .interrupt
+            .take()
+            .map_or(e, |sig| interrupted(key, sig))),
+        Ok(Attempt::Granted(grant)) => Ok(grant),
+        Ok(Attempt::Busy {
+            pttl,
+            now_ms,
+            holder,
+            crowd,
+            ..
+        }) => Err(busy(Seen::Held {
+            pttl,
+            now_ms,
+            holder: Box::new(holder),
+            crowd,
+        })),
+        Ok(Attempt::Queued { .. }) => Err(busy(Seen::Handed)),
+    }
+}
+
+/// A wait for a lock: its tries, how long it may last, the outage it is riding out, and its
 /// subscriptions to the wake channel.
-struct Waiter<'a> {
-    locker: &'a Locker,
-    req: &'a Request<'a>,
+struct Waiter<'a, T> {
+    tries: &'a T,
+    key: &'a LockKey,
+    token: &'a str,
     hooks: Hooks<'a>,
     start: Instant,
     /// None: as long as it takes.
@@ -158,7 +217,7 @@ struct Waiter<'a> {
 /// What one try and the sleep after it came to.
 enum Step {
     Granted(Grant),
-    GaveUp(Failure),
+    GaveUp(Error),
     /// Try again.
     Again,
 }
@@ -173,8 +232,8 @@ enum Slept {
     Interrupted(Signal),
 }
 
-impl Waiter<'_> {
-    fn wait(mut self) -> Result<Grant, Failure> {
+impl<T: Tries> Waiter<'_, T> {
+    fn wait(mut self) -> Result<Grant, Error> {
         loop {
             match self.step() {
                 Step::Granted(grant) => return Ok(grant),
@@ -183,11 +242,8 @@ impl Waiter<'_> {
                     // answer, the failed attempt has already tried that; once is enough.)
                     // Within what is left of a bounded wait: nothing (the script is sent,
                     // and runs, even when its reply is not waited for).
-                    if failure.code() != Some(Code::Unavailable) {
-                        let timeout = capped(self.locker.op_timeout(), self.left());
-                        let _ = self
-                            .locker
-                            .leave_within(self.req.key, self.req.token, timeout);
+                    if !failure.is_unavailable() {
+                        self.tries.leave(self.left());
                     }
                     return Err(failure);
                 }
@@ -198,13 +254,13 @@ impl Waiter<'_> {
 
     /// One try, and the sleep its answer calls for.
     fn step(&mut self) -> Step {
-        let key = self.req.key;
+        let key = self.key;
         if let Some(signal) = self.hooks.interrupt.take() {
             return Step::GaveUp(interrupted(key, signal));
         }
         // Counted from the try's start: a try that fails may have taken --op-timeout.
         let tried = Instant::now();
-        let attempt = self.locker.attempt(self.req, true, self.left());
+        let attempt = self.tries.attempt(true, self.left());
         if let Some(signal) = self.hooks.interrupt.take() {
             // (A grant that raced with the signal is given back by `wait`'s leave.)
             return Step::GaveUp(interrupted(key, signal));
@@ -223,7 +279,7 @@ impl Waiter<'_> {
     /// free. The first busy answer subscribes, and tries again at once (a release may have
     /// come in between).
     fn after(&mut self, answer: Attempt) -> Step {
-        let key = self.req.key;
+        let key = self.key;
         let (sleep_for, seen, place) = match answer {
             Attempt::Granted(grant) => return Step::Granted(grant),
             Attempt::Busy {
@@ -253,7 +309,7 @@ impl Waiter<'_> {
             ),
         };
         let mut until = Instant::now() + sleep_for;
-        if self.locker.is_quorum() {
+        if self.tries.races() {
             // Redlock waiters race each other on every node: spread them out so that they do
             // not split the votes in lockstep.
             until += jitter();
@@ -268,7 +324,7 @@ impl Waiter<'_> {
             .busy(&key.name, seen, place, self.hooks.observer);
         if !self.subscribed {
             self.subscribed = true;
-            self.subs = self.locker.subscribers(key, self.req.token);
+            self.subs = self.tries.subscribe();
             return Step::Again;
         }
         match self.sleep(until) {
@@ -277,7 +333,7 @@ impl Waiter<'_> {
             Slept::SubscriberBroken => {
                 // Closing the broken connections unsubscribes; a release may have been missed
                 // meanwhile, so try again at once.
-                self.subs = self.locker.subscribers(key, self.req.token);
+                self.subs = self.tries.subscribe();
                 Step::Again
             }
         }
@@ -285,8 +341,8 @@ impl Waiter<'_> {
 
     /// A try got no answer that time may cure: the outage begins or goes on, and the next try
     /// comes after a backoff (or the wait ends at its deadline).
-    fn ride_out(&mut self, failure: Failure, tried: Instant) -> Step {
-        let key = &self.req.key.name;
+    fn ride_out(&mut self, failure: Error, tried: Instant) -> Step {
+        let key = &self.key.name;
         let outage = match self.outage.take() {
             Some(mut o) => {
                 o.last = failure;
@@ -297,7 +353,7 @@ impl Waiter<'_> {
                 self.hooks.observer.observe(Note::OutageBegan {
                     key,
                     failure: &failure,
-                    first_contact: (!self.heard).then(|| self.locker.first_contact()),
+                    first_contact: (!self.heard).then(|| self.tries.first_contact()),
                 });
                 Outage {
                     // Down all along when no try has been answered yet.
@@ -312,7 +368,7 @@ impl Waiter<'_> {
         if let Some(deadline) = self.deadline
             && Instant::now() >= deadline
         {
-            return Step::GaveUp(Failure::Outage {
+            return Step::GaveUp(Error::Outage {
                 last: Box::new(outage.last),
                 waited: self.start.elapsed(),
                 down_for: outage.since.elapsed(),
@@ -320,7 +376,7 @@ impl Waiter<'_> {
         }
         let first_contact = self.first_contact_ends();
         if first_contact.is_some_and(|end| Instant::now() >= end) {
-            return Step::GaveUp(Failure::NeverReached {
+            return Step::GaveUp(Error::NeverReached {
                 last: Box::new(outage.last),
                 tried_for: self.start.elapsed(),
             });
@@ -332,8 +388,8 @@ impl Waiter<'_> {
             .flatten()
             .fold(next, Instant::min);
         // No subscription while Redis is out: the backoff is the poll's timeout.
-        match sleep(&mut [], until, self.req.token, self.hooks.interrupt) {
-            Slept::Interrupted(signal) => Step::GaveUp(interrupted(self.req.key, signal)),
+        match sleep(&mut [], until, self.token, self.hooks.interrupt) {
+            Slept::Interrupted(signal) => Step::GaveUp(interrupted(self.key, signal)),
             _ => Step::Again,
         }
     }
@@ -343,7 +399,7 @@ impl Waiter<'_> {
         if self.heard {
             return None;
         }
-        self.start.checked_add(self.locker.first_contact())
+        self.start.checked_add(self.tries.first_contact())
     }
 
     /// What is left of a bounded wait.
@@ -357,16 +413,16 @@ impl Waiter<'_> {
         self.heard = true;
         if let Some(o) = self.outage.take() {
             self.hooks.observer.observe(Note::OutageEnded {
-                key: &self.req.key.name,
+                key: &self.key.name,
                 after: o.since.elapsed(),
             });
         }
     }
 
     /// The failure of a wait that ends now with the lock busy, as the last try `seen` it.
-    fn busy(&self, seen: Seen) -> Failure {
-        Failure::Busy {
-            about: About::from(self.req.key),
+    fn busy(&self, seen: Seen) -> Error {
+        Error::Busy {
+            about: About::from(self.key),
             seen,
             waited: Waited::For(self.start.elapsed()),
         }
@@ -381,13 +437,13 @@ impl Waiter<'_> {
                 &mut self.subs,
                 until,
                 report,
-                self.req.token,
+                self.token,
                 self.hooks.interrupt,
             );
             match slept {
                 Slept::Report => {
                     self.progress
-                        .tell(&self.req.key.name, false, self.hooks.observer);
+                        .tell(&self.key.name, false, self.hooks.observer);
                 }
                 slept => return slept,
             }
@@ -395,8 +451,8 @@ impl Waiter<'_> {
     }
 }
 
-fn interrupted(key: &LockKey, signal: Signal) -> Failure {
-    Failure::Interrupted {
+fn interrupted(key: &LockKey, signal: Signal) -> Error {
+    Error::Interrupted {
         about: About::from(key),
         signal,
         when: Interruption::Waiting,

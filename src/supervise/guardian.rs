@@ -31,10 +31,10 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp, getpid, setpgid};
 
+use super::LaunchError;
 use super::contain::{self, Cgroup};
 use super::spawn::{Forked, Prepared, cannot_run, fork_guardian, start};
 use super::terminal::Terminal;
-use crate::exit::Failure;
 
 /// The name `ps`, `killall` and `pkill` see: without "rlock" in it.
 pub const NAME: &std::ffi::CStr = c"rl-guardian";
@@ -86,9 +86,9 @@ pub fn launch(
     cgroup: Option<Cgroup>,
     why_no_cgroup: Option<String>,
     required: bool,
-) -> Result<Launched, Failure> {
+) -> Result<Launched, LaunchError> {
     // Whatever fails before the guardian runs, the cgroup made for it goes (nobody else would).
-    let give_up = |failure: Failure| {
+    let give_up = |failure: LaunchError| {
         if let Some(c) = &cgroup {
             c.remove();
         }
@@ -96,7 +96,7 @@ pub fn launch(
     };
     let prepared = Prepared::new(argv, env).map_err(give_up)?;
     let cannot = |what: &str, e: Errno| {
-        give_up(Failure::Internal(format!(
+        give_up(LaunchError::Internal(format!(
             "cannot start the guardian ({what}: {e}); the command was not started"
         )))
     };
@@ -112,7 +112,7 @@ pub fn launch(
     let forked = match (forked, &cgroup) {
         (Err(e), Some(c)) if required && !matches!(e, Errno::EAGAIN | Errno::ENOMEM) => {
             let dir = c.dir().display().to_string();
-            return Err(give_up(Failure::Config(format!(
+            return Err(give_up(LaunchError::Config(format!(
                 "--contain cgroup: the kernel cannot start a process in the cgroup {dir} ({e}); the command was not started (--contain auto falls back to the process tree)"
             ))));
         }
@@ -174,7 +174,7 @@ pub fn launch(
                     }
                     Err(cannot_run(&argv[0], &io::Error::from(errno)))
                 }
-                _ => Err(Failure::Internal(
+                _ => Err(LaunchError::Internal(
                     "the guardian ended before the command started; the command was not started"
                         .into(),
                 )),

@@ -9,8 +9,8 @@ use nix::sys::signal::Signal;
 use super::deadlines::Deadlines;
 use super::keeper::Keeper;
 use super::{AFTER_KILL, Enforce, Outcome};
-use crate::observe::{Note, Observer};
-use crate::watchdog::{Loss, RenewError, Report};
+use crate::lock::{Note, Observer, RenewError};
+use crate::watchdog::{Loss, Report};
 
 /// Everything the supervisor waits for: signals, changes of the child, and the renewals.
 #[derive(Debug)]

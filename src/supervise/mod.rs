@@ -21,7 +21,7 @@ pub use keeper::{LeaseKeeper, Renewal, Reports};
 pub use spawn::runnable;
 pub use terminal::Terminal;
 
-use crate::observe::Observer;
+use crate::lock::Observer;
 use crate::signals::Signals;
 use crate::watchdog::Loss;
 
@@ -33,6 +33,22 @@ pub const AFTER_KILL: Duration = Duration::from_secs(2);
 /// stay below rlock, which then stops them itself.
 pub fn adopt_orphans() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
+}
+
+/// Why the command was not started. Its words are said where it is made; its exit code is
+/// exit.rs's, which it reaches through `From` (it is no `std::error::Error`, so that it cannot
+/// reach the user without its code).
+#[derive(Debug)]
+pub enum LaunchError {
+    /// The command line cannot be given to the kernel (a NUL byte in it).
+    Usage(String),
+    /// The guardian could not be started, or ended before the command did.
+    Internal(String),
+    /// `--contain cgroup`, and the command cannot be started in a cgroup of its own.
+    Config(String),
+    /// The command could not be run: not found, or not executable (or another error of
+    /// `execve`).
+    CannotRun { message: String, not_found: bool },
 }
 
 /// What the supervisor needs to know to enforce the lease.

@@ -21,8 +21,8 @@ use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::sys::wait::waitpid;
 use nix::unistd::{Pid, getpid, getppid, setpgid};
 
+use super::LaunchError;
 use super::terminal::Terminal;
-use crate::exit::{Code, Failure};
 
 /// What the vfork child execs, built before it runs: it may not allocate.
 pub(super) struct Prepared {
@@ -37,10 +37,10 @@ pub(super) struct Prepared {
 
 impl Prepared {
     /// `argv`, and rlock's environment with `env` added (replacing variables of those names).
-    pub(super) fn new(argv: &[OsString], env: &[(&str, String)]) -> Result<Self, Failure> {
+    pub(super) fn new(argv: &[OsString], env: &[(&str, String)]) -> Result<Self, LaunchError> {
         let c_string = |bytes: Vec<u8>| {
             CString::new(bytes)
-                .map_err(|_| Failure::Usage("the command has a NUL byte in it".into()))
+                .map_err(|_| LaunchError::Usage("the command has a NUL byte in it".into()))
         };
         let args = argv
             .iter()
@@ -303,22 +303,22 @@ pub fn runnable(program: &OsString) -> Result<(), String> {
     Err(format!("command '{name}' not found on PATH{hint}"))
 }
 
-pub(super) fn cannot_run(program: &OsString, e: &io::Error) -> Failure {
+pub(super) fn cannot_run(program: &OsString, e: &io::Error) -> LaunchError {
     let name = program.to_string_lossy();
     match e.kind() {
-        io::ErrorKind::NotFound if name.contains(char::is_whitespace) => Failure::CannotRun {
+        io::ErrorKind::NotFound if name.contains(char::is_whitespace) => LaunchError::CannotRun {
             message: format!(
                 "cannot run '{name}': command not found; rlock runs commands without a shell: use sh -c '{name}'"
             ),
-            code: Code::NotFound,
+            not_found: true,
         },
-        io::ErrorKind::NotFound => Failure::CannotRun {
+        io::ErrorKind::NotFound => LaunchError::CannotRun {
             message: format!("cannot run '{name}': command not found"),
-            code: Code::NotFound,
+            not_found: true,
         },
-        _ => Failure::CannotRun {
+        _ => LaunchError::CannotRun {
             message: format!("cannot run '{name}': {e}"),
-            code: Code::CannotRun,
+            not_found: false,
         },
     }
 }

@@ -15,6 +15,7 @@ mod exec_and_signals;
 mod history;
 mod hostile;
 mod inspect;
+mod layers;
 mod locking;
 mod outages;
 mod packaging;

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::cli::InspectArgs;
 use crate::cmd::Context;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::lock::{RunRecord, human_ms};
 use crate::output::escape_max as escaped;
 
@@ -20,7 +20,10 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     let locker = ctx.locker()?;
     let mut runs: Vec<(String, RunRecord)> = Vec::new();
     if args.keys.is_empty() {
-        for last in locker.histories(&ctx.global.prefix)? {
+        for last in locker
+            .histories(&ctx.global.prefix)
+            .map_err(Failure::from)?
+        {
             runs.push((last.name, last.run));
         }
         // The lock whose last run ended last, first.
@@ -28,7 +31,9 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     } else {
         for name in &args.keys {
             let key = ctx.key(name)?;
-            let found = locker.history(&key, args.count as usize)?;
+            let found = locker
+                .history(&key, args.count as usize)
+                .map_err(Failure::from)?;
             if found.is_empty() && !args.json {
                 ctx.note(format_args!(
                     "no runs on record for lock '{}'",

@@ -5,9 +5,11 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::backend::{Fault, NodeError};
-use crate::exit::{About, Failure, Interruption, LostHow, Refused, Seen, Waited};
-use crate::lock::{Crowd, Holder, HolderPid, NotOwner};
-use crate::watchdog::{Loss, RenewError};
+use crate::exit::{Failure, LostHow};
+use crate::lock::{
+    About, Crowd, Holder, HolderPid, Interruption, NotOwner, Refused, RenewError, Seen, Waited,
+};
+use crate::watchdog::Loss;
 
 fn jobs() -> About {
     About::Lock("jobs".into())

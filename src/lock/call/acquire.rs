@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::super::reply::{Crowd, Holder, Refusal, Reply};
-use super::super::{CHECK_WITHOUT_EXPIRY, Grant, Request, Sharing};
+use super::super::{CHECK_WITHOUT_EXPIRY, Grant, Request, Sharing, Ttl};
 use super::{Args, Call, sources};
 use crate::backend::Script;
 
@@ -83,7 +83,7 @@ impl Call for Acquire<'_> {
                 key: self.req.key.clone(),
                 token: self.req.token.to_string(),
                 fence,
-                ttl,
+                ttl: Ttl::Asked(ttl),
                 sent: self.sent,
             }),
             Answer::Not(attempt) => attempt,

@@ -1,6 +1,6 @@
 //! Unit tests of the Redlock arithmetic: the majority, the validity, the answers without a grant.
 use super::*;
-use crate::exit::Code;
+use crate::exit::{Code, Failure};
 
 fn key() -> LockKey {
     LockKey::new("rlock:", "jobs").unwrap()
@@ -11,7 +11,7 @@ fn granted(fence: i64) -> NodeAttempt {
         key: key(),
         token: "tok".into(),
         fence,
-        ttl: Duration::from_secs(10),
+        ttl: Ttl::Asked(Duration::from_secs(10)),
         sent: Instant::now(),
     }))
 }
@@ -34,7 +34,7 @@ fn failed(kind: Fault) -> NodeAttempt {
     })
 }
 
-fn busy_pttl(a: &Result<Attempt, Failure>) -> Option<i64> {
+fn busy_pttl(a: &Result<Attempt, Error>) -> Option<i64> {
     match a {
         Ok(Attempt::Busy { pttl, .. }) => Some(*pttl),
         _ => None,
@@ -108,9 +108,11 @@ fn no_grant_without_a_majority_answering() {
     };
     assert!(failure.is_transient());
     assert!(
-        matches!(&failure, Failure::NoQuorum { nodes: 3, errors, .. } if errors.len() == 2),
+        matches!(&failure, Error::NoQuorum { nodes: 3, errors, .. } if errors.len() == 2),
         "{failure:?}"
     );
+    // Its code and words are exit's.
+    let failure = Failure::from(failure);
     assert_eq!(failure.exit_code(75), 69);
     assert_eq!(
         failure.to_string(),
@@ -135,19 +137,19 @@ fn no_grant_without_a_majority_answering() {
     };
     assert!(!failure.is_transient());
     assert!(
-        matches!(&failure, Failure::Redis { error, .. } if error.kind == Fault::WrongType),
+        matches!(&failure, Error::Redis { error, .. } if error.kind == Fault::WrongType),
         "{failure:?}"
     );
-    assert_eq!(failure.code(), Some(Code::NotALock));
+    assert_eq!(Failure::from(failure).code(), Some(Code::NotALock));
 }
 
 #[test]
 fn a_redlock_release_counts_a_majority() {
     use super::super::redlock::release_verdict;
     let three = Quorum::of(3);
-    let code = |r: Result<Released, Failure>| match r {
+    let code = |r: Result<Released, Error>| match r {
         Ok(_) => 0,
-        Err(f) => f.exit_code(75),
+        Err(f) => Failure::from(f).exit_code(75),
     };
     let gone = || Ok(ReleaseReply::Expired);
     let other = || Ok(ReleaseReply::Other);

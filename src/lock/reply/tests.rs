@@ -82,7 +82,7 @@ fn a_grant_carries_a_fence_of_sixteen_digits_exactly() {
         panic!("not a grant: {r:?}");
     };
     assert_eq!(grant.fence, fence);
-    assert_eq!(grant.ttl, Duration::from_secs(30));
+    assert_eq!(grant.ttl, crate::lock::Ttl::Asked(Duration::from_secs(30)));
     assert_eq!(
         (grant.key.name.as_str(), grant.token.as_str()),
         ("jobs", "tok")

@@ -7,9 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::exit::Seen;
-use crate::lock::Holder;
-use crate::observe::{Note, Observer};
+use crate::lock::observe::{Note, Observer};
+use crate::lock::{Holder, Seen};
 
 /// When the first progress line comes, counted from the start of the wait.
 const FIRST: Duration = Duration::from_secs(10);

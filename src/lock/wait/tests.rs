@@ -1,5 +1,7 @@
 //! Unit tests of the wait's state machine, against a scripted `Node` (no server): what a waiter
-//! does with each answer the acquire script can give, with outages, and with its deadline.
+//! does with each answer the acquire script can give, with outages, and with its deadline; and
+//! against scripted `Tries` (no node at all): the loop alone, given the answers of its tries.
+//! The outcomes are read as the user gets them, as `Failure`s (their words and codes are exit's).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -9,6 +11,8 @@ use redis::Value;
 
 use super::*;
 use crate::backend::{Fault, Node, NodeError, Script};
+use crate::exit::{Code, Failure};
+use crate::lock::Ttl;
 use crate::lock::test_request::with_request;
 
 /// A node that answers the acquire script from a list, and everything else (the give-back)
@@ -132,7 +136,7 @@ fn acquire(
         observer: &heard,
     };
     let start = Instant::now();
-    let outcome = with_request(|req| locker.acquire(req, policy, hooks));
+    let outcome = with_request(|req| locker.acquire(req, policy, hooks)).map_err(Failure::from);
     let took = start.elapsed();
     (outcome, heard.0.into_inner(), took)
 }
@@ -149,7 +153,7 @@ fn a_busy_lock_is_tried_again_when_its_lease_ends_then_granted() {
     let (outcome, heard, took) = acquire(vec![busy(40), busy(40), granted(7)], forever());
     let grant = outcome.expect("granted");
     assert_eq!(grant.fence, 7);
-    assert_eq!(grant.ttl, Duration::from_secs(30));
+    assert_eq!(grant.ttl, Ttl::Asked(Duration::from_secs(30)));
     // The first busy answer subscribes and tries again at once; the second sleeps its 40 ms.
     assert!(took >= Duration::from_millis(40), "{took:?}");
     assert!(took < Duration::from_secs(2), "{took:?}");
@@ -247,4 +251,140 @@ fn no_wait_answers_busy_at_once() {
         other => panic!("expected busy, got {other:?}"),
     }
     assert!(heard.is_empty());
+}
+
+/// Tries that answer from a list, with no node under them: the wait's loop alone. They count
+/// the times the waiter left the line, and have no wake channel (a waiter sleeps until the
+/// lease or claim window it was told of ends).
+struct Listed {
+    answers: RefCell<VecDeque<Result<Attempt, Error>>>,
+    left: std::cell::Cell<usize>,
+}
+
+impl Listed {
+    fn new(answers: Vec<Result<Attempt, Error>>) -> Self {
+        Listed {
+            answers: RefCell::new(answers.into()),
+            left: std::cell::Cell::new(0),
+        }
+    }
+}
+
+impl Tries for Listed {
+    fn attempt(&self, _join: bool, _within: Option<Duration>) -> Result<Attempt, Error> {
+        self.answers
+            .borrow_mut()
+            .pop_front()
+            .expect("the test listed too few answers")
+    }
+
+    fn leave(&self, _within: Option<Duration>) {
+        self.left.set(self.left.get() + 1);
+    }
+
+    fn subscribe(&self) -> Vec<Subscriber> {
+        Vec::new()
+    }
+
+    fn races(&self) -> bool {
+        false
+    }
+
+    fn first_contact(&self) -> Duration {
+        Duration::from_millis(100)
+    }
+}
+
+/// Waits by `tries`, with `policy` and `interrupt`: the outcome, as the user gets it, and how
+/// long it took.
+fn wait_by(
+    tries: &Listed,
+    policy: WaitPolicy,
+    interrupt: &dyn Interrupt,
+) -> (Result<Grant, Failure>, Duration) {
+    let key = LockKey::new("rlock:", "jobs").unwrap();
+    let hooks = Hooks {
+        interrupt,
+        observer: &crate::lock::Silent,
+    };
+    let start = Instant::now();
+    let outcome = wait_for(tries, &key, "tok", policy, hooks).map_err(Failure::from);
+    (outcome, start.elapsed())
+}
+
+fn handed(wait_ms: i64) -> Result<Attempt, Error> {
+    Ok(Attempt::Queued { wait_ms })
+}
+
+fn grant(fence: i64) -> Result<Attempt, Error> {
+    Ok(Attempt::Granted(Grant {
+        key: LockKey::new("rlock:", "jobs").unwrap(),
+        token: "tok".into(),
+        fence,
+        ttl: Ttl::Asked(Duration::from_secs(30)),
+        sent: Instant::now(),
+    }))
+}
+
+fn down() -> Result<Attempt, Error> {
+    let error = fault(Fault::Connect, "Connection refused");
+    Err(Error::redis(About::Lock("jobs".into()), error))
+}
+
+#[test]
+fn a_lock_handed_to_another_is_tried_again_when_its_claim_window_ends() {
+    let tries = Listed::new(vec![handed(30), handed(30), grant(4)]);
+    let (outcome, took) = wait_by(&tries, forever(), &Calm);
+    assert_eq!(outcome.expect("granted").fence, 4);
+    // The first answer subscribes and tries again at once; the second sleeps out the window.
+    assert!(took >= Duration::from_millis(30), "{took:?}");
+    assert_eq!(
+        tries.left.get(),
+        0,
+        "a waiter that got the lock leaves no line"
+    );
+}
+
+#[test]
+fn a_run_that_never_reaches_redis_gives_up_after_its_first_contact() {
+    let tries = Listed::new((0..20).map(|_| down()).collect());
+    let (outcome, took) = wait_by(&tries, forever(), &Calm);
+    match outcome {
+        Err(f @ Failure::NeverReached { .. }) => {
+            assert_eq!(f.code(), Some(Code::Unavailable));
+            let message = f.to_string();
+            assert!(message.contains("without reaching it once"), "{message}");
+        }
+        other => panic!("expected never reached, got {other:?}"),
+    }
+    assert!(took >= Duration::from_millis(100), "{took:?}");
+    // Redis never answered: the waiter does not leave the line again (a try that got no
+    // answer has already tried).
+    assert_eq!(tries.left.get(), 0);
+}
+
+/// A SIGTERM, from the second look on.
+struct TermSoon(std::cell::Cell<u32>);
+
+impl Interrupt for TermSoon {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    fn take(&self) -> Option<Signal> {
+        self.0.set(self.0.get() + 1);
+        (self.0.get() > 1).then_some(Signal::SIGTERM)
+    }
+}
+
+#[test]
+fn a_signal_ends_the_wait_and_the_waiter_leaves_the_line() {
+    let tries = Listed::new(vec![handed(60_000), handed(60_000)]);
+    let (outcome, took) = wait_by(&tries, forever(), &TermSoon(Default::default()));
+    match outcome {
+        Err(f @ Failure::Interrupted { .. }) => assert_eq!(f.exit_code(75), 143),
+        other => panic!("expected interrupted, got {other:?}"),
+    }
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(tries.left.get(), 1, "the waiter leaves the line once");
 }

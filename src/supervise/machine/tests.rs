@@ -10,7 +10,7 @@ use nix::sys::signal::Signal;
 
 use super::{Event, Supervisor, World};
 use crate::lock::NotOwner;
-use crate::observe::Silent;
+use crate::lock::Silent;
 use crate::supervise::{AFTER_KILL, Enforce, Outcome, Renewal};
 
 use crate::watchdog::{Loss, Report};

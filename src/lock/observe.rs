@@ -1,11 +1,11 @@
 //! What the lock and supervision layers report while they work. They never write to the
 //! terminal themselves: they tell an `Observer`, which the command layer owns and which
-//! decides what, if anything, the user sees (`-q`, `-v`).
+//! decides what, if anything, the user sees (`-q`, `-v`). It lives with the lock, whose wait
+//! says most of it; the supervisor, above, tells it of a failed renewal.
 
 use std::time::Duration;
 
-use crate::exit::{Failure, Seen};
-use crate::watchdog::RenewError;
+use super::error::{Error, RenewError, Seen};
 
 /// Something that happened that a user may want to hear of.
 #[derive(Debug)]
@@ -31,7 +31,7 @@ pub enum Note<'a> {
     /// run that has not reached Redis yet rides it out for `first_contact` at most.
     OutageBegan {
         key: &'a str,
-        failure: &'a Failure,
+        failure: &'a Error,
         first_contact: Option<Duration>,
     },
     /// Redis answers a waiter again after an outage of `after`.
