@@ -278,6 +278,9 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
     )
     .inspect_err(|_| release(ctx, locker, held))?;
     ctx.say(format_args!("the command runs contained by {containment}"));
+    if let Some(dir) = guardian.cgroup() {
+        supervise::remove_abandoned_beside(dir);
+    }
     Ok(Child {
         pgid,
         terminal,
