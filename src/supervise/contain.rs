@@ -304,20 +304,24 @@ fn v2_mount() -> Option<PathBuf> {
 /// This process's cgroup `own`, found where cgroup v2 is usually mounted
 /// (`/sys/fs/cgroup/unified` on hybrid hosts, `/sys/fs/cgroup` on others) without reading
 /// mountinfo, which the kernel is slow to format (about 70 µs here, a tenth of what rlock adds
-/// to its command's start). A directory counts only if it is on a cgroup2 file system and lists
-/// this process in its `cgroup.procs`: the kernel's own word that it is this process's cgroup.
-/// A mount of a part of the hierarchy (a container without a cgroup namespace) fails that test,
-/// and mountinfo says where the hierarchy's root is mounted.
+/// to its command's start). A directory counts only if it is on a cgroup2 file system and, for
+/// a cgroup below the root, lists this process in its `cgroup.procs`: the kernel's own word
+/// that it is this process's cgroup (a mount of a part of the hierarchy, as in a container
+/// without a cgroup namespace, fails that test, and mountinfo says where the hierarchy's root
+/// is mounted). The root's list, every process of the host, is as slow to read as mountinfo:
+/// a process in the root cgroup, or in its namespace's, takes the usual mount as it is.
 fn at_usual_mount(own: &str) -> Option<PathBuf> {
     use nix::sys::statfs::{CGROUP2_SUPER_MAGIC, statfs};
     let me = std::process::id().to_string();
+    let below = own.trim_start_matches('/');
     ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
         .into_iter()
         .filter(|mount| statfs(*mount).is_ok_and(|fs| fs.filesystem_type() == CGROUP2_SUPER_MAGIC))
-        .map(|mount| Path::new(mount).join(own.trim_start_matches('/')))
+        .map(|mount| Path::new(mount).join(below))
         .find(|dir| {
-            read_proc(&dir.join("cgroup.procs").to_string_lossy())
-                .is_ok_and(|procs| procs.lines().any(|pid| pid == me))
+            below.is_empty()
+                || read_proc(&dir.join("cgroup.procs").to_string_lossy())
+                    .is_ok_and(|procs| procs.lines().any(|pid| pid == me))
         })
 }
 
