@@ -98,29 +98,16 @@ pub fn launch(
         failure
     };
     let prepared = Prepared::new(argv, env).map_err(give_up)?;
-    let cannot = |what: &str, e: Errno| {
-        give_up(LaunchError::Internal(format!(
-            "cannot start the guardian ({what}: {e}); the command was not started"
-        )))
-    };
-    let (req_read, req_write) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| cannot("pipe", e))?;
-    let (ev_read, ev_write) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| cannot("pipe", e))?;
+    let (req_read, req_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+        .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
+    let (ev_read, ev_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+        .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
     let rlock_pgrp = getpgrp();
     // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
     // no lock another thread had taken; the child runs `guard`, which never returns and uses
     // none of glibc's thread-id functions.
     let forked = unsafe { fork_guardian(cgroup.as_ref().map(Cgroup::dir_fd), required) };
-    let forked = match (forked, &cgroup) {
-        (Err(e), Some(c)) if required && !matches!(e, Errno::EAGAIN | Errno::ENOMEM) => {
-            let dir = c.dir().display().to_string();
-            return Err(give_up(LaunchError::Config(format!(
-                "--contain cgroup: the kernel cannot start a process in the cgroup {dir} ({e}); the command was not started (--contain auto falls back to the process tree)"
-            ))));
-        }
-        (forked, _) => forked.map_err(|e| cannot("fork", e))?,
-    };
+    let forked = forked.map_err(|e| give_up(fork_failure(e, cgroup.as_ref(), required)))?;
     match forked {
         Forked::Child { in_cgroup } => {
             drop(req_write);
@@ -129,64 +116,116 @@ pub fn launch(
             guard(&prepared, terminal, rlock_pgrp, cgroup, req_read, ev_write)
         }
         Forked::Parent { child, in_cgroup } => {
-            // A cgroup the guardian could not be born in contains nothing: the tree does.
-            let cgroup = match cgroup {
-                Some(c) if !in_cgroup => {
-                    c.remove();
-                    None
-                }
-                c => c,
-            };
-            let why_no_cgroup = match (&cgroup, in_cgroup) {
-                (None, false) if why_no_cgroup.is_none() => {
-                    Some("the kernel could not start it in a cgroup".to_string())
-                }
-                _ => why_no_cgroup,
-            };
+            let (cgroup, why_no_cgroup) = born_in(cgroup, in_cgroup, why_no_cgroup);
             drop(req_read);
             drop(ev_write);
-            let _ = nix::fcntl::fcntl(&ev_read, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
-            let mut guardian = Guardian {
-                pid: child,
-                pgid: child,
-                requests: req_write,
-                events: ev_read,
-                partial: Vec::new(),
-                cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
-            };
-            let first = guardian.first_event();
-            match first {
-                Some(Event::Started { pid, .. }) => {
-                    guardian.pgid = pid;
-                    let containment = match &guardian.cgroup {
-                        Some(dir) => format!("its own cgroup, {}", dir.display()),
-                        None => format!(
-                            "the process tree below the guardian ({})",
-                            why_no_cgroup.as_deref().unwrap_or("no cgroup")
-                        ),
-                    };
-                    Ok(Launched {
-                        guardian,
-                        pgid: pid,
-                        containment,
-                    })
-                }
-                Some(Event::NotStarted(errno)) => {
-                    if let Some(t) = terminal {
-                        t.hand_to(rlock_pgrp);
-                    }
-                    Err(cannot_run(&argv[0], &io::Error::from(errno)))
-                }
-                _ => Err(LaunchError::Internal(
-                    "the guardian ended before the command started; the command was not started"
-                        .into(),
-                )),
-            }
+            let guardian = Guardian::new(child, req_write, ev_read, cgroup.as_ref());
+            guardian.wait_for_start(why_no_cgroup, terminal, rlock_pgrp, &argv[0])
         }
     }
 }
 
+/// The guardian could not be started, for want of `what` (a pipe, a fork), and so neither was
+/// the command (exit 70).
+fn guardian_not_started(what: &str, e: Errno) -> LaunchError {
+    LaunchError::Internal(format!(
+        "cannot start the guardian ({what}: {e}); the command was not started"
+    ))
+}
+
+/// Why the guardian's fork failed: the kernel would not start it in the `cgroup` that is
+/// `required` (exit 78; not for a lack of memory or processes, which no cgroup cures), or as
+/// `guardian_not_started`.
+fn fork_failure(e: Errno, cgroup: Option<&Cgroup>, required: bool) -> LaunchError {
+    match cgroup {
+        Some(c) if required && !matches!(e, Errno::EAGAIN | Errno::ENOMEM) => {
+            let dir = c.dir().display().to_string();
+            LaunchError::Config(format!(
+                "--contain cgroup: the kernel cannot start a process in the cgroup {dir} ({e}); the command was not started (--contain auto falls back to the process tree)"
+            ))
+        }
+        _ => guardian_not_started("fork", e),
+    }
+}
+
+/// The cgroup once the guardian is forked (`in_cgroup`: whether it was born in it), and why
+/// the command runs in none, if it does not.
+fn born_in(
+    cgroup: Option<Cgroup>,
+    in_cgroup: bool,
+    why_no_cgroup: Option<String>,
+) -> (Option<Cgroup>, Option<String>) {
+    // A cgroup the guardian could not be born in contains nothing: the tree does.
+    let cgroup = match cgroup {
+        Some(c) if !in_cgroup => {
+            c.remove();
+            None
+        }
+        c => c,
+    };
+    let why_no_cgroup = match (&cgroup, in_cgroup) {
+        (None, false) if why_no_cgroup.is_none() => {
+            Some("the kernel could not start it in a cgroup".to_string())
+        }
+        _ => why_no_cgroup,
+    };
+    (cgroup, why_no_cgroup)
+}
+
 impl Guardian {
+    /// rlock's side of the guardian `pid`, just forked: its ends of the two pipes (the event
+    /// end made non-blocking) and the cgroup it was born in, if any.
+    fn new(pid: Pid, requests: OwnedFd, events: OwnedFd, cgroup: Option<&Cgroup>) -> Guardian {
+        let _ = nix::fcntl::fcntl(&events, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+        Guardian {
+            pid,
+            pgid: pid,
+            requests,
+            events,
+            partial: Vec::new(),
+            cgroup: cgroup.map(|c| c.dir().to_path_buf()),
+        }
+    }
+
+    /// Waits for the guardian's first word on the command: started (then `Launched`, with what
+    /// contains it), not started (the terminal goes back to rlock's group: exit 126 or 127), or
+    /// the guardian ended first.
+    fn wait_for_start(
+        mut self,
+        why_no_cgroup: Option<String>,
+        terminal: Option<Terminal>,
+        rlock_pgrp: Pid,
+        program: &OsString,
+    ) -> Result<Launched, LaunchError> {
+        let first = self.first_event();
+        match first {
+            Some(Event::Started { pid, .. }) => {
+                self.pgid = pid;
+                let containment = match &self.cgroup {
+                    Some(dir) => format!("its own cgroup, {}", dir.display()),
+                    None => format!(
+                        "the process tree below the guardian ({})",
+                        why_no_cgroup.as_deref().unwrap_or("no cgroup")
+                    ),
+                };
+                Ok(Launched {
+                    guardian: self,
+                    pgid: pid,
+                    containment,
+                })
+            }
+            Some(Event::NotStarted(errno)) => {
+                if let Some(t) = terminal {
+                    t.hand_to(rlock_pgrp);
+                }
+                Err(cannot_run(program, &io::Error::from(errno)))
+            }
+            _ => Err(LaunchError::Internal(
+                "the guardian ended before the command started; the command was not started".into(),
+            )),
+        }
+    }
+
     pub fn pid(&self) -> Pid {
         self.pid
     }
