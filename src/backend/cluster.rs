@@ -171,6 +171,109 @@ impl Cluster {
             detail: format!("no master serves slot {slot} (the cluster is down or resharding)"),
         })
     }
+
+    /// Asks for the slot map again (that master last) when the last request's master failed
+    /// it too late in its --op-timeout to ask then.
+    fn ask_again_if_suspect(&self, timeout: Duration) {
+        let suspect = self
+            .suspect
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(suspect) = suspect {
+            // The last request's master failed it: it may have failed over since.
+            let _ = self.refresh_avoiding(Some(&suspect), timeout / 2);
+        }
+    }
+
+    /// A master asked for the request again later (TRYAGAIN, CLUSTERDOWN): pauses, longer each
+    /// time, and routes it to the slot's master again; or `e`, when the pause would pass the
+    /// deadline.
+    fn retry_later(&self, route: &mut Route, e: NodeError) -> Result<(), NodeError> {
+        if Instant::now() + route.pause >= route.deadline {
+            return Err(e);
+        }
+        std::thread::sleep(route.pause);
+        route.pause = (route.pause * 2).min(MAX_PAUSE);
+        if e.kind == Fault::ClusterDown {
+            let _ = self.refresh(route.left());
+        }
+        // From the slot's master again: it sends the request on (ASK) once the keys have moved.
+        route.url = self.master_url_for(route.slot, route.left())?;
+        route.asking = false;
+        Ok(())
+    }
+
+    /// The master did not answer (`e`, a transport error, the first of this request): routes
+    /// the request to the master the other nodes now name for the slot; or `e`, when they name
+    /// the same one, or when too little time is left to ask (then the next request asks first).
+    fn after_transport_error(&self, route: &mut Route, e: NodeError) -> Result<(), NodeError> {
+        // The master may be gone and its replica promoted: ask the others, now if
+        // --op-timeout leaves time for it (a refused connection), else at the next
+        // request (a frozen master took it all).
+        route.asked_again = true;
+        if route.deadline.saturating_duration_since(Instant::now()) < route.timeout / 4 {
+            *self.suspect.lock().unwrap_or_else(|p| p.into_inner()) = Some(route.url.clone());
+            return Err(e);
+        }
+        let moved = self
+            .refresh_avoiding(Some(&route.url), route.left())
+            .and_then(|()| self.master_url_for(route.slot, route.left()));
+        match moved {
+            Ok(new) if new != route.url => {
+                route.url = new;
+                route.asking = false;
+                Ok(())
+            }
+            _ => Err(e),
+        }
+    }
+
+    /// The error of a request whose slot moved more often than it could follow in time.
+    fn kept_moving(&self, route: &Route) -> NodeError {
+        let (slot, redirects) = (route.slot, route.redirects);
+        NodeError {
+            kind: Fault::Migrating,
+            node: self.name.clone(),
+            detail: format!(
+                "slot {slot} kept moving ({redirects} redirections within --op-timeout)"
+            ),
+        }
+    }
+}
+
+/// Where one request goes next, and what it has been through on its way.
+struct Route {
+    /// The slot of its keys.
+    slot: u16,
+    /// When its --op-timeout is spent.
+    deadline: Instant,
+    /// The whole --op-timeout.
+    timeout: Duration,
+    /// The master (or, after ASK, the node) it goes to next.
+    url: String,
+    /// Whether it goes after an ASK (preceded by ASKING).
+    asking: bool,
+    /// Whether the slot map was asked for again after a transport error (once per request).
+    asked_again: bool,
+    /// How many MOVED and ASK it has followed.
+    redirects: usize,
+    /// The pause before it is sent again after TRYAGAIN or CLUSTERDOWN.
+    pause: Duration,
+}
+
+impl Route {
+    /// What is left of its --op-timeout.
+    fn left(&self) -> Duration {
+        left(self.deadline)
+    }
+}
+
+/// What is left until `deadline`, at least a millisecond (a timeout of zero is none at all).
+fn left(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
 }
 
 /// Turns a CLUSTER SLOTS reply into (first slot, last slot, master URL).
@@ -228,88 +331,46 @@ impl Node for Cluster {
         // split between two masters, CLUSTERDOWN until a failover ends) are followed until
         // --op-timeout is spent: a slot in migration is not a failed request.
         let deadline = Instant::now() + timeout;
-        let left = || {
-            deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1))
-        };
         let slot = key_slot(keys.first().copied().unwrap_or(""));
-        let suspect = self
-            .suspect
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(suspect) = suspect {
-            // The last request's master failed it: it may have failed over since.
-            let _ = self.refresh_avoiding(Some(&suspect), timeout / 2);
-        }
-        let mut url = self.master_url_for(slot, left())?;
-        let mut asking = false;
-        let mut asked_again = false;
-        let mut redirects = 0;
-        let mut pause = FIRST_PAUSE;
+        self.ask_again_if_suspect(timeout);
+        let mut route = Route {
+            slot,
+            deadline,
+            timeout,
+            url: self.master_url_for(slot, left(deadline))?,
+            asking: false,
+            asked_again: false,
+            redirects: 0,
+            pause: FIRST_PAUSE,
+        };
         loop {
-            let routed = self
-                .node(&url)
-                .and_then(|target| target.eval_routed(script, keys, args, left(), asking));
+            let routed = self.node(&route.url).and_then(|target| {
+                target.eval_routed(script, keys, args, route.left(), route.asking)
+            });
             match routed {
                 Ok(Routed::Done(v)) => return Ok(v),
                 Ok(Routed::Moved(addr)) => {
                     // The slot map is stale: learn the new one, and go where we were sent.
-                    let _ = self.refresh(left());
-                    url = self.url_of(&addr);
-                    asking = false;
-                    redirects += 1;
+                    let _ = self.refresh(route.left());
+                    route.url = self.url_of(&addr);
+                    route.asking = false;
+                    route.redirects += 1;
                 }
                 Ok(Routed::Ask(addr)) => {
-                    url = self.url_of(&addr);
-                    asking = true;
-                    redirects += 1;
+                    route.url = self.url_of(&addr);
+                    route.asking = true;
+                    route.redirects += 1;
                 }
                 Err(e) if matches!(e.kind, Fault::Migrating | Fault::ClusterDown) => {
-                    if Instant::now() + pause >= deadline {
-                        return Err(e);
-                    }
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(MAX_PAUSE);
-                    if e.kind == Fault::ClusterDown {
-                        let _ = self.refresh(left());
-                    }
-                    // From the slot's master again: it sends the request on (ASK) once the
-                    // keys have moved.
-                    url = self.master_url_for(slot, left())?;
-                    asking = false;
+                    self.retry_later(&mut route, e)?;
                 }
-                Err(e) if e.is_transport() && !asked_again => {
-                    // The master may be gone and its replica promoted: ask the others, now if
-                    // --op-timeout leaves time for it (a refused connection), else at the next
-                    // request (a frozen master took it all).
-                    asked_again = true;
-                    if deadline.saturating_duration_since(Instant::now()) < timeout / 4 {
-                        *self.suspect.lock().unwrap_or_else(|p| p.into_inner()) = Some(url);
-                        return Err(e);
-                    }
-                    let moved = self
-                        .refresh_avoiding(Some(&url), left())
-                        .and_then(|()| self.master_url_for(slot, left()));
-                    match moved {
-                        Ok(new) if new != url => {
-                            url = new;
-                            asking = false;
-                        }
-                        _ => return Err(e),
-                    }
+                Err(e) if e.is_transport() && !route.asked_again => {
+                    self.after_transport_error(&mut route, e)?;
                 }
                 Err(e) => return Err(e),
             }
-            if redirects > MAX_REDIRECTS && Instant::now() >= deadline {
-                return Err(NodeError {
-                    kind: Fault::Migrating,
-                    node: self.name.clone(),
-                    detail: format!(
-                        "slot {slot} kept moving ({redirects} redirections within --op-timeout)"
-                    ),
-                });
+            if route.redirects > MAX_REDIRECTS && Instant::now() >= deadline {
+                return Err(self.kept_moving(&route));
             }
         }
     }

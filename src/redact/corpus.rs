@@ -399,52 +399,7 @@ fn nesting_too_deep_is_masked_whole() {
 
 #[test]
 fn any_bytes_are_masked_without_a_panic_and_known_forms_never_leak() {
-    const PIECES: [&str; 36] = [
-        "-p",
-        "--password",
-        "=",
-        "'",
-        "\"",
-        " ",
-        "\t",
-        "é",
-        "://",
-        "@",
-        ":",
-        "sh",
-        "-c",
-        "\\",
-        "$'",
-        "{",
-        "}",
-        ",",
-        "-u",
-        "Authorization",
-        "x",
-        "TOKEN",
-        ";",
-        "\u{1b}",
-        "--",
-        "|",
-        "&&",
-        "(",
-        "-e",
-        "--set",
-        "export",
-        "sudo",
-        "env",
-        "rlock",
-        "--key",
-        "\n",
-    ];
-    // Programs known to mean something harmless by -p (mkdir) are left out: their -p is kept.
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for _ in 0..20_000 {
         let words: Vec<String> = (0..next() % 6)
             .map(|_| {
@@ -454,23 +409,76 @@ fn any_bytes_are_masked_without_a_panic_and_known_forms_never_leak() {
             })
             .collect();
         // Whatever comes before, a secret in a known form after it is masked.
-        let forms: [&[&str]; 10] = [
-            &["--password", "S3C"],
-            &["-pS3C", "x"],
-            &["-u", "me:S3C"],
-            &["-aS3C"],
-            &["--env=MYSQL_ROOT_PASSWORD=S3C"],
-            &["-H", "Authorization: Bearer S3C"],
-            &["https://u:S3C@h/x"],
-            &["sh", "-c", "mysql -pS3C db"],
-            &["GITHUB_PAT=S3C"],
-            &["--set", "db.password=S3C"],
-        ];
-        for form in forms {
+        for form in FORMS {
             let mut line = words.clone();
             line.extend(form.iter().map(|w| w.to_string()));
             let got = redact_command(&line);
             assert!(!got.contains("S3C"), "{line:?}\n  leaks: {got}");
         }
+    }
+}
+
+/// What the random lines of the test above are made of. Programs known to mean something
+/// harmless by -p (mkdir) are left out: their -p is kept.
+const PIECES: [&str; 36] = [
+    "-p",
+    "--password",
+    "=",
+    "'",
+    "\"",
+    " ",
+    "\t",
+    "é",
+    "://",
+    "@",
+    ":",
+    "sh",
+    "-c",
+    "\\",
+    "$'",
+    "{",
+    "}",
+    ",",
+    "-u",
+    "Authorization",
+    "x",
+    "TOKEN",
+    ";",
+    "\u{1b}",
+    "--",
+    "|",
+    "&&",
+    "(",
+    "-e",
+    "--set",
+    "export",
+    "sudo",
+    "env",
+    "rlock",
+    "--key",
+    "\n",
+];
+
+/// A secret in each of the forms known to hold one.
+const FORMS: [&[&str]; 10] = [
+    &["--password", "S3C"],
+    &["-pS3C", "x"],
+    &["-u", "me:S3C"],
+    &["-aS3C"],
+    &["--env=MYSQL_ROOT_PASSWORD=S3C"],
+    &["-H", "Authorization: Bearer S3C"],
+    &["https://u:S3C@h/x"],
+    &["sh", "-c", "mysql -pS3C db"],
+    &["GITHUB_PAT=S3C"],
+    &["--set", "db.password=S3C"],
+];
+
+/// A xorshift generator from `seed`: the same numbers on every run.
+fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
     }
 }

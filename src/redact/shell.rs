@@ -1,88 +1,121 @@
 //! Splitting a shell command line into words as `sh` would (quotes, backslashes, operators), so
 //! that a secret quoted with blanks in it (`--password 'a b'`) is one word to mask.
 
+use std::iter::Peekable;
+use std::str::Chars;
+
 /// The words of `line` with quotes removed, and the operators (`;`, `&&`, `|`, `>`, …) as words
 /// of their own. Never fails: an unclosed quote runs to the end of the line.
 pub fn words(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut word = String::new();
-    // A word is started even when it is empty ('' is a word).
-    let mut started = false;
+    let mut words = Words::default();
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
-            c if c.is_whitespace() => flush(&mut out, &mut word, &mut started),
-            '\'' => {
-                started = true;
-                for c in chars.by_ref() {
-                    if c == '\'' {
-                        break;
-                    }
-                    word.push(c);
-                }
-            }
-            '"' => {
-                started = true;
-                while let Some(c) = chars.next() {
-                    match c {
-                        '"' => break,
-                        '\\' => match chars.next() {
-                            Some(n @ ('"' | '\\' | '$' | '`')) => word.push(n),
-                            Some('\n') => {}
-                            Some(n) => {
-                                word.push('\\');
-                                word.push(n);
-                            }
-                            None => word.push('\\'),
-                        },
-                        c => word.push(c),
-                    }
-                }
-            }
+            c if c.is_whitespace() => words.flush(),
+            '\'' => words.single_quoted(&mut chars),
+            '"' => words.double_quoted(&mut chars),
             '$' if chars.peek() == Some(&'\'') => {
-                // bash's $'…': backslash escapes, of which only the quote matters here.
                 chars.next();
-                started = true;
-                while let Some(c) = chars.next() {
-                    match c {
-                        '\'' => break,
-                        '\\' => word.extend(chars.next()),
-                        c => word.push(c),
+                words.dollar_quoted(&mut chars);
+            }
+            '\\' => words.escaped(&mut chars),
+            ';' | '&' | '|' | '(' | ')' | '<' | '>' => words.operator(c, &mut chars),
+            c => words.push(c),
+        }
+    }
+    words.flush();
+    words.out
+}
+
+/// The words found so far, and the one being read.
+#[derive(Default)]
+struct Words {
+    out: Vec<String>,
+    word: String,
+    /// A word is started even when it is empty ('' is a word).
+    started: bool,
+}
+
+impl Words {
+    /// An unquoted character of the current word.
+    fn push(&mut self, c: char) {
+        self.started = true;
+        self.word.push(c);
+    }
+
+    /// Ends the current word, if one was started.
+    fn flush(&mut self) {
+        if std::mem::take(&mut self.started) {
+            self.out.push(std::mem::take(&mut self.word));
+        }
+    }
+
+    /// After `'`: everything up to the closing quote, as it is.
+    fn single_quoted(&mut self, chars: &mut Peekable<Chars<'_>>) {
+        self.started = true;
+        for c in chars.by_ref() {
+            if c == '\'' {
+                break;
+            }
+            self.word.push(c);
+        }
+    }
+
+    /// After `"`: up to the closing quote, a backslash escaping only `"`, `\`, `$`, `` ` `` and
+    /// a newline (which it removes).
+    fn double_quoted(&mut self, chars: &mut Peekable<Chars<'_>>) {
+        self.started = true;
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some(n @ ('"' | '\\' | '$' | '`')) => self.word.push(n),
+                    Some('\n') => {}
+                    Some(n) => {
+                        self.word.push('\\');
+                        self.word.push(n);
                     }
-                }
-            }
-            '\\' => {
-                started = true;
-                match chars.next() {
-                    Some('\n') | None => {}
-                    Some(n) => word.push(n),
-                }
-            }
-            ';' | '&' | '|' | '(' | ')' | '<' | '>' => {
-                flush(&mut out, &mut word, &mut started);
-                let mut op = c.to_string();
-                while let Some(&n) = chars.peek() {
-                    if !";&|<>".contains(n) {
-                        break;
-                    }
-                    op.push(n);
-                    chars.next();
-                }
-                out.push(op);
-            }
-            c => {
-                started = true;
-                word.push(c);
+                    None => self.word.push('\\'),
+                },
+                c => self.word.push(c),
             }
         }
     }
-    flush(&mut out, &mut word, &mut started);
-    out
-}
 
-fn flush(out: &mut Vec<String>, word: &mut String, started: &mut bool) {
-    if std::mem::take(started) {
-        out.push(std::mem::take(word));
+    /// After bash's `$'`: backslash escapes, of which only the quote matters here.
+    fn dollar_quoted(&mut self, chars: &mut Peekable<Chars<'_>>) {
+        self.started = true;
+        while let Some(c) = chars.next() {
+            match c {
+                '\'' => break,
+                '\\' => self.word.extend(chars.next()),
+                c => self.word.push(c),
+            }
+        }
+    }
+
+    /// After an unquoted `\`: the next character as it is (a newline: nothing).
+    fn escaped(&mut self, chars: &mut Peekable<Chars<'_>>) {
+        self.started = true;
+        match chars.next() {
+            Some('\n') | None => {}
+            Some(n) => self.word.push(n),
+        }
+    }
+
+    /// An operator starting with `c`, with the operator characters after it, as a word of its
+    /// own: it ends the word before it.
+    fn operator(&mut self, c: char, chars: &mut Peekable<Chars<'_>>) {
+        self.flush();
+        let mut op = c.to_string();
+        while let Some(&n) = chars.peek() {
+            if !";&|<>".contains(n) {
+                break;
+            }
+            op.push(n);
+            chars.next();
+        }
+        self.out.push(op);
     }
 }
 

@@ -18,6 +18,8 @@
 //! rlock talks to the guardian over two pipes, in fixed 12-byte messages (well under PIPE_BUF,
 //! so each is written and read whole): requests down (signal the whole tree, kill it), events up
 //! (the command started or could not, stopped, continued, ended; everything it started is gone).
+//!
+//! Here is rlock's side (`launch`, `Guardian`); the guardian's own, its loop, is in `life.rs`.
 
 use std::ffi::OsString;
 use std::io;
@@ -26,23 +28,24 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{SigSet, SigmaskHow, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{Pid, getpgrp, getpid, setpgid};
+use nix::unistd::{Pid, getpgrp};
 
 use super::LaunchError;
 use super::contain::{self, Cgroup};
-use super::spawn::{Forked, Prepared, cannot_run, fork_guardian, start};
+use super::spawn::{Forked, Prepared, cannot_run, fork_guardian};
 use super::terminal::Terminal;
 
 /// The name `ps`, `killall` and `pkill` see: without "rlock" in it.
 pub const NAME: &std::ffi::CStr = c"rl-guardian";
 
+mod life;
 mod protocol;
 
+use life::guard;
 pub use protocol::Event;
-use protocol::{DONE, SIGNAL, decode, encode, tell};
+use protocol::{DONE, SIGNAL, encode};
 
 /// What the guardian's pipe holds now.
 pub enum Next {
@@ -95,29 +98,16 @@ pub fn launch(
         failure
     };
     let prepared = Prepared::new(argv, env).map_err(give_up)?;
-    let cannot = |what: &str, e: Errno| {
-        give_up(LaunchError::Internal(format!(
-            "cannot start the guardian ({what}: {e}); the command was not started"
-        )))
-    };
-    let (req_read, req_write) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| cannot("pipe", e))?;
-    let (ev_read, ev_write) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| cannot("pipe", e))?;
+    let (req_read, req_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+        .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
+    let (ev_read, ev_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+        .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
     let rlock_pgrp = getpgrp();
     // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
     // no lock another thread had taken; the child runs `guard`, which never returns and uses
     // none of glibc's thread-id functions.
     let forked = unsafe { fork_guardian(cgroup.as_ref().map(Cgroup::dir_fd), required) };
-    let forked = match (forked, &cgroup) {
-        (Err(e), Some(c)) if required && !matches!(e, Errno::EAGAIN | Errno::ENOMEM) => {
-            let dir = c.dir().display().to_string();
-            return Err(give_up(LaunchError::Config(format!(
-                "--contain cgroup: the kernel cannot start a process in the cgroup {dir} ({e}); the command was not started (--contain auto falls back to the process tree)"
-            ))));
-        }
-        (forked, _) => forked.map_err(|e| cannot("fork", e))?,
-    };
+    let forked = forked.map_err(|e| give_up(fork_failure(e, cgroup.as_ref(), required)))?;
     match forked {
         Forked::Child { in_cgroup } => {
             drop(req_write);
@@ -126,64 +116,116 @@ pub fn launch(
             guard(&prepared, terminal, rlock_pgrp, cgroup, req_read, ev_write)
         }
         Forked::Parent { child, in_cgroup } => {
-            // A cgroup the guardian could not be born in contains nothing: the tree does.
-            let cgroup = match cgroup {
-                Some(c) if !in_cgroup => {
-                    c.remove();
-                    None
-                }
-                c => c,
-            };
-            let why_no_cgroup = match (&cgroup, in_cgroup) {
-                (None, false) if why_no_cgroup.is_none() => {
-                    Some("the kernel could not start it in a cgroup".to_string())
-                }
-                _ => why_no_cgroup,
-            };
+            let (cgroup, why_no_cgroup) = born_in(cgroup, in_cgroup, why_no_cgroup);
             drop(req_read);
             drop(ev_write);
-            let _ = nix::fcntl::fcntl(&ev_read, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
-            let mut guardian = Guardian {
-                pid: child,
-                pgid: child,
-                requests: req_write,
-                events: ev_read,
-                partial: Vec::new(),
-                cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
-            };
-            let first = guardian.first_event();
-            match first {
-                Some(Event::Started { pid, .. }) => {
-                    guardian.pgid = pid;
-                    let containment = match &guardian.cgroup {
-                        Some(dir) => format!("its own cgroup, {}", dir.display()),
-                        None => format!(
-                            "the process tree below the guardian ({})",
-                            why_no_cgroup.as_deref().unwrap_or("no cgroup")
-                        ),
-                    };
-                    Ok(Launched {
-                        guardian,
-                        pgid: pid,
-                        containment,
-                    })
-                }
-                Some(Event::NotStarted(errno)) => {
-                    if let Some(t) = terminal {
-                        t.hand_to(rlock_pgrp);
-                    }
-                    Err(cannot_run(&argv[0], &io::Error::from(errno)))
-                }
-                _ => Err(LaunchError::Internal(
-                    "the guardian ended before the command started; the command was not started"
-                        .into(),
-                )),
-            }
+            let guardian = Guardian::new(child, req_write, ev_read, cgroup.as_ref());
+            guardian.wait_for_start(why_no_cgroup, terminal, rlock_pgrp, &argv[0])
         }
     }
 }
 
+/// The guardian could not be started, for want of `what` (a pipe, a fork), and so neither was
+/// the command (exit 70).
+fn guardian_not_started(what: &str, e: Errno) -> LaunchError {
+    LaunchError::Internal(format!(
+        "cannot start the guardian ({what}: {e}); the command was not started"
+    ))
+}
+
+/// Why the guardian's fork failed: the kernel would not start it in the `cgroup` that is
+/// `required` (exit 78; not for a lack of memory or processes, which no cgroup cures), or as
+/// `guardian_not_started`.
+fn fork_failure(e: Errno, cgroup: Option<&Cgroup>, required: bool) -> LaunchError {
+    match cgroup {
+        Some(c) if required && !matches!(e, Errno::EAGAIN | Errno::ENOMEM) => {
+            let dir = c.dir().display().to_string();
+            LaunchError::Config(format!(
+                "--contain cgroup: the kernel cannot start a process in the cgroup {dir} ({e}); the command was not started (--contain auto falls back to the process tree)"
+            ))
+        }
+        _ => guardian_not_started("fork", e),
+    }
+}
+
+/// The cgroup once the guardian is forked (`in_cgroup`: whether it was born in it), and why
+/// the command runs in none, if it does not.
+fn born_in(
+    cgroup: Option<Cgroup>,
+    in_cgroup: bool,
+    why_no_cgroup: Option<String>,
+) -> (Option<Cgroup>, Option<String>) {
+    // A cgroup the guardian could not be born in contains nothing: the tree does.
+    let cgroup = match cgroup {
+        Some(c) if !in_cgroup => {
+            c.remove();
+            None
+        }
+        c => c,
+    };
+    let why_no_cgroup = match (&cgroup, in_cgroup) {
+        (None, false) if why_no_cgroup.is_none() => {
+            Some("the kernel could not start it in a cgroup".to_string())
+        }
+        _ => why_no_cgroup,
+    };
+    (cgroup, why_no_cgroup)
+}
+
 impl Guardian {
+    /// rlock's side of the guardian `pid`, just forked: its ends of the two pipes (the event
+    /// end made non-blocking) and the cgroup it was born in, if any.
+    fn new(pid: Pid, requests: OwnedFd, events: OwnedFd, cgroup: Option<&Cgroup>) -> Guardian {
+        let _ = nix::fcntl::fcntl(&events, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+        Guardian {
+            pid,
+            pgid: pid,
+            requests,
+            events,
+            partial: Vec::new(),
+            cgroup: cgroup.map(|c| c.dir().to_path_buf()),
+        }
+    }
+
+    /// Waits for the guardian's first word on the command: started (then `Launched`, with what
+    /// contains it), not started (the terminal goes back to rlock's group: exit 126 or 127), or
+    /// the guardian ended first.
+    fn wait_for_start(
+        mut self,
+        why_no_cgroup: Option<String>,
+        terminal: Option<Terminal>,
+        rlock_pgrp: Pid,
+        program: &OsString,
+    ) -> Result<Launched, LaunchError> {
+        let first = self.first_event();
+        match first {
+            Some(Event::Started { pid, .. }) => {
+                self.pgid = pid;
+                let containment = match &self.cgroup {
+                    Some(dir) => format!("its own cgroup, {}", dir.display()),
+                    None => format!(
+                        "the process tree below the guardian ({})",
+                        why_no_cgroup.as_deref().unwrap_or("no cgroup")
+                    ),
+                };
+                Ok(Launched {
+                    guardian: self,
+                    pgid: pid,
+                    containment,
+                })
+            }
+            Some(Event::NotStarted(errno)) => {
+                if let Some(t) = terminal {
+                    t.hand_to(rlock_pgrp);
+                }
+                Err(cannot_run(program, &io::Error::from(errno)))
+            }
+            _ => Err(LaunchError::Internal(
+                "the guardian ended before the command started; the command was not started".into(),
+            )),
+        }
+    }
+
     pub fn pid(&self) -> Pid {
         self.pid
     }
@@ -301,212 +343,6 @@ impl Guardian {
     /// The cgroup the command was meant to run in, if one was made.
     pub fn cgroup(&self) -> Option<&std::path::Path> {
         self.cgroup.as_deref()
-    }
-}
-
-/// The guardian's life: start the command, then pass its changes up, reap what it leaves,
-/// signal everything below on request, and once rlock is gone (end of file on `requests`)
-/// SIGKILL everything below and leave. Never returns.
-fn guard(
-    prepared: &Prepared,
-    terminal: Option<Terminal>,
-    rlock_pgrp: Pid,
-    cgroup: Option<(Cgroup, bool)>,
-    requests: OwnedFd,
-    events: OwnedFd,
-) -> ! {
-    // The cgroup, when the guardian was born in it (and so the command is); else the tree.
-    let cgroup = cgroup.filter(|(_, born_in)| *born_in).map(|(c, _)| c);
-    let _ = nix::sys::prctl::set_name(NAME);
-    // Orphans of the command come here, whatever their group or session.
-    let _ = nix::sys::prctl::set_child_subreaper(true);
-    // A group of its own: nothing sent to rlock's job reaches it. Every signal rlock acts on
-    // stays blocked here (the mask is inherited), so none can end it but SIGKILL; SIGCHLD (read
-    // from a signalfd) and the terminal's stop signals are blocked here whatever rlock did. The
-    // command starts with no signal blocked.
-    let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
-    let mut blocked = SigSet::empty();
-    for sig in [
-        Signal::SIGCHLD,
-        Signal::SIGTTIN,
-        Signal::SIGTTOU,
-        Signal::SIGTSTP,
-    ] {
-        blocked.add(sig);
-    }
-    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None);
-    let mut sigchld = SigSet::empty();
-    sigchld.add(Signal::SIGCHLD);
-    let chld = SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
-    let _ = nix::fcntl::fcntl(&requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
-    let in_cgroup = cgroup.is_some();
-    let leader = match start(prepared, terminal) {
-        Ok(pid) => {
-            let _ = setpgid(pid, pid);
-            if let Some(t) = terminal {
-                t.hand_to(pid);
-            }
-            tell(&events, &[Event::Started { pid, in_cgroup }]);
-            pid
-        }
-        Err(e) => {
-            if let Some(t) = terminal {
-                t.hand_to(rlock_pgrp);
-            }
-            let errno = Errno::from_raw(e.raw_os_error().unwrap_or(0));
-            tell(&events, &[Event::NotStarted(errno)]);
-            if let Some(c) = &cgroup
-                && c.leave().is_ok()
-            {
-                c.remove();
-            }
-            // SAFETY: leaving without running anything of rlock's (no atexit, no destructors).
-            unsafe { nix::libc::_exit(0) }
-        }
-    };
-    let me = getpid().as_raw();
-    // Whether the guardian has left the cgroup (to stop what is in it without stopping itself).
-    let left = std::cell::Cell::new(false);
-    // The cgroup when the command is in it (a process cannot leave it without the right to
-    // write another), else the tree. A guardian that cannot leave the cgroup stops the tree.
-    let stop_all = |sig: Signal| match cgroup.as_ref() {
-        Some(c) if left.get() || c.leave().is_ok() => {
-            left.set(true);
-            c.signal(sig);
-        }
-        _ => contain::signal_tree(me, sig),
-    };
-    let mut leader_done = false;
-    // SIGKILL asked for (or rlock gone): kill rounds are repeated until nothing is left.
-    let mut killing = false;
-    let mut rlock_gone = false;
-    // rlock said farewell: it is alive, and removes the cgroup once this process has gone.
-    let mut said_done = false;
-    loop {
-        // What changed below: the leader's changes go up; everything else is only reaped. They
-        // go up in one write, with Empty when nothing is left: rlock never sees the leader's
-        // end alone when nothing else runs, and so never takes it for leftovers to stop.
-        let mut news: Vec<Event> = Vec::new();
-        let mut no_children = false;
-        loop {
-            let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
-            match waitpid(None, Some(flags)) {
-                Ok(WaitStatus::StillAlive) => break,
-                Ok(status) if status.pid() == Some(leader) && !leader_done => match status {
-                    WaitStatus::Exited(_, code) => {
-                        leader_done = true;
-                        news.push(Event::Exited(code as u8, None));
-                    }
-                    WaitStatus::Signaled(_, sig, _) => {
-                        leader_done = true;
-                        news.push(Event::Exited(128u8.wrapping_add(sig as u8), Some(sig)));
-                    }
-                    WaitStatus::Stopped(_, sig) => news.push(Event::Stopped(sig)),
-                    WaitStatus::Continued(_) => news.push(Event::Continued),
-                    _ => {}
-                },
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(_) => {
-                    no_children = true;
-                    break;
-                }
-            }
-        }
-        // Nothing below any more: every process the command started is a descendant of the
-        // guardian (a subreaper) for as long as it lives.
-        let done = no_children && leader_done;
-        if done {
-            news.push(Event::Empty);
-        }
-        tell(&events, &news);
-        if done {
-            // A process in the cgroup that is no descendant was put there from outside (by a
-            // privileged hand): it goes too, before the cgroup does.
-            if let Some(c) = &cgroup {
-                if c.holds_other_than(me) {
-                    stop_all(Signal::SIGKILL);
-                    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-                    while c.holds_other_than(me) && std::time::Instant::now() < until {
-                        std::thread::sleep(std::time::Duration::from_millis(2));
-                    }
-                }
-                // Still in it on a run that ended by itself: rlock removes it once this
-                // process has gone, unless rlock is gone too (killed as the command ended):
-                // then the cgroup is this process's to remove, having left it. rlock, alive,
-                // says farewell before it closes the pipe (and would wait for the milliseconds
-                // leaving the cgroup costs); a pipe closed without it is rlock's death.
-                let rlock_died = if rlock_gone {
-                    !said_done
-                } else {
-                    farewell(&requests) == Some(false)
-                };
-                if left.get() || (rlock_died && c.leave().is_ok()) {
-                    c.remove();
-                }
-            }
-            // SAFETY: as above.
-            unsafe { nix::libc::_exit(0) }
-        }
-        // Without a signalfd for SIGCHLD, children are looked at every 20 ms; once rlock is
-        // gone, every 100 ms too, with a new SIGKILL round for anything forked meanwhile.
-        let timeout = match (&chld, killing) {
-            (_, true) => PollTimeout::from(100u8),
-            (Ok(_), false) => PollTimeout::NONE,
-            (Err(_), false) => PollTimeout::from(20u8),
-        };
-        let mut fds = Vec::with_capacity(2);
-        if let Ok(fd) = &chld {
-            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-        }
-        if !rlock_gone {
-            fds.push(PollFd::new(requests.as_fd(), PollFlags::POLLIN));
-        }
-        let _ = nix::poll::poll(&mut fds, timeout);
-        if let Ok(fd) = &chld {
-            while let Ok(Some(_)) = fd.read_signal() {}
-        }
-        if killing {
-            stop_all(Signal::SIGKILL);
-        }
-        if rlock_gone {
-            continue;
-        }
-        let mut buf = [0u8; 12];
-        match nix::unistd::read(&requests, &mut buf) {
-            Ok(12) => {
-                let (tag, sig, _) = decode(&buf);
-                said_done |= tag == DONE;
-                if tag == SIGNAL
-                    && let Ok(sig) = Signal::try_from(sig)
-                    && !killing
-                {
-                    killing = sig == Signal::SIGKILL;
-                    stop_all(sig);
-                }
-            }
-            // rlock is gone (or done): nothing it started may run on unwatched.
-            Ok(0) => {
-                rlock_gone = true;
-                killing = true;
-                stop_all(Signal::SIGKILL);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// What rlock said last on `requests`, once the command has ended: Some(true) when it said
-/// farewell (it is alive and done), Some(false) when the pipe closed without it (rlock died),
-/// None when nothing came yet (rlock is still at work).
-fn farewell(requests: &OwnedFd) -> Option<bool> {
-    let mut buf = [0u8; 12];
-    loop {
-        match nix::unistd::read(requests, &mut buf) {
-            Ok(12) if decode(&buf).0 == DONE => return Some(true),
-            Ok(0) => return Some(false),
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(_) => return None,
-        }
     }
 }
 

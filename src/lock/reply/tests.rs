@@ -350,7 +350,7 @@ fn inspect_of_a_lock_rlock_holds() {
 }
 
 #[test]
-fn inspect_of_free_foreign_and_multi_holder_locks() {
+fn inspect_of_free_and_foreign_keys() {
     let free = reply("none", &[("pttl", Value::Int(-2)), ("now", Value::Int(1))]);
     assert_eq!(
         inspect(&key(), &free).err(),
@@ -380,7 +380,10 @@ fn inspect_of_free_foreign_and_multi_holder_locks() {
     );
     let info = inspect(&key(), &zset).unwrap();
     assert_eq!(info.kind, KeyType::Other("zset".into()));
+}
 
+#[test]
+fn inspect_of_multi_holder_locks() {
     let record = r#"{"fence":"41","host":"b","pid":"7","user":"bob","cmd":"read","since":5,"ttl":9000,"renewed":6}"#;
     let shared = reply(
         "zset",

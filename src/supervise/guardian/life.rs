@@ -1,0 +1,313 @@
+//! The guardian's own side, once forked: it makes itself the guardian, starts the command, and
+//! then lives in one loop, each round reaping what changed below and passing the command's
+//! changes up, waiting, and doing what rlock asks, until nothing below runs. Why the guardian is
+//! the command's parent: guardian.rs.
+
+use std::cell::Cell;
+use std::os::fd::{AsFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, getpid, setpgid};
+
+use super::NAME;
+use super::protocol::{DONE, Event, SIGNAL, decode, tell};
+use crate::supervise::contain::{self, Cgroup};
+use crate::supervise::spawn::{Prepared, start};
+use crate::supervise::terminal::Terminal;
+
+/// The guardian's life: start the command, then pass its changes up, reap what it leaves,
+/// signal everything below on request, and once rlock is gone (end of file on `requests`)
+/// SIGKILL everything below and leave. Never returns.
+pub(super) fn guard(
+    prepared: &Prepared,
+    terminal: Option<Terminal>,
+    rlock_pgrp: Pid,
+    cgroup: Option<(Cgroup, bool)>,
+    requests: OwnedFd,
+    events: OwnedFd,
+) -> ! {
+    // The cgroup, when the guardian was born in it (and so the command is); else the tree.
+    let cgroup = cgroup.filter(|(_, born_in)| *born_in).map(|(c, _)| c);
+    let chld = settle(&requests);
+    let leader = start_command(prepared, terminal, rlock_pgrp, cgroup.as_ref(), &events);
+    Life {
+        me: getpid().as_raw(),
+        cgroup,
+        left: Cell::new(false),
+        requests,
+        events,
+        chld,
+        leader,
+        leader_done: false,
+        killing: false,
+        rlock_gone: false,
+        said_done: false,
+    }
+    .run()
+}
+
+/// Makes this process the guardian: its own name, the subreaper of all the command starts, a
+/// process group of its own, SIGCHLD and the terminal's stop signals blocked, and `requests`
+/// non-blocking. Returns the signalfd that SIGCHLD is read from, if one could be made.
+fn settle(requests: &OwnedFd) -> nix::Result<SignalFd> {
+    let _ = nix::sys::prctl::set_name(NAME);
+    // Orphans of the command come here, whatever their group or session.
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    // A group of its own: nothing sent to rlock's job reaches it. Every signal rlock acts on
+    // stays blocked here (the mask is inherited), so none can end it but SIGKILL; SIGCHLD (read
+    // from a signalfd) and the terminal's stop signals are blocked here whatever rlock did. The
+    // command starts with no signal blocked.
+    let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+    let mut blocked = SigSet::empty();
+    for sig in [
+        Signal::SIGCHLD,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+        Signal::SIGTSTP,
+    ] {
+        blocked.add(sig);
+    }
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None);
+    let mut sigchld = SigSet::empty();
+    sigchld.add(Signal::SIGCHLD);
+    let chld = SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
+    let _ = nix::fcntl::fcntl(requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+    chld
+}
+
+/// Starts the command as the leader of a process group of its own, hands it the terminal, and
+/// tells rlock (`Started`); returns its pid. When it cannot be started: gives the terminal back
+/// to rlock's group, tells rlock why (`NotStarted`), removes the cgroup if it may, and leaves.
+fn start_command(
+    prepared: &Prepared,
+    terminal: Option<Terminal>,
+    rlock_pgrp: Pid,
+    cgroup: Option<&Cgroup>,
+    events: &OwnedFd,
+) -> Pid {
+    let in_cgroup = cgroup.is_some();
+    match start(prepared, terminal) {
+        Ok(pid) => {
+            let _ = setpgid(pid, pid);
+            if let Some(t) = terminal {
+                t.hand_to(pid);
+            }
+            tell(events, &[Event::Started { pid, in_cgroup }]);
+            pid
+        }
+        Err(e) => {
+            if let Some(t) = terminal {
+                t.hand_to(rlock_pgrp);
+            }
+            let errno = Errno::from_raw(e.raw_os_error().unwrap_or(0));
+            tell(events, &[Event::NotStarted(errno)]);
+            if let Some(c) = cgroup
+                && c.leave().is_ok()
+            {
+                c.remove();
+            }
+            // SAFETY: leaving without running anything of rlock's (no atexit, no destructors).
+            unsafe { nix::libc::_exit(0) }
+        }
+    }
+}
+
+/// The guardian once the command runs: what it watches, and what it has been told.
+struct Life {
+    /// The guardian's pid: the root of the tree below it, and not to be killed with it.
+    me: i32,
+    /// The cgroup the command runs in (when the guardian was born in it); else the tree.
+    cgroup: Option<Cgroup>,
+    /// Whether the guardian has left the cgroup (to stop what is in it without stopping itself).
+    left: Cell<bool>,
+    /// Requests from rlock, non-blocking; end of file when rlock is gone (or done).
+    requests: OwnedFd,
+    /// Events up to rlock.
+    events: OwnedFd,
+    /// SIGCHLD, read from a signalfd, when one could be made.
+    chld: nix::Result<SignalFd>,
+    /// The command's first process, whose changes go up.
+    leader: Pid,
+    /// Whether the leader has ended (and was reaped).
+    leader_done: bool,
+    /// SIGKILL asked for (or rlock gone): kill rounds are repeated until nothing is left.
+    killing: bool,
+    /// End of file on `requests`: rlock is gone, or done.
+    rlock_gone: bool,
+    /// rlock said farewell: it is alive, and removes the cgroup once this process has gone.
+    said_done: bool,
+}
+
+impl Life {
+    /// Round after round until nothing below runs: reap and pass up what changed, wait for the
+    /// next change or request, go on killing if asked to, and take rlock's request.
+    fn run(mut self) -> ! {
+        loop {
+            // What changed below: the leader's changes go up; everything else is only reaped.
+            // They go up in one write, with Empty when nothing is left: rlock never sees the
+            // leader's end alone when nothing else runs, and so never takes it for leftovers to
+            // stop.
+            let (mut news, no_children) = self.reap();
+            // Nothing below any more: every process the command started is a descendant of the
+            // guardian (a subreaper) for as long as it lives.
+            let done = no_children && self.leader_done;
+            if done {
+                news.push(Event::Empty);
+            }
+            tell(&self.events, &news);
+            if done {
+                self.finish()
+            }
+            self.wait();
+            if self.killing {
+                self.stop_all(Signal::SIGKILL);
+            }
+            if self.rlock_gone {
+                continue;
+            }
+            self.take_request();
+        }
+    }
+
+    /// Reaps every child that changed: the leader's changes (stopped, continued, ended) as
+    /// events to go up, anyone else's only reaped. Returns them, and whether no child is left.
+    fn reap(&mut self) -> (Vec<Event>, bool) {
+        let mut news: Vec<Event> = Vec::new();
+        loop {
+            let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
+            match waitpid(None, Some(flags)) {
+                Ok(WaitStatus::StillAlive) => return (news, false),
+                Ok(status) if status.pid() == Some(self.leader) && !self.leader_done => {
+                    match status {
+                        WaitStatus::Exited(_, code) => {
+                            self.leader_done = true;
+                            news.push(Event::Exited(code as u8, None));
+                        }
+                        WaitStatus::Signaled(_, sig, _) => {
+                            self.leader_done = true;
+                            news.push(Event::Exited(128u8.wrapping_add(sig as u8), Some(sig)));
+                        }
+                        WaitStatus::Stopped(_, sig) => news.push(Event::Stopped(sig)),
+                        WaitStatus::Continued(_) => news.push(Event::Continued),
+                        _ => {}
+                    }
+                }
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => return (news, true),
+            }
+        }
+    }
+
+    /// Nothing the command started runs any more: stops what was put in the cgroup from
+    /// outside, removes the cgroup when it is this process's to remove, and leaves.
+    fn finish(&self) -> ! {
+        // A process in the cgroup that is no descendant was put there from outside (by a
+        // privileged hand): it goes too, before the cgroup does.
+        if let Some(c) = &self.cgroup {
+            if c.holds_other_than(self.me) {
+                self.stop_all(Signal::SIGKILL);
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while c.holds_other_than(self.me) && std::time::Instant::now() < until {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            }
+            // Still in it on a run that ended by itself: rlock removes it once this process
+            // has gone, unless rlock is gone too (killed as the command ended): then the cgroup
+            // is this process's to remove, having left it. rlock, alive, says farewell before
+            // it closes the pipe (and would wait for the milliseconds leaving the cgroup
+            // costs); a pipe closed without it is rlock's death.
+            let rlock_died = if self.rlock_gone {
+                !self.said_done
+            } else {
+                farewell(&self.requests) == Some(false)
+            };
+            if self.left.get() || (rlock_died && c.leave().is_ok()) {
+                c.remove();
+            }
+        }
+        // SAFETY: leaving without running anything of rlock's (no atexit, no destructors).
+        unsafe { nix::libc::_exit(0) }
+    }
+
+    /// Waits until a child changes (SIGCHLD), rlock asks something or goes, or the next round
+    /// is due; then empties the signalfd.
+    fn wait(&self) {
+        // Without a signalfd for SIGCHLD, children are looked at every 20 ms; once rlock is
+        // gone, every 100 ms too, with a new SIGKILL round for anything forked meanwhile.
+        let timeout = match (&self.chld, self.killing) {
+            (_, true) => PollTimeout::from(100u8),
+            (Ok(_), false) => PollTimeout::NONE,
+            (Err(_), false) => PollTimeout::from(20u8),
+        };
+        let mut fds = Vec::with_capacity(2);
+        if let Ok(fd) = &self.chld {
+            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+        }
+        if !self.rlock_gone {
+            fds.push(PollFd::new(self.requests.as_fd(), PollFlags::POLLIN));
+        }
+        let _ = nix::poll::poll(&mut fds, timeout);
+        if let Ok(fd) = &self.chld {
+            while let Ok(Some(_)) = fd.read_signal() {}
+        }
+    }
+
+    /// Reads rlock's request, if one came, and does it: a signal to everything below (a SIGKILL
+    /// is repeated every round from then on), its farewell noted; end of file, rlock gone.
+    fn take_request(&mut self) {
+        let mut buf = [0u8; 12];
+        match nix::unistd::read(&self.requests, &mut buf) {
+            Ok(12) => {
+                let (tag, sig, _) = decode(&buf);
+                self.said_done |= tag == DONE;
+                if tag == SIGNAL
+                    && let Ok(sig) = Signal::try_from(sig)
+                    && !self.killing
+                {
+                    self.killing = sig == Signal::SIGKILL;
+                    self.stop_all(sig);
+                }
+            }
+            // rlock is gone (or done): nothing it started may run on unwatched.
+            Ok(0) => {
+                self.rlock_gone = true;
+                self.killing = true;
+                self.stop_all(Signal::SIGKILL);
+            }
+            _ => {}
+        }
+    }
+
+    /// `sig` to everything the command started.
+    fn stop_all(&self, sig: Signal) {
+        // The cgroup when the command is in it (a process cannot leave it without the right to
+        // write another), else the tree. A guardian that cannot leave the cgroup stops the tree.
+        match self.cgroup.as_ref() {
+            Some(c) if self.left.get() || c.leave().is_ok() => {
+                self.left.set(true);
+                c.signal(sig);
+            }
+            _ => contain::signal_tree(self.me, sig),
+        }
+    }
+}
+
+/// What rlock said last on `requests`, once the command has ended: Some(true) when it said
+/// farewell (it is alive and done), Some(false) when the pipe closed without it (rlock died),
+/// None when nothing came yet (rlock is still at work).
+fn farewell(requests: &OwnedFd) -> Option<bool> {
+    let mut buf = [0u8; 12];
+    loop {
+        match nix::unistd::read(requests, &mut buf) {
+            Ok(12) if decode(&buf).0 == DONE => return Some(true),
+            Ok(0) => return Some(false),
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+}
