@@ -104,6 +104,23 @@ fn with_replicas_the_cut_off_holder_never_overlaps_the_next() {
 fn without_replicas_the_old_master_keeps_renewing_for_the_whole_partition() {
     let o = split(false, false);
     assert_eq!(o.b.code, 0, "B: {}", o.b);
+    // A renews on the old master throughout, unless its Sentinels (cut off with it) time out
+    // at a renewal that looks the master up again, long enough to use up the lease: then A is
+    // stopped by its deadline (76), and the window was shorter. Seen about once in a few full
+    // runs under load; the split brain, when A keeps its lock, must be the documented one.
+    if o.a.code == 76 {
+        assert!(
+            o.a.stderr.contains("no Sentinel named the master"),
+            "{}",
+            o.a
+        );
+        assert!(
+            o.overlap_ms > 0.0,
+            "B got in while A still ran: {}",
+            o.overlap_ms
+        );
+        return;
+    }
     assert_eq!(
         o.a.code, 0,
         "A renewed on the old master throughout: {}",
