@@ -371,6 +371,17 @@ fn own_cgroup() -> Option<String> {
 mod tests {
     use super::*;
 
+    /// The shortcut past mountinfo names the directory mountinfo does, wherever it answers at
+    /// all (on this kind of host, a hybrid one, `/sys/fs/cgroup/unified`).
+    #[test]
+    fn the_usual_mount_is_the_cgroup_mountinfo_names() {
+        let Some(own) = own_cgroup() else { return };
+        let by_mountinfo = v2_mount().map(|m| m.join(own.trim_start_matches('/')));
+        if let Some(fast) = at_usual_mount(&own) {
+            assert_eq!(Some(fast), by_mountinfo);
+        }
+    }
+
     #[test]
     fn mount_points_are_unescaped() {
         assert_eq!(unescape_mount(r"/sys/fs/cgroup"), "/sys/fs/cgroup");
