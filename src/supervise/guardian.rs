@@ -1,15 +1,16 @@
-//! The guardian: a small forked copy of rlock that starts the command, is its parent and its
-//! subreaper, and stops everything the command started if rlock dies.
+//! The guardian: a small forked copy of rlock that stops everything the command started if rlock
+//! dies. In the process tree it starts the command and is its parent and subreaper; in a cgroup
+//! (where rlock can start the command there itself) it only watches: `own.rs`.
 //!
-//! **Why the guardian is the command's parent.** The orphans of a subreaper that dies move on up
+//! **Why the guardian is the command's parent in the tree.** The orphans of a subreaper that dies move on up
 //! to the next subreaper or to init, where nothing can tell them from anyone else's. A guardian
 //! that only watched rlock (as before this release) could find the command's first process
 //! group after `kill -9` of rlock, but not what had moved to a group of its own (`timeout`,
 //! `set -m` jobs). As the command's parent and subreaper, the guardian keeps every process the
 //! command started below itself, whatever they do to their group or session, for as long as
 //! it lives; and it outlives rlock, by design: rlock's death is end of file on a pipe only rlock
-//! writes. Where a cgroup v2 could be made, the command also runs in a cgroup of its own, and
-//! stopping it is `cgroup.kill`.
+//! writes. Where a cgroup v2 could be made, the cgroup holds all of it instead, and stopping it
+//! is `cgroup.kill`.
 //!
 //! **Its own name.** The guardian is called `rl-guardian` (`PR_SET_NAME`), so that `killall
 //! rlock` and `pkill rlock`, which match the name, do not reach it: killing rlock by name leaves
@@ -19,11 +20,12 @@
 //! so each is written and read whole): requests down (signal the whole tree, kill it), events up
 //! (the command started or could not, stopped, continued, ended; everything it started is gone).
 //!
-//! Here is rlock's side (`launch`, `Guardian`); the guardian's own, its loop, is in `life.rs`.
+//! Here is rlock's side (`launch`, `Guardian`); the guardian's own, its loop, is in `life.rs`;
+//! the cgroup way is `own.rs` (rlock's side) and `watch.rs` (the guardian's).
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -41,7 +43,9 @@ use super::terminal::Terminal;
 pub const NAME: &std::ffi::CStr = c"rl-guardian";
 
 mod life;
+mod own;
 mod protocol;
+mod watch;
 
 use life::guard;
 pub use protocol::Event;
@@ -63,11 +67,23 @@ pub struct Guardian {
     pgid: Pid,
     /// Requests down; closed (rlock gone, or done) means: stop everything, then leave.
     requests: OwnedFd,
-    /// Events up, non-blocking.
-    events: OwnedFd,
-    /// Bytes of a message read in part (never, in practice: messages are written whole).
-    partial: Vec<u8>,
+    /// Where the command's changes come from.
+    up: Up,
     cgroup: Option<std::path::PathBuf>,
+}
+
+/// Who the command's parent is, and so where its changes come from.
+enum Up {
+    /// The guardian (the process tree's way, and wherever rlock cannot start the command in its
+    /// cgroup itself): it tells them over a pipe.
+    Told {
+        /// Events up, non-blocking.
+        events: OwnedFd,
+        /// Bytes of a message read in part (never, in practice: messages are written whole).
+        partial: Vec<u8>,
+    },
+    /// rlock (the cgroup's way, `own.rs`): it sees them itself.
+    Own(Box<own::Own>),
 }
 
 /// How the command was started.
@@ -98,6 +114,20 @@ pub fn launch(
         failure
     };
     let prepared = Prepared::new(argv, env).map_err(give_up)?;
+    // With a cgroup, rlock starts the command itself; the guardian's way is the fallback.
+    let cgroup = match cgroup {
+        Some(c) => match own::launch(&prepared, terminal, c, &argv[0]) {
+            own::Tried::Done(launched) => return launched,
+            own::Tried::Not(c) => Some(c),
+        },
+        None => None,
+    };
+    let give_up = |failure: LaunchError| {
+        if let Some(c) = &cgroup {
+            c.remove();
+        }
+        failure
+    };
     let (req_read, req_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
         .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
     let (ev_read, ev_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
@@ -181,8 +211,10 @@ impl Guardian {
             pid,
             pgid: pid,
             requests,
-            events,
-            partial: Vec::new(),
+            up: Up::Told {
+                events,
+                partial: Vec::new(),
+            },
             cgroup: cgroup.map(|c| c.dir().to_path_buf()),
         }
     }
@@ -241,43 +273,77 @@ impl Guardian {
             match self.next_event() {
                 Next::Event(event) => return Some(event),
                 Next::Nothing => {
-                    let mut fds = [PollFd::new(self.events.as_fd(), PollFlags::POLLIN)];
-                    let _ = nix::poll::poll(&mut fds, PollTimeout::NONE);
+                    if let Some(fd) = self.poll_fd() {
+                        let _ = nix::poll::poll(&mut [fd], PollTimeout::NONE);
+                    }
                 }
                 Next::Gone => return None,
             }
         }
     }
 
-    /// The next event, if one came, or that the guardian is gone (end of file).
+    /// The next event, if one came, or that the guardian is gone (end of file, or killed).
     pub fn next_event(&mut self) -> Next {
+        let (events, partial) = match &mut self.up {
+            Up::Told { events, partial } => (events, partial),
+            Up::Own(own) => {
+                return match own.next() {
+                    Ok(Some(event)) => {
+                        if event == Event::Empty {
+                            // Nothing of the command runs: the guardian may go, while rlock
+                            // gives the lock back.
+                            let _ = nix::unistd::write(&self.requests, &encode(DONE, 0, 0));
+                        }
+                        Next::Event(event)
+                    }
+                    Ok(None) => Next::Nothing,
+                    Err(()) => Next::Gone,
+                };
+            }
+        };
         loop {
-            if self.partial.len() >= 12 {
-                let msg: Vec<u8> = self.partial.drain(..12).collect();
+            if partial.len() >= 12 {
+                let msg: Vec<u8> = partial.drain(..12).collect();
                 match Event::decode(&msg) {
                     Some(event) => return Next::Event(event),
                     None => continue,
                 }
             }
             let mut buf = [0u8; 120];
-            match nix::unistd::read(&self.events, &mut buf) {
+            match nix::unistd::read(&*events, &mut buf) {
                 Ok(0) => return Next::Gone,
-                Ok(n) => self.partial.extend_from_slice(&buf[..n]),
+                Ok(n) => partial.extend_from_slice(&buf[..n]),
                 Err(Errno::EINTR) => {}
                 Err(_) => return Next::Nothing,
             }
         }
     }
 
-    /// Readable when an event came, or the guardian is gone.
-    pub fn events_fd(&self) -> BorrowedFd<'_> {
-        self.events.as_fd()
+    /// What to poll for the next event besides rlock's signalfd: readable when an event came
+    /// or the guardian is gone; in the cgroup way, the cgroup's events, when they are watched
+    /// (the command's own changes come as SIGCHLD).
+    pub fn poll_fd(&self) -> Option<PollFd<'_>> {
+        match &self.up {
+            Up::Told { events, .. } => Some(PollFd::new(events.as_fd(), PollFlags::POLLIN)),
+            Up::Own(own) => own.poll_fd(),
+        }
     }
 
-    /// `sig` to every process the command started, wherever it moved (the guardian freezes
-    /// them first, so that none forks away meanwhile).
+    /// Whether rlock is the command's parent, and so reaps the command's orphans itself as
+    /// `next_event` (which must see the command's own end first).
+    pub fn rlock_is_parent(&self) -> bool {
+        matches!(self.up, Up::Own(_))
+    }
+
+    /// `sig` to every process the command started, wherever it moved (frozen first, so that
+    /// none forks away meanwhile): by the guardian, or in the cgroup way by rlock itself.
     pub fn signal_all(&self, sig: Signal) {
-        let _ = nix::unistd::write(&self.requests, &encode(SIGNAL, sig as i32, 0));
+        match &self.up {
+            Up::Told { .. } => {
+                let _ = nix::unistd::write(&self.requests, &encode(SIGNAL, sig as i32, 0));
+            }
+            Up::Own(own) => own.cgroup().signal(sig),
+        }
     }
 
     /// Reaps the guardian once it has left (right after saying that nothing of the command
@@ -289,10 +355,14 @@ impl Guardian {
         let Guardian {
             pid,
             requests,
-            events,
+            up,
             cgroup,
             ..
         } = self;
+        let events = match up {
+            Up::Told { events, .. } => events,
+            Up::Own(own) => return reap_watcher(*own, requests),
+        };
         let _ = nix::unistd::write(&requests, &encode(DONE, 0, 0));
         drop(requests);
         let gone = || {
@@ -346,8 +416,13 @@ impl Guardian {
     }
 }
 
-impl AsRawFd for Guardian {
-    fn as_raw_fd(&self) -> i32 {
-        self.events.as_raw_fd()
+/// The cgroup way's end: the guardian, sent away once Empty was told, is reaped, and rlock
+/// removes the cgroup. When something may still run in it (Empty never came), closing the
+/// request pipe without a farewell leaves the guardian to go on killing it and to remove it.
+fn reap_watcher(mut own: own::Own, requests: OwnedFd) {
+    drop(requests);
+    own.reap_watcher();
+    if own.emptied() {
+        own.cgroup().remove();
     }
 }

@@ -20,8 +20,9 @@ use super::terminal::Terminal;
 use super::{AFTER_KILL, Guardian, contain, guardian};
 use crate::signals::Signals;
 
-/// Where the supervisor gets its events: the signalfd (signals, and SIGCHLD when the guardian
-/// ends), the guardian's events (the command's changes), and the renewal thread's reports.
+/// Where the supervisor gets its events: the signalfd (signals, and SIGCHLD when a child of
+/// rlock's ends), the command's changes (told by the guardian, or in the cgroup way seen by
+/// rlock itself), and the renewal thread's reports.
 pub(super) struct Inbox<'a> {
     pub guardian: &'a mut Guardian,
     /// The guardian ended or was killed: rlock contains what is left itself.
@@ -49,7 +50,12 @@ impl Inbox<'_> {
             };
             while let Some(sig) = self.signals.try_next() {
                 if sig == Signal::SIGCHLD {
-                    reap_orphans();
+                    // rlock's own children: the guardian, what it left should it be killed,
+                    // and, in the cgroup way, the command and its orphans (reaped as
+                    // `read_guardian` reads).
+                    if !self.guardian.rlock_is_parent() {
+                        reap_orphans();
+                    }
                 } else {
                     self.pending.push_back(Event::Signal(sig));
                 }
@@ -63,8 +69,10 @@ impl Inbox<'_> {
                 return None;
             }
             let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
-            if !self.guardian_gone {
-                fds.push(PollFd::new(self.guardian.events_fd(), PollFlags::POLLIN));
+            if !self.guardian_gone
+                && let Some(fd) = self.guardian.poll_fd()
+            {
+                fds.push(fd);
             }
             if renewing {
                 fds.push(PollFd::new(self.reports.wake.as_fd(), PollFlags::POLLIN));

@@ -96,7 +96,7 @@ fg %1 2>/dev/null || wait $!
     session.ready(d);
     let child = wait_for_pid(d.join("pid"));
     let outer: i32 = read(d.join("rlock.pid")).trim().parse().unwrap();
-    // The inner rlock is the child of the outer one's guardian (rl-guardian).
+    // The inner rlock is the outer one's child (in a cgroup), or its guardian's (in the tree).
     let children = |pid: i32| -> Vec<i32> {
         read(format!("/proc/{pid}/task/{pid}/children"))
             .split_whitespace()
@@ -105,7 +105,7 @@ fg %1 2>/dev/null || wait $!
     };
     let inner: i32 = children(outer)
         .into_iter()
-        .flat_map(children)
+        .flat_map(|c| std::iter::once(c).chain(children(c)))
         .find(|&p: &i32| read(format!("/proc/{p}/comm")).trim() == "rlock")
         .unwrap_or_else(|| panic!("no inner rlock under {outer}; terminal:\n{}", shown()));
     let outer_pgrp = proc_state(outer).1;

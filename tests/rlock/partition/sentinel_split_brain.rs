@@ -106,8 +106,10 @@ fn without_replicas_the_old_master_keeps_renewing_for_the_whole_partition() {
     assert_eq!(o.b.code, 0, "B: {}", o.b);
     // A renews on the old master throughout, unless its Sentinels (cut off with it) time out
     // at a renewal that looks the master up again, long enough to use up the lease: then A is
-    // stopped by its deadline (76), and the window was shorter. Seen about once in a few full
-    // runs under load; the split brain, when A keeps its lock, must be the documented one.
+    // stopped by its deadline (76), and the window was shorter, or none (A's deadline counts
+    // from its last renewal on M, B's wait from the last one R saw: either may come first).
+    // Seen about once in a few full runs under load; the split brain, when A keeps its lock,
+    // must be the documented one.
     if o.a.code == 76 {
         assert!(
             o.a.stderr.contains("no Sentinel named the master"),
@@ -115,8 +117,8 @@ fn without_replicas_the_old_master_keeps_renewing_for_the_whole_partition() {
             o.a
         );
         assert!(
-            o.overlap_ms > 0.0,
-            "B got in while A still ran: {}",
+            o.overlap_ms < 3000.0,
+            "A, stopped by its deadline, beat {:.0} ms after B's start: more than one lease",
             o.overlap_ms
         );
         return;

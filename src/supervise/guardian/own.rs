@@ -1,0 +1,267 @@
+//! The cgroup way of starting the command: rlock starts it itself, vfork-style, straight into its
+//! cgroup, and the guardian only watches.
+//!
+//! **Why not the guardian as the command's parent here too.** With a cgroup, the cgroup holds
+//! everything the command starts, wherever it moves: nobody has to be the command's parent or
+//! subreaper to find it later. The guardian's one task is to stop the cgroup should rlock die,
+//! and for that it need not stand between rlock and the command. Starting the command from rlock
+//! (one vfork, no second process to set up and wake on the way) took about a quarter of a
+//! millisecond off every run (docs/benchmarks.md).
+//!
+//! So rlock is the command's parent (and its subreaper, as before): it reaps the command and its
+//! orphans, sees the command stop, continue and end, and takes "nothing of it runs" from the
+//! cgroup's `populated`. The guardian, forked first (the command does not start without it),
+//! waits on the request pipe: rlock's farewell (`DONE`) sends it away; the pipe's end of file
+//! without it is rlock's death, and the guardian kills the cgroup, again until it is empty, and
+//! removes it (`watch.rs`).
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, getpgrp, setpgid};
+
+use super::protocol::{DONE, encode};
+use super::{Event, Guardian, Launched, Up, guardian_not_started, watch};
+use crate::supervise::LaunchError;
+use crate::supervise::contain::Cgroup;
+use crate::supervise::spawn::{Prepared, Spawned, cannot_run, start_in};
+use crate::supervise::terminal::Terminal;
+
+/// rlock's side when it is the command's parent.
+pub(super) struct Own {
+    leader: Pid,
+    watcher: Pid,
+    cgroup: Cgroup,
+    leader_done: bool,
+    /// Empty has been told (and the guardian sent away).
+    empty_told: bool,
+    /// The guardian ended before the command's end was told: someone killed it.
+    watcher_killed: bool,
+    /// The guardian was reaped.
+    watcher_reaped: bool,
+    /// `cgroup.events`, once the leader ended with something left in the cgroup: polled for
+    /// the change to `populated 0` (a process put there from outside is nobody's child here).
+    events: Option<File>,
+    pending: VecDeque<Event>,
+}
+
+/// What `launch` did with the cgroup it was given.
+pub(super) enum Tried {
+    /// The command started (or could not, or neither could the guardian): that answer.
+    Done(Result<Launched, LaunchError>),
+    /// This kernel (or build) cannot start a process in the cgroup this way: the guardian's way
+    /// gets the cgroup.
+    Not(Cgroup),
+}
+
+/// Whether this build can start the command straight into a cgroup (`spawn::start_in`).
+const CAN: bool = cfg!(target_arch = "x86_64");
+
+/// Starts the guardian (watching only), then the command, in `cgroup`, with rlock as its
+/// parent. The command does not start without the guardian (exit 70).
+pub(super) fn launch(
+    prepared: &Prepared,
+    terminal: Option<Terminal>,
+    cgroup: Cgroup,
+    program: &OsString,
+) -> Tried {
+    if !CAN {
+        return Tried::Not(cgroup);
+    }
+    let fail = |cgroup: &Cgroup, failure: LaunchError| {
+        cgroup.remove();
+        Tried::Done(Err(failure))
+    };
+    let (req_read, req_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
+        Ok(ends) => ends,
+        Err(e) => return fail(&cgroup, guardian_not_started("pipe", e)),
+    };
+    // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
+    // no lock another thread had taken; the child runs `watch`, which never returns.
+    let watcher = match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Child) => {
+            drop(req_write);
+            watch::watch(&cgroup, req_read)
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => child,
+        Err(e) => return fail(&cgroup, guardian_not_started("fork", e)),
+    };
+    drop(req_read);
+    let dismiss = |requests: OwnedFd| {
+        let _ = nix::unistd::write(&requests, &encode(DONE, 0, 0));
+        drop(requests);
+        let _ = waitpid(watcher, None);
+    };
+    match start_in(prepared, terminal, cgroup.dir_fd()) {
+        Ok(pid) => {
+            let _ = setpgid(pid, pid);
+            if let Some(t) = terminal {
+                t.hand_to(pid);
+            }
+            Tried::Done(Ok(launched(pid, watcher, req_write, cgroup)))
+        }
+        Err(Spawned::NotRun(e)) => {
+            if let Some(t) = terminal {
+                t.hand_to(getpgrp());
+            }
+            dismiss(req_write);
+            fail(&cgroup, cannot_run(program, &e))
+        }
+        Err(Spawned::NoRoom(e)) => {
+            dismiss(req_write);
+            fail(&cgroup, guardian_not_started("clone3", e))
+        }
+        Err(Spawned::NotThisWay) => {
+            dismiss(req_write);
+            Tried::Not(cgroup)
+        }
+    }
+}
+
+/// The command `pid` runs in `cgroup`, watched by the guardian `watcher`.
+fn launched(pid: Pid, watcher: Pid, requests: OwnedFd, cgroup: Cgroup) -> Launched {
+    let containment = format!("its own cgroup, {}", cgroup.dir().display());
+    let dir = cgroup.dir().to_path_buf();
+    let own = Own {
+        leader: pid,
+        watcher,
+        cgroup,
+        leader_done: false,
+        empty_told: false,
+        watcher_killed: false,
+        watcher_reaped: false,
+        events: None,
+        pending: VecDeque::new(),
+    };
+    Launched {
+        guardian: Guardian {
+            pid: watcher,
+            pgid: pid,
+            requests,
+            up: Up::Own(Box::new(own)),
+            cgroup: Some(dir),
+        },
+        pgid: pid,
+        containment,
+    }
+}
+
+impl Own {
+    /// The next change, after reaping what ended: the leader's stops, continuations and end;
+    /// Empty once it has ended and the cgroup is empty; `None` for nothing new. `Err(())` once
+    /// the guardian was killed (and everything told before it was read).
+    pub(super) fn next(&mut self) -> Result<Option<Event>, ()> {
+        self.reap();
+        if self.leader_done && !self.empty_told && !self.populated() {
+            self.empty_told = true;
+            self.pending.push_back(Event::Empty);
+        }
+        match self.pending.pop_front() {
+            Some(event) => Ok(Some(event)),
+            None if self.watcher_killed => Err(()),
+            None => Ok(None),
+        }
+    }
+
+    /// Reaps every child that changed: the leader's changes become events; the guardian's end
+    /// before the command's is its death; anything else (an orphan of the command) is reaped.
+    fn reap(&mut self) {
+        loop {
+            let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
+            let status = match waitpid(None, Some(flags)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
+                Ok(status) => status,
+                Err(Errno::EINTR) => continue,
+                Err(_) => return,
+            };
+            let ended = matches!(status, WaitStatus::Exited(..) | WaitStatus::Signaled(..));
+            if status.pid() == Some(self.watcher) && ended {
+                self.watcher_reaped = true;
+                self.watcher_killed = !self.empty_told;
+            } else if status.pid() == Some(self.leader) && !self.leader_done {
+                self.leader_changed(status);
+            }
+        }
+    }
+
+    fn leader_changed(&mut self, status: WaitStatus) {
+        match status {
+            WaitStatus::Exited(_, code) => {
+                self.leader_done = true;
+                self.pending.push_back(Event::Exited(code as u8, None));
+            }
+            WaitStatus::Signaled(_, sig, _) => {
+                self.leader_done = true;
+                self.pending
+                    .push_back(Event::Exited(128u8.wrapping_add(sig as u8), Some(sig)));
+            }
+            WaitStatus::Stopped(_, sig) => self.pending.push_back(Event::Stopped(sig)),
+            WaitStatus::Continued(_) => self.pending.push_back(Event::Continued),
+            _ => {}
+        }
+    }
+
+    /// Whether anything runs in the cgroup. Read through the descriptor that is polled, once
+    /// there is one, so that reading it also takes its change as seen.
+    fn populated(&mut self) -> bool {
+        if self.events.is_none() {
+            if !self.cgroup.populated() {
+                return false;
+            }
+            self.events = File::open(self.cgroup.dir().join("cgroup.events")).ok();
+        }
+        let Some(file) = &self.events else {
+            return true;
+        };
+        let mut buf = [0u8; 256];
+        match file.read_at(&mut buf, 0) {
+            Ok(n) => !String::from_utf8_lossy(&buf[..n])
+                .lines()
+                .any(|l| l == "populated 0"),
+            Err(_) => true,
+        }
+    }
+
+    /// What to poll besides the signalfd (SIGCHLD): the cgroup's events once something was left
+    /// in it; a change shows as POLLPRI.
+    pub(super) fn poll_fd(&self) -> Option<PollFd<'_>> {
+        self.events
+            .as_ref()
+            .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLPRI))
+    }
+
+    /// Whether Empty was told: the guardian may go.
+    pub(super) fn emptied(&self) -> bool {
+        self.empty_told
+    }
+
+    pub(super) fn cgroup(&self) -> &Cgroup {
+        &self.cgroup
+    }
+
+    /// Waits (200 ms at most) for the guardian, sent away or left to stop what is left, to end,
+    /// and reaps it.
+    pub(super) fn reap_watcher(&mut self) {
+        if self.watcher_reaped {
+            return;
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
+        loop {
+            match waitpid(self.watcher, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) if std::time::Instant::now() < until => {
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                }
+                Err(Errno::EINTR) => {}
+                _ => break,
+            }
+        }
+        self.watcher_reaped = true;
+    }
+}
