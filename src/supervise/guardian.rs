@@ -86,6 +86,35 @@ enum Up {
     Own(Box<own::Own>),
 }
 
+/// A cgroup made for the command, with its guardian already watching it where rlock will start
+/// the command there itself: made while the lock is asked for (`cmd::exec`), so that neither
+/// waits for the other.
+pub struct Ready {
+    cgroup: Cgroup,
+    watcher: Option<own::Watcher>,
+}
+
+impl Ready {
+    /// A cgroup for the command, and its guardian (which, if it cannot be forked now, `launch`
+    /// tries again, to say why). Err says why no cgroup can be made.
+    pub fn make() -> Result<Ready, String> {
+        let cgroup = Cgroup::create()?;
+        let watcher = match own::CAN {
+            true => own::Watcher::start(&cgroup).ok(),
+            false => None,
+        };
+        Ok(Ready { cgroup, watcher })
+    }
+
+    /// Undoes `make`, the command not started: the guardian sent away, the cgroup removed.
+    pub fn dismiss(self) {
+        if let Some(w) = self.watcher {
+            w.dismiss();
+        }
+        self.cgroup.remove();
+    }
+}
+
 /// How the command was started.
 pub struct Launched {
     pub guardian: Guardian,
@@ -102,24 +131,29 @@ pub fn launch(
     argv: &[OsString],
     env: &[(&str, String)],
     terminal: Option<Terminal>,
-    cgroup: Option<Cgroup>,
+    cgroup: Option<Ready>,
     why_no_cgroup: Option<String>,
     required: bool,
 ) -> Result<Launched, LaunchError> {
-    // Whatever fails before the guardian runs, the cgroup made for it goes (nobody else would).
-    let give_up = |failure: LaunchError| {
-        if let Some(c) = &cgroup {
-            c.remove();
+    let prepared = match Prepared::new(argv, env) {
+        Ok(p) => p,
+        Err(failure) => {
+            // Whatever fails before the command starts, what was made for it goes (nobody else
+            // would).
+            if let Some(r) = cgroup {
+                r.dismiss();
+            }
+            return Err(failure);
         }
-        failure
     };
-    let prepared = Prepared::new(argv, env).map_err(give_up)?;
     // With a cgroup, rlock starts the command itself; the guardian's way is the fallback.
     let cgroup = match cgroup {
-        Some(c) => match own::launch(&prepared, terminal, c, &argv[0]) {
-            own::Tried::Done(launched) => return launched,
-            own::Tried::Not(c) => Some(c),
-        },
+        Some(Ready { cgroup, watcher }) => {
+            match own::launch(&prepared, terminal, cgroup, watcher, &argv[0]) {
+                own::Tried::Done(launched) => return launched,
+                own::Tried::Not(c) => Some(c),
+            }
+        }
         None => None,
     };
     let give_up = |failure: LaunchError| {

@@ -62,42 +62,64 @@ pub(super) enum Tried {
 }
 
 /// Whether this build can start the command straight into a cgroup (`spawn::start_in`).
-const CAN: bool = cfg!(target_arch = "x86_64");
+pub(super) const CAN: bool = cfg!(target_arch = "x86_64");
 
-/// Starts the guardian (watching only), then the command, in `cgroup`, with rlock as its
-/// parent. The command does not start without the guardian (exit 70).
+/// The guardian of the cgroup way, forked and watching a cgroup in which nothing runs yet.
+pub struct Watcher {
+    pid: Pid,
+    requests: OwnedFd,
+}
+
+impl Watcher {
+    /// Forks the guardian to watch `cgroup` (exit 70 if it cannot be).
+    pub fn start(cgroup: &Cgroup) -> Result<Watcher, LaunchError> {
+        let (req_read, requests) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| guardian_not_started("pipe", e))?;
+        // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory
+        // holds no lock another thread had taken; the child runs `watch`, which never returns.
+        match unsafe { nix::unistd::fork() } {
+            Ok(nix::unistd::ForkResult::Child) => {
+                drop(requests);
+                watch::watch(cgroup, req_read)
+            }
+            Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Watcher {
+                pid: child,
+                requests,
+            }),
+            Err(e) => Err(guardian_not_started("fork", e)),
+        }
+    }
+
+    /// Sends the guardian away (nothing was started in its cgroup) and reaps it.
+    pub fn dismiss(self) {
+        let _ = nix::unistd::write(&self.requests, &encode(DONE, 0, 0));
+        drop(self.requests);
+        let _ = waitpid(self.pid, None);
+    }
+}
+
+/// Starts the command in `cgroup`, with rlock as its parent, watched by `watcher` (forked now
+/// if none was: the command does not start without it, exit 70).
 pub(super) fn launch(
     prepared: &Prepared,
     terminal: Option<Terminal>,
     cgroup: Cgroup,
+    watcher: Option<Watcher>,
     program: &OsString,
 ) -> Tried {
     if !CAN {
+        if let Some(w) = watcher {
+            w.dismiss();
+        }
         return Tried::Not(cgroup);
     }
     let fail = |cgroup: &Cgroup, failure: LaunchError| {
         cgroup.remove();
         Tried::Done(Err(failure))
     };
-    let (req_read, req_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
-        Ok(ends) => ends,
-        Err(e) => return fail(&cgroup, guardian_not_started("pipe", e)),
-    };
-    // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
-    // no lock another thread had taken; the child runs `watch`, which never returns.
-    let watcher = match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Child) => {
-            drop(req_write);
-            watch::watch(&cgroup, req_read)
-        }
-        Ok(nix::unistd::ForkResult::Parent { child }) => child,
-        Err(e) => return fail(&cgroup, guardian_not_started("fork", e)),
-    };
-    drop(req_read);
-    let dismiss = |requests: OwnedFd| {
-        let _ = nix::unistd::write(&requests, &encode(DONE, 0, 0));
-        drop(requests);
-        let _ = waitpid(watcher, None);
+    let watcher = match watcher.map_or_else(|| Watcher::start(&cgroup), Ok) {
+        Ok(w) => w,
+        Err(failure) => return fail(&cgroup, failure),
     };
     match start_in(prepared, terminal, cgroup.dir_fd()) {
         Ok(pid) => {
@@ -105,28 +127,32 @@ pub(super) fn launch(
             if let Some(t) = terminal {
                 t.hand_to(pid);
             }
-            Tried::Done(Ok(launched(pid, watcher, req_write, cgroup)))
+            Tried::Done(Ok(launched(pid, watcher, cgroup)))
         }
         Err(Spawned::NotRun(e)) => {
             if let Some(t) = terminal {
                 t.hand_to(getpgrp());
             }
-            dismiss(req_write);
+            watcher.dismiss();
             fail(&cgroup, cannot_run(program, &e))
         }
         Err(Spawned::NoRoom(e)) => {
-            dismiss(req_write);
+            watcher.dismiss();
             fail(&cgroup, guardian_not_started("clone3", e))
         }
         Err(Spawned::NotThisWay) => {
-            dismiss(req_write);
+            watcher.dismiss();
             Tried::Not(cgroup)
         }
     }
 }
 
 /// The command `pid` runs in `cgroup`, watched by the guardian `watcher`.
-fn launched(pid: Pid, watcher: Pid, requests: OwnedFd, cgroup: Cgroup) -> Launched {
+fn launched(pid: Pid, watcher: Watcher, cgroup: Cgroup) -> Launched {
+    let Watcher {
+        pid: watcher,
+        requests,
+    } = watcher;
     let containment = format!("its own cgroup, {}", cgroup.dir().display());
     let dir = cgroup.dir().to_path_buf();
     let own = Own {
