@@ -33,7 +33,10 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // The run on record (history, metrics): written once it has ended, never before the start.
     let mut record = Recorder::asked(ctx, &locker, &key, args);
 
-    // The command's cgroup (and its guardian) is made while Redis is asked for the lock.
+    // The command's cgroup (and its guardian) is made while Redis is asked for the lock. Making
+    // the guardian forks, which needs this thread to be rlock's only one: the work runs only on
+    // this thread's next script, which is sent from this thread when there is one server (from
+    // threads of their own, which never see it, with several).
     let early = Early::default();
     if args.contain != Containment::Tree {
         let made = early.clone();

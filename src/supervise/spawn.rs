@@ -215,23 +215,38 @@ extern "C" fn run_child(child: *const std::ffi::c_void) -> ! {
     unsafe { nix::libc::_exit(127) }
 }
 
-const CLONE_VM: u64 = 0x100;
+pub(super) const CLONE_VM: u64 = 0x100;
 const CLONE_VFORK: u64 = 0x4000;
 
 /// clone3 for a child that shares this process's memory and runs `run_child` on the stack
-/// `args` gives it; returns once the child has exec'd or exited (`CLONE_VFORK`). glibc has no
-/// public clone3 (its `posix_spawn` gained a cgroup only in 2.39): the few instructions are
-/// here. The child starts on its own stack with no frame to return to, so it calls `run_child`
-/// (which never returns) straight from the system call.
+/// `args` gives it; returns once the child has exec'd or exited (`CLONE_VFORK`).
 ///
 /// # Safety
-/// `args` must ask for CLONE_VM | CLONE_VFORK with a 16-byte aligned stack that nothing else
-/// uses; the invariants at the top of this file must hold.
-#[cfg(target_arch = "x86_64")]
+/// As `clone3_on_stack`; `child` must outlive the clone3 call.
 unsafe fn clone3_vfork(args: &CloneArgs, child: &Child<'_>) -> Result<Pid, Errno> {
+    let arg = (child as *const Child<'_>).cast::<std::ffi::c_void>();
+    // SAFETY: as the caller promises.
+    unsafe { clone3_on_stack(args, run_child, arg) }
+}
+
+/// clone3 for a child that runs `run(arg)` on the stack `args` gives it (and never returns).
+/// glibc has no public clone3 (its `posix_spawn` gained a cgroup only in 2.39): the few
+/// instructions are here. The child starts on its own stack with no frame to return to, so it
+/// calls `run` straight from the system call.
+///
+/// # Safety
+/// `args` must give a 16-byte aligned stack that nothing else uses while the child runs on it;
+/// with CLONE_VM, the child shares this process's memory and must touch nothing another thread
+/// of it may be using; without, the invariants at the top of this file must hold.
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn clone3_on_stack(
+    args: &CloneArgs,
+    run: extern "C" fn(*const std::ffi::c_void) -> !,
+    arg: *const std::ffi::c_void,
+) -> Result<Pid, Errno> {
     let ret: i64;
     // SAFETY: the parent's side is an ordinary system call (rcx and r11 are clobbered by
-    // `syscall`); the child's side (rax = 0) never comes back: `run` ends in _exit.
+    // `syscall`); the child's side (rax = 0) never comes back: `run` never returns.
     unsafe {
         std::arch::asm!(
             "syscall",
@@ -245,8 +260,8 @@ unsafe fn clone3_vfork(args: &CloneArgs, child: &Child<'_>) -> Result<Pid, Errno
             inlateout("rax") nix::libc::SYS_clone3 => ret,
             in("rdi") args as *const CloneArgs,
             in("rsi") std::mem::size_of::<CloneArgs>(),
-            in("r12") run_child as extern "C" fn(*const std::ffi::c_void) -> !,
-            in("r13") (child as *const Child<'_>).cast::<std::ffi::c_void>(),
+            in("r12") run,
+            in("r13") arg,
             lateout("rcx") _,
             lateout("r11") _,
         );
@@ -258,7 +273,11 @@ unsafe fn clone3_vfork(args: &CloneArgs, child: &Child<'_>) -> Result<Pid, Errno
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn clone3_vfork(_: &CloneArgs, _: &Child<'_>) -> Result<Pid, Errno> {
+pub(super) unsafe fn clone3_on_stack(
+    _: &CloneArgs,
+    _: extern "C" fn(*const std::ffi::c_void) -> !,
+    _: *const std::ffi::c_void,
+) -> Result<Pid, Errno> {
     Err(Errno::ENOSYS)
 }
 
@@ -303,18 +322,18 @@ fn become_the_command(prepared: &Prepared, tty: Option<i32>, parent: Pid) -> i32
 /// clone3's arguments (`struct clone_args`, as far as `cgroup`: CLONE_ARGS_SIZE_VER2).
 #[repr(C)]
 #[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
+pub(super) struct CloneArgs {
+    pub flags: u64,
+    pub pidfd: u64,
+    pub child_tid: u64,
+    pub parent_tid: u64,
+    pub exit_signal: u64,
+    pub stack: u64,
+    pub stack_size: u64,
+    pub tls: u64,
+    pub set_tid: u64,
+    pub set_tid_size: u64,
+    pub cgroup: u64,
 }
 
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;

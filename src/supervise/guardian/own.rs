@@ -22,7 +22,6 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp, setpgid};
@@ -71,23 +70,11 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Forks the guardian to watch `cgroup` (exit 70 if it cannot be).
+    /// Starts the guardian watching `cgroup` (exit 70 if it cannot be started).
     pub fn start(cgroup: &Cgroup) -> Result<Watcher, LaunchError> {
-        let (req_read, requests) =
-            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| guardian_not_started("pipe", e))?;
-        // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory
-        // holds no lock another thread had taken; the child runs `watch`, which never returns.
-        match unsafe { nix::unistd::fork() } {
-            Ok(nix::unistd::ForkResult::Child) => {
-                drop(requests);
-                watch::watch(cgroup, req_read)
-            }
-            Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Watcher {
-                pid: child,
-                requests,
-            }),
-            Err(e) => Err(guardian_not_started("fork", e)),
-        }
+        let (pid, requests) =
+            watch::start(cgroup).map_err(|e| guardian_not_started("clone3", e))?;
+        Ok(Watcher { pid, requests })
     }
 
     /// Sends the guardian away (nothing was started in its cgroup) and reaps it.
