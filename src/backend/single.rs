@@ -23,8 +23,8 @@ thread_local! {
 }
 
 /// Has `work` done while this thread waits for the reply to the next script it sends to a Redis
-/// server, rather than before or after the round trip: exec makes the command's cgroup while the
-/// lock is asked for. Only this thread's next script runs it (never Redlock's threads, one per
+/// server, rather than before or after the round trip: exec makes the command's cgroup (and
+/// starts its guardian) while the lock is asked for. Only this thread's next script runs it (never Redlock's threads, one per
 /// server); `unasked` takes it back when no script ran it.
 pub fn while_asked(work: Box<dyn FnOnce()>) {
     WHILE_ASKED.set(Some(work));

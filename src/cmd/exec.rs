@@ -268,8 +268,9 @@ fn interrupt(signals: &Signals) -> Option<Signal> {
 }
 
 /// Step 2: the command, in a process group of its own, given the terminal when rlock has it,
-/// started by the guardian, which keeps everything the command starts below itself (and in a
-/// cgroup of its own where one can be made) and kills all of it should rlock be killed.
+/// in a cgroup of its own where one can be made (started there by rlock, with a guardian
+/// watching), else started by the guardian, which keeps everything the command starts below
+/// itself; either way the guardian kills all of it should rlock be killed.
 fn start(
     ctx: &Context,
     locker: &Locker,
