@@ -17,24 +17,6 @@ use crate::redact::redact_text;
 static CLUSTER_INFO: Script =
     Script::sent_whole("cluster_info", (include_str!("cluster_info.lua"), ""));
 
-thread_local! {
-    /// Work to do while this thread waits for its next script's reply (`while_asked`).
-    static WHILE_ASKED: std::cell::Cell<Option<Box<dyn FnOnce()>>> = const { std::cell::Cell::new(None) };
-}
-
-/// Has `work` done while this thread waits for the reply to the next script it sends to a Redis
-/// server, rather than before or after the round trip: exec makes the command's cgroup (and
-/// starts its guardian) while the lock is asked for. Only this thread's next script runs it (never Redlock's threads, one per
-/// server); `unasked` takes it back when no script ran it.
-pub fn while_asked(work: Box<dyn FnOnce()>) {
-    WHILE_ASKED.set(Some(work));
-}
-
-/// The work `while_asked` was given, if no script has run it.
-pub fn unasked() -> Option<Box<dyn FnOnce()>> {
-    WHILE_ASKED.take()
-}
-
 pub struct Single {
     client: redis::Client,
     name: String,
@@ -406,26 +388,12 @@ fn run_script(
         if asking {
             redis::cmd("ASKING").query::<()>(conn)?;
         }
-        let cmd = redis::cmd(verb)
+        redis::cmd(verb)
             .arg(body)
             .arg(keys.len())
             .arg(keys)
             .arg(args)
-            .to_owned();
-        match WHILE_ASKED.take() {
-            None => cmd.query::<Value>(conn),
-            Some(work) => {
-                // As `query` does, with `work` done while Redis answers.
-                conn.send_packed_command(&cmd.get_packed_command())?;
-                work();
-                loop {
-                    match conn.recv_response()? {
-                        Value::Push { .. } => continue,
-                        value => return value.extract_error(),
-                    }
-                }
-            }
-        }
+            .query::<Value>(conn)
     };
     if script.always_eval {
         return send("EVAL", script.source);

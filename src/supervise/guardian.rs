@@ -87,8 +87,7 @@ enum Up {
 }
 
 /// A cgroup made for the command, with its guardian already watching it where rlock will start
-/// the command there itself: made while the lock is asked for (`cmd::exec`), so that neither
-/// waits for the other.
+/// the command there itself (the command does not start without it).
 pub struct Ready {
     cgroup: Cgroup,
     watcher: Option<own::Watcher>,

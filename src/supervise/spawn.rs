@@ -8,8 +8,7 @@
 //!   child sharing rlock's memory cannot be entered by a handler.
 //! - **No other thread exists at spawn.** The command is spawned, and the guardian forked,
 //!   before the renewal thread starts (it starts when the first renewal is due), and Redlock's
-//!   per-node threads are scoped and joined before (the cgroup's guardian, started while the
-//!   lock is asked for, is started only from rlock's one thread: `backend::while_asked`). So no lock (malloc's, stdio's) can be held
+//!   per-node threads are scoped and joined before. So no lock (malloc's, stdio's) can be held
 //!   by another thread at the fork or in the vfork child.
 
 use std::ffi::{CString, OsString};
