@@ -5,12 +5,12 @@
 //! everything the command starts, wherever it moves: nobody has to be the command's parent or
 //! subreaper to find it later. The guardian's one task is to stop the cgroup should rlock die,
 //! and for that it need not stand between rlock and the command. Starting the command from rlock
-//! (one vfork, no second process to set up and wake on the way) took about a quarter of a
-//! millisecond off every run (docs/benchmarks.md).
+//! (one vfork, no second process to set up and wake on the way), with a guardian that shares
+//! rlock's memory, took about a third of a millisecond off every run (docs/benchmarks.md).
 //!
 //! So rlock is the command's parent (and its subreaper, as before): it reaps the command and its
 //! orphans, sees the command stop, continue and end, and takes "nothing of it runs" from the
-//! cgroup's `populated`. The guardian, forked first (the command does not start without it),
+//! cgroup's `populated`. The guardian, started first (the command does not start without it),
 //! waits on the request pipe: rlock's farewell (`DONE`) sends it away; the pipe's end of file
 //! without it is rlock's death, and the guardian kills the cgroup, again until it is empty, and
 //! removes it (`watch.rs`).
@@ -63,7 +63,7 @@ pub(super) enum Tried {
 /// Whether this build can start the command straight into a cgroup (`spawn::start_in`).
 pub(super) const CAN: bool = cfg!(target_arch = "x86_64");
 
-/// The guardian of the cgroup way, forked and watching a cgroup in which nothing runs yet.
+/// The guardian of the cgroup way, started and watching a cgroup in which nothing runs yet.
 pub struct Watcher {
     pid: Pid,
     requests: OwnedFd,
@@ -85,7 +85,7 @@ impl Watcher {
     }
 }
 
-/// Starts the command in `cgroup`, with rlock as its parent, watched by `watcher` (forked now
+/// Starts the command in `cgroup`, with rlock as its parent, watched by `watcher` (started now
 /// if none was: the command does not start without it, exit 70).
 pub(super) fn launch(
     prepared: &Prepared,
@@ -123,9 +123,10 @@ pub(super) fn launch(
             watcher.dismiss();
             fail(&cgroup, cannot_run(program, &e))
         }
+        // As when the guardian's own start of the command fails so (exit 126).
         Err(Spawned::NoRoom(e)) => {
             watcher.dismiss();
-            fail(&cgroup, guardian_not_started("clone3", e))
+            fail(&cgroup, cannot_run(program, &std::io::Error::from(e)))
         }
         Err(Spawned::NotThisWay) => {
             watcher.dismiss();
