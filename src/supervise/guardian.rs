@@ -369,13 +369,18 @@ impl Guardian {
     }
 
     /// `sig` to every process the command started, wherever it moved (frozen first, so that
-    /// none forks away meanwhile): by the guardian, or in the cgroup way by rlock itself.
-    pub fn signal_all(&self, sig: Signal) {
+    /// none forks away meanwhile): by the guardian, or in the cgroup way by rlock itself. True
+    /// when the guardian was asked, and says `Event::Signalled` once it is done; false when it
+    /// is done on return.
+    pub fn signal_all(&self, sig: Signal) -> bool {
         match &self.up {
             Up::Told { .. } => {
-                let _ = nix::unistd::write(&self.requests, &encode(SIGNAL, sig as i32, 0));
+                nix::unistd::write(&self.requests, &encode(SIGNAL, sig as i32, 0)).is_ok()
             }
-            Up::Own(own) => own.cgroup().signal(sig),
+            Up::Own(own) => {
+                own.cgroup().signal(sig);
+                false
+            }
         }
     }
 

@@ -32,6 +32,8 @@ pub(super) struct Inbox<'a> {
     pub signals: &'a Signals,
     pub reports: &'a ReportReceiver,
     pub pending: VecDeque<Event>,
+    /// The guardian has said that it did what rlock asked last (`Guardian::signal_all`).
+    pub signalled: bool,
 }
 
 impl Inbox<'_> {
@@ -97,6 +99,10 @@ impl Inbox<'_> {
                         Event::Exited(code, sig)
                     }
                     guardian::Event::Empty => Event::Empty,
+                    guardian::Event::Signalled => {
+                        self.signalled = true;
+                        continue;
+                    }
                     guardian::Event::Started { .. } | guardian::Event::NotStarted(_) => continue,
                 }),
                 guardian::Next::Nothing => return,
@@ -106,6 +112,33 @@ impl Inbox<'_> {
                         self.contain_without_guardian();
                     }
                 }
+            }
+        }
+    }
+
+    /// `sig` to everything the command started, returning once every process got it: the
+    /// guardian's walk of the tree takes a few rounds (a process caught in a fork is stopped in
+    /// the next one), and a job stopped at the terminal must be all stopped before rlock stops
+    /// and the shell says so. A guardian that does not answer within `SIGNAL_ALL_WAIT` is not
+    /// waited for longer; one that is gone is not waited for.
+    fn signal_all_and_wait(&mut self, sig: Signal) {
+        if self.guardian_gone {
+            return;
+        }
+        self.signalled = false;
+        if !self.guardian.signal_all(sig) {
+            return;
+        }
+        let until = Instant::now() + SIGNAL_ALL_WAIT;
+        loop {
+            self.read_guardian();
+            let now = Instant::now();
+            if self.signalled || self.guardian_gone || now >= until {
+                return;
+            }
+            if let Some(fd) = self.guardian.poll_fd() {
+                let left = TimeSpec::from_duration(until - now);
+                let _ = nix::poll::ppoll(&mut [fd], Some(left), None);
             }
         }
     }
@@ -139,6 +172,10 @@ impl Inbox<'_> {
         self.pending.push_back(Event::Empty);
     }
 }
+
+/// How long rlock waits for the guardian to say that everything the command started got a
+/// signal: its tree walk waits up to 100 ms a round for what it stopped, a few rounds at most.
+const SIGNAL_ALL_WAIT: Duration = Duration::from_secs(1);
 
 /// Reaps whatever of rlock's children ended: the guardian, or what it left should it be killed.
 fn reap_orphans() {
@@ -189,9 +226,7 @@ impl World for Live<'_> {
         let terminal = self.terminal?;
         // The whole job stops, not only the command's group: what moved to other groups or
         // sessions must not run on while rlock, stopped, cannot renew.
-        if !self.inbox.guardian_gone {
-            self.inbox.guardian.signal_all(Signal::SIGSTOP);
-        }
+        self.inbox.signal_all_and_wait(Signal::SIGSTOP);
         Some(terminal.stop_like_a_job(self.pgid, sig))
     }
 

@@ -97,6 +97,7 @@ pub fn supervise(
             signals,
             reports: &reports,
             pending: std::collections::VecDeque::new(),
+            signalled: false,
         },
         terminal,
     };

@@ -271,6 +271,9 @@ impl Life {
                 {
                     self.killing = sig == Signal::SIGKILL;
                     self.stop_all(sig);
+                    // rlock may wait for this (a job stopped at the terminal is all stopped
+                    // before rlock stops itself and the shell says so).
+                    tell(&self.events, &[Event::Signalled]);
                 }
             }
             // rlock is gone (or done): nothing it started may run on unwatched.

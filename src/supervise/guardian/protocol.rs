@@ -25,6 +25,9 @@ pub enum Event {
     Exited(u8, Option<Signal>),
     /// The command has ended and nothing it started runs any more.
     Empty,
+    /// rlock's request to signal everything the command started is done: every process got
+    /// the signal (for SIGSTOP: every process has stopped, or the guardian gave up waiting).
+    Signalled,
 }
 
 const STARTED: i32 = 1;
@@ -33,6 +36,7 @@ const STOPPED: i32 = 3;
 const CONTINUED: i32 = 4;
 const EXITED: i32 = 5;
 const EMPTY: i32 = 6;
+const SIGNALLED: i32 = 9;
 /// A request: this signal to every process the command started.
 pub(super) const SIGNAL: i32 = 7;
 /// rlock is done and alive: it reaps the guardian and removes the cgroup itself. The request
@@ -62,6 +66,7 @@ impl Event {
             Event::Continued => encode(CONTINUED, 0, 0),
             Event::Exited(code, sig) => encode(EXITED, code as i32, sig.map_or(0, |s| s as i32)),
             Event::Empty => encode(EMPTY, 0, 0),
+            Event::Signalled => encode(SIGNALLED, 0, 0),
         }
     }
 
@@ -78,6 +83,7 @@ impl Event {
             CONTINUED => Event::Continued,
             EXITED => Event::Exited(a as u8, signal(b)),
             EMPTY => Event::Empty,
+            SIGNALLED => Event::Signalled,
             _ => return None,
         })
     }

@@ -61,13 +61,21 @@ fn a_handoff_wakes_one_waiter_however_long_the_line() {
         wait_queued(&server, i + 1, &mut waiters);
     }
     // Each waiter listens on a channel of its own, so that a release reaches one process
-    // whatever the length of the line (with one shared channel it reached every waiter).
-    let mut channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg("{rlock:k}:wake*")
-        .query(&mut server.conn())
-        .expect("PUBSUB CHANNELS");
-    channels.sort();
+    // whatever the length of the line (with one shared channel it reached every waiter). A
+    // waiter subscribes once it is in line (and then asks once more): wait for the last one.
+    let channels = || {
+        let mut channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("{rlock:k}:wake*")
+            .query(&mut server.conn())
+            .expect("PUBSUB CHANNELS");
+        channels.sort();
+        channels
+    };
+    wait_until("every waiter to listen", Duration::from_secs(10), || {
+        channels().len() >= WAITERS
+    });
+    let channels = channels();
     assert_eq!(
         channels.len(),
         WAITERS,
