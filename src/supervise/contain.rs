@@ -96,6 +96,16 @@ impl Cgroup {
         ))
     }
 
+    /// The cgroup at `dir`, made by the rlock whose guardian this process is (in the same
+    /// cgroup as that rlock, of which `dir` is a child).
+    pub fn watched(dir: PathBuf) -> io::Result<Cgroup> {
+        let own = own_cgroup().ok_or(io::ErrorKind::NotFound)?;
+        let name = dir.file_name().ok_or(io::ErrorKind::NotFound)?;
+        let rel = format!("{}/{}", own.trim_end_matches('/'), name.to_string_lossy());
+        let dir_fd = fs::File::open(&dir)?.into();
+        Ok(Cgroup { dir, rel, dir_fd })
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -130,11 +140,11 @@ impl Cgroup {
         false
     }
 
-    /// Whether any process is left in the cgroup or below it.
-    pub fn populated(&self) -> bool {
+    /// Whether any process is left in the cgroup or below it; an error when `cgroup.events`
+    /// cannot be read (which a caller takes for something left).
+    pub fn is_populated(&self) -> io::Result<bool> {
         fs::read_to_string(self.dir.join("cgroup.events"))
             .map(|events| events.lines().any(|l| l == "populated 1"))
-            .unwrap_or(false)
     }
 
     /// `sig` to every process of the cgroup, none of which can fork away meanwhile: SIGKILL by

@@ -50,6 +50,7 @@ mod watch;
 use life::guard;
 pub use protocol::Event;
 use protocol::{DONE, SIGNAL, encode};
+pub use watch::watch_if_asked;
 
 /// What the guardian's pipe holds now.
 pub enum Next {
@@ -81,6 +82,8 @@ enum Up {
         events: OwnedFd,
         /// Bytes of a message read in part (never, in practice: messages are written whole).
         partial: Vec<u8>,
+        /// How many signal requests were sent (the last one's number).
+        asked: i32,
     },
     /// rlock (the cgroup's way, `own.rs`): it sees them itself.
     Own(Box<own::Own>),
@@ -247,6 +250,7 @@ impl Guardian {
             up: Up::Told {
                 events,
                 partial: Vec::new(),
+                asked: 0,
             },
             cgroup: cgroup.map(|c| c.dir().to_path_buf()),
         }
@@ -318,7 +322,9 @@ impl Guardian {
     /// The next event, if one came, or that the guardian is gone (end of file, or killed).
     pub fn next_event(&mut self) -> Next {
         let (events, partial) = match &mut self.up {
-            Up::Told { events, partial } => (events, partial),
+            Up::Told {
+                events, partial, ..
+            } => (events, partial),
             Up::Own(own) => {
                 return match own.next() {
                     Ok(Some(event)) => {
@@ -369,17 +375,21 @@ impl Guardian {
     }
 
     /// `sig` to every process the command started, wherever it moved (frozen first, so that
-    /// none forks away meanwhile): by the guardian, or in the cgroup way by rlock itself. True
-    /// when the guardian was asked, and says `Event::Signalled` once it is done; false when it
-    /// is done on return.
-    pub fn signal_all(&self, sig: Signal) -> bool {
-        match &self.up {
-            Up::Told { .. } => {
-                nix::unistd::write(&self.requests, &encode(SIGNAL, sig as i32, 0)).is_ok()
+    /// none forks away meanwhile): by the guardian, or in the cgroup way by rlock itself.
+    /// Some(N) when the guardian was asked, and says `Event::Signalled(N)` once it is done;
+    /// None when it is done on return.
+    pub fn signal_all(&mut self, sig: Signal) -> Option<i32> {
+        match &mut self.up {
+            Up::Told { asked, .. } => {
+                *asked += 1;
+                let request = encode(SIGNAL, sig as i32, *asked);
+                nix::unistd::write(&self.requests, &request)
+                    .ok()
+                    .map(|_| *asked)
             }
             Up::Own(own) => {
                 own.cgroup().signal(sig);
-                false
+                None
             }
         }
     }

@@ -32,8 +32,9 @@ pub(super) struct Inbox<'a> {
     pub signals: &'a Signals,
     pub reports: &'a ReportReceiver,
     pub pending: VecDeque<Event>,
-    /// The guardian has said that it did what rlock asked last (`Guardian::signal_all`).
-    pub signalled: bool,
+    /// The number of the last signal request the guardian said it has done
+    /// (`Guardian::signal_all`).
+    pub signalled: i32,
 }
 
 impl Inbox<'_> {
@@ -99,8 +100,8 @@ impl Inbox<'_> {
                         Event::Exited(code, sig)
                     }
                     guardian::Event::Empty => Event::Empty,
-                    guardian::Event::Signalled => {
-                        self.signalled = true;
+                    guardian::Event::Signalled(number) => {
+                        self.signalled = number;
                         continue;
                     }
                     guardian::Event::Started { .. } | guardian::Event::NotStarted(_) => continue,
@@ -125,15 +126,14 @@ impl Inbox<'_> {
         if self.guardian_gone {
             return;
         }
-        self.signalled = false;
-        if !self.guardian.signal_all(sig) {
+        let Some(asked) = self.guardian.signal_all(sig) else {
             return;
-        }
+        };
         let until = Instant::now() + SIGNAL_ALL_WAIT;
         loop {
             self.read_guardian();
             let now = Instant::now();
-            if self.signalled || self.guardian_gone || now >= until {
+            if self.signalled >= asked || self.guardian_gone || now >= until {
                 return;
             }
             if let Some(fd) = self.guardian.poll_fd() {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 pub use contain::{Cgroup, Mode as Containment, remove_abandoned_beside};
-pub use guardian::{Guardian, Launched, Ready, launch};
+pub use guardian::{Guardian, Launched, Ready, launch, watch_if_asked};
 pub use keeper::{LeaseKeeper, Renewal, Reports};
 pub use spawn::runnable;
 pub use terminal::Terminal;
@@ -97,7 +97,7 @@ pub fn supervise(
             signals,
             reports: &reports,
             pending: std::collections::VecDeque::new(),
-            signalled: false,
+            signalled: 0,
         },
         terminal,
     };

@@ -263,17 +263,18 @@ impl Life {
         let mut buf = [0u8; 12];
         match nix::unistd::read(&self.requests, &mut buf) {
             Ok(12) => {
-                let (tag, sig, _) = decode(&buf);
+                let (tag, sig, number) = decode(&buf);
                 self.said_done |= tag == DONE;
-                if tag == SIGNAL
-                    && let Ok(sig) = Signal::try_from(sig)
-                    && !self.killing
-                {
-                    self.killing = sig == Signal::SIGKILL;
-                    self.stop_all(sig);
+                if tag == SIGNAL {
+                    if let Ok(sig) = Signal::try_from(sig)
+                        && !self.killing
+                    {
+                        self.killing = sig == Signal::SIGKILL;
+                        self.stop_all(sig);
+                    }
                     // rlock may wait for this (a job stopped at the terminal is all stopped
                     // before rlock stops itself and the shell says so).
-                    tell(&self.events, &[Event::Signalled]);
+                    tell(&self.events, &[Event::Signalled(number)]);
                 }
             }
             // rlock is gone (or done): nothing it started may run on unwatched.

@@ -5,8 +5,9 @@
 //! everything the command starts, wherever it moves: nobody has to be the command's parent or
 //! subreaper to find it later. The guardian's one task is to stop the cgroup should rlock die,
 //! and for that it need not stand between rlock and the command. Starting the command from rlock
-//! (one vfork, no second process to set up and wake on the way), with a guardian that shares
-//! rlock's memory, took about a third of a millisecond off every run (docs/benchmarks.md).
+//! (one vfork, no second process to set up and wake on the way), with a guardian started
+//! without a fork (`watch.rs`), took about a third of a millisecond off every run
+//! (docs/benchmarks.md).
 //!
 //! So rlock is the command's parent (and its subreaper, as before): it reaps the command and its
 //! orphans, sees the command stop, continue and end, and takes "nothing of it runs" from the
@@ -70,10 +71,14 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Starts the guardian watching `cgroup` (exit 70 if it cannot be started).
-    pub fn start(cgroup: &Cgroup) -> Result<Watcher, LaunchError> {
-        let (pid, requests) =
-            watch::start(cgroup).map_err(|e| guardian_not_started("clone3", e))?;
+    /// Starts the guardian watching `cgroup`. EAGAIN and ENOMEM: no process can be made now
+    /// (exit 70); any other error: not this way (clone3 refused by the kernel or a seccomp
+    /// filter, rlock's executable not to be run again), the guardian's way may.
+    pub fn start(cgroup: &Cgroup) -> Result<Watcher, Errno> {
+        if !watch::can_start() {
+            return Err(Errno::ENOEXEC);
+        }
+        let (pid, requests) = watch::start(cgroup)?;
         Ok(Watcher { pid, requests })
     }
 
@@ -106,7 +111,10 @@ pub(super) fn launch(
     };
     let watcher = match watcher.map_or_else(|| Watcher::start(&cgroup), Ok) {
         Ok(w) => w,
-        Err(failure) => return fail(&cgroup, failure),
+        Err(e @ (Errno::EAGAIN | Errno::ENOMEM)) => {
+            return fail(&cgroup, guardian_not_started("clone3", e));
+        }
+        Err(_) => return Tried::Not(cgroup),
     };
     match start_in(prepared, terminal, cgroup.dir_fd()) {
         Ok(pid) => {
@@ -226,7 +234,8 @@ impl Own {
     /// there is one, so that reading it also takes its change as seen.
     fn populated(&mut self) -> bool {
         if self.events.is_none() {
-            if !self.cgroup.populated() {
+            // Unreadable: as if something were left (looked at again on the next wake-up).
+            if !self.cgroup.is_populated().unwrap_or(true) {
                 return false;
             }
             self.events = File::open(self.cgroup.dir().join("cgroup.events")).ok();

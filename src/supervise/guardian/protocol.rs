@@ -25,9 +25,10 @@ pub enum Event {
     Exited(u8, Option<Signal>),
     /// The command has ended and nothing it started runs any more.
     Empty,
-    /// rlock's request to signal everything the command started is done: every process got
-    /// the signal (for SIGSTOP: every process has stopped, or the guardian gave up waiting).
-    Signalled,
+    /// rlock's request number N to signal everything the command started is done: every
+    /// process got the signal (for SIGSTOP: every process has stopped, or the guardian gave up
+    /// waiting), or the guardian is killing everything already.
+    Signalled(i32),
 }
 
 const STARTED: i32 = 1;
@@ -37,7 +38,8 @@ const CONTINUED: i32 = 4;
 const EXITED: i32 = 5;
 const EMPTY: i32 = 6;
 const SIGNALLED: i32 = 9;
-/// A request: this signal to every process the command started.
+/// A request: this signal to every process the command started (and the request's number,
+/// which `Event::Signalled` gives back once it is done).
 pub(super) const SIGNAL: i32 = 7;
 /// rlock is done and alive: it reaps the guardian and removes the cgroup itself. The request
 /// pipe's end of file without it means rlock died (its descriptors close before the kernel
@@ -66,7 +68,7 @@ impl Event {
             Event::Continued => encode(CONTINUED, 0, 0),
             Event::Exited(code, sig) => encode(EXITED, code as i32, sig.map_or(0, |s| s as i32)),
             Event::Empty => encode(EMPTY, 0, 0),
-            Event::Signalled => encode(SIGNALLED, 0, 0),
+            Event::Signalled(n) => encode(SIGNALLED, n, 0),
         }
     }
 
@@ -83,7 +85,7 @@ impl Event {
             CONTINUED => Event::Continued,
             EXITED => Event::Exited(a as u8, signal(b)),
             EMPTY => Event::Empty,
-            SIGNALLED => Event::Signalled,
+            SIGNALLED => Event::Signalled(a),
             _ => return None,
         })
     }

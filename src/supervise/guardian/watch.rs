@@ -1,20 +1,29 @@
 //! The guardian that only watches (the cgroup way, `own.rs`): it waits for rlock's farewell,
 //! and should rlock die first, stops everything in the cgroup and removes it.
 //!
-//! **It shares rlock's memory.** It is started as `posix_spawn` starts a child, with
-//! `CLONE_VM`, but runs on: nothing of rlock's memory is copied for it (the page tables), and
-//! rlock writes its own pages afterwards without a copy-on-write fault for each (a fork cost
-//! rlock about 0.1 ms, in its own time). The price is that it may touch nothing rlock may be
-//! using meanwhile: not the allocator, not `errno` or anything else of the thread-local block
-//! it shares with rlock's main thread, not the C library's system call wrappers (which write
-//! `errno`, and check the thread's cancellation state). So it lives on a stack of its own, reads
-//! only what `Plan` prepared before it started (never freed: it may outlive rlock, whose memory
-//! then stays with it), and makes its few system calls itself (`sys`). Should rlock die, its
-//! memory stays as it was: nothing of it is torn down while the guardian still uses it.
+//! **A process of its own, started without a fork.** It must outlive whatever ends rlock: a
+//! SIGKILL, and also the OOM killer or a core dump, which end every process that shares rlock's
+//! memory. So it is rlock's own executable run anew (`/proc/self/exe`, as `rl-guardian`), with
+//! nothing of rlock's memory. Getting there costs rlock one `clone3` with `CLONE_VM` and no
+//! wait: a short-lived child on a stack of its own, in rlock's memory, that only points its
+//! standard descriptors at /dev/null, keeps the request pipe open across the exec, and execs;
+//! the exec and the new process's start-up run beside rlock, not in its time (a fork would copy
+//! rlock's page tables, and then cost rlock a copy-on-write fault for every page it writes; it
+//! was about a tenth of a millisecond). Until it has exec'd, the child may touch nothing rlock
+//! may be using: not the allocator, not `errno` (the thread-local block it shares with rlock's
+//! main thread), not the C library's system call wrappers. It reads only what `Plan` prepared
+//! (never freed) and makes its few system calls itself (`sys`).
+//!
+//! Once running, the guardian (`watch`, called by `main` before anything else) reads the request
+//! pipe: rlock's farewell (`DONE`) ends it; end of file without it is rlock's death: it kills the
+//! cgroup (`cgroup.kill`, or a freeze and SIGKILL to each process on kernels before 5.14), again
+//! until nothing is left in it, removes it and leaves.
 
-use std::ffi::{CString, c_void};
-use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+use std::ffi::{CString, OsString, c_char, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -22,42 +31,49 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::NAME;
-use super::protocol::DONE;
+use super::protocol::{DONE, decode};
 use crate::supervise::contain::Cgroup;
 use crate::supervise::spawn::{CLONE_VM, CloneArgs, clone3_on_stack};
 
-/// What the guardian reads, prepared before it starts.
+/// The environment that makes rlock's executable the guardian of the cgroup it names (with the
+/// program name `rl-guardian`): `FD:DIR`, the request pipe's descriptor and the cgroup.
+const ASKED: &str = "RLOCK_GUARDIAN_OF";
+
+/// Where the guardian's program is: rlock's own executable, as the kernel has it open (also
+/// after it was replaced or removed on disk).
+const SELF: &std::ffi::CStr = c"/proc/self/exe";
+
+/// What the child reads before it execs, prepared before it starts.
 struct Plan {
-    /// Its end of the request pipe.
+    /// Its end of the request pipe, kept open across the exec.
     requests: i32,
-    /// rlock's end, which the guardian's copy of the descriptor table closes.
-    rlocks_end: i32,
-    kill: CString,
-    events: CString,
-    dir: CString,
+    argv: [*const c_char; 2],
+    envp: [*const c_char; 2],
 }
 
-/// The guardian's stack (a few hundred bytes are used), a multiple of 16.
+/// The child's stack (a few hundred bytes are used), a multiple of 16.
 const STACK: usize = 136 * 1024;
 
-/// Starts the guardian watching `cgroup`; returns its pid and the request pipe's writing end.
+/// Whether the guardian can be started this way: rlock's executable can be run again.
+pub(super) fn can_start() -> bool {
+    nix::unistd::access(SELF, nix::unistd::AccessFlags::X_OK).is_ok()
+}
+
+/// Starts the guardian of `cgroup`; returns its pid and the request pipe's writing end.
 pub(super) fn start(cgroup: &Cgroup) -> Result<(Pid, OwnedFd), Errno> {
     let (req_read, req_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
-    let path = |name: &str| {
-        let p = cgroup.dir().join(name);
-        CString::new(p.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)
-    };
-    let plan = Plan {
+    let mut env = format!("{ASKED}={}:", req_read.as_raw_fd()).into_bytes();
+    env.extend_from_slice(cgroup.dir().as_os_str().as_bytes());
+    let env = CString::new(env).map_err(|_| Errno::EINVAL)?;
+    // Never freed: the child may read them after this function has returned.
+    let env: &'static std::ffi::CStr = Box::leak(env.into_boxed_c_str());
+    let plan: &'static Plan = Box::leak(Box::new(Plan {
         requests: req_read.as_raw_fd(),
-        rlocks_end: req_write.as_raw_fd(),
-        kill: path("cgroup.kill")?,
-        events: path("cgroup.events")?,
-        dir: CString::new(cgroup.dir().as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?,
-    };
-    // Never freed: the guardian may read them after rlock is gone.
-    let plan: &'static Plan = Box::leak(Box::new(plan));
-    // Above malloc's mmap threshold (128 KiB), so fresh zero pages, of which the guardian
-    // touches one or two; never freed (as `plan`).
+        argv: [NAME.as_ptr(), std::ptr::null()],
+        envp: [env.as_ptr(), std::ptr::null()],
+    }));
+    // Above malloc's mmap threshold (128 KiB), so fresh zero pages, of which the child touches
+    // one or two; never freed (as `plan`).
     let stack: &'static mut [u8] = Box::leak(vec![0u8; STACK].into_boxed_slice());
     let args = CloneArgs {
         flags: CLONE_VM,
@@ -67,125 +83,120 @@ pub(super) fn start(cgroup: &Cgroup) -> Result<(Pid, OwnedFd), Errno> {
         ..CloneArgs::default()
     };
     let arg = (plan as *const Plan).cast::<c_void>();
-    // SAFETY: the stack is the guardian's alone; `guard` touches only `plan`, its own stack and
-    // its own system calls (see the top of this file).
-    let pid = unsafe { clone3_on_stack(&args, guard, arg) }?;
-    // The guardian has its own copy of the descriptor table (no CLONE_FILES), with this end.
-    let _ = req_read.into_raw_fd();
-    // SAFETY: `plan.requests` is `req_read`'s descriptor, open in this process and no longer
-    // owned by anything here.
-    unsafe { nix::libc::close(plan.requests) };
+    // SAFETY: the stack is the child's alone; `become_guardian` touches only `plan`, its own
+    // stack and its own system calls (see the top of this file), and then execs.
+    let pid = unsafe { clone3_on_stack(&args, become_guardian, arg) }?;
+    // The child has its own copy of the descriptor table (no CLONE_FILES), with this end.
+    drop(req_read);
     Ok((pid, req_write))
 }
 
-/// The guardian's life: its own name and process group (every signal rlock acts on stays
-/// blocked, as rlock's mask is inherited: only SIGKILL ends it); then a blocking read of the
-/// request pipe. rlock's farewell ends it; end of file without one is rlock's death: then it
-/// kills the cgroup, again every 100 ms for as long as anything is in it (`cgroup.kill` also
-/// reaches what forks meanwhile, so one round is the rule), removes it and leaves.
-extern "C" fn guard(plan: *const c_void) -> ! {
+/// The child's whole life: a process group of its own (Ctrl-C at the terminal is not for it),
+/// /dev/null for its standard descriptors (a `$(rlock exec ...)` ends when rlock and its
+/// command have, not when the guardian has), the request pipe kept open, and the exec. Every
+/// signal rlock acts on stays blocked, as rlock's mask is inherited across the exec: only
+/// SIGKILL ends the guardian.
+extern "C" fn become_guardian(plan: *const c_void) -> ! {
     // SAFETY: `start` passes its leaked `Plan`.
     let plan = unsafe { &*plan.cast::<Plan>() };
-    sys(nr::CLOSE, plan.rlocks_end as usize, 0, 0);
-    sys(nr::PRCTL, PR_SET_NAME, NAME.as_ptr() as usize, 0);
     sys(nr::SETPGID, 0, 0, 0);
+    let null = sys(nr::OPEN, c"/dev/null".as_ptr() as usize, O_RDWR, 0);
+    if null >= 0 {
+        for fd in 0..3 {
+            sys(nr::DUP2, null as usize, fd, 0);
+        }
+        if null > 2 {
+            sys(nr::CLOSE, null as usize, 0, 0);
+        }
+    }
+    sys(nr::FCNTL, plan.requests as usize, F_SETFD, 0);
+    sys(
+        nr::EXECVE,
+        SELF.as_ptr() as usize,
+        plan.argv.as_ptr() as usize,
+        plan.envp.as_ptr() as usize,
+    );
+    loop {
+        sys(nr::EXIT_GROUP, 127, 0, 0);
+    }
+}
+
+/// When this process was started as a guardian (`start`), its life, which never returns; else
+/// nothing. Called first thing in `main`.
+pub fn watch_if_asked(args: &[OsString]) {
+    if args.len() != 1 || args[0].as_bytes() != NAME.to_bytes() {
+        return;
+    }
+    let Some(asked) = std::env::var_os(ASKED) else {
+        return;
+    };
+    let asked = asked.as_bytes();
+    let Some(colon) = asked.iter().position(|&b| b == b':') else {
+        return;
+    };
+    let Some(fd) = std::str::from_utf8(&asked[..colon])
+        .ok()
+        .and_then(|fd| fd.parse::<i32>().ok())
+    else {
+        return;
+    };
+    let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&asked[colon + 1..]));
+    // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes.
+    unsafe { nix::libc::prctl(nix::libc::PR_SET_NAME, NAME.as_ptr()) };
+    // SAFETY: `start` left this descriptor open for this process alone: the request pipe.
+    let requests = unsafe { OwnedFd::from_raw_fd(fd) };
+    let farewell = wait_for_farewell(&requests);
+    if !farewell {
+        stop_and_remove(dir);
+    }
+    std::process::exit(0);
+}
+
+/// Reads the request pipe until rlock's farewell (true) or its end of file (false: rlock died).
+fn wait_for_farewell(requests: &OwnedFd) -> bool {
     let mut msg = [0u8; 12];
     loop {
-        let n = sys(
-            nr::READ,
-            plan.requests as usize,
-            msg.as_mut_ptr() as usize,
-            12,
-        );
-        match n {
-            12 if i32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]) == DONE => leave(),
-            0 => break,
-            n if n < 0 && n != -(Errno::EINTR as isize) => break,
-            _ => {}
+        match nix::unistd::read(requests, &mut msg) {
+            Ok(12) if decode(&msg).0 == DONE => return true,
+            Ok(0) => return false,
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return false,
         }
     }
-    'kill: loop {
-        write_one(&plan.kill);
-        for _ in 0..50 {
-            if !populated(&plan.events) {
-                break 'kill;
-            }
-            nap(2_000_000);
+}
+
+/// Kills everything in the cgroup at `dir`, again every 100 ms for as long as anything is in it
+/// (`cgroup.kill` also reaches what forks meanwhile, so one round is the rule), then removes it.
+fn stop_and_remove(dir: PathBuf) {
+    let Ok(cgroup) = Cgroup::watched(dir) else {
+        return;
+    };
+    loop {
+        cgroup.signal(Signal::SIGKILL);
+        let until = Instant::now() + Duration::from_millis(100);
+        // An unreadable cgroup.events counts as something left: killed again.
+        while cgroup.is_populated().unwrap_or(true) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(2));
         }
-    }
-    // An rmdir can fail for a moment after the last process ended (EBUSY).
-    for _ in 0..200 {
-        if sys(nr::RMDIR, plan.dir.as_ptr() as usize, 0, 0) != -(Errno::EBUSY as isize) {
+        if !cgroup.is_populated().unwrap_or(true) {
             break;
         }
-        nap(5_000_000);
     }
-    leave()
+    cgroup.remove();
 }
 
-/// "1" written to the file at `path` (cgroup.kill).
-fn write_one(path: &CString) {
-    let fd = sys(
-        nr::OPENAT,
-        AT_FDCWD,
-        path.as_ptr() as usize,
-        O_WRONLY_CLOEXEC,
-    );
-    if fd >= 0 {
-        sys(nr::WRITE, fd as usize, b"1".as_ptr() as usize, 1);
-        sys(nr::CLOSE, fd as usize, 0, 0);
-    }
-}
+const O_RDWR: usize = (nix::libc::O_RDWR | nix::libc::O_CLOEXEC) as usize;
+const F_SETFD: usize = nix::libc::F_SETFD as usize;
 
-/// Whether cgroup.events (at `path`) says `populated 1`; false when it cannot be read.
-fn populated(path: &CString) -> bool {
-    let fd = sys(
-        nr::OPENAT,
-        AT_FDCWD,
-        path.as_ptr() as usize,
-        O_RDONLY_CLOEXEC,
-    );
-    if fd < 0 {
-        return false;
-    }
-    let mut buf = [0u8; 256];
-    let n = sys(nr::READ, fd as usize, buf.as_mut_ptr() as usize, buf.len());
-    sys(nr::CLOSE, fd as usize, 0, 0);
-    let n = usize::try_from(n).unwrap_or(0).min(buf.len());
-    buf[..n].windows(11).any(|w| w == b"populated 1")
-}
-
-/// Sleeps `ns` nanoseconds (under a second).
-fn nap(ns: i64) {
-    let ts = nix::libc::timespec {
-        tv_sec: 0,
-        tv_nsec: ns,
-    };
-    sys(nr::NANOSLEEP, &ts as *const _ as usize, 0, 0);
-}
-
-fn leave() -> ! {
-    loop {
-        sys(nr::EXIT_GROUP, 0, 0, 0);
-    }
-}
-
-const PR_SET_NAME: usize = 15;
-const AT_FDCWD: usize = -100isize as usize;
-const O_WRONLY_CLOEXEC: usize = (nix::libc::O_WRONLY | nix::libc::O_CLOEXEC) as usize;
-const O_RDONLY_CLOEXEC: usize = (nix::libc::O_RDONLY | nix::libc::O_CLOEXEC) as usize;
-
-/// The system calls the guardian makes (x86-64 numbers; `own.rs` uses this way nowhere else).
+/// The system calls the child makes (x86-64 numbers; `own.rs` uses this way nowhere else).
 mod nr {
-    pub const READ: i64 = 0;
-    pub const WRITE: i64 = 1;
+    pub const OPEN: i64 = 2;
     pub const CLOSE: i64 = 3;
-    pub const NANOSLEEP: i64 = 35;
-    pub const RMDIR: i64 = 84;
+    pub const DUP2: i64 = 33;
+    pub const EXECVE: i64 = 59;
+    pub const FCNTL: i64 = 72;
     pub const SETPGID: i64 = 109;
-    pub const PRCTL: i64 = 157;
     pub const EXIT_GROUP: i64 = 231;
-    pub const OPENAT: i64 = 257;
 }
 
 /// A system call made directly, without the C library (no `errno`, no cancellation check):
@@ -194,7 +205,7 @@ mod nr {
 fn sys(nr: i64, a: usize, b: usize, c: usize) -> isize {
     let ret: isize;
     // SAFETY: the calls above pass pointers to memory that lives as long as the call (the
-    // guardian's stack, the leaked plan, static strings); `syscall` clobbers rcx and r11.
+    // child's stack, the leaked plan, static strings); `syscall` clobbers rcx and r11.
     unsafe {
         std::arch::asm!(
             "syscall",

@@ -687,3 +687,65 @@ fn a_waiter_holds_no_cgroup_and_one_killed_while_waiting_leaves_none() {
         "the cgroup of the granted run is left behind"
     );
 }
+
+/// The cgroup's guardian is a process of its own, sharing no memory with rlock (`kcmp`): the
+/// OOM killer and a core dump end every process that shares a dying process's memory, and the
+/// guardian must outlive whatever ends rlock. rlock dying of SIGABRT (a core-dumping signal)
+/// leaves it to stop everything the command started, and to remove the cgroup.
+#[test]
+fn the_cgroups_guardian_shares_no_memory_with_rlock_and_outlives_its_core_dump() {
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    let mut rl = exec(
+        &server,
+        d,
+        Way::Cgroup,
+        &["--ttl", "30s"],
+        Escape::Setsid,
+        "sleep 600",
+    );
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(d).is_some()
+    });
+    let top = rl.pid();
+    let guardian = guardian_of(top).expect("a guardian");
+    const KCMP_VM: i64 = 1;
+    // SAFETY: kcmp compares two processes' kernel objects; it reads nothing of this process.
+    let same = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_kcmp,
+            top as i64,
+            guardian as i64,
+            KCMP_VM,
+            0i64,
+            0i64,
+        )
+    };
+    assert!(
+        same > 0,
+        "kcmp(rlock {top}, guardian {guardian}, KCMP_VM) = {same} ({}): 0 is memory shared",
+        nix::errno::Errno::last()
+    );
+    let _ = kill(Pid::from_raw(top), Signal::SIGABRT);
+    let killed = now_ns();
+    let (out, _) = rl.finish(Duration::from_secs(5));
+    assert_eq!(
+        out.code,
+        -(Signal::SIGABRT as i32),
+        "rlock dies of SIGABRT: {out}"
+    );
+    wait_until(
+        "the escaped loop to be stopped",
+        Duration::from_secs(5),
+        || loop_alive(d).is_none(),
+    );
+    assert_silent_after(d, killed + 1_000_000_000, "the guardian's stop");
+    wait_until(
+        "the guardian to remove its cgroup",
+        Duration::from_secs(5),
+        || !cgroup_of(top).exists(),
+    );
+}
