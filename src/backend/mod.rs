@@ -20,7 +20,7 @@ pub use cluster::Cluster;
 pub use error::{Class, Fault, NodeError, SetupError, TlsRefusal};
 pub use sentinel::Sentinel;
 pub use settings::{Settings, TlsFiles, split_urls, with_addr};
-pub use single::Single;
+pub use single::{Single, meanwhile};
 pub use slot::{hash_tag, key_slot};
 pub use subscriber::Subscriber;
 

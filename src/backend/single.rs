@@ -17,6 +17,25 @@ use crate::redact::redact_text;
 static CLUSTER_INFO: Script =
     Script::sent_whole("cluster_info", (include_str!("cluster_info.lua"), ""));
 
+thread_local! {
+    /// Work to do while this thread waits for its next script's reply (`meanwhile`).
+    static WHILE_ASKED: std::cell::Cell<Option<Box<dyn FnOnce()>>> = const { std::cell::Cell::new(None) };
+}
+
+/// `ask()`, with `work` done while Redis answers the first script `ask` sends from this thread
+/// to a single server, rather than before or after that round trip; when no such script is sent
+/// (no round trip, or Redlock's, whose threads never see it), once `ask` has returned. Either
+/// way `work` runs exactly once. exec makes the command's cgroup while the lock is asked for,
+/// and removes it while the lock is given back: work of rlock's own, done while Redis works.
+pub fn meanwhile<T>(work: Box<dyn FnOnce()>, ask: impl FnOnce() -> T) -> T {
+    WHILE_ASKED.set(Some(work));
+    let answer = ask();
+    if let Some(work) = WHILE_ASKED.take() {
+        work();
+    }
+    answer
+}
+
 pub struct Single {
     client: redis::Client,
     name: String,
@@ -388,12 +407,25 @@ fn run_script(
         if asking {
             redis::cmd("ASKING").query::<()>(conn)?;
         }
-        redis::cmd(verb)
+        let cmd = redis::cmd(verb)
             .arg(body)
             .arg(keys.len())
             .arg(keys)
             .arg(args)
-            .query::<Value>(conn)
+            .to_owned();
+        let Some(work) = WHILE_ASKED.take() else {
+            return cmd.query::<Value>(conn);
+        };
+        // As `query` does, with `work` done while Redis answers (and done, whatever the send).
+        let sent = conn.send_packed_command(&cmd.get_packed_command());
+        work();
+        sent?;
+        loop {
+            match conn.recv_response()? {
+                Value::Push { .. } => continue,
+                value => return value.extract_error(),
+            }
+        }
     };
     if script.always_eval {
         return send("EVAL", script.source);

@@ -33,9 +33,24 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // The run on record (history, metrics): written once it has ended, never before the start.
     let mut record = Recorder::asked(ctx, &locker, &key, args);
 
-    let held = hold(ctx, &locker, &key, args, &signals, asked).inspect_err(|e| record.failed(e))?;
+    // The command's cgroup (and its guardian) is made while Redis answers the first request for
+    // the lock, time rlock spends waiting anyway; if the lock is found busy it goes again at
+    // once (a waiter holds none), and is made anew once the lock is granted.
+    let early = Early::default();
+    let ask = || hold(ctx, &locker, &key, args, &signals, asked, &early);
+    let held = match args.contain {
+        Containment::Tree => ask(),
+        _ => {
+            let made = early.clone();
+            crate::backend::meanwhile(Box::new(move || made.set(Some(Ready::make()))), ask)
+        }
+    };
+    let held = held.inspect_err(|e| {
+        dismiss(&early);
+        record.failed(e);
+    })?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
-    let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
+    let child = start(ctx, &locker, &held, args, early.take()).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
     let died_of = outcome.signal;
     // The lock first: the next holder waits for nothing else. The run goes on record in the
@@ -45,13 +60,27 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     } else {
         None
     };
-    let lost = give_back(ctx, &locker, &held, &outcome, run, &mut record);
     let guardian = after.tidy();
+    // The guardian, which has left or is leaving, is reaped and the cgroup removed while Redis
+    // answers the release: the next holder waits for nothing else.
+    let lost = crate::backend::meanwhile(Box::new(move || guardian.reap()), || {
+        give_back(ctx, &locker, &held, &outcome, run, &mut record)
+    });
     let exit = exit(args, &held, outcome, lost);
     record.ended(&exit, died_of);
-    // Last: by now the guardian has left; the cgroup it lived in goes with it.
-    guardian.reap();
     exit
+}
+
+/// The command's cgroup and guardian, or why there is no cgroup, once made while the lock was
+/// asked for.
+type Early = std::rc::Rc<std::cell::Cell<Option<Result<Ready, String>>>>;
+
+/// Undoes what was made for the command while the lock was asked for: it does not start now (a
+/// failure), or not before a wait (a waiter holds no cgroup).
+fn dismiss(early: &Early) {
+    if let Some(Ok(ready)) = early.take() {
+        ready.dismiss();
+    }
 }
 
 /// Who looks after the lock while the command runs.
@@ -109,11 +138,12 @@ fn hold(
     args: &ExecArgs,
     signals: &Signals,
     asked: Lease,
+    early: &Early,
 ) -> Result<Held, Failure> {
     let (mut grant, owner) = match inherited(ctx, locker, key)? {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
-        None => (acquire(ctx, locker, key, args, signals)?, Owner::Us),
+        None => (acquire(ctx, locker, key, args, signals, early)?, Owner::Us),
     };
     let lease = kept_by(ctx, args, asked, &grant)?;
     if owner == Owner::Shell {
@@ -166,6 +196,7 @@ fn acquire(
     key: &crate::lock::LockKey,
     args: &ExecArgs,
     signals: &Signals,
+    early: &Early,
 ) -> Result<Grant, Failure> {
     let ask = Ask {
         key,
@@ -177,6 +208,7 @@ fn acquire(
     let observer = ExecWait {
         ctx,
         program: &args.command[0],
+        early,
     };
     take(locker, ask, &WaitSignals(signals), &observer)
 }
@@ -188,10 +220,15 @@ fn acquire(
 struct ExecWait<'a> {
     ctx: &'a Context,
     program: &'a std::ffi::OsString,
+    /// What was made for the command while the lock was asked for: undone when a wait begins.
+    early: &'a Early,
 }
 
 impl Observer for ExecWait<'_> {
     fn observe(&self, note: Note<'_>) {
+        if let Note::WaitBegins { .. } | Note::OutageBegan { .. } = note {
+            dismiss(self.early);
+        }
         if let Note::WaitBegins { key, .. } = note
             && let Err(why) = supervise::runnable(self.program)
         {
@@ -235,7 +272,13 @@ fn interrupt(signals: &Signals) -> Option<Signal> {
 /// in a cgroup of its own where one can be made (started there by rlock, with a guardian
 /// watching), else started by the guardian, which keeps everything the command starts below
 /// itself; either way the guardian kills all of it should rlock be killed.
-fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result<Child, Failure> {
+fn start(
+    ctx: &Context,
+    locker: &Locker,
+    held: &Held,
+    args: &ExecArgs,
+    early: Option<Result<Ready, String>>,
+) -> Result<Child, Failure> {
     let grant = &held.grant;
     let renewer_pid = match held.owner {
         Owner::OuterExec => nested::enclosing_exec(&grant.token).unwrap_or(0),
@@ -243,13 +286,18 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
     };
     let env = nested::child_env(ctx, grant, renewer_pid.to_string());
     // The renewal thread's reports (it starts once the first renewal is due).
-    let reports = Reports::new().map_err(|e| {
-        release(ctx, locker, held);
-        Failure::Internal(format!("cannot make a pipe: {e}"))
-    })?;
-    // Made once the lock is granted, with its guardian: a waiter holds none (however long it
-    // waits, and killed meanwhile it leaves none behind).
-    let made = (args.contain != Containment::Tree).then(Ready::make);
+    // Made while the lock was asked for, or now that it is granted after a wait.
+    let made = early.or_else(|| (args.contain != Containment::Tree).then(Ready::make));
+    let reports = match Reports::new() {
+        Ok(reports) => reports,
+        Err(e) => {
+            if let Some(Ok(ready)) = made {
+                ready.dismiss();
+            }
+            release(ctx, locker, held);
+            return Err(Failure::Internal(format!("cannot make a pipe: {e}")));
+        }
+    };
     let (cgroup, why_not) = match made {
         None => (None, Some("--contain tree".to_string())),
         Some(made) => match made {

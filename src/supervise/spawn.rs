@@ -179,6 +179,8 @@ pub(super) fn start_in(
         Err(e @ (Errno::EAGAIN | Errno::ENOMEM)) => return Err(Spawned::NoRoom(e)),
         Err(_) => return Err(Spawned::NotThisWay),
     };
+    // Not unmapped: rlock ends soon, and the kernel takes it back then at no extra cost.
+    std::mem::forget(stack);
     match child.exec_errno.load(Ordering::Relaxed) {
         0 => Ok(pid),
         errno => {

@@ -82,11 +82,12 @@ impl Watcher {
         Ok(Watcher { pid, requests })
     }
 
-    /// Sends the guardian away (nothing was started in its cgroup) and reaps it.
+    /// Sends the guardian away (nothing was started in its cgroup), and reaps it if it has
+    /// left; if not (it may still be starting), the next reaping of rlock's children does.
     pub fn dismiss(self) {
         let _ = nix::unistd::write(&self.requests, &encode(DONE, 0, 0));
         drop(self.requests);
-        let _ = waitpid(self.pid, None);
+        let _ = waitpid(self.pid, Some(WaitPidFlag::WNOHANG));
     }
 }
 

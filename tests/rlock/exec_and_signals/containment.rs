@@ -644,11 +644,22 @@ fn a_waiter_holds_no_cgroup_and_one_killed_while_waiting_leaves_none() {
     );
     waiter.wait_for("the waiter in line", Duration::from_secs(10), queued);
     let cgroup = cgroup_of(waiter.pid());
+    // (It may stand for the moment between the busy answer and rlock's reading of it.)
+    waiter.wait_for(
+        "the cgroup made while the lock was asked for to go",
+        Duration::from_secs(5),
+        || !cgroup.exists(),
+    );
+    let gone = Instant::now() + Duration::from_millis(300);
+    wait_until("a moment of waiting", Duration::from_secs(2), || {
+        Instant::now() >= gone
+    });
     assert!(
         !cgroup.exists(),
-        "{} stands while rlock waits",
+        "{} stands again while rlock waits",
         cgroup.display()
     );
+    assert!(waiter.running(), "the waiter stopped waiting");
     waiter.kill(Signal::SIGKILL);
     waiter.finish(Duration::from_secs(5));
     assert!(
