@@ -98,10 +98,16 @@ impl Cgroup {
 
     /// The cgroup at `dir`, made by the rlock whose guardian this process is (in the same
     /// cgroup as that rlock, of which `dir` is a child).
+    /// Err only when `dir` cannot be opened (it is gone: nothing is left in it).
     pub fn watched(dir: PathBuf) -> io::Result<Cgroup> {
-        let own = own_cgroup().ok_or(io::ErrorKind::NotFound)?;
-        let name = dir.file_name().ok_or(io::ErrorKind::NotFound)?;
-        let rel = format!("{}/{}", own.trim_end_matches('/'), name.to_string_lossy());
+        // Without its path as /proc names it, a process is signalled only through cgroup.kill
+        // (each one's membership cannot be checked): still the rule, on Linux 5.14 and later.
+        let own = own_cgroup().unwrap_or_default();
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let rel = format!("{}/{name}", own.trim_end_matches('/'));
         let dir_fd = fs::File::open(&dir)?.into();
         Ok(Cgroup { dir, rel, dir_fd })
     }

@@ -633,16 +633,17 @@ fn a_waiter_holds_no_cgroup_and_one_killed_while_waiting_leaves_none() {
     let server = RedisServer::start();
     let dir = open_dir();
     let holder = crate::common::basic::acquire(&server, KEY, &["--ttl", "60s"]);
-    let queued = || {
+    // How many are in line. A waiter killed there keeps its place until the lock is free.
+    let in_line = |n: i64| {
         crate::common::basic::q::<i64>(&server, &["ZCARD", &crate::common::basic::queue_key(KEY)])
-            == 1
+            == n
     };
     let mut waiter = Bg::spawn(
         "waiter",
         dir.path(),
         rlock_at(&server).args(["exec", "-w", "30s", "-k", KEY, "--", "true"]),
     );
-    waiter.wait_for("the waiter in line", Duration::from_secs(10), queued);
+    waiter.wait_for("the waiter in line", Duration::from_secs(10), || in_line(1));
     let cgroup = cgroup_of(waiter.pid());
     // (It may stand for the moment between the busy answer and rlock's reading of it.)
     waiter.wait_for(
@@ -684,7 +685,11 @@ fn a_waiter_holds_no_cgroup_and_one_killed_while_waiting_leaves_none() {
         ]),
     );
     let pid = second.pid();
-    second.wait_for("the second waiter in line", Duration::from_secs(10), queued);
+    second.wait_for(
+        "the second waiter in line, behind the killed one",
+        Duration::from_secs(10),
+        || in_line(2),
+    );
     crate::common::basic::release(&server, KEY, &holder);
     let (out, _) = second.finish(Duration::from_secs(10));
     assert_eq!(out.code, 0, "{out}");
