@@ -146,11 +146,14 @@ impl Cgroup {
         false
     }
 
-    /// Whether any process is left in the cgroup or below it; an error when `cgroup.events`
-    /// cannot be read (which a caller takes for something left).
-    pub fn is_populated(&self) -> io::Result<bool> {
-        fs::read_to_string(self.dir.join("cgroup.events"))
-            .map(|events| events.lines().any(|l| l == "populated 1"))
+    /// Whether any process is left in the cgroup or below it. A cgroup that is gone holds
+    /// nothing (it could be removed only once empty); one whose `cgroup.events` cannot be read
+    /// for another reason is taken to hold something.
+    pub fn populated(&self) -> bool {
+        match fs::read_to_string(self.dir.join("cgroup.events")) {
+            Ok(events) => events.lines().any(|l| l == "populated 1"),
+            Err(e) => e.kind() != io::ErrorKind::NotFound,
+        }
     }
 
     /// `sig` to every process of the cgroup, none of which can fork away meanwhile: SIGKILL by

@@ -68,6 +68,8 @@ pub(super) const CAN: bool = cfg!(target_arch = "x86_64");
 pub struct Watcher {
     pid: Pid,
     requests: OwnedFd,
+    /// How its exec went, until confirmed (`confirm`).
+    status: Option<OwnedFd>,
 }
 
 impl Watcher {
@@ -78,8 +80,21 @@ impl Watcher {
         if !watch::can_start() {
             return Err(Errno::ENOEXEC);
         }
-        let (pid, requests) = watch::start(cgroup)?;
-        Ok(Watcher { pid, requests })
+        let started = watch::start(cgroup)?;
+        Ok(Watcher {
+            pid: started.pid,
+            requests: started.requests,
+            status: Some(started.status),
+        })
+    }
+
+    /// Waits for the guardian's exec to have gone well (it has, most often, by the time the
+    /// lock is granted): the command does not start under a guardian that never ran.
+    fn confirm(&mut self) -> Result<(), Errno> {
+        match self.status.take() {
+            Some(status) => watch::exec_went(&status),
+            None => Ok(()),
+        }
     }
 
     /// Sends the guardian away (nothing was started in its cgroup), and reaps it if it has
@@ -110,13 +125,20 @@ pub(super) fn launch(
         cgroup.remove();
         Tried::Done(Err(failure))
     };
-    let watcher = match watcher.map_or_else(|| Watcher::start(&cgroup), Ok) {
+    let mut watcher = match watcher.map_or_else(|| Watcher::start(&cgroup), Ok) {
         Ok(w) => w,
         Err(e @ (Errno::EAGAIN | Errno::ENOMEM)) => {
             return fail(&cgroup, guardian_not_started("clone3", e));
         }
         Err(_) => return Tried::Not(cgroup),
     };
+    if let Err(e) = watcher.confirm() {
+        watcher.dismiss();
+        return match e {
+            Errno::EAGAIN | Errno::ENOMEM => fail(&cgroup, guardian_not_started("exec", e)),
+            _ => Tried::Not(cgroup),
+        };
+    }
     match start_in(prepared, terminal, cgroup.dir_fd()) {
         Ok(pid) => {
             let _ = setpgid(pid, pid);
@@ -149,6 +171,7 @@ fn launched(pid: Pid, watcher: Watcher, cgroup: Cgroup) -> Launched {
     let Watcher {
         pid: watcher,
         requests,
+        ..
     } = watcher;
     let containment = format!("its own cgroup, {}", cgroup.dir().display());
     let dir = cgroup.dir().to_path_buf();
@@ -236,20 +259,22 @@ impl Own {
     fn populated(&mut self) -> bool {
         if self.events.is_none() {
             // Unreadable: as if something were left (looked at again on the next wake-up).
-            if !self.cgroup.is_populated().unwrap_or(true) {
+            if !self.cgroup.populated() {
                 return false;
             }
             self.events = File::open(self.cgroup.dir().join("cgroup.events")).ok();
         }
         let Some(file) = &self.events else {
-            return true;
+            // Not opened: read by name (gone is empty; unreadable, something left).
+            return self.cgroup.populated();
         };
         let mut buf = [0u8; 256];
         match file.read_at(&mut buf, 0) {
             Ok(n) => !String::from_utf8_lossy(&buf[..n])
                 .lines()
                 .any(|l| l == "populated 0"),
-            Err(_) => true,
+            // (A cgroup removed meanwhile answers ENODEV here, and is gone by name.)
+            Err(_) => self.cgroup.populated(),
         }
     }
 

@@ -20,7 +20,7 @@
 //! until nothing is left in it, removes it and leaves.
 
 use std::ffi::{CString, OsString, c_char, c_void};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -47,6 +47,9 @@ const SELF: &std::ffi::CStr = c"/proc/self/exe";
 struct Plan {
     /// Its end of the request pipe, kept open across the exec.
     requests: i32,
+    /// The writing end of the pipe that says how the exec went: closed by a successful exec
+    /// (close-on-exec), the exec's error number written to it otherwise.
+    status: i32,
     argv: [*const c_char; 2],
     envp: [*const c_char; 2],
 }
@@ -59,9 +62,18 @@ pub(super) fn can_start() -> bool {
     nix::unistd::access(SELF, nix::unistd::AccessFlags::X_OK).is_ok()
 }
 
-/// Starts the guardian of `cgroup`; returns its pid and the request pipe's writing end.
-pub(super) fn start(cgroup: &Cgroup) -> Result<(Pid, OwnedFd), Errno> {
+/// The guardian, once started: its pid, the request pipe's writing end, and the reading end of
+/// the pipe that says whether its exec went well (`Started::exec_went`).
+pub(super) struct Started {
+    pub pid: Pid,
+    pub requests: OwnedFd,
+    pub status: OwnedFd,
+}
+
+/// Starts the guardian of `cgroup`.
+pub(super) fn start(cgroup: &Cgroup) -> Result<Started, Errno> {
     let (req_read, req_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let (status_read, status_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
     let mut env = format!("{ASKED}={}:", req_read.as_raw_fd()).into_bytes();
     env.extend_from_slice(cgroup.dir().as_os_str().as_bytes());
     let env = CString::new(env).map_err(|_| Errno::EINVAL)?;
@@ -69,6 +81,7 @@ pub(super) fn start(cgroup: &Cgroup) -> Result<(Pid, OwnedFd), Errno> {
     let env: &'static std::ffi::CStr = Box::leak(env.into_boxed_c_str());
     let plan: &'static Plan = Box::leak(Box::new(Plan {
         requests: req_read.as_raw_fd(),
+        status: status_write.as_raw_fd(),
         argv: [NAME.as_ptr(), std::ptr::null()],
         envp: [env.as_ptr(), std::ptr::null()],
     }));
@@ -86,9 +99,42 @@ pub(super) fn start(cgroup: &Cgroup) -> Result<(Pid, OwnedFd), Errno> {
     // SAFETY: the stack is the child's alone; `become_guardian` touches only `plan`, its own
     // stack and its own system calls (see the top of this file), and then execs.
     let pid = unsafe { clone3_on_stack(&args, become_guardian, arg) }?;
-    // The child has its own copy of the descriptor table (no CLONE_FILES), with this end.
+    // Out of rlock's process group at once (the child does it too, first thing): a signal to
+    // rlock's job must not reach it in the moment before it runs.
+    let _ = nix::unistd::setpgid(pid, pid);
+    // The child has its own copy of the descriptor table (no CLONE_FILES), with these ends.
     drop(req_read);
-    Ok((pid, req_write))
+    drop(status_write);
+    Ok(Started {
+        pid,
+        requests: req_write,
+        status: status_read,
+    })
+}
+
+/// Waits (a second at most) for the guardian's exec: Ok once it went well (the status pipe's
+/// end of file), else its error number (ETIMEDOUT when it did not come in time).
+pub(super) fn exec_went(status: &OwnedFd) -> Result<(), Errno> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    let until = Instant::now() + Duration::from_secs(1);
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let left = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(status.as_fd(), PollFlags::POLLIN)];
+        match nix::poll::poll(&mut fds, left) {
+            Ok(0) => return Err(Errno::ETIMEDOUT),
+            Ok(_) => break,
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut errno = [0u8; 4];
+    match nix::unistd::read(status, &mut errno) {
+        Ok(0) => Ok(()),
+        Ok(4) => Err(Errno::from_raw(i32::from_ne_bytes(errno))),
+        Ok(_) => Err(Errno::EIO),
+        Err(e) => Err(e),
+    }
 }
 
 /// The child's whole life: a process group of its own (Ctrl-C at the terminal is not for it),
@@ -100,6 +146,8 @@ extern "C" fn become_guardian(plan: *const c_void) -> ! {
     // SAFETY: `start` passes its leaked `Plan`.
     let plan = unsafe { &*plan.cast::<Plan>() };
     sys(nr::SETPGID, 0, 0, 0);
+    // Its name at once, not only after the exec (`killall rlock` meanwhile must miss it).
+    sys(nr::PRCTL, PR_SET_NAME, NAME.as_ptr() as usize, 0);
     let null = sys(nr::OPEN, c"/dev/null".as_ptr() as usize, O_RDWR, 0);
     if null >= 0 {
         for fd in 0..3 {
@@ -110,11 +158,18 @@ extern "C" fn become_guardian(plan: *const c_void) -> ! {
         }
     }
     sys(nr::FCNTL, plan.requests as usize, F_SETFD, 0);
-    sys(
+    let failed = sys(
         nr::EXECVE,
         SELF.as_ptr() as usize,
         plan.argv.as_ptr() as usize,
         plan.envp.as_ptr() as usize,
+    );
+    let errno = i32::try_from(-failed).unwrap_or(Errno::EINVAL as i32);
+    sys(
+        nr::WRITE,
+        plan.status as usize,
+        &errno as *const i32 as usize,
+        4,
     );
     loop {
         sys(nr::EXIT_GROUP, 127, 0, 0);
@@ -168,17 +223,28 @@ fn wait_for_farewell(requests: &OwnedFd) -> bool {
 /// Kills everything in the cgroup at `dir`, again every 100 ms for as long as anything is in it
 /// (`cgroup.kill` also reaches what forks meanwhile, so one round is the rule), then removes it.
 fn stop_and_remove(dir: PathBuf) {
-    let Ok(cgroup) = Cgroup::watched(dir) else {
-        return;
+    // Not opened for want of a descriptor or memory: tried again (a cgroup that is gone holds
+    // nothing).
+    let mut tries = 0;
+    let cgroup = loop {
+        match Cgroup::watched(dir.clone()) {
+            Ok(cgroup) => break cgroup,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound || tries == 500 => return,
+            Err(_) => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
     };
     loop {
         cgroup.signal(Signal::SIGKILL);
         let until = Instant::now() + Duration::from_millis(100);
-        // An unreadable cgroup.events counts as something left: killed again.
-        while cgroup.is_populated().unwrap_or(true) && Instant::now() < until {
+        // An unreadable cgroup.events counts as something left (killed again); a cgroup
+        // removed meanwhile (by the next rlock beside it, once empty) as nothing.
+        while cgroup.populated() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(2));
         }
-        if !cgroup.is_populated().unwrap_or(true) {
+        if !cgroup.populated() {
             break;
         }
     }
@@ -186,16 +252,19 @@ fn stop_and_remove(dir: PathBuf) {
 }
 
 const O_RDWR: usize = (nix::libc::O_RDWR | nix::libc::O_CLOEXEC) as usize;
+const PR_SET_NAME: usize = nix::libc::PR_SET_NAME as usize;
 const F_SETFD: usize = nix::libc::F_SETFD as usize;
 
 /// The system calls the child makes (x86-64 numbers; `own.rs` uses this way nowhere else).
 mod nr {
     pub const OPEN: i64 = 2;
+    pub const WRITE: i64 = 1;
     pub const CLOSE: i64 = 3;
     pub const DUP2: i64 = 33;
     pub const EXECVE: i64 = 59;
     pub const FCNTL: i64 = 72;
     pub const SETPGID: i64 = 109;
+    pub const PRCTL: i64 = 157;
     pub const EXIT_GROUP: i64 = 231;
 }
 
