@@ -9,6 +9,7 @@
 use super::process_group::{heartbeat, now_ns};
 use crate::common::{Background as Bg, Output, RedisServer, rlock_at, run, wait_until};
 use std::fs;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -16,8 +17,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-const KEY: &str = "esc";
-const LOCK: &str = "rlock:esc";
+pub(super) const KEY: &str = "esc";
+pub(super) const LOCK: &str = "rlock:esc";
 
 /// A heartbeat loop that ignores SIGTERM and writes its pid to `$D/esc.pid` and the wall clock
 /// (ns) to `$D/hb` every 20 ms.
@@ -25,7 +26,7 @@ const LOOP: &str = r#"trap "" TERM; echo $$ > "$D/esc.pid"; while :; do date +%s
 
 /// How a heartbeat loop gets away from the command's process group.
 #[derive(Debug, Clone, Copy)]
-enum Escape {
+pub(super) enum Escape {
     /// coreutils `timeout` (without --foreground) moves itself into a group of its own.
     Timeout,
     /// A `set -m` shell's background job leads a group of its own.
@@ -56,7 +57,7 @@ impl Escape {
 
 /// No heartbeat after `at` (ns), and none for a quiet period after: nothing of the loop runs.
 #[track_caller]
-fn assert_silent_after(dir: &Path, at: i64, what: &str) {
+pub(super) fn assert_silent_after(dir: &Path, at: i64, what: &str) {
     let seen = heartbeat(dir).expect("the loop wrote heartbeats");
     assert!(
         seen <= at,
@@ -81,7 +82,7 @@ fn assert_silent_after(dir: &Path, at: i64, what: &str) {
 
 /// The escaped loop of the test whose directory is `dir`, if it still runs: its pid, checked to
 /// be that loop (its environment names `dir`), never another process that took the pid since.
-fn loop_alive(dir: &Path) -> Option<i32> {
+pub(super) fn loop_alive(dir: &Path) -> Option<i32> {
     let pid: i32 = fs::read_to_string(dir.join("esc.pid"))
         .ok()?
         .trim()
@@ -95,7 +96,7 @@ fn loop_alive(dir: &Path) -> Option<i32> {
 
 /// Kills the escaped loop when a test ends, passed or failed: a build that lets it escape (the
 /// defect these tests catch) must not leave it running for ever.
-struct Reaper<'a>(&'a Path);
+pub(super) struct Reaper<'a>(pub(super) &'a Path);
 
 impl Drop for Reaper<'_> {
     fn drop(&mut self) {
@@ -107,7 +108,7 @@ impl Drop for Reaper<'_> {
 
 /// Waits for the loop's first heartbeat, deletes the lock behind rlock's back, and waits for
 /// rlock to end: what it printed, and when (ns) its end was seen.
-fn lose_the_lock(server: &RedisServer, rl: &mut Bg) -> (Output, i64) {
+pub(super) fn lose_the_lock(server: &RedisServer, rl: &mut Bg) -> (Output, i64) {
     let d = rl.dir().to_path_buf();
     rl.wait_for("heartbeats", Duration::from_secs(10), || {
         heartbeat(&d).is_some()
@@ -118,14 +119,14 @@ fn lose_the_lock(server: &RedisServer, rl: &mut Bg) -> (Output, i64) {
 }
 
 /// The guardian below rlock `top`, found by its name.
-fn guardian_of(top: i32) -> Option<i32> {
+pub(super) fn guardian_of(top: i32) -> Option<i32> {
     descendants(top)
         .into_iter()
         .find(|&pid| comm(pid).as_deref() == Some("rl-guardian"))
 }
 
 /// A temporary directory anyone may write (the loop may run as another user).
-fn open_dir() -> tempfile::TempDir {
+pub(super) fn open_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).expect("chmod");
@@ -134,7 +135,7 @@ fn open_dir() -> tempfile::TempDir {
 
 /// How rlock contains the command in a test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Way {
+pub(super) enum Way {
     /// As root: its own cgroup.
     Cgroup,
     /// `--contain tree`: the process tree below the guardian.
@@ -152,7 +153,7 @@ impl Way {
 
 /// `rlock -v exec --contain WAY -k esc OPTS -- bash -c 'ESCAPE; SCRIPT'`, leading a process
 /// group of its own.
-fn exec(
+pub(super) fn exec(
     server: &RedisServer,
     dir: &Path,
     way: Way,
@@ -167,7 +168,7 @@ fn exec(
     Bg::spawn_group("rlock", dir, &mut cmd)
 }
 
-fn requires_root() {
+pub(super) fn requires_root() {
     assert!(
         nix::unistd::geteuid().is_root(),
         "the cgroup tests run as root (CI does): run cargo test as root"
@@ -267,7 +268,7 @@ fn stopped_when_rlock_is_killed_by_name(way: Way, escape: Escape) {
     }
 }
 
-fn comm(pid: i32) -> Option<String> {
+pub(super) fn comm(pid: i32) -> Option<String> {
     Some(
         fs::read_to_string(format!("/proc/{pid}/comm"))
             .ok()?
@@ -277,7 +278,7 @@ fn comm(pid: i32) -> Option<String> {
 }
 
 /// Every process below `root`, from the parents in /proc/*/stat.
-fn descendants(root: i32) -> Vec<i32> {
+pub(super) fn descendants(root: i32) -> Vec<i32> {
     let parents: Vec<(i32, i32)> = fs::read_dir("/proc")
         .expect("/proc")
         .flatten()
@@ -304,7 +305,7 @@ fn descendants(root: i32) -> Vec<i32> {
 }
 
 /// The cgroup rlock `pid` makes for its command (on this machine's hierarchy).
-fn cgroup_of(pid: i32) -> std::path::PathBuf {
+pub(super) fn cgroup_of(pid: i32) -> std::path::PathBuf {
     let info = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     let mount = info
         .lines()
@@ -461,138 +462,6 @@ fn a_user_who_may_not_write_the_cgroup_is_contained_by_the_tree() {
     assert!(!server.exists(LOCK), "the lock was kept after a refusal");
 }
 
-/// With no process left to fork (`ulimit -u`), the guardian cannot be started: the command does
-/// not start either, rlock says so and exits 70, and the lock is given back.
-#[test]
-fn without_a_guardian_the_command_does_not_start() {
-    requires_root();
-    let server = RedisServer::start();
-    let dir = open_dir();
-    let d = dir.path();
-    let rl = env!("CARGO_BIN_EXE_rlock");
-    let script = format!(
-        r#"ulimit -u 1; exec "{rl}" --url "{}" exec -k {KEY} -- sh -c ': > "$D/ran"'"#,
-        server.url()
-    );
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid=54322",
-        "--regid=54322",
-        "--clear-groups",
-        "--",
-        "bash",
-        "-c",
-        &script,
-    ])
-    .env("D", d);
-    let out = run(&mut cmd);
-    assert_eq!(out.code, 70, "{out}");
-    assert!(
-        out.stderr.contains("cannot start the guardian")
-            && out.stderr.contains("the command was not started"),
-        "{out}"
-    );
-    assert!(
-        !d.join("ran").exists(),
-        "the command ran without a guardian"
-    );
-    assert!(!server.exists(LOCK), "the lock was kept");
-}
-
-use std::os::unix::process::CommandExt;
-
-/// What docs/exec.md says still escapes, both ways: when rlock *and* its guardian are both
-/// SIGKILLed, nobody is left to stop what the command started. The command itself dies with its
-/// parent, the guardian (parent-death signal); a loop in a session of its own runs on.
-#[test]
-fn what_escapes_when_rlock_and_its_guardian_are_both_killed() {
-    for way in [Way::Cgroup, Way::Tree] {
-        if way == Way::Cgroup {
-            requires_root();
-        }
-        let server = RedisServer::start();
-        let dir = open_dir();
-        let d = dir.path();
-        let _reaper = Reaper(d);
-        let then = r#"echo $$ > "$D/leader"; sleep 600"#;
-        let mut rl = exec(&server, d, way, &["--ttl", "30s"], Escape::Setsid, then);
-        rl.wait_for("heartbeats", Duration::from_secs(10), || {
-            heartbeat(d).is_some()
-        });
-        let top = rl.pid();
-        let guardian = guardian_of(top).expect("a guardian");
-        let leader: i32 = fs::read_to_string(d.join("leader"))
-            .expect("leader pid")
-            .trim()
-            .parse()
-            .expect("a pid");
-        // Both at once: stopped first, so that neither sees the other die and acts.
-        for sig in [Signal::SIGSTOP, Signal::SIGKILL] {
-            let _ = kill(Pid::from_raw(guardian), sig);
-            let _ = kill(Pid::from_raw(top), sig);
-        }
-        let _ = rl.finish(Duration::from_secs(5));
-        wait_until(
-            "the command to die with its guardian",
-            Duration::from_secs(5),
-            || !crate::common::pid_alive(leader),
-        );
-        let before = heartbeat(d).expect("heartbeats");
-        wait_until(
-            "a heartbeat of the escaped loop",
-            Duration::from_secs(5),
-            || heartbeat(d).is_some_and(|hb| hb > before),
-        );
-        let survivor = loop_alive(d);
-        assert!(
-            survivor.is_some(),
-            "{way:?}: the loop in a session of its own was stopped after all; docs/exec.md says it escapes"
-        );
-        if let Some(pid) = survivor {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        if way == Way::Cgroup {
-            // Nobody was left to remove it either.
-            let cgroup = cgroup_of(top);
-            wait_until("the cgroup to empty", Duration::from_secs(5), || {
-                fs::remove_dir(&cgroup).is_ok() || !cgroup.exists()
-            });
-        }
-    }
-}
-
-/// docs/exec.md's way to stop a job at once: kill its guardian. The command dies with it (parent-
-/// death signal), rlock stops what the command started itself (it is a subreaper too, and
-/// has the cgroup), removes the cgroup, releases the lock and exits 137.
-#[test]
-fn killing_the_guardian_stops_everything_and_rlock_releases() {
-    requires_root();
-    let server = RedisServer::start();
-    let dir = open_dir();
-    let d = dir.path();
-    let _reaper = Reaper(d);
-    let mut rl = exec(
-        &server,
-        d,
-        Way::Cgroup,
-        &["--ttl", "30s"],
-        Escape::Setsid,
-        "sleep 600",
-    );
-    rl.wait_for("heartbeats", Duration::from_secs(10), || {
-        heartbeat(d).is_some()
-    });
-    let top = rl.pid();
-    let guardian = guardian_of(top).expect("a guardian");
-    let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
-    let (out, _) = rl.finish(Duration::from_secs(10));
-    let exited = now_ns();
-    assert_eq!(out.code, 137, "{out}");
-    assert_silent_after(d, exited, "rlock's exit after its guardian was killed");
-    assert!(!server.exists(LOCK), "the lock was not released");
-    assert!(!cgroup_of(top).exists(), "the cgroup was left behind");
-}
-
 /// A process whose name the kernel cut inside a character (15 bytes of `ÄÄÄÄÄÄÄÄ.sh`) is found
 /// by the tree walk like any other, and so is everything below it.
 #[test]
@@ -622,146 +491,4 @@ fn a_name_cut_inside_a_character_does_not_hide_a_process() {
     let (out, exited) = lose_the_lock(&server, &mut rl);
     assert_eq!(out.code, 76, "{out}");
     assert_silent_after(d, exited, "a process with a cut name");
-}
-
-/// A cgroup is made while the lock is asked for, and goes as soon as the lock is found busy: a
-/// waiter holds none (however long it waits), and one SIGKILLed while waiting leaves none; the
-/// command, once granted, still runs in a cgroup of its own, removed at the end.
-#[test]
-fn a_waiter_holds_no_cgroup_and_one_killed_while_waiting_leaves_none() {
-    requires_root();
-    let server = RedisServer::start();
-    let dir = open_dir();
-    let holder = crate::common::basic::acquire(&server, KEY, &["--ttl", "60s"]);
-    // How many are in line. A waiter killed there keeps its place until the lock is free.
-    let in_line = |n: i64| {
-        crate::common::basic::q::<i64>(&server, &["ZCARD", &crate::common::basic::queue_key(KEY)])
-            == n
-    };
-    let mut waiter = Bg::spawn(
-        "waiter",
-        dir.path(),
-        rlock_at(&server).args(["exec", "-w", "30s", "-k", KEY, "--", "true"]),
-    );
-    waiter.wait_for("the waiter in line", Duration::from_secs(10), || in_line(1));
-    let cgroup = cgroup_of(waiter.pid());
-    // (It may stand for the moment between the busy answer and rlock's reading of it.)
-    waiter.wait_for(
-        "the cgroup made while the lock was asked for to go",
-        Duration::from_secs(5),
-        || !cgroup.exists(),
-    );
-    let gone = Instant::now() + Duration::from_millis(300);
-    wait_until("a moment of waiting", Duration::from_secs(2), || {
-        Instant::now() >= gone
-    });
-    assert!(
-        !cgroup.exists(),
-        "{} stands again while rlock waits",
-        cgroup.display()
-    );
-    assert!(waiter.running(), "the waiter stopped waiting");
-    waiter.kill(Signal::SIGKILL);
-    waiter.finish(Duration::from_secs(5));
-    assert!(
-        !cgroup.exists(),
-        "{} was left by a killed waiter",
-        cgroup.display()
-    );
-
-    let mut second = Bg::spawn(
-        "second",
-        dir.path(),
-        rlock_at(&server).args([
-            "exec",
-            "-w",
-            "30s",
-            "-k",
-            KEY,
-            "--",
-            "sh",
-            "-c",
-            "tail -n 1 /proc/self/cgroup",
-        ]),
-    );
-    let pid = second.pid();
-    second.wait_for(
-        "the second waiter in line, behind the killed one",
-        Duration::from_secs(10),
-        || in_line(2),
-    );
-    crate::common::basic::release(&server, KEY, &holder);
-    let (out, _) = second.finish(Duration::from_secs(10));
-    assert_eq!(out.code, 0, "{out}");
-    assert!(
-        out.stdout.trim().ends_with(&format!("/rlock-{pid}")),
-        "the command ran in {:?}",
-        out.stdout
-    );
-    assert!(
-        !cgroup_of(pid).exists(),
-        "the cgroup of the granted run is left behind"
-    );
-}
-
-/// The cgroup's guardian is a process of its own, sharing no memory with rlock (`kcmp`): the
-/// OOM killer and a core dump end every process that shares a dying process's memory, and the
-/// guardian must outlive whatever ends rlock. rlock dying of SIGABRT (a core-dumping signal)
-/// leaves it to stop everything the command started, and to remove the cgroup.
-#[test]
-fn the_cgroups_guardian_shares_no_memory_with_rlock_and_outlives_its_core_dump() {
-    requires_root();
-    let server = RedisServer::start();
-    let dir = open_dir();
-    let d = dir.path();
-    let _reaper = Reaper(d);
-    let mut rl = exec(
-        &server,
-        d,
-        Way::Cgroup,
-        &["--ttl", "30s"],
-        Escape::Setsid,
-        "sleep 600",
-    );
-    rl.wait_for("heartbeats", Duration::from_secs(10), || {
-        heartbeat(d).is_some()
-    });
-    let top = rl.pid();
-    let guardian = guardian_of(top).expect("a guardian");
-    const KCMP_VM: i64 = 1;
-    // SAFETY: kcmp compares two processes' kernel objects; it reads nothing of this process.
-    let same = unsafe {
-        nix::libc::syscall(
-            nix::libc::SYS_kcmp,
-            top as i64,
-            guardian as i64,
-            KCMP_VM,
-            0i64,
-            0i64,
-        )
-    };
-    assert!(
-        same > 0,
-        "kcmp(rlock {top}, guardian {guardian}, KCMP_VM) = {same} ({}): 0 is memory shared",
-        nix::errno::Errno::last()
-    );
-    let _ = kill(Pid::from_raw(top), Signal::SIGABRT);
-    let killed = now_ns();
-    let (out, _) = rl.finish(Duration::from_secs(5));
-    assert_eq!(
-        out.code,
-        -(Signal::SIGABRT as i32),
-        "rlock dies of SIGABRT: {out}"
-    );
-    wait_until(
-        "the escaped loop to be stopped",
-        Duration::from_secs(5),
-        || loop_alive(d).is_none(),
-    );
-    assert_silent_after(d, killed + 1_000_000_000, "the guardian's stop");
-    wait_until(
-        "the guardian to remove its cgroup",
-        Duration::from_secs(5),
-        || !cgroup_of(top).exists(),
-    );
 }

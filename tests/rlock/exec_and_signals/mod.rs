@@ -10,6 +10,7 @@
 //! failing test leaks nothing.
 
 mod containment;
+mod guardian;
 mod job_control;
 mod lock_loss;
 mod mutual_exclusion;
