@@ -327,9 +327,6 @@ fn start(
     )
     .inspect_err(|_| release(ctx, locker, held))?;
     ctx.say(format_args!("the command runs contained by {containment}"));
-    if let Some(dir) = guardian.cgroup() {
-        supervise::remove_abandoned_beside(dir);
-    }
     Ok(Child {
         pgid,
         terminal,

@@ -97,10 +97,12 @@ pub struct Ready {
 }
 
 impl Ready {
-    /// A cgroup for the command, and its guardian (which, if it cannot be forked now, `launch`
-    /// tries again, to say why). Err says why no cgroup can be made.
+    /// A cgroup for the command (and the empty ones of rlocks no longer alive beside it gone),
+    /// and its guardian (which, if it cannot be started now, `launch` tries again, to say why).
+    /// Err says why no cgroup can be made.
     pub fn make() -> Result<Ready, String> {
         let cgroup = Cgroup::create()?;
+        contain::remove_abandoned_beside(cgroup.dir());
         let watcher = match own::CAN {
             true => own::Watcher::start(&cgroup).ok(),
             false => None,

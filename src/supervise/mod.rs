@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-pub use contain::{Cgroup, Mode as Containment, remove_abandoned_beside};
+pub use contain::{Cgroup, Mode as Containment};
 pub use guardian::{Guardian, Launched, Ready, launch, watch_if_asked};
 pub use keeper::{LeaseKeeper, Renewal, Reports};
 pub use spawn::runnable;

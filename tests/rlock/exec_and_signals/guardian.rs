@@ -287,3 +287,21 @@ fn the_cgroups_guardian_shares_no_memory_with_rlock_and_outlives_its_core_dump()
         || !cgroup_of(top).exists(),
     );
 }
+
+/// An empty cgroup that an rlock no longer alive left behind (killed with its guardian) is
+/// removed by the next rlock that makes one beside it.
+#[test]
+fn the_next_rlock_removes_the_empty_cgroup_of_one_no_longer_alive() {
+    requires_root();
+    let server = RedisServer::start();
+    let mut child = Command::new("true").spawn().expect("run true");
+    let dead = child.id() as i32;
+    child.wait().expect("reap true");
+    let left = cgroup_of(dead);
+    fs::create_dir(&left).expect("make a cgroup as a killed rlock would have left it");
+    let out = run(rlock_at(&server).args(["exec", "--contain", "cgroup", "-k", KEY, "--", "true"]));
+    assert_eq!(out.code, 0, "{out}");
+    let gone = !left.exists();
+    let _ = fs::remove_dir(&left);
+    assert!(gone, "{} was left", left.display());
+}
