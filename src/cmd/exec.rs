@@ -285,9 +285,9 @@ fn start(
         _ => std::process::id(),
     };
     let env = nested::child_env(ctx, grant, renewer_pid.to_string());
-    // The renewal thread's reports (it starts once the first renewal is due).
     // Made while the lock was asked for, or now that it is granted after a wait.
     let made = early.or_else(|| (args.contain != Containment::Tree).then(Ready::make));
+    // The renewal thread's reports (it starts once the first renewal is due).
     let reports = match Reports::new() {
         Ok(reports) => reports,
         Err(e) => {
