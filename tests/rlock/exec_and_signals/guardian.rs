@@ -10,6 +10,7 @@ use super::containment::{
 use super::process_group::{heartbeat, now_ns};
 use crate::common::{Background as Bg, RedisServer, rlock_at, run, wait_until};
 use std::fs;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -124,19 +125,7 @@ fn killing_the_guardian_stops_everything_and_rlock_releases() {
     let dir = open_dir();
     let d = dir.path();
     let _reaper = Reaper(d);
-    let mut rl = exec(
-        &server,
-        d,
-        Way::Cgroup,
-        &["--ttl", "30s"],
-        Escape::Setsid,
-        "sleep 600",
-    );
-    rl.wait_for("heartbeats", Duration::from_secs(10), || {
-        heartbeat(d).is_some()
-    });
-    let top = rl.pid();
-    let guardian = guardian_of(top).expect("a guardian");
+    let (mut rl, top, guardian) = guarded_run(&server, d);
     let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
     let (out, _) = rl.finish(Duration::from_secs(10));
     let exited = now_ns();
@@ -237,19 +226,7 @@ fn the_cgroups_guardian_shares_no_memory_with_rlock_and_outlives_its_core_dump()
     let dir = open_dir();
     let d = dir.path();
     let _reaper = Reaper(d);
-    let mut rl = exec(
-        &server,
-        d,
-        Way::Cgroup,
-        &["--ttl", "30s"],
-        Escape::Setsid,
-        "sleep 600",
-    );
-    rl.wait_for("heartbeats", Duration::from_secs(10), || {
-        heartbeat(d).is_some()
-    });
-    let top = rl.pid();
-    let guardian = guardian_of(top).expect("a guardian");
+    let (mut rl, top, guardian) = guarded_run(&server, d);
     const KCMP_VM: i64 = 1;
     // SAFETY: kcmp compares two processes' kernel objects; it reads nothing of this process.
     let same = unsafe {
@@ -304,4 +281,23 @@ fn the_next_rlock_removes_the_empty_cgroup_of_one_no_longer_alive() {
     let gone = !left.exists();
     let _ = fs::remove_dir(&left);
     assert!(gone, "{} was left", left.display());
+}
+
+/// A run in a cgroup of its own (30 s lease) whose command left a loop in a session of its own,
+/// once the loop beats: rlock, its pid and its guardian's.
+fn guarded_run(server: &RedisServer, d: &Path) -> (Bg, i32, i32) {
+    let mut rl = exec(
+        server,
+        d,
+        Way::Cgroup,
+        &["--ttl", "30s"],
+        Escape::Setsid,
+        "sleep 600",
+    );
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(d).is_some()
+    });
+    let top = rl.pid();
+    let guardian = guardian_of(top).expect("a guardian");
+    (rl, top, guardian)
 }
