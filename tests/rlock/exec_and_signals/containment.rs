@@ -41,7 +41,7 @@ pub(super) enum Escape {
 
 impl Escape {
     /// A script that starts the loop this way, in the background, and goes on.
-    fn start(self) -> String {
+    pub(super) fn start(self) -> String {
         let quoted = format!("'{}'", LOOP.replace('\'', r"'\''"));
         match self {
             Escape::Timeout => format!("timeout 600 sh -c {quoted} &"),

@@ -1,11 +1,12 @@
 //! The guardian: without it the command does not start; killed, it takes the command with it
 //! and rlock stops the rest; killed with rlock, what escapes is what docs/exec.md says; it
-//! shares no memory with rlock, and outlives rlock's core dump; and the cgroup it watches is
-//! made while the lock is asked for, and given back at once by a waiter.
+//! shares no memory with rlock, and outlives rlock's core dump; it stands by as a small program
+//! of its own, or as rlock's executable where memory files may not run; and the cgroup it
+//! watches is made as the lock is asked for, and given back at once by a waiter.
 
 use super::containment::{
-    Escape, KEY, LOCK, Reaper, Way, assert_silent_after, cgroup_of, exec, guardian_of, loop_alive,
-    open_dir, requires_root,
+    Escape, KEY, LOCK, Reaper, Way, assert_silent_after, cgroup_of, comm, descendants, exec,
+    guardian_of, loop_alive, open_dir, requires_root,
 };
 use super::process_group::{heartbeat, now_ns};
 use crate::common::{Background as Bg, RedisServer, rlock_at, run, wait_until};
@@ -135,7 +136,7 @@ fn killing_the_guardian_stops_everything_and_rlock_releases() {
     assert!(!cgroup_of(top).exists(), "the cgroup was left behind");
 }
 
-/// A cgroup is made while the lock is asked for, and goes as soon as the lock is found busy: a
+/// A cgroup is made as the lock is asked for, and goes as soon as the lock is found busy: a
 /// waiter holds none (however long it waits), and one SIGKILLed while waiting leaves none; the
 /// command, once granted, still runs in a cgroup of its own, removed at the end.
 #[test]
@@ -263,6 +264,113 @@ fn the_cgroups_guardian_shares_no_memory_with_rlock_and_outlives_its_core_dump()
         Duration::from_secs(5),
         || !cgroup_of(top).exists(),
     );
+}
+
+/// The cgroup's guardian stands by as the small program rlock carries (`standby/standby.rs`),
+/// run from a memory file under the name `rl-guardian`: a few pages, not a second rlock. (That
+/// it takes over when rlock dies is the test above.)
+#[test]
+fn the_cgroups_guardian_stands_by_as_a_small_program_of_its_own() {
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    let (mut rl, _, guardian) = guarded_run(&server, d);
+    let exe = fs::read_link(format!("/proc/{guardian}/exe")).expect("the guardian's exe");
+    let rss_kb = fs::read_to_string(format!("/proc/{guardian}/status"))
+        .expect("the guardian's status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS");
+    rl.kill(Signal::SIGTERM);
+    let _ = rl.finish(Duration::from_secs(10));
+    assert_eq!(
+        exe,
+        Path::new("/memfd:rl-guardian (deleted)"),
+        "the guardian runs {} (was the stand-by built? build.rs warns when it is not)",
+        exe.display()
+    );
+    assert!(rss_kb <= 256, "the stand-by uses {rss_kb} kB");
+}
+
+/// Where memory files may not be run (`vm.memfd_noexec = 2`, a setting of the pid namespace,
+/// so set in one of the test's own), the guardian is rlock's own executable, named
+/// `rl-guardian`, and still stops everything the command started when rlock is SIGKILLed. The
+/// run is in a cgroup of the test's own: rlock in a pid namespace names its cgroup by a pid that
+/// other tests' rlocks may have too.
+#[test]
+fn where_memory_files_may_not_run_the_guardian_is_rlock_itself() {
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    let own = cgroup_of(std::process::id() as i32);
+    let test_cgroup = own
+        .parent()
+        .expect("the test's cgroup")
+        .join(format!("test-memfd-noexec-{}", std::process::id()));
+    fs::create_dir(&test_cgroup).expect("a cgroup for the test");
+    let rl = env!("CARGO_BIN_EXE_rlock");
+    fs::write(
+        d.join("command.sh"),
+        format!("{} sleep 600", Escape::Setsid.start()),
+    )
+    .expect("the command");
+    // The namespace's first process keeps it (and so what runs in it) until the test is done.
+    fs::write(
+        d.join("namespace.sh"),
+        format!(
+            r#"echo 2 > /proc/sys/vm/memfd_noexec || exit 9
+"{rl}" --url "{}" exec --contain cgroup -k {KEY} --ttl 30s -- bash "$D/command.sh"
+while [ ! -e "$D/end" ]; do sleep 0.05; done
+"#,
+            server.url()
+        ),
+    )
+    .expect("the namespace's script");
+    let outer = format!(
+        r#"echo $$ > "{}/cgroup.procs" && exec unshare --pid --fork --mount-proc sh "$D/namespace.sh""#,
+        test_cgroup.display()
+    );
+    let mut sh = Bg::spawn_group("namespace", d, Command::new("sh").args(["-c", &outer]));
+    sh.wait_for(
+        "heartbeats (unshare is util-linux's)",
+        Duration::from_secs(10),
+        || super::process_group::heartbeat(d).is_some(),
+    );
+    let top = descendants(sh.pid())
+        .into_iter()
+        .find(|&pid| comm(pid).as_deref() == Some("rlock"))
+        .expect("rlock");
+    let guardian = guardian_of(top).expect("a guardian");
+    let exe = fs::read_link(format!("/proc/{guardian}/exe")).expect("the guardian's exe");
+    let _ = kill(Pid::from_raw(top), Signal::SIGKILL);
+    let killed = now_ns();
+    let runs = || {
+        fs::read_dir(&test_cgroup).map_or(0, |entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("rlock-"))
+                .count()
+        })
+    };
+    wait_until(
+        "the guardian to stop the escaped loop and remove its cgroup",
+        Duration::from_secs(5),
+        || loop_alive(d).is_none() && runs() == 0,
+    );
+    fs::write(d.join("end"), "").expect("the end");
+    let (out, _) = sh.finish(Duration::from_secs(10));
+    let _ = fs::remove_dir(&test_cgroup);
+    assert_eq!(
+        exe,
+        fs::canonicalize(rl).expect("rlock's path"),
+        "the guardian where memory files may not run: {out}"
+    );
+    assert_silent_after(d, killed + 1_000_000_000, "the guardian's stop");
 }
 
 /// An empty cgroup that an rlock no longer alive left behind (killed with its guardian) is
