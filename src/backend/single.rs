@@ -25,8 +25,8 @@ thread_local! {
 /// `ask()`, with `work` done while Redis answers the first script `ask` sends from this thread
 /// to a single server, rather than before or after that round trip; when no such script is sent
 /// (no round trip, or Redlock's, whose threads never see it), once `ask` has returned. Either
-/// way `work` runs exactly once. exec makes the command's cgroup while the lock is asked for,
-/// and removes it while the lock is given back: work of rlock's own, done while Redis works.
+/// way `work` runs exactly once. exec reaps the guardian and removes the command's cgroup while
+/// the lock is given back: work of rlock's own, done while Redis works.
 pub fn meanwhile<T>(work: Box<dyn FnOnce()>, ask: impl FnOnce() -> T) -> T {
     WHILE_ASKED.set(Some(work));
     let answer = ask();

@@ -33,18 +33,15 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // The run on record (history, metrics): written once it has ended, never before the start.
     let mut record = Recorder::asked(ctx, &locker, &key, args);
 
-    // The command's cgroup (and its guardian) is made while Redis answers the first request for
-    // the lock, time rlock spends waiting anyway; if the lock is found busy it goes again at
-    // once (a waiter holds none), and is made anew once the lock is granted.
+    // The command's cgroup and its guardian are made before the lock is asked for: the
+    // guardian's start (an exec) then runs beside the request, and is over by the grant. If the
+    // lock is found busy they go again at once (a waiter holds none), and are made anew once
+    // the lock is granted.
     let early = Early::default();
-    let ask = || hold(ctx, &locker, &key, args, &signals, asked, &early);
-    let held = match args.contain {
-        Containment::Tree => ask(),
-        _ => {
-            let made = early.clone();
-            crate::backend::meanwhile(Box::new(move || made.set(Some(Ready::make()))), ask)
-        }
-    };
+    if args.contain != Containment::Tree {
+        early.set(Some(Ready::make()));
+    }
+    let held = hold(ctx, &locker, &key, args, &signals, asked, &early);
     let held = held.inspect_err(|e| {
         dismiss(&early);
         record.failed(e);
