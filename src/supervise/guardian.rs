@@ -466,13 +466,14 @@ impl Guardian {
     }
 }
 
-/// The cgroup way's end: the guardian, sent away once Empty was told, is reaped, and rlock
-/// removes the cgroup. When something may still run in it (Empty never came), closing the
-/// request pipe without a farewell leaves the guardian to go on killing it and to remove it.
+/// The cgroup way's end: rlock removes the empty cgroup, and reaps the guardian, sent away
+/// once Empty was told (and leaving meanwhile: it lives outside the cgroup). When something
+/// may still run in it (Empty never came), closing the request pipe without a farewell leaves
+/// the guardian to go on killing it and to remove it.
 fn reap_watcher(mut own: own::Own, requests: OwnedFd) {
     drop(requests);
-    own.reap_watcher();
     if own.emptied() {
         own.cgroup().remove();
     }
+    own.reap_watcher();
 }
