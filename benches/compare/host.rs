@@ -31,7 +31,7 @@ use crate::etcd::Etcd;
 use crate::monitor::zcard;
 use crate::process::{Bg, fail, quiet, rlock, wait_for};
 use crate::setup::Bench;
-use crate::table::median;
+use crate::table::{WARMUP, median};
 
 /// Median, min and max of some samples (ms).
 #[derive(Debug, Clone, Copy)]
@@ -317,12 +317,14 @@ fn handoffs_in_line(tool: &dyn Tool, dir: &Path, n: usize, samples: usize) -> Ve
 fn exec_true(tools: &[&dyn Tool], runs: usize) -> Vec<f64> {
     let key = format!("exec-true-{}", std::process::id());
     let mut times = vec![Vec::with_capacity(runs); tools.len()];
-    for round in 0..runs {
+    for round in 0..WARMUP + runs {
         for k in 0..tools.len() {
             let i = (round + k) % tools.len();
             let t = Instant::now();
             quiet(&mut tools[i].under_lock(&key, "true", &[]));
-            times[i].push(t.elapsed().as_secs_f64() * 1e3);
+            if round >= WARMUP {
+                times[i].push(t.elapsed().as_secs_f64() * 1e3);
+            }
         }
     }
     times.into_iter().map(median).collect()

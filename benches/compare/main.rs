@@ -10,7 +10,7 @@
 //! `tests/support`); `redis-server`, `redis-cli` and `flock` come from PATH.
 //!
 //! Options (environment):
-//! - `RLOCK_BENCH_RUNS`      samples per median (default 30)
+//! - `RLOCK_BENCH_RUNS`      samples per median (default 100, after 5 rounds not counted)
 //! - `RLOCK_BENCH_IDLE_SECS` how long the idle waiter is watched (default 6)
 //! - `RLOCK_BENCH_PROCS`     processes in the contention figure (default 6)
 //! - `RLOCK_BENCH_ITERS`     iterations per process in the contention figure (default 15)

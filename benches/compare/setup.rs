@@ -46,7 +46,7 @@ impl Config {
             }
         };
         Config {
-            runs: num("RLOCK_BENCH_RUNS", 30, 1000) as usize,
+            runs: num("RLOCK_BENCH_RUNS", 100, 1000) as usize,
             idle: Duration::from_secs(num("RLOCK_BENCH_IDLE_SECS", 6, 120)),
             procs: num("RLOCK_BENCH_PROCS", 6, 64) as usize,
             iters: num("RLOCK_BENCH_ITERS", 15, 1000) as usize,

@@ -4,20 +4,28 @@ use std::time::Duration;
 
 /// Runs each of `subjects` (each measures itself) `runs` times, taking turns and changing who
 /// goes first every round, so that a machine that gets slower or faster meanwhile weighs on all
-/// of them alike: the median of each.
+/// of them alike: the median of each, after `WARMUP` rounds not counted.
 pub fn interleaved<const N: usize>(
     runs: usize,
     subjects: [&mut dyn FnMut() -> f64; N],
 ) -> [f64; N] {
     let mut samples: [Vec<f64>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
-    for round in 0..runs {
+    for round in 0..WARMUP + runs {
         for k in 0..N {
             let i = (round + k) % N;
-            samples[i].push((subjects[i])());
+            let t = (subjects[i])();
+            if round >= WARMUP {
+                samples[i].push(t);
+            }
         }
     }
     samples.map(median)
 }
+
+/// Rounds run before the timed ones, and not counted: the first runs of a program pay for what
+/// the next find ready (its pages in the page cache and mapped, Redis's script cache, the
+/// dentries of its paths).
+pub const WARMUP: usize = 5;
 
 pub fn median(mut v: Vec<f64>) -> f64 {
     assert!(!v.is_empty());
