@@ -60,15 +60,33 @@ fn main() {
 
 /// Hands the linker `link/hot-code.ld` (written by `scripts/hot-code`): the code a short run
 /// executes, placed before the rest, so that a run maps a few hundred kilobytes of rlock's
-/// executable, not all of it. On x86-64 Linux with the GNU C library, where it was measured.
-/// `RLOCK_LINK_MAP=PATH` also asks for the link map (`scripts/hot-code` reads it).
+/// executable, not all of it. On x86-64 Linux with the GNU C library, where it was measured,
+/// and only with the linkers that read its `INSERT` (lld, rustc's own, and GNU ld, through cc):
+/// not when another linker is set (gold refuses `INSERT`, mold linker scripts with sections),
+/// nor with `RLOCK_HOT_CODE=0`. `RLOCK_LINK_MAP=PATH` also asks for the link map
+/// (`scripts/hot-code` reads it).
 fn hot_code() {
     let script = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("link/hot-code.ld");
     println!("cargo::rerun-if-changed={}", script.display());
-    println!("cargo::rerun-if-env-changed=RLOCK_LINK_MAP");
-    let target = std::env::var("TARGET").unwrap();
-    if target == "x86_64-unknown-linux-gnu" && script.exists() {
-        println!("cargo::rustc-link-arg-bins=-Wl,-T,{}", script.display());
+    for var in ["RLOCK_LINK_MAP", "RLOCK_HOT_CODE"] {
+        println!("cargo::rerun-if-env-changed={var}");
+    }
+    let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    let other_linker = std::env::var_os("RUSTC_LINKER").is_some()
+        || flags
+            .split('\x1f')
+            .any(|f| f.contains("fuse-ld=") && !f.ends_with("fuse-ld=lld"));
+    let x86_64_gnu = std::env::var("TARGET").unwrap() == "x86_64-unknown-linux-gnu";
+    // -Wl, splits its argument at commas.
+    let usable = !other_linker && !script.to_string_lossy().contains(',') && script.exists();
+    if x86_64_gnu && std::env::var("RLOCK_HOT_CODE").as_deref() != Ok("0") {
+        if usable {
+            println!("cargo::rustc-link-arg-bins=-Wl,-T,{}", script.display());
+        } else {
+            println!(
+                "cargo::warning=link/hot-code.ld not used with this linker: a short run maps more of rlock's executable"
+            );
+        }
     }
     if let Ok(map) = std::env::var("RLOCK_LINK_MAP") {
         println!("cargo::rustc-link-arg-bins=-Wl,-Map={map}");
@@ -116,6 +134,10 @@ fn standby() {
                 "link-arg=-Wl,-z,noseparate-code",
             ] {
                 command.args(["-C", flag]);
+            }
+            // The linker cargo was told to use for this target, if any (as for rlock itself).
+            if let Ok(linker) = std::env::var("RUSTC_LINKER") {
+                command.arg("-C").arg(format!("linker={linker}"));
             }
             command.arg("-o").arg(&dest).arg(&source);
             match command.status() {

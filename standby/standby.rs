@@ -8,9 +8,10 @@
 //! `rlock exec -- true` gains over its rivals. So the guardian starts as this program, a few
 //! hundred bytes with no C library, built by `build.rs` and kept inside rlock's executable. It
 //! names itself `rl-guardian` and reads the request pipe. rlock's farewell (`DONE`) ends it;
-//! the pipe's end of file without it is rlock's death, and it becomes the guardian that acts:
-//! it runs rlock's executable, which it was given open (a `kill` by name cannot reach it, and
-//! an update on disk cannot swap it), as `rl-guardian` with the same environment.
+//! the pipe's end of file without it is rlock's death: it kills everything in the cgroup at
+//! once (`cgroup.kill`), and becomes the guardian that finishes the work: it runs rlock's
+//! executable, which it was given open (an update on disk cannot swap it), as `rl-guardian`
+//! with the same environment.
 //!
 //! Its environment, set by rlock: `RLOCK_GUARDIAN_OF=FD:DIR` (the request pipe and the
 //! cgroup, which rlock's executable reads when it takes over) and `RLOCK_GUARDIAN_EXE=FD`
@@ -27,7 +28,14 @@ const DONE: u32 = 8;
 const NAME: &[u8] = b"rl-guardian\0";
 
 const READ: usize = 0;
+const WRITE: usize = 1;
+const OPEN: usize = 2;
+const CLOSE: usize = 3;
 const NANOSLEEP: usize = 35;
+const OPENAT: usize = 257;
+const O_WRONLY: usize = 0o1;
+const O_DIRECTORY: usize = 0o200000;
+const O_CLOEXEC: usize = 0o2000000;
 const EXECVE: usize = 59;
 const PRCTL: usize = 157;
 const EXIT_GROUP: usize = 231;
@@ -78,32 +86,78 @@ unsafe extern "C" fn standby(sp: *const usize) -> ! {
             break;
         }
     }
-    // rlock died: its executable takes over, under the same name, with the same environment.
-    // The path through /proc gives it the name `rl-guardian` sets, not rlock's, while it starts.
+    // rlock died. First everything in the cgroup is killed at once (Linux 5.14's cgroup.kill),
+    // needing nothing but two descriptors; then rlock's executable takes over, under the same
+    // name and environment, to kill again until the cgroup is empty (or, before 5.14, to freeze
+    // it and kill each process) and to remove it. The path through /proc names the process
+    // after the descriptor's number, not `rlock`, until it names itself `rl-guardian`.
+    // SAFETY: `envp` is the environment's null-terminated list of C strings.
+    if let Some(dir) = unsafe { cgroup_in(envp) } {
+        kill_cgroup(dir);
+    }
     let mut path = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0";
     write_number(&mut path[14..25], exe);
     // SAFETY: `argv` has at least the program's name, which rlock set to `rl-guardian`.
     let args = [unsafe { *argv }, core::ptr::null()];
-    // A lack of memory or processes passes: it tries again, every 10 ms for ten seconds.
-    let pause = [0usize, 10_000_000];
-    for _ in 0..1000 {
+    // A lack of memory or processes passes: it tries again, after 10 ms, 20 ms, ... then every
+    // second, for about a minute and a half.
+    let mut pause_ms = 10;
+    for _ in 0..100 {
         sys(
             EXECVE,
             path.as_ptr() as usize,
             args.as_ptr() as usize,
             envp as usize,
         );
+        let pause = [pause_ms / 1000, (pause_ms % 1000) * 1_000_000];
         sys(NANOSLEEP, pause.as_ptr() as usize, 0, 0);
+        pause_ms = (pause_ms * 2).min(1000);
     }
     exit(127);
 }
 
-/// The decimal number at the start of the value of the environment variable `name` (given
-/// with its `=`), if there is one.
+/// Writes "1" to the `cgroup.kill` of the cgroup `dir` (a C string), if it has one.
+fn kill_cgroup(dir: *const u8) {
+    let dir = sys(OPEN, dir as usize, O_DIRECTORY | O_CLOEXEC, 0);
+    if dir < 0 {
+        return;
+    }
+    let kill = sys(
+        OPENAT,
+        dir as usize,
+        c"cgroup.kill".as_ptr() as usize,
+        O_WRONLY | O_CLOEXEC,
+    );
+    if kill >= 0 {
+        sys(WRITE, kill as usize, b"1".as_ptr() as usize, 1);
+        sys(CLOSE, kill as usize, 0, 0);
+    }
+    sys(CLOSE, dir as usize, 0, 0);
+}
+
+/// The cgroup named by `RLOCK_GUARDIAN_OF=FD:DIR`: DIR, a C string (the rest of the variable).
 ///
 /// # Safety
 /// `envp` is a null-terminated list of C strings.
-unsafe fn number_in(mut envp: *const *const u8, name: &[u8]) -> Option<usize> {
+unsafe fn cgroup_in(envp: *const *const u8) -> Option<*const u8> {
+    // SAFETY: as the caller promises; the value is read no further than its NUL.
+    unsafe {
+        let mut s = value_in(envp, b"RLOCK_GUARDIAN_OF=")?;
+        while *s != b':' {
+            if *s == 0 {
+                return None;
+            }
+            s = s.add(1);
+        }
+        Some(s.add(1))
+    }
+}
+
+/// The value of the environment variable `name` (given with its `=`), a C string.
+///
+/// # Safety
+/// `envp` is a null-terminated list of C strings.
+unsafe fn value_in(mut envp: *const *const u8, name: &[u8]) -> Option<*const u8> {
     // SAFETY: as the caller promises, every pointer up to the null is a C string, read no
     // further than its terminating NUL (a name byte never matches it).
     unsafe {
@@ -115,19 +169,32 @@ unsafe fn number_in(mut envp: *const *const u8, name: &[u8]) -> Option<usize> {
                 matched += 1;
             }
             if matched == name.len() {
-                let mut n: usize = 0;
-                let mut digits = 0;
-                while (*s).is_ascii_digit() && digits < 9 {
-                    n = n * 10 + usize::from(*s - b'0');
-                    s = s.add(1);
-                    digits += 1;
-                }
-                return (digits > 0).then_some(n);
+                return Some(s);
             }
             envp = envp.add(1);
         }
     }
     None
+}
+
+/// The decimal number at the start of the value of the environment variable `name` (given
+/// with its `=`), if there is one.
+///
+/// # Safety
+/// `envp` is a null-terminated list of C strings.
+unsafe fn number_in(envp: *const *const u8, name: &[u8]) -> Option<usize> {
+    // SAFETY: as the caller promises; the digits are read no further than the value's NUL.
+    unsafe {
+        let mut s = value_in(envp, name)?;
+        let mut n: usize = 0;
+        let mut digits = 0;
+        while (*s).is_ascii_digit() && digits < 9 {
+            n = n * 10 + usize::from(*s - b'0');
+            s = s.add(1);
+            digits += 1;
+        }
+        (digits > 0).then_some(n)
+    }
 }
 
 /// Writes `n` in decimal at the start of `out`, which the caller left zeroed after it.

@@ -38,8 +38,8 @@ use crate::supervise::terminal::Terminal;
 pub(super) struct Own {
     leader: Pid,
     watcher: Pid,
-    /// The guardian's pidfd, readable once it has ended.
-    watcher_fd: OwnedFd,
+    /// The guardian's pidfd, readable once it has ended (if clone3 gave one).
+    watcher_fd: Option<OwnedFd>,
     cgroup: Cgroup,
     leader_done: bool,
     /// Empty has been told (and the guardian sent away).
@@ -69,7 +69,7 @@ pub(super) const CAN: bool = cfg!(target_arch = "x86_64");
 /// The guardian of the cgroup way, started and watching a cgroup in which nothing runs yet.
 pub struct Watcher {
     pid: Pid,
-    pidfd: OwnedFd,
+    pidfd: Option<OwnedFd>,
     requests: OwnedFd,
     /// How its exec went, until confirmed (`confirm`).
     status: Option<OwnedFd>,
@@ -101,12 +101,45 @@ impl Watcher {
         }
     }
 
-    /// Sends the guardian away (nothing was started in its cgroup), and reaps it if it has
-    /// left; if not (it may still be starting), the next reaping of rlock's children does.
+    /// Sends the guardian away (nothing was started in its cgroup), and reaps it once it has
+    /// left, waiting a millisecond at most; if it has not (it may still be starting), the next
+    /// reaping of rlock's children does.
     pub fn dismiss(self) {
         let _ = nix::unistd::write(&self.requests, &encode(DONE, 0, 0));
         drop(self.requests);
-        let _ = waitpid(self.pid, Some(WaitPidFlag::WNOHANG));
+        reap_within(
+            self.pid,
+            self.pidfd.as_ref(),
+            std::time::Duration::from_millis(1),
+        );
+    }
+}
+
+/// Waits (`within` at most) for the guardian `pid` to end, on its pidfd where there is one, and
+/// reaps it: true once it is reaped (or gone).
+fn reap_within(pid: Pid, pidfd: Option<&OwnedFd>, within: std::time::Duration) -> bool {
+    let until = std::time::Instant::now() + within;
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {}
+            Err(Errno::EINTR) => continue,
+            _ => return true,
+        }
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        match pidfd {
+            Some(fd) => {
+                // Whole milliseconds, at least one (a shorter poll would spin).
+                let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+                let _ = nix::poll::poll(
+                    &mut [PollFd::new(fd.as_fd(), PollFlags::POLLIN)],
+                    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+                );
+            }
+            None => std::thread::sleep(std::time::Duration::from_micros(50)),
+        }
     }
 }
 
@@ -309,23 +342,11 @@ impl Own {
         if self.watcher_reaped {
             return;
         }
-        let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
-        loop {
-            match waitpid(self.watcher, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => {}
-                Err(Errno::EINTR) => continue,
-                _ => break,
-            }
-            let left = until.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            let left = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
-            let _ = nix::poll::poll(
-                &mut [PollFd::new(self.watcher_fd.as_fd(), PollFlags::POLLIN)],
-                left,
-            );
-        }
+        reap_within(
+            self.watcher,
+            self.watcher_fd.as_ref(),
+            std::time::Duration::from_millis(200),
+        );
         self.watcher_reaped = true;
     }
 }

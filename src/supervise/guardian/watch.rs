@@ -80,11 +80,12 @@ pub(super) fn can_start() -> bool {
     nix::unistd::access(SELF, nix::unistd::AccessFlags::X_OK).is_ok()
 }
 
-/// The guardian, once started: its pid and pidfd, the request pipe's writing end, and the
-/// reading end of the pipe that says whether its exec went well (`exec_went`).
+/// The guardian, once started: its pid and pidfd (none where clone3 gave none), the request
+/// pipe's writing end, and the reading end of the pipe that says whether its exec went well
+/// (`exec_went`).
 pub(super) struct Started {
     pub pid: Pid,
-    pub pidfd: OwnedFd,
+    pub pidfd: Option<OwnedFd>,
     pub requests: OwnedFd,
     pub status: OwnedFd,
 }
@@ -140,8 +141,9 @@ pub(super) fn start(cgroup: &Cgroup) -> Result<Started, Errno> {
     // SAFETY: the stack is the child's alone; `become_guardian` touches only `plan`, its own
     // stack and its own system calls (see the top of this file), and then execs.
     let pid = unsafe { clone3_on_stack(&args, become_guardian, arg) }?;
-    // SAFETY: CLONE_PIDFD gave this new descriptor (close-on-exec) to this process alone.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    // SAFETY: CLONE_PIDFD gave this new descriptor (close-on-exec) to this process alone; a
+    // clone3 done by something that ignores the flag (a sandbox's) leaves -1.
+    let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd) });
     // Out of rlock's process group at once (the child does it too, first thing): a signal to
     // rlock's job must not reach it in the moment before it runs.
     let _ = nix::unistd::setpgid(pid, pid);
@@ -242,7 +244,7 @@ fn run_standby(plan: &Plan) {
     while !left.is_empty() {
         let n = sys(nr::WRITE, file as usize, left.as_ptr() as usize, left.len());
         match usize::try_from(n) {
-            Ok(n) if n > 0 => left = &left[n..],
+            Ok(n) if n > 0 => left = left.get(n..).unwrap_or_default(),
             _ if n == -(Errno::EINTR as isize) => {}
             _ => return,
         }
@@ -389,4 +391,19 @@ fn sys5(nr: i64, args: [usize; 5]) -> isize {
 #[cfg(not(target_arch = "x86_64"))]
 fn sys5(_: i64, _: [usize; 5]) -> isize {
     -(Errno::ENOSYS as isize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::protocol::DONE;
+
+    /// The stand-by reads rlock's farewell as protocol.rs writes it.
+    #[test]
+    fn the_stand_by_knows_the_farewell() {
+        let standby = include_str!("../../../standby/standby.rs");
+        assert!(
+            standby.contains(&format!("const DONE: u32 = {DONE};")),
+            "standby/standby.rs's DONE is not protocol.rs's ({DONE})"
+        );
+    }
 }
