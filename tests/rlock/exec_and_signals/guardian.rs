@@ -295,6 +295,70 @@ fn the_cgroups_guardian_stands_by_as_a_small_program_of_its_own() {
     assert!(rss_kb <= 256, "the stand-by uses {rss_kb} kB");
 }
 
+/// Should rlock's executable not start once rlock has died (here it may not be run, as a lack
+/// of memory in the dying rlock's cgroup could refuse it), the stand-by has already killed
+/// everything in the cgroup itself (`cgroup.kill`, Linux 5.14): the escaped loop stops all the
+/// same. (It then goes on trying to run rlock's executable, to remove the cgroup: killed here.)
+#[test]
+fn the_stand_by_kills_the_cgroup_itself_when_rlock_cannot_take_over() {
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    // A copy, which the test may make unrunnable without touching the other tests' rlock.
+    let copy = d.join("rlock-copy");
+    fs::copy(env!("CARGO_BIN_EXE_rlock"), &copy).expect("copy rlock");
+    let mut cmd = Command::new(&copy);
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"RLOCK_") {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd.args([
+        "--url",
+        &server.url(),
+        "exec",
+        "--contain",
+        "cgroup",
+        "-k",
+        KEY,
+    ])
+    .args(["--ttl", "30s", "--", "bash", "-c"])
+    .arg(format!("{} sleep 600", Escape::Setsid.start()));
+    let mut rl = Bg::spawn_group("rlock", d, &mut cmd);
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        super::process_group::heartbeat(d).is_some()
+    });
+    let top = rl.pid();
+    let guardian = guardian_of(top).expect("a guardian");
+    let cgroup = cgroup_of(top);
+    assert!(
+        cgroup.join("cgroup.kill").exists(),
+        "this kernel has no cgroup.kill (Linux 5.14): the stand-by cannot kill by itself"
+    );
+    // Nobody may run it now, root included.
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o000)).expect("chmod 000");
+    let _ = kill(Pid::from_raw(top), Signal::SIGKILL);
+    let killed = now_ns();
+    let _ = rl.finish(Duration::from_secs(5));
+    let stopped = Instant::now() + Duration::from_secs(5);
+    while loop_alive(d).is_some() && Instant::now() < stopped {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
+    wait_until("the cgroup to empty", Duration::from_secs(5), || {
+        fs::remove_dir(&cgroup).is_ok() || !cgroup.exists()
+    });
+    assert_eq!(
+        loop_alive(d),
+        None,
+        "the escaped loop ran on: the stand-by did not kill the cgroup"
+    );
+    assert_silent_after(d, killed + 1_000_000_000, "the stand-by's cgroup.kill");
+}
+
 /// Where memory files may not be run (`vm.memfd_noexec = 2`, a setting of the pid namespace,
 /// so set in one of the test's own), the guardian is rlock's own executable, named
 /// `rl-guardian`, and still stops everything the command started when rlock is SIGKILLed. The
