@@ -3,6 +3,7 @@
 //! The binary is a thin shell over this library; the library is public so that the man page and
 //! completions can be generated from the same clap definition.
 
+pub mod arena;
 pub mod backend;
 pub mod cli;
 pub mod cmd;

@@ -6,6 +6,10 @@ use std::os::unix::ffi::OsStrExt;
 
 use rlock::exit::Exit;
 
+/// rlock's memory comes from a fixed arena first, the system's allocator after it (`rlock::arena`).
+#[global_allocator]
+static ALLOCATOR: rlock::arena::Arena = rlock::arena::Arena::new();
+
 /// The C entry point: `argv` holds `argc` NUL-terminated arguments, the program's name first.
 #[unsafe(no_mangle)]
 extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
