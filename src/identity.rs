@@ -44,6 +44,7 @@ fn user_name() -> String {
         .iter()
         .find_map(|var| std::env::var(var).ok().filter(|u| !u.is_empty()))
         .or_else(|| {
+            crate::names::pin_builtin_services();
             nix::unistd::User::from_uid(nix::unistd::getuid())
                 .ok()
                 .flatten()

@@ -32,7 +32,6 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
 
 /// rlock's exit code for the command line `args`.
 fn run(args: &[OsString]) -> u8 {
-    rlock::names::pin_builtin_services();
     let cli = match rlock::cli::parse(args) {
         Ok(cli) => cli,
         Err((e, _)) if !e.use_stderr() => e.exit(), // --help, --version

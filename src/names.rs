@@ -10,8 +10,16 @@
 //! (see `identity`).
 
 /// Pins the host and user databases to the services built into a static glibc, before the first
-/// lookup. Does nothing in a dynamically linked build, which loads whatever nsswitch.conf names.
+/// lookup; called where one may follow (a host name to resolve, a uid to name), once. Pinning
+/// reads nsswitch.conf (~30 us), which a run that looks nothing up (an IP address, `$USER` set)
+/// is spared. Does nothing in a dynamically linked build, which loads whatever nsswitch.conf
+/// names.
 pub fn pin_builtin_services() {
+    static PINNED: std::sync::Once = std::sync::Once::new();
+    PINNED.call_once(pin);
+}
+
+fn pin() {
     #[cfg(all(target_os = "linux", target_env = "gnu", target_feature = "crt-static"))]
     {
         unsafe extern "C" {
@@ -22,8 +30,8 @@ pub fn pin_builtin_services() {
             ) -> std::ffi::c_int;
         }
         for (db, services) in [(c"hosts", c"files dns"), (c"passwd", c"files")] {
-            // SAFETY: two NUL-terminated static strings; called before any thread exists or
-            // any lookup is made, as glibc asks.
+            // SAFETY: two NUL-terminated static strings; called (by the main thread, while it
+            // sets up) before any lookup is made, as glibc asks.
             unsafe { __nss_configure_lookup(db.as_ptr(), services.as_ptr()) };
         }
     }

@@ -89,6 +89,13 @@ impl Settings {
                 why_malformed(url, &e)
             ))
         })?;
+        // A host name (not an address) is looked up when connecting.
+        if let redis::ConnectionAddr::Tcp(host, _) | redis::ConnectionAddr::TcpTls { host, .. } =
+            info.addr()
+            && host.parse::<std::net::IpAddr>().is_err()
+        {
+            crate::names::pin_builtin_services();
+        }
         let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
         if fallback_password
             && settings.password().is_none()
@@ -117,6 +124,10 @@ impl Settings {
             ));
         }
         self.check_tls_options()?;
+        // A Cluster's nodes and a Sentinel's master are named by the servers, maybe by host name.
+        if self.cluster || self.sentinel.is_some() {
+            crate::names::pin_builtin_services();
+        }
         if self.cluster {
             return Ok(vec![Box::new(Cluster::new(self)?)]);
         }
