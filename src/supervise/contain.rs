@@ -246,8 +246,8 @@ pub fn remove_cgroup(dir: &Path) {
 
 /// Removes the empty cgroups that rlocks no longer alive left beside `dir` (an rlock and its
 /// guardian killed together leave theirs): every one is `rlock-PID` or `rlock-PID-N`, and one
-/// whose PID runs no more has no owner to remove it. Done as rlock makes its own, while Redis
-/// answers the grant: nothing waits for it then.
+/// whose PID runs no more has no owner to remove it. Done as rlock removes its own, while Redis
+/// answers the release: nothing waits for it then.
 pub fn remove_abandoned_beside(dir: &Path) {
     if let Some(parent) = dir.parent() {
         remove_abandoned(parent);

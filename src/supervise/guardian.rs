@@ -102,7 +102,6 @@ impl Ready {
     /// Err says why no cgroup can be made.
     pub fn make() -> Result<Ready, String> {
         let cgroup = Cgroup::create()?;
-        contain::remove_abandoned_beside(cgroup.dir());
         let watcher = match own::CAN {
             true => own::Watcher::start(&cgroup).ok(),
             false => None,
@@ -409,6 +408,11 @@ impl Guardian {
             cgroup,
             ..
         } = self;
+        // Cgroups that rlocks no longer alive left beside this one go too, while Redis answers
+        // the release (the command is over: nothing waits for this).
+        if let Some(dir) = &cgroup {
+            contain::remove_abandoned_beside(dir);
+        }
         let events = match up {
             Up::Told { events, .. } => events,
             Up::Own(own) => return reap_watcher(*own, requests),
