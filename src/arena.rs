@@ -4,12 +4,18 @@
 //! of the options and what it parsed) and frees most of them again within the millisecond. With
 //! glibc's malloc that was a third of the instructions the run executes (callgrind); and every
 //! page of memory a run touches for the first time costs it a page fault (~2 us on a virtual
-//! machine), so blocks must be used again, not only handed out. Here a block's size is rounded up
-//! to a power of two (its class); a freed block goes on its class's list and is the next one of
-//! that class handed out; a block that grows within its class stays where it is. A run of
-//! `exec -- true` touches ~100 kB. For a block larger than a quarter of the arena, or aligned
-//! to more than a page, and once the arena is used up, the system's allocator serves, and frees
-//! what it served; so a long `exec` keeps at most the arena's size.
+//! machine), so blocks must be used again, not only handed out.
+//!
+//! The arena has two halves. Small blocks (2 kB or less) are rounded up to a power of two (their
+//! class) and handed out from the lower half; a freed one goes on its class's list and is the
+//! next one of that class handed out, and one that grows within its class stays where it is.
+//! Larger blocks, most of them vectors that keep growing (clap's list of options, 640 bytes
+//! each), take the upper half as they come, and the newest of them grows where it is: a vector
+//! grown eight times is neither copied eight times nor spread over as many new pages. A freed
+//! large block is used again too (on the list of the largest class it can hold). A block larger
+//! than a quarter of the arena, or aligned to more than a page, and every block once its half is
+//! used up, comes from the system's allocator, which gets it back; so a long `exec` keeps at most
+//! the arena's size.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
@@ -18,6 +24,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The arena's size.
 const SIZE: usize = 256 * 1024;
+
+/// Where the half for large blocks starts.
+const LARGE_START: usize = SIZE / 2;
+
+/// The largest small block.
+const SMALL_MAX: usize = 2048;
 
 /// The smallest class: 16 bytes, 2^4.
 const MIN_SHIFT: u32 = 4;
@@ -32,10 +44,12 @@ const ALIGN: usize = 16;
 #[repr(C, align(4096))]
 struct Memory(UnsafeCell<[u8; SIZE]>);
 
-/// What the arena's lock guards: where its unused part starts, and the freed blocks by class
-/// (each free block holds the address of the next one of its class in its first bytes).
+/// What the arena's lock guards: where each half's unused part starts (offsets in the arena),
+/// and the freed blocks by class (each free block holds the address of the next one of its
+/// class in its first bytes).
 struct Books {
-    next: usize,
+    small: usize,
+    large: usize,
     free: [*mut u8; CLASSES],
 }
 
@@ -55,7 +69,8 @@ impl Arena {
         Arena {
             memory: Memory(UnsafeCell::new([0; SIZE])),
             books: UnsafeCell::new(Books {
-                next: 0,
+                small: 0,
+                large: LARGE_START,
                 free: [ptr::null_mut(); CLASSES],
             }),
             locked: AtomicBool::new(false),
@@ -66,9 +81,14 @@ impl Arena {
         self.memory.0.get() as usize
     }
 
-    /// True when `ptr` was served from the arena.
-    fn holds(&self, ptr: *mut u8) -> bool {
-        (ptr as usize).wrapping_sub(self.base()) < SIZE
+    /// The arena's offset of `ptr`, when the arena served it.
+    fn offset_of(&self, ptr: *mut u8) -> Option<usize> {
+        Some((ptr as usize).wrapping_sub(self.base())).filter(|&at| at < SIZE)
+    }
+
+    fn at(&self, offset: usize) -> *mut u8 {
+        // SAFETY: callers pass offsets within the arena.
+        unsafe { self.memory.0.get().cast::<u8>().add(offset) }
     }
 
     /// `f` on the books, with the lock taken: allocations are short and rlock has few threads,
@@ -103,31 +123,73 @@ impl Arena {
                 return Some(free);
             }
             let align = layout.align().max(ALIGN);
-            let start = (base + books.next).next_multiple_of(align) - base;
-            let end = start + (1 << (class as u32 + MIN_SHIFT));
-            if end > SIZE {
+            let (next, end_of_half, size) = if layout.size() <= SMALL_MAX {
+                (
+                    &mut books.small,
+                    LARGE_START,
+                    1 << (class as u32 + MIN_SHIFT),
+                )
+            } else {
+                (
+                    &mut books.large,
+                    SIZE,
+                    layout.size().next_multiple_of(ALIGN),
+                )
+            };
+            let start = (base + *next).next_multiple_of(align) - base;
+            let end = start + size;
+            if end > end_of_half {
                 return None;
             }
-            books.next = end;
-            // SAFETY: `start` is within the arena (`end` <= SIZE).
-            Some(unsafe { self.memory.0.get().cast::<u8>().add(start) })
+            *next = end;
+            Some(self.at(start))
         })
     }
 
-    /// Puts `block`, of the arena and of `size` bytes as its caller knows it, on its class's list.
-    fn give_back(&self, block: *mut u8, size: usize) {
-        // A block of the arena was given at most a quarter of it, so it has a class.
-        let Some(class) = class_of(size) else { return };
+    /// Puts `block`, at `offset` in the arena and of `size` bytes as its caller knows it, back:
+    /// the newest large block gives its room back to the half; any other goes on a class's list.
+    fn give_back(&self, offset: usize, size: usize) {
         self.with_books(|books| {
-            // SAFETY: the block is at least 16 bytes, aligned to 16, and nobody's now.
-            unsafe { block.cast::<*mut u8>().write(books.free[class]) };
-            books.free[class] = block;
+            let class = if offset < LARGE_START {
+                // A small block has its class's room.
+                class_of(size)
+            } else {
+                let end = offset + size.next_multiple_of(ALIGN);
+                if end == books.large {
+                    books.large = offset;
+                    return;
+                }
+                // A large block has at least its own size: the largest class it holds.
+                floor_class(size)
+            };
+            if let Some(class) = class {
+                let block = self.at(offset);
+                // SAFETY: the block is at least 16 bytes, aligned to 16, and nobody's now.
+                unsafe { block.cast::<*mut u8>().write(books.free[class]) };
+                books.free[class] = block;
+            }
         });
     }
 
-    /// The bytes a block of `size` has in the arena: its class's.
-    fn room(size: usize) -> Option<usize> {
-        class_of(size).map(|c| 1 << (c as u32 + MIN_SHIFT))
+    /// Grows or shrinks the block at `offset` from `size` to `new_size` bytes where it is, when
+    /// it has the room: a small block within its class, the newest large block as far as the
+    /// half goes. False when it must move.
+    fn resize_in_place(&self, offset: usize, size: usize, new_size: usize) -> bool {
+        if offset < LARGE_START {
+            return class_of(size).is_some_and(|c| new_size <= 1 << (c as u32 + MIN_SHIFT));
+        }
+        let (end, new_end) = (
+            offset + size.next_multiple_of(ALIGN),
+            offset + new_size.next_multiple_of(ALIGN),
+        );
+        self.with_books(|books| {
+            if end == books.large && new_end <= SIZE {
+                books.large = new_end;
+                true
+            } else {
+                new_end <= end
+            }
+        })
     }
 }
 
@@ -148,9 +210,16 @@ fn class_of(size: usize) -> Option<usize> {
     (class < CLASSES).then_some(class)
 }
 
-// SAFETY: every block is either the arena's, at least of the layout's size (its class's) and
-// alignment and handed to one caller at a time (`claim`, `give_back`), or the system allocator's,
-// which gets back exactly the blocks it served (told apart by their address).
+/// The largest class a block of `size` bytes holds; None when it is smaller than the smallest.
+fn floor_class(size: usize) -> Option<usize> {
+    let shift = size.checked_ilog2()?;
+    let class = shift.checked_sub(MIN_SHIFT)? as usize;
+    Some(class.min(CLASSES - 1))
+}
+
+// SAFETY: every block is either the arena's, at least of the layout's size and alignment and
+// handed to one caller at a time (`claim`, `give_back`, `resize_in_place`), or the system
+// allocator's, which gets back exactly the blocks it served (told apart by their address).
 unsafe impl GlobalAlloc for Arena {
     // These are called from every allocation site: inlined there, they would make the code much
     // larger.
@@ -179,22 +248,20 @@ unsafe impl GlobalAlloc for Arena {
 
     #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if self.holds(ptr) {
-            self.give_back(ptr, layout.size());
-        } else {
+        match self.offset_of(ptr) {
+            Some(offset) => self.give_back(offset, layout.size()),
             // SAFETY: not the arena's, so the system allocator served it with this layout.
-            unsafe { System.dealloc(ptr, layout) }
+            None => unsafe { System.dealloc(ptr, layout) },
         }
     }
 
     #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if !self.holds(ptr) {
+        let Some(offset) = self.offset_of(ptr) else {
             // SAFETY: the system allocator served `ptr` with `layout`.
             return unsafe { System.realloc(ptr, layout, new_size) };
-        }
-        // Within its class, a block grows or shrinks where it is: it has the room.
-        if Self::room(layout.size()).is_some_and(|room| new_size <= room) {
+        };
+        if self.resize_in_place(offset, layout.size(), new_size) {
             return ptr;
         }
         // SAFETY: `layout.align()` is a valid alignment (the caller's layout had it) and
@@ -203,10 +270,10 @@ unsafe impl GlobalAlloc for Arena {
         // SAFETY: `new_layout` has a non-zero size (GlobalAlloc::realloc requires it).
         let block = unsafe { self.alloc(new_layout) };
         if !block.is_null() {
-            // SAFETY: both blocks hold at least `layout.size()` bytes (new_size is larger), and
-            // they are apart: the new one was handed out while the old one was still in use.
+            // SAFETY: both blocks hold at least the smaller of the two sizes, and they are
+            // apart: the new one was handed out while the old one was still in use.
             unsafe { ptr::copy_nonoverlapping(ptr, block, layout.size().min(new_size)) };
-            self.give_back(ptr, layout.size());
+            self.give_back(offset, layout.size());
         }
         block
     }

@@ -1,6 +1,6 @@
 use std::alloc::{GlobalAlloc, Layout};
 
-use super::{Arena, SIZE};
+use super::{Arena, LARGE_START, SIZE};
 
 // The tests call the allocator as Rust's collections do; these wrappers carry the one promise
 // each call needs.
@@ -25,6 +25,10 @@ fn realloc(arena: &Arena, block: *mut u8, size: usize, new_size: usize) -> *mut 
     unsafe { arena.realloc(block, Layout::from_size_align(size, 8).unwrap(), new_size) }
 }
 
+fn holds(arena: &Arena, block: *mut u8) -> bool {
+    arena.offset_of(block).is_some()
+}
+
 fn fill(block: *mut u8, byte: u8, len: usize) {
     // SAFETY: `block` holds at least `len` bytes that are the caller's.
     unsafe { block.write_bytes(byte, len) }
@@ -41,7 +45,7 @@ fn blocks_come_from_the_arena_aligned_and_apart() {
     let a = alloc(&arena, 3, 1);
     let b = alloc(&arena, 16, 64);
     let c = alloc(&arena, 17, 8);
-    assert!(arena.holds(a) && arena.holds(b) && arena.holds(c));
+    assert!(holds(&arena, a) && holds(&arena, b) && holds(&arena, c));
     assert_eq!(a as usize % 16, 0);
     assert_eq!(b as usize % 64, 0);
     assert!(b as usize >= a as usize + 16);
@@ -84,30 +88,77 @@ fn a_block_grows_in_its_class_where_it_is_and_moves_with_its_bytes_beyond() {
 }
 
 #[test]
+fn the_newest_large_block_grows_and_is_taken_back_where_it_is() {
+    let arena = Box::new(Arena::new());
+    let small = alloc(&arena, 100, 8);
+    let v = alloc(&arena, 2560, 8);
+    assert!(arena.offset_of(small).unwrap() < LARGE_START);
+    assert!(
+        arena.offset_of(v).unwrap() >= LARGE_START,
+        "large blocks take the upper half"
+    );
+    fill(v, 3, 2560);
+    // Small blocks between its growths do not move it: it is still the newest large one.
+    for size in [5120, 10240, 20480] {
+        let _between = alloc(&arena, 24, 8);
+        assert_eq!(
+            realloc(&arena, v, size / 2, size),
+            v,
+            "grown to {size} where it is"
+        );
+    }
+    assert_eq!(bytes(v, 2560), [3; 2560]);
+    let w = alloc(&arena, 3000, 8);
+    assert_eq!(
+        w as usize,
+        v as usize + 20480,
+        "the next large block starts where it ends"
+    );
+    // An older large block moves when it grows; the newest, freed, gives its room back.
+    let moved = realloc(&arena, v, 20480, 40960);
+    assert_ne!(moved, v);
+    assert_eq!(bytes(moved, 2560), [3; 2560]);
+    dealloc(&arena, moved, 40960);
+    assert_eq!(
+        alloc(&arena, 8192, 8),
+        moved,
+        "the newest block's room was given back"
+    );
+    // A freed older large block is used again for a block of a class it holds.
+    assert_eq!(
+        alloc(&arena, 16384, 8),
+        v,
+        "20480 bytes hold a block of 16384"
+    );
+}
+
+#[test]
 fn a_used_up_arena_and_large_blocks_are_left_to_the_system() {
     let arena = Box::new(Arena::new());
     let large = alloc(&arena, SIZE / 4 + 1, 8);
-    assert!(!large.is_null() && !arena.holds(large));
+    assert!(!large.is_null() && !holds(&arena, large));
     let mut blocks = Vec::new();
     let outside = loop {
         let block = alloc(&arena, SIZE / 8, 8);
         assert!(!block.is_null());
-        if !arena.holds(block) {
+        if !holds(&arena, block) {
             break block;
         }
         blocks.push(block);
     };
-    assert_eq!(blocks.len(), 8, "the arena holds eight eighths");
+    assert_eq!(blocks.len(), 4, "the upper half holds four eighths");
     // An arena block grown past the arena moves to the system's, its bytes with it.
     fill(blocks[0], 9, 4);
     let moved = realloc(&arena, blocks[0], SIZE / 8, SIZE);
-    assert!(!arena.holds(moved));
+    assert!(!holds(&arena, moved));
     assert_eq!(bytes(moved, 4), [9; 4]);
     // What it left is the arena's again.
     assert_eq!(alloc(&arena, SIZE / 8, 8), blocks[0]);
     dealloc(&arena, moved, SIZE);
     dealloc(&arena, outside, SIZE / 8);
     dealloc(&arena, large, SIZE / 4 + 1);
+    // The lower half still serves small blocks.
+    assert!(holds(&arena, alloc(&arena, 2048, 8)));
 }
 
 #[test]
