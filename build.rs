@@ -56,6 +56,46 @@ fn main() {
     std::fs::write(dest, out).unwrap();
     standby();
     hot_code();
+    packed_relocations();
+}
+
+/// Asks the linker for packed relative relocations (`-z pack-relative-relocs`, DT_RELR): the
+/// static executable relocates itself at start-up from a table of 1 kB instead of 110 kB (4,500
+/// entries of 24 bytes), read from pages the run need not map (`exec -- true`: 6 page faults
+/// fewer, ~0.1 ms on the VM it was measured on). The C library's start-up must know the format
+/// (glibc 2.36 or later; an older one would leave the pointers unrelocated and rlock would crash
+/// at once), so only where the glibc the build links is known to be that: a native build for
+/// Linux with glibc, static (`.cargo/config.toml`), with the default linker (lld, which has the
+/// option) or GNU ld through cc (2.38 or later has it; an older one ignores it with a warning).
+fn packed_relocations() {
+    let cfg = |name: &str| std::env::var(name).unwrap_or_default();
+    let native = cfg("TARGET") == cfg("HOST");
+    let static_glibc = cfg("CARGO_CFG_TARGET_OS") == "linux"
+        && cfg("CARGO_CFG_TARGET_ENV") == "gnu"
+        && cfg("CARGO_CFG_TARGET_FEATURE")
+            .split(',')
+            .any(|f| f == "crt-static");
+    let flags = cfg("CARGO_ENCODED_RUSTFLAGS");
+    let other_linker = std::env::var_os("RUSTC_LINKER").is_some()
+        || flags.split('\x1f').any(|f| {
+            f.contains("fuse-ld=") && !f.ends_with("fuse-ld=lld") && !f.ends_with("fuse-ld=bfd")
+        });
+    if !(native && static_glibc) || other_linker {
+        return;
+    }
+    // "glibc 2.36"
+    let version = std::process::Command::new("getconf")
+        .arg("GNU_LIBC_VERSION")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| {
+            let (major, minor) = text.trim().strip_prefix("glibc ")?.split_once('.')?;
+            Some((major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?))
+        });
+    if version.is_some_and(|v| v >= (2, 36)) {
+        println!("cargo::rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
 }
 
 /// Hands the linker `link/hot-code.ld` (written by `scripts/hot-code`): the code a short run
