@@ -5,14 +5,14 @@
 //! `files` and `dns` name services built in; any other (`systemd`, `sss`, `ldap`, `mdns`, ...)
 //! it would load from the host's shared libraries, which work only if they are of the very glibc
 //! rlock was built with. So rlock asks for those two alone, as Go's tools (`consul`, `etcdctl`)
-//! do: host names from /etc/hosts and DNS, user names from /etc/passwd. A user name that only a
-//! directory service knows is not looked up; rlock records `$USER`, `$LOGNAME` or the uid instead
-//! (see `identity`).
+//! do: host names from /etc/hosts and DNS, user names from /etc/passwd (which `identity` reads
+//! itself, for less). A user name that only a directory service knows is not looked up; rlock
+//! records `$USER`, `$LOGNAME` or the uid instead.
 
 /// Pins the host and user databases to the services built into a static glibc, before the first
-/// lookup; called where one may follow (a host name to resolve, a uid to name), once. Pinning
-/// reads nsswitch.conf (~30 us), which a run that looks nothing up (an IP address, `$USER` set)
-/// is spared. Does nothing in a dynamically linked build, which loads whatever nsswitch.conf
+/// lookup; called where one may follow (a host name to resolve; a uid to name, in a dynamically
+/// linked build), once. Pinning reads nsswitch.conf (~30 us), which a run that looks nothing up
+/// (its Redis named by an address) is spared. Does nothing in a dynamically linked build, which loads whatever nsswitch.conf
 /// names.
 pub fn pin_builtin_services() {
     static PINNED: std::sync::Once = std::sync::Once::new();
