@@ -31,7 +31,7 @@ use crate::etcd::Etcd;
 use crate::monitor::zcard;
 use crate::process::{Bg, fail, quiet, rlock, wait_for};
 use crate::setup::Bench;
-use crate::table::{WARMUP, median};
+use crate::table::{WARMUP, median, turn};
 
 /// Median, min and max of some samples (ms).
 #[derive(Debug, Clone, Copy)]
@@ -311,15 +311,15 @@ fn handoffs_in_line(tool: &dyn Tool, dir: &Path, n: usize, samples: usize) -> Ve
 }
 
 /// `CMD -- true` under the lock, `runs` rounds of one run of each tool in turn: each tool's
-/// median wall time in ms. Each round starts with the next tool, so that every tool follows
-/// every other as often: etcd goes on working for a while after `etcdctl lock` exits (its lease
+/// median wall time in ms. The tools take turns (`table::turn`), so that every tool follows every
+/// other as often: etcd goes on working for a while after `etcdctl lock` exits (its lease
 /// revoked, its log written), and the tool that always ran next paid for it.
 fn exec_true(tools: &[&dyn Tool], runs: usize) -> Vec<f64> {
     let key = format!("exec-true-{}", std::process::id());
     let mut times = vec![Vec::with_capacity(runs); tools.len()];
     for round in 0..WARMUP + runs {
         for k in 0..tools.len() {
-            let i = (round + k) % tools.len();
+            let i = turn(round, k, tools.len());
             let t = Instant::now();
             quiet(&mut tools[i].under_lock(&key, "true", &[]));
             if round >= WARMUP {

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-/// Runs each of `subjects` (each measures itself) `runs` times, taking turns and changing who
-/// goes first every round, so that a machine that gets slower or faster meanwhile weighs on all
-/// of them alike: the median of each, after `WARMUP` rounds not counted.
+/// Runs each of `subjects` (each measures itself) `runs` times, taking turns (`turn`: who goes
+/// first changes every round, and who follows whom too), so that a machine that gets slower or
+/// faster meanwhile, and what one leaves behind, weigh on all of them alike: the median of each,
+/// after `WARMUP` rounds not counted.
 pub fn interleaved<const N: usize>(
     runs: usize,
     subjects: [&mut dyn FnMut() -> f64; N],
@@ -12,7 +13,7 @@ pub fn interleaved<const N: usize>(
     let mut samples: [Vec<f64>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
     for round in 0..WARMUP + runs {
         for k in 0..N {
-            let i = (round + k) % N;
+            let i = turn(round, k, N);
             let t = (subjects[i])();
             if round >= WARMUP {
                 samples[i].push(t);
@@ -20,6 +21,20 @@ pub fn interleaved<const N: usize>(
         }
     }
     samples.map(median)
+}
+
+/// Which of `n` subjects runs `k`th in round `round`. The order turns by one each round, and runs
+/// backwards every other `n` rounds, so that over `2n` rounds every subject follows every other
+/// equally often: turning alone, each would mostly follow the same one (rlock the redis-cli pair,
+/// whose two processes and connections Redis and the kernel are still tidying after), and pay
+/// for it.
+pub fn turn(round: usize, k: usize, n: usize) -> usize {
+    let first = round % n;
+    if (round / n).is_multiple_of(2) {
+        (first + k) % n
+    } else {
+        (first + n - 1 - k) % n
+    }
 }
 
 /// Rounds run before the timed ones, and not counted: the first runs of a program pay for what
