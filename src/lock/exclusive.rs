@@ -141,12 +141,20 @@ impl Locker {
             floor: fence,
         };
         std::thread::scope(|s| {
-            for (node, result) in self.nodes.iter().zip(results) {
-                if let Ok(Attempt::Granted(mine)) = result
-                    && mine.fence < fence
-                {
-                    s.spawn(move || call::run(node.as_ref(), raise, timeout));
-                }
+            let raising: Vec<_> = self
+                .nodes
+                .iter()
+                .zip(results)
+                .filter(|(_, result)| {
+                    matches!(result, Ok(Attempt::Granted(mine)) if mine.fence < fence)
+                })
+                .map(|(node, _)| s.spawn(move || call::run(node.as_ref(), raise, timeout)))
+                .collect();
+            // Joined, not only waited for: a thread the scope merely waits for may still be
+            // ending (freeing what it held, under the allocator's lock) when rlock forks the
+            // guardian next (supervise/spawn.rs: no other thread exists at spawn).
+            for thread in raising {
+                let _ = thread.join();
             }
         });
     }
