@@ -66,7 +66,8 @@ fn main() {
 /// (glibc 2.36 or later; an older one would leave the pointers unrelocated and rlock would crash
 /// at once), so only where the glibc the build links is known to be that: a native build for
 /// Linux with glibc, static (`.cargo/config.toml`), with the default linker (lld, which has the
-/// option) or GNU ld through cc (2.38 or later has it; an older one ignores it with a warning).
+/// option) or GNU ld through cc, no other sysroot, and `cc`'s own glibc headers saying 2.36 or
+/// later. The script runs again when that glibc's libc.a changes.
 fn packed_relocations() {
     let cfg = |name: &str| std::env::var(name).unwrap_or_default();
     let native = cfg("TARGET") == cfg("HOST");
@@ -76,23 +77,50 @@ fn packed_relocations() {
             .split(',')
             .any(|f| f == "crt-static");
     let flags = cfg("CARGO_ENCODED_RUSTFLAGS");
-    let other_linker = std::env::var_os("RUSTC_LINKER").is_some()
+    let elsewhere = std::env::var_os("RUSTC_LINKER").is_some()
         || flags.split('\x1f').any(|f| {
-            f.contains("fuse-ld=") && !f.ends_with("fuse-ld=lld") && !f.ends_with("fuse-ld=bfd")
+            (f.contains("fuse-ld=") && !f.ends_with("fuse-ld=lld") && !f.ends_with("fuse-ld=bfd"))
+                || f.starts_with("linker=")
+                || f.contains("sysroot")
         });
-    if !(native && static_glibc) || other_linker {
+    if !(native && static_glibc) || elsewhere {
         return;
     }
-    // "glibc 2.36"
-    let version = std::process::Command::new("getconf")
-        .arg("GNU_LIBC_VERSION")
-        .output()
-        .ok()
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .and_then(|text| {
-            let (major, minor) = text.trim().strip_prefix("glibc ")?.split_once('.')?;
-            Some((major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?))
-        });
+    let cc = |args: &[&str], input: &str| -> Option<String> {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new("cc")
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        child.stdin.take()?.write_all(input.as_bytes()).ok()?;
+        let out = child.wait_with_output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    if let Some(libc) = cc(&["-print-file-name=libc.a"], "") {
+        println!("cargo::rerun-if-changed={}", libc.trim());
+    }
+    // "2 36": the glibc whose headers (and libc.a) cc builds with.
+    let version = cc(
+        &["-E", "-P", "-x", "c", "-"],
+        "#include <features.h>\n__GLIBC__ __GLIBC_MINOR__\n",
+    )
+    .and_then(|text| {
+        let (major, minor) = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())?
+            .trim()
+            .split_once(' ')?;
+        Some((
+            major.parse::<u32>().ok()?,
+            minor.trim().parse::<u32>().ok()?,
+        ))
+    });
     if version.is_some_and(|v| v >= (2, 36)) {
         println!("cargo::rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }
