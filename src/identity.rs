@@ -67,14 +67,18 @@ fn name_of(uid: nix::unistd::Uid) -> Option<String> {
 }
 
 /// The name of the first entry for `uid` in `passwd` (the lines of /etc/passwd: `name:password:
-/// uid:...`), as glibc's `files` service reads it: blank lines and comments skipped.
+/// uid:gid:gecos:home:shell`), as glibc's `files` service reads it: leading blanks, blank lines
+/// and comments skipped, a line of fewer than seven fields refused.
 fn passwd_name(passwd: &[u8], uid: u32) -> Option<String> {
     passwd.split(|&b| b == b'\n').find_map(|line| {
+        let line = line.trim_ascii_start();
         if line.is_empty() || line.starts_with(b"#") {
             return None;
         }
-        let mut fields = line.split(|&b| b == b':');
-        let (name, _password, id) = (fields.next()?, fields.next()?, fields.next()?);
+        let fields: Vec<&[u8]> = line.split(|&b| b == b':').collect();
+        let [name, _password, id, _, _, _, _, ..] = fields[..] else {
+            return None;
+        };
         let id: u32 = std::str::from_utf8(id).ok()?.parse().ok()?;
         (id == uid && !name.is_empty()).then(|| String::from_utf8_lossy(name).into_owned())
     })
@@ -143,6 +147,11 @@ mod tests {
             "an entry without a name names nobody"
         );
         assert_eq!(passwd_name(passwd, 4242), None);
+        assert_eq!(
+            passwd_name(b"  ops:x:5:5::/:/bin/sh\n", 5).as_deref(),
+            Some("ops")
+        );
+        assert_eq!(passwd_name(b"short:x:5\n", 5), None, "too few fields");
         assert_eq!(passwd_name(b"", 0), None);
     }
 }
