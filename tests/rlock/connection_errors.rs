@@ -620,3 +620,49 @@ fn a_wrong_password_is_said_to_be_refused() {
         );
     }
 }
+
+/// A statically linked rlock takes host names from /etc/hosts and DNS and user names from
+/// /etc/passwd, whatever nsswitch.conf names (`src/names.rs`; pinned only before a lookup is
+/// made, `identity` reading /etc/passwd itself). In a mount namespace whose nsswitch.conf names
+/// only services that do not exist, `redis://localhost` still connects, and with neither `$USER`
+/// nor `$LOGNAME` the holder is named as /etc/passwd names the uid.
+#[test]
+fn names_come_from_the_files_and_dns_whatever_nsswitch_conf_names() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test bind-mounts over /etc in a namespace of its own: run cargo test as root"
+    );
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    std::fs::write(d.join("nsswitch.conf"), "passwd: nosuch\nhosts: nosuch\n").unwrap();
+    std::fs::write(d.join("passwd"), "rlock-named:x:0:0::/root:/bin/sh\n").unwrap();
+    let script = format!(
+        r#"mount --bind "$D/nsswitch.conf" /etc/nsswitch.conf && mount --bind "$D/passwd" /etc/passwd && exec "$RL" -u redis://localhost:{} exec -k names -- true"#,
+        server.port()
+    );
+    let rl = rlock().get_program().to_owned();
+    let mut unshared = std::process::Command::new("unshare");
+    unshared
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env("D", d)
+        .env("RL", rl)
+        .env_remove("USER")
+        .env_remove("LOGNAME");
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"RLOCK_") {
+            unshared.env_remove(&name);
+        }
+    }
+    let out = run(&mut unshared);
+    assert_eq!(
+        out.code, 0,
+        "rlock with nsswitch.conf naming no real service: {out}"
+    );
+    let state = server.hgetall("{rlock:names}:state");
+    assert_eq!(
+        state.get("user").map(String::as_str),
+        Some("rlock-named"),
+        "the holder's user, with no $USER: {state:?}"
+    );
+}
