@@ -183,7 +183,8 @@ impl Arena {
             offset + new_size.next_multiple_of(ALIGN),
         );
         self.with_books(|books| {
-            if end == books.large && new_end <= SIZE {
+            // Never past a quarter of the arena: a block that large is the system's.
+            if end == books.large && new_end <= SIZE && new_size <= SIZE / 4 {
                 books.large = new_end;
                 true
             } else {

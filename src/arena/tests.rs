@@ -108,6 +108,11 @@ fn the_newest_large_block_grows_and_is_taken_back_where_it_is() {
         );
     }
     assert_eq!(bytes(v, 2560), [3; 2560]);
+    // Not past a quarter of the arena, though the newest: a block that large is the system's.
+    let big = alloc(&arena, 40960, 8);
+    let moved_big = realloc(&arena, big, 40960, SIZE / 4 + 16);
+    assert!(!holds(&arena, moved_big));
+    dealloc(&arena, moved_big, SIZE / 4 + 16);
     let w = alloc(&arena, 3000, 8);
     assert_eq!(
         w as usize,
