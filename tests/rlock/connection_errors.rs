@@ -641,19 +641,21 @@ fn names_come_from_the_files_and_dns_whatever_nsswitch_conf_names() {
         r#"mount --bind "$D/nsswitch.conf" /etc/nsswitch.conf && mount --bind "$D/passwd" /etc/passwd && exec "$RL" -u redis://localhost:{} exec -k names -- true"#,
         server.port()
     );
-    let rl = rlock().get_program().to_owned();
+    // rlock's environment as the harness cleans it (no RLOCK_*), around `unshare`.
+    let cleaned = rlock();
     let mut unshared = std::process::Command::new("unshare");
+    for (name, value) in cleaned.get_envs() {
+        match value {
+            Some(value) => unshared.env(name, value),
+            None => unshared.env_remove(name),
+        };
+    }
     unshared
         .args(["--mount", "--propagation", "private", "sh", "-c", &script])
         .env("D", d)
-        .env("RL", rl)
+        .env("RL", cleaned.get_program())
         .env_remove("USER")
         .env_remove("LOGNAME");
-    for (name, _) in std::env::vars_os() {
-        if name.as_encoded_bytes().starts_with(b"RLOCK_") {
-            unshared.env_remove(&name);
-        }
-    }
     let out = run(&mut unshared);
     assert_eq!(
         out.code, 0,
