@@ -10,9 +10,9 @@ use std::path::Path;
 /// by name, telling a multi-holder lock, waking the next waiter) goes in front of every script,
 /// and multi.lua (the holders and line of a lock with several) after it where they are needed;
 /// slot.lua, acquire's grant of such a lock, only in front of acquire.lua. RECORD, sent at the end
-/// of every exec, stands alone: common.lua's definitions would cost more than its work. LEAVE is sent whole
-/// (EVAL) to servers that may be frozen: it stays under Redis's 16 KB read buffer, so that it is
-/// read, and runs, at once when the server thaws, not one turn of its loop later.
+/// of every exec, stands alone: common.lua's definitions would cost more than its work. What goes
+/// to Redis leaves out the comments (lines that are only a comment) and blank lines: LEAVE is sent
+/// whole (EVAL), and every script is after a SCRIPT FLUSH or a restart.
 const SCRIPTS: &[(&str, &[&str])] = &[
     (
         "ACQUIRE",
@@ -34,21 +34,18 @@ fn main() {
     let mut out = String::new();
     for (name, files) in SCRIPTS {
         let mut source = String::new();
-        let mut includes = Vec::new();
         for file in *files {
             let path = dir.join(file);
             println!("cargo::rerun-if-changed={}", path.display());
-            source.push_str(&std::fs::read_to_string(&path).unwrap());
-            includes.push(format!("include_str!({:?})", path.display().to_string()));
+            source.push_str(&sent_part(&std::fs::read_to_string(&path).unwrap()));
         }
         let sha = sha1_smol::Sha1::from(source.as_bytes())
             .digest()
             .to_string();
         writeln!(
             out,
-            "/// {}\npub const {name}: (&str, &str) = (concat!({}), {sha:?});",
+            "/// {}\npub const {name}: (&str, &str) = ({source:?}, {sha:?});",
             files.join(" + "),
-            includes.join(", ")
         )
         .unwrap();
     }
@@ -57,6 +54,19 @@ fn main() {
     standby();
     hot_code();
     packed_relocations();
+}
+
+/// The part of a Lua file that is sent to Redis: its lines less those that are blank or only a
+/// comment (the scripts use no long brackets, `[[`, which a line could begin inside of).
+fn sent_part(lua: &str) -> String {
+    assert!(!lua.contains("[["), "a long bracket in a script");
+    lua.lines()
+        .filter(|line| {
+            let code = line.trim_start();
+            !code.is_empty() && !code.starts_with("--")
+        })
+        .flat_map(|line| [line, "\n"])
+        .collect()
 }
 
 /// Asks the linker for packed relative relocations (`-z pack-relative-relocs`, DT_RELR): the

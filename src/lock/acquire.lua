@@ -1,15 +1,17 @@
 -- acquire: grant the lock to a token if it is free and nobody is ahead of it in line; mint the
 -- fencing token in the same step. Waiters keep their place without heartbeats: the line is
 -- checked lazily, at handoff (common.lua's hand_off).
--- KEYS[1] lock (a string holding the owner token)  KEYS[2] state (hash: fence, holder, and
---         "next"/"next_until", the waiter a free lock is reserved for)  KEYS[3] queue (zset of
+-- KEYS[1] lock (a string holding the owner token)  KEYS[2] state (hash: fence, holder, "try"
+--         (the holder's latest try, see ARGV), and "next"/"next_until", the waiter a free lock
+--         is reserved for)  KEYS[3] queue (zset of
 --         waiting tokens, oldest first)
 -- ARGV by name (common.lua's args): token; ttl (ms); join ("1" to join the queue when not
 --         granted); check (ms until the waiter's next check, when the lock has no expiry);
 --         channel (the wake channel); host, pid, user, cmd (the holder); mode ("" for an
 --         exclusive lock, "limit" for a semaphore, "shared" for a shared lock); limit (the
 --         semaphore's N); pidns (the holder's pid namespace, for inspect's stale check; may be
---         empty)
+--         empty); try (the number of this try, rising with each try of the process that made the
+--         token: a grant records the latest try that took or confirmed it, which leave.lua reads)
 -- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
 --   "ok" fence ttl                        granted: the fence, the lease (ms)
 --   "busy" pttl now host pid user since cmd [holders limit ahead] [place]
@@ -36,6 +38,7 @@ local mode, limit = a.mode or "", tonumber(a.limit) or 0
 -- The request, as slot.lua's wait_in_line and take_slot read it.
 local r = {lock = lock, state = state, queue = queue, token = token, ttl = ttl, now = now,
   now_us = now_us, join = a.join == "1", channel = channel, mode = mode, limit = limit,
+  try = tonumber(a.try) or 0,
   who = {host = a.host or "", pid = a.pid or "", user = a.user or "", cmd = a.cmd or "",
     pidns = a.pidns or ""}}
 
@@ -104,6 +107,10 @@ if current == token then
   if redis.call("HGET", state, "token") ~= token then
     fence = 0
   end
+  -- A give-back sent after an earlier try must not undo what this one confirms.
+  if (tonumber(redis.call("HGET", state, "try")) or 0) < r.try then
+    redis.call("HSET", state, "try", r.try)
+  end
   return reply("ok", "fence", fence, "ttl", ttl)
 end
 
@@ -150,7 +157,10 @@ end
 fence = math.max(fence + 1, now_us)
 -- The record before the lock: a server older than Redis 4.0 refuses an HSET of several fields,
 -- and then nothing is held.
-redis.call("HSET", state, unpack(holder_hset(token, holder_fields(r.who, fence, now, ttl))))
+local record = holder_hset(token, holder_fields(r.who, fence, now, ttl))
+record[#record + 1] = "try"
+record[#record + 1] = r.try
+redis.call("HSET", state, unpack(record))
 redis.call("SET", lock, token, "PX", ttl)
 redis.call("HDEL", state, "released", "broken", "next", "next_until")
 redis.call("ZREM", queue, token)

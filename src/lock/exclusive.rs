@@ -46,13 +46,9 @@ impl Locker {
             false => vec![None],
         };
         let timeout = capped(self.node_timeout(ttl), left());
-        let call = Acquire {
-            req,
-            // A Redlock waiter does not queue: queues on independent masters could disagree
-            // on who is first. It waits for the release's "anyone" wake-up instead.
-            join: join_queue && !self.is_quorum(),
-            sent: Instant::now(),
-        };
+        // A Redlock waiter does not queue: queues on independent masters could disagree on
+        // who is first. It waits for the release's "anyone" wake-up instead.
+        let call = Acquire::new(req, join_queue && !self.is_quorum());
         let results = self.on_each(|i, n| match &unidentified[i] {
             Some(e) => Err(e.clone()),
             None => call::run(n, &call, timeout),
@@ -115,7 +111,7 @@ impl Locker {
             }));
         }
         // No grant: give back what was granted, everywhere it was asked.
-        let leave = Leave { key, token };
+        let leave = Leave::new(key, token);
         self.on_each(|i, n| {
             if asked[i] {
                 let _ = call::run(n, &leave, give_back);
@@ -171,7 +167,7 @@ impl Locker {
         token: &str,
         timeout: Duration,
     ) -> Result<(), Error> {
-        let leave = Leave { key, token };
+        let leave = Leave::new(key, token);
         let results = self.on_all(|n| call::run(n, &leave, timeout));
         match results.into_iter().find_map(Result::err) {
             Some(e) if !self.is_quorum() => Err(Error::redis(key, e)),

@@ -14,7 +14,7 @@
 //! time gets no grant that round: it cannot vote.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::call::acquire::Acquire;
 use super::call::release::ReleaseReply;
@@ -102,11 +102,7 @@ impl Locker {
             who: &relock.who,
         };
         // A Redlock grant never waits in line.
-        let acquire = Acquire {
-            req: &req,
-            join: false,
-            sent: Instant::now(),
-        };
+        let acquire = Acquire::new(&req, false);
         self.on_each(|i, n| {
             if gone(i) {
                 let _ = call::run(n, &acquire, timeout);

@@ -46,6 +46,11 @@ local function take_slot(r, kind)
       redis.call("ZADD", lock, math.max(tonumber(mine), now + r.ttl), token)
       expire_with_last(lock, now)
       local h = record_of(state, token)
+      -- A give-back sent after an earlier try must not undo what this one confirms.
+      if h and (tonumber(h.try) or 0) < r.try then
+        h.try = r.try
+        redis.call("HSET", state, "h:" .. token, cjson.encode(h))
+      end
       return reply("ok", "fence", h and tonumber(h.fence) or 0, "ttl", r.ttl)
     end
   end
@@ -76,8 +81,10 @@ local function take_slot(r, kind)
     -- The record before the slot: a server older than Redis 4.0 refuses an HSET of several
     -- fields, and then no slot is held. (cjson writes numbers with 14 digits: the fence goes as
     -- a string.)
+    local record = holder_fields(r.who, string.format("%.0f", fence), now, r.ttl)
+    record.try = r.try
     redis.call("HSET", state, "fence", fence, "mode", r.mode, "limit", r.limit, "h:" .. token,
-      cjson.encode(holder_fields(r.who, string.format("%.0f", fence), now, r.ttl)))
+      cjson.encode(record))
     redis.call("ZADD", lock, now + r.ttl, token)
     expire_with_last(lock, now)
     redis.call("HDEL", state, "go:" .. token)

@@ -1,5 +1,6 @@
 //! acquire.lua as a typed call: one try at taking a lock (or a slot of it) for a request.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -30,12 +31,43 @@ pub(in crate::lock) enum Attempt {
     },
 }
 
+/// How many tries at a lock this process has made: each try is numbered, rising.
+///
+/// A try whose reply never came (a frozen server, a broken link) is given back (leave.lua) on
+/// another connection, the first one dropped, and requests on different connections may run in
+/// any order: a large request is read in pieces, and another connection's runs in between. So
+/// the give-back after try N can run after try N+1 was granted, which rlock reports as held.
+/// Therefore a grant records the number of the latest try that took or confirmed it, and a
+/// give-back undoes only a grant of a try up to the number it carries (`tries_so_far` when it
+/// is sent): never one that a later try took. (A token is only ever acquired by the process
+/// that made it, so one process's numbers are all its grants can carry.)
+static TRIES: AtomicU64 = AtomicU64::new(0);
+
+/// The number of the latest try so far: what a give-back undoes up to.
+pub(in crate::lock) fn tries_so_far() -> u64 {
+    // One counter: its changes have one order, and a thread reads its own changes back.
+    TRIES.load(Ordering::Relaxed)
+}
+
 /// acquire.lua for `req`: with `join`, a busy try keeps a place in line; `sent` is when it goes,
-/// from which the grant's lease counts.
+/// from which the grant's lease counts; `nth`, the try's number (`TRIES`).
 pub(in crate::lock) struct Acquire<'a> {
     pub req: &'a Request<'a>,
     pub join: bool,
     pub sent: Instant,
+    pub nth: u64,
+}
+
+impl<'a> Acquire<'a> {
+    /// The next try for `req`, sent now.
+    pub fn new(req: &'a Request<'a>, join: bool) -> Self {
+        Acquire {
+            req,
+            join,
+            sent: Instant::now(),
+            nth: TRIES.fetch_add(1, Ordering::Relaxed) + 1,
+        }
+    }
 }
 
 impl Call for Acquire<'_> {
@@ -75,6 +107,7 @@ impl Call for Acquire<'_> {
             .with("mode", mode)
             .with("limit", limit)
             .with("pidns", &who.pidns)
+            .with("try", self.nth)
     }
 
     fn decode(&self, reply: &[Value]) -> Result<Attempt, Refusal> {
@@ -154,17 +187,17 @@ mod tests {
     #[test]
     fn an_acquire_sends_its_arguments_by_name() {
         with_request(|req| {
-            let call = Acquire {
-                req,
-                join: true,
-                sent: Instant::now(),
-            };
+            let call = Acquire::new(req, true);
+            let later = Acquire::new(req, true);
+            assert!(later.nth > call.nth, "tries are numbered, rising");
+            assert_eq!(tries_so_far(), later.nth);
             let args = call.args();
             assert_eq!(args.get("token"), Some(req.token));
             assert_eq!(args.get("join"), Some("1"));
             assert_eq!(args.get("channel"), Some(req.key.channel.as_str()));
             assert_eq!(args.get("host"), Some(req.who.host.as_str()));
             assert_eq!(args.get("mode"), Some(""));
+            assert_eq!(args.get("try"), Some(call.nth.to_string().as_str()));
             assert_eq!(call.keys(), req.key.keys());
         });
     }

@@ -70,10 +70,23 @@ fn is_renewed(reply: &Value) -> bool {
     matches!(renewed(items), Ok(Renewed::Yes(_)))
 }
 
-/// leave.lua for `token`.
+/// leave.lua for `token`: a grant is given back only when a try up to `upto` took it (see
+/// acquire.rs's `TRIES`).
 pub(in crate::lock) struct Leave<'a> {
     pub key: &'a LockKey,
     pub token: &'a str,
+    pub upto: u64,
+}
+
+impl<'a> Leave<'a> {
+    /// Gives back what the tries made so far took.
+    pub fn new(key: &'a LockKey, token: &'a str) -> Self {
+        Leave {
+            key,
+            token,
+            upto: super::acquire::tries_so_far(),
+        }
+    }
 }
 
 /// What leave.lua did.
@@ -100,6 +113,7 @@ impl Call for Leave<'_> {
         Args::new()
             .with("token", self.token)
             .with("channel", &self.key.channel)
+            .with("upto", self.upto)
     }
 
     fn decode(&self, reply: &[Value]) -> Result<Left, Refusal> {
@@ -190,8 +204,10 @@ mod tests {
         let leave = Leave {
             key: &key,
             token: "t",
+            upto: 7,
         };
         assert_eq!(leave.args().get("channel"), Some("{rlock:jobs}:wake"));
+        assert_eq!(leave.args().get("upto"), Some("7"));
         assert_eq!(leave.decode(&reply("released", &[])), Ok(Left::GaveBack));
         assert_eq!(leave.decode(&reply("left", &[])), Ok(Left::Left));
         assert_eq!(leave.decode(&[Value::Int(1)]), Err(Refusal::Unexpected));

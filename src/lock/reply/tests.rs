@@ -1,5 +1,4 @@
 //! Unit tests of the reply decoding: Values as the scripts answer them, decoded by name.
-use std::time::Instant;
 
 use super::*;
 use crate::lock::call::Call;
@@ -34,14 +33,7 @@ fn key() -> LockKey {
 }
 
 fn attempt(r: &[Value]) -> Decoded<Attempt> {
-    with_request(|req| {
-        let call = Acquire {
-            req,
-            join: false,
-            sent: Instant::now(),
-        };
-        call.decode(r)
-    })
+    with_request(|req| Acquire::new(req, false).decode(r))
 }
 
 fn release(r: &[Value]) -> Decoded<ReleaseReply> {

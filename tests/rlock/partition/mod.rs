@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 // The fault proxy itself (`proxy`), and the partitions, one file each.
 mod cluster_split_brain;
 mod holder_cut_off;
+mod late_give_back;
 mod proxy;
 mod redlock;
 mod sentinel_split_brain;

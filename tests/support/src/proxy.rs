@@ -15,6 +15,10 @@
 //! that lost bytes is closed when its link heals (as TCP gives up on a connection whose packets
 //! were dropped for long enough); new connections then pass.
 //!
+//! A side that closes its end closes it as TCP does: what it sent before is still delivered (at
+//! its delayed time), and then the other end reads the end of the stream. A client that gives up
+//! on a delayed request does not take the request back: the server still runs it, late.
+//!
 //! Rules can name source processes (by pid): a connection's source is the process that owns its
 //! client socket, found through `/proc/net/tcp` and `/proc/PID/fd` when a rule asks for it.
 
@@ -22,7 +26,7 @@ use std::collections::HashSet;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -76,6 +80,10 @@ struct Conn {
     source: Mutex<Option<i32>>,
     /// Bytes were dropped (blackhole): the stream is out of step and is closed on healing.
     lost_bytes: AtomicBool,
+    /// The client has sent something.
+    sent: AtomicBool,
+    /// How many directions have ended (read to the end, and all of it written on).
+    ended: AtomicUsize,
     closed: AtomicBool,
 }
 
@@ -138,6 +146,8 @@ impl State {
 struct Shared {
     state: Mutex<State>,
     stop: AtomicBool,
+    /// How many connections have sent the server something, ever.
+    senders: AtomicUsize,
 }
 
 /// A relay from a free port on 127.0.0.1 to `127.0.0.1:target`. Every connection is closed on
@@ -160,6 +170,7 @@ impl Proxy {
                 conns: Vec::new(),
             }),
             stop: AtomicBool::new(false),
+            senders: AtomicUsize::new(0),
         });
         let acceptor = {
             let shared = shared.clone();
@@ -234,6 +245,12 @@ impl Proxy {
         state.conns.len()
     }
 
+    /// How many connections have sent the server something since the proxy started, closed ones
+    /// included: a client's next request on a connection of its own shows as one more.
+    pub fn senders(&self) -> usize {
+        self.shared.senders.load(Ordering::SeqCst)
+    }
+
     fn update(&self, change: impl FnOnce(&mut State)) {
         let mut state = self.shared.state.lock().unwrap();
         change(&mut state);
@@ -277,6 +294,8 @@ fn accept_loop(listener: TcpListener, port: u16, target: u16, shared: Arc<Shared
             server,
             source: Mutex::new(None),
             lost_bytes: AtomicBool::new(false),
+            sent: AtomicBool::new(false),
+            ended: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
         });
         {
@@ -297,7 +316,8 @@ fn accept_loop(listener: TcpListener, port: u16, target: u16, shared: Arc<Shared
 }
 
 /// Relays one direction of `conn`: a reader that applies the direction's mode, and a writer
-/// that sends each piece at its time (so that delays keep the bytes in order).
+/// that sends each piece at its time (so that delays keep the bytes in order). The end of the
+/// stream is passed on after the last piece; the connection closes once both directions ended.
 fn pump(conn: Arc<Conn>, shared: Arc<Shared>, dir: Dir, mut from: TcpStream) {
     let (tx, rx) = channel::<(Instant, Vec<u8>)>();
     let mut to = match dir {
@@ -317,15 +337,24 @@ fn pump(conn: Arc<Conn>, shared: Arc<Shared>, dir: Dir, mut from: TcpStream) {
                 return;
             }
         }
+        // The reader came to the end of the stream, and everything before it is written on.
+        let _ = to.shutdown(Shutdown::Write);
+        if writer_conn.ended.fetch_add(1, Ordering::SeqCst) == 1 {
+            writer_conn.close();
+        }
     });
     thread::spawn(move || {
         let mut buf = vec![0u8; 64 * 1024];
         let mut last = Instant::now();
         loop {
             let n = match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
+                // The end of the stream (or of the connection): the writer passes it on.
+                Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
+            if dir == Dir::ToServer && !conn.sent.swap(true, Ordering::SeqCst) {
+                shared.senders.fetch_add(1, Ordering::SeqCst);
+            }
             let mode = {
                 let state = shared.state.lock().unwrap();
                 state.modes_of(&conn)[dir.index()]

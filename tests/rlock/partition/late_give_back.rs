@@ -1,0 +1,87 @@
+//! A give-back that arrives late. A waiter's try whose reply does not come within --op-timeout
+//! may have been granted, so rlock gives it back (on a new connection: the first is dropped),
+//! then tries again (on yet another). Requests on different connections may run in any order
+//! (a large one is read in pieces, a link delays one and not the next): here the proxy holds
+//! the give-back of one try until after the next try was granted and reported held. The late
+//! give-back must leave that grant alone, or the lock is free while rlock says it is held.
+
+use super::*;
+use crate::common::basic::{acquire, release};
+
+const KEY: &str = "late";
+
+/// W (with `extra`) waits through the proxy (op-timeout 300 ms) for a lock held directly by an
+/// exclusive holder; the proxy then
+/// delays what W sends by 1 s, and the release hands the lock to W: W's try times out, its
+/// give-back goes out (delayed), and once the proxy has read that, the link passes again, so
+/// W's next try is granted at once, 1 s before the give-back reaches Redis. Returns W's output
+/// once the delayed requests have all reached Redis.
+fn late_give_back(server: &RedisServer, extra: &[&str]) -> crate::common::Output {
+    let proxy = Proxy::start(server.port());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let holder = acquire(server, KEY, &["--ttl", "60s"]);
+    let mut w = rlock();
+    w.args(["-u", &proxy.url(), "--op-timeout", "300ms"])
+        .args(["acquire", "-w", "30s", "-k", KEY])
+        .args(extra);
+    let mut w = Bg::spawn("W", dir.path(), &mut w);
+    // W waits in line, and listens for its turn: two connections, each has sent something.
+    w.wait_for("W to wait in line", Duration::from_secs(10), || {
+        matches!(
+            server.try_cmd(&["ZCARD", "{rlock:late}:q"]),
+            Ok(redis::Value::Int(1))
+        ) && proxy.senders() == 2
+    });
+    proxy.set_dir(
+        Dir::ToServer,
+        Mode::Delay {
+            base: Duration::from_secs(1),
+            jitter: Duration::ZERO,
+        },
+    );
+    release(server, KEY, &holder);
+    // W's try (on its first connection) times out after 300 ms; the give-back goes out on a
+    // connection of its own. Then W pauses 50 ms or more before the next try.
+    w.wait_for("W's give-back", Duration::from_secs(10), || {
+        proxy.senders() == 3
+    });
+    proxy.set(Mode::Pass);
+    let (out, _) = w.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 0, "W: {out}");
+    wait_until(
+        "W's delayed requests to reach Redis",
+        Duration::from_secs(10),
+        || proxy.open_connections() == 0,
+    );
+    assert_eq!(
+        proxy.senders(),
+        4,
+        "W's tries: the one that timed out, its give-back, the one that was granted"
+    );
+    out
+}
+
+#[test]
+fn a_late_give_back_leaves_a_later_grant_held() {
+    let server = RedisServer::start();
+    let out = late_give_back(&server, &[]);
+    let token = out.stdout.trim();
+    assert_eq!(
+        server.get("rlock:late").as_deref(),
+        Some(token),
+        "the lock rlock reported held is held: {out}"
+    );
+}
+
+#[test]
+fn a_late_give_back_leaves_a_later_shared_grant_held() {
+    // A shared lock's holders are a sorted set (leave.lua's other branch).
+    let server = RedisServer::start();
+    let out = late_give_back(&server, &["--shared"]);
+    let token = out.stdout.trim();
+    let score: Option<String> = crate::common::basic::q(&server, &["ZSCORE", "rlock:late", token]);
+    assert!(
+        score.is_some(),
+        "the shared lock rlock reported held is held: {out}"
+    );
+}
