@@ -57,9 +57,12 @@ fn main() {
 }
 
 /// The part of a Lua file that is sent to Redis: its lines less those that are blank or only a
-/// comment (the scripts use no long brackets, `[[`, which a line could begin inside of).
+/// comment (the scripts use no long brackets, `[[` or `[=[`, which a line could begin inside of).
 fn sent_part(lua: &str) -> String {
-    assert!(!lua.contains("[["), "a long bracket in a script");
+    assert!(
+        !lua.contains("[[") && !lua.contains("[="),
+        "a long bracket in a script"
+    );
     lua.lines()
         .filter(|line| {
             let code = line.trim_start();

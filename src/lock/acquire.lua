@@ -103,13 +103,14 @@ local current = redis.call("GET", lock)
 if current == token then
   -- Already ours: a retried acquire whose first reply was lost, or a reentrant one.
   redis.call("PEXPIRE", lock, ttl)
+  -- A give-back sent after an earlier try must not undo what this one confirms. (Before
+  -- keep_alive: a state that had gone is made anew here, and must expire too.)
+  if (tonumber(redis.call("HGET", state, "try")) or 0) < r.try then
+    redis.call("HSET", state, "try", r.try)
+  end
   keep_alive(state, ttl + KEEP_MS)
   if redis.call("HGET", state, "token") ~= token then
     fence = 0
-  end
-  -- A give-back sent after an earlier try must not undo what this one confirms.
-  if (tonumber(redis.call("HGET", state, "try")) or 0) < r.try then
-    redis.call("HSET", state, "try", r.try)
   end
   return reply("ok", "fence", fence, "ttl", ttl)
 end

@@ -3,12 +3,27 @@
 //! then tries again (on yet another). Requests on different connections may run in any order
 //! (a large one is read in pieces, a link delays one and not the next): here the proxy holds
 //! the give-back of one try until after the next try was granted and reported held. The late
-//! give-back must leave that grant alone, or the lock is free while rlock says it is held.
+//! give-back must leave that grant alone, or the lock is free while rlock says it is held. Both
+//! orders of the two tries: the late try's own grant came first (its reply was lost) and the
+//! next try found the lock already its own, or the next try's grant came first.
 
 use super::*;
 use crate::common::basic::{acquire, release};
 
 const KEY: &str = "late";
+
+/// Waits until W, a waiter through `proxy`, sleeps in line: its try was busy, it subscribed to
+/// its wake-up (a second connection), and the try made after subscribing was answered too:
+/// three replies passed on.
+fn asleep_in_line(server: &RedisServer, proxy: &Proxy, w: &mut Bg) {
+    w.wait_for("W to wait in line", Duration::from_secs(10), || {
+        matches!(
+            server.try_cmd(&["ZCARD", "{rlock:late}:q"]),
+            Ok(redis::Value::Int(1))
+        ) && proxy.senders() == 2
+            && proxy.pieces(Dir::ToClient) >= 3
+    });
+}
 
 /// W (with `extra`) waits through the proxy (op-timeout 300 ms) for a lock held directly by an
 /// exclusive holder; the proxy then
@@ -25,13 +40,7 @@ fn late_give_back(server: &RedisServer, extra: &[&str]) -> crate::common::Output
         .args(["acquire", "-w", "30s", "-k", KEY])
         .args(extra);
     let mut w = Bg::spawn("W", dir.path(), &mut w);
-    // W waits in line, and listens for its turn: two connections, each has sent something.
-    w.wait_for("W to wait in line", Duration::from_secs(10), || {
-        matches!(
-            server.try_cmd(&["ZCARD", "{rlock:late}:q"]),
-            Ok(redis::Value::Int(1))
-        ) && proxy.senders() == 2
-    });
+    asleep_in_line(server, &proxy, &mut w);
     proxy.set_dir(
         Dir::ToServer,
         Mode::Delay {
@@ -83,5 +92,49 @@ fn a_late_give_back_leaves_a_later_shared_grant_held() {
     assert!(
         score.is_some(),
         "the shared lock rlock reported held is held: {out}"
+    );
+}
+
+#[test]
+fn a_late_give_back_leaves_a_grant_the_next_try_confirmed_held() {
+    // The try is granted at once but its reply is held back, so that it times out; its
+    // give-back is held back too; the next try finds the lock already its own, and is answered.
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let holder = acquire(&server, KEY, &["--ttl", "1500ms"]);
+    let mut w = rlock();
+    w.args(["-u", &proxy.url(), "--op-timeout", "300ms"])
+        .args(["acquire", "-w", "30s", "-k", KEY]);
+    let mut w = Bg::spawn("W", dir.path(), &mut w);
+    asleep_in_line(&server, &proxy, &mut w);
+    let late = Mode::Delay {
+        base: Duration::from_secs(1),
+        jitter: Duration::ZERO,
+    };
+    // The holder's lease runs out (nobody is woken): W tries then, and is granted at once.
+    proxy.set_dir(Dir::ToClient, late);
+    w.wait_for(
+        "W's grant",
+        Duration::from_secs(10),
+        || matches!(server.get("rlock:late"), Some(t) if t != holder),
+    );
+    proxy.set_dir(Dir::ToServer, late);
+    w.wait_for("W's give-back", Duration::from_secs(10), || {
+        proxy.senders() == 3
+    });
+    proxy.set(Mode::Pass);
+    let (out, _) = w.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 0, "W: {out}");
+    wait_until(
+        "W's delayed requests to reach Redis",
+        Duration::from_secs(10),
+        || proxy.open_connections() == 0,
+    );
+    assert_eq!(proxy.senders(), 4, "W's tries and its give-back");
+    assert_eq!(
+        server.get("rlock:late").as_deref(),
+        Some(out.stdout.trim()),
+        "the lock rlock reported held is held: {out}"
     );
 }

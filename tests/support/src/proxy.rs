@@ -148,6 +148,8 @@ struct Shared {
     stop: AtomicBool,
     /// How many connections have sent the server something, ever.
     senders: AtomicUsize,
+    /// How many pieces were read in each direction, ever (`Dir::index`).
+    pieces: [AtomicUsize; 2],
 }
 
 /// A relay from a free port on 127.0.0.1 to `127.0.0.1:target`. Every connection is closed on
@@ -171,6 +173,7 @@ impl Proxy {
             }),
             stop: AtomicBool::new(false),
             senders: AtomicUsize::new(0),
+            pieces: [AtomicUsize::new(0), AtomicUsize::new(0)],
         });
         let acceptor = {
             let shared = shared.clone();
@@ -249,6 +252,12 @@ impl Proxy {
     /// included: a client's next request on a connection of its own shows as one more.
     pub fn senders(&self) -> usize {
         self.shared.senders.load(Ordering::SeqCst)
+    }
+
+    /// How many pieces have been read in direction `dir` since the proxy started, and passed on
+    /// (at once, or later when delayed): a reply read to the client counts once it is read.
+    pub fn pieces(&self, dir: Dir) -> usize {
+        self.shared.pieces[dir.index()].load(Ordering::SeqCst)
     }
 
     fn update(&self, change: impl FnOnce(&mut State)) {
@@ -374,6 +383,7 @@ fn pump(conn: Arc<Conn>, shared: Arc<Shared>, dir: Dir, mut from: TcpStream) {
             if tx.send((last, buf[..n].to_vec())).is_err() {
                 break;
             }
+            shared.pieces[dir.index()].fetch_add(1, Ordering::SeqCst);
         }
         conn.close();
     });
