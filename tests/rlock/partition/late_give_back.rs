@@ -25,12 +25,35 @@ fn asleep_in_line(server: &RedisServer, proxy: &Proxy, w: &mut Bg) {
     });
 }
 
+/// Once W's give-back is on its way (held back by the proxy), lets the link pass, so that W's next
+/// try is answered at once: W's output, once its delayed requests have all reached Redis.
+fn after_the_give_back(proxy: &Proxy, w: &mut Bg) -> crate::common::Output {
+    // The give-back goes out on a connection of its own, then W pauses 50 ms or more.
+    w.wait_for("W's give-back", Duration::from_secs(10), || {
+        proxy.senders() == 3
+    });
+    proxy.set(Mode::Pass);
+    let (out, _) = w.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 0, "W: {out}");
+    wait_until(
+        "W's delayed requests to reach Redis",
+        Duration::from_secs(10),
+        || proxy.open_connections() == 0,
+    );
+    assert_eq!(
+        proxy.senders(),
+        4,
+        "W's connections: its first (the try that timed out), its wake-up, the give-back, the \
+         next try"
+    );
+    out
+}
+
 /// W (with `extra`) waits through the proxy (op-timeout 300 ms) for a lock held directly by an
-/// exclusive holder; the proxy then
-/// delays what W sends by 1 s, and the release hands the lock to W: W's try times out, its
-/// give-back goes out (delayed), and once the proxy has read that, the link passes again, so
-/// W's next try is granted at once, 1 s before the give-back reaches Redis. Returns W's output
-/// once the delayed requests have all reached Redis.
+/// exclusive holder; the proxy then delays what W sends by 1 s, and the release hands the lock
+/// to W: W's try times out, its give-back goes out (delayed), and once the proxy has read that,
+/// the link passes again, so W's next try is granted at once, 1 s before the give-back reaches
+/// Redis. Returns W's output once the delayed requests have all reached Redis.
 fn late_give_back(server: &RedisServer, extra: &[&str]) -> crate::common::Output {
     let proxy = Proxy::start(server.port());
     let dir = tempfile::tempdir().expect("temp dir");
@@ -49,25 +72,8 @@ fn late_give_back(server: &RedisServer, extra: &[&str]) -> crate::common::Output
         },
     );
     release(server, KEY, &holder);
-    // W's try (on its first connection) times out after 300 ms; the give-back goes out on a
-    // connection of its own. Then W pauses 50 ms or more before the next try.
-    w.wait_for("W's give-back", Duration::from_secs(10), || {
-        proxy.senders() == 3
-    });
-    proxy.set(Mode::Pass);
-    let (out, _) = w.finish(Duration::from_secs(10));
-    assert_eq!(out.code, 0, "W: {out}");
-    wait_until(
-        "W's delayed requests to reach Redis",
-        Duration::from_secs(10),
-        || proxy.open_connections() == 0,
-    );
-    assert_eq!(
-        proxy.senders(),
-        4,
-        "W's tries: the one that timed out, its give-back, the one that was granted"
-    );
-    out
+    // W's try (on its first connection) times out after 300 ms.
+    after_the_give_back(&proxy, &mut w)
 }
 
 #[test]
@@ -120,18 +126,7 @@ fn a_late_give_back_leaves_a_grant_the_next_try_confirmed_held() {
         || matches!(server.get("rlock:late"), Some(t) if t != holder),
     );
     proxy.set_dir(Dir::ToServer, late);
-    w.wait_for("W's give-back", Duration::from_secs(10), || {
-        proxy.senders() == 3
-    });
-    proxy.set(Mode::Pass);
-    let (out, _) = w.finish(Duration::from_secs(10));
-    assert_eq!(out.code, 0, "W: {out}");
-    wait_until(
-        "W's delayed requests to reach Redis",
-        Duration::from_secs(10),
-        || proxy.open_connections() == 0,
-    );
-    assert_eq!(proxy.senders(), 4, "W's tries and its give-back");
+    let out = after_the_give_back(&proxy, &mut w);
     assert_eq!(
         server.get("rlock:late").as_deref(),
         Some(out.stdout.trim()),
