@@ -200,7 +200,9 @@ mod tests {
         // Sent whole, often to a server that has just stalled: in one 16 KB read of its query
         // buffer, it runs when the server thaws rather than after what other connections sent
         // later (the next try). The order no longer decides what the lock holds (acquire.rs's
-        // TRIES), but a give-back that runs first leaves less behind.
+        // TRIES), but a give-back that runs first leaves less behind. Keys have no length
+        // limit, and each goes four times (three keys, the wake channel): this holds for names
+        // up to 1,000 bytes.
         let key = crate::lock::key::LockKey::new("rlock:", &"k".repeat(1000)).unwrap();
         let leave = renew::Leave::new(&key, "00000000-0000-0000-0000-000000000000");
         let args = leave.args();

@@ -190,7 +190,8 @@ mod tests {
             let call = Acquire::new(req, true);
             let later = Acquire::new(req, true);
             assert!(later.nth > call.nth, "tries are numbered, rising");
-            assert_eq!(tries_so_far(), later.nth);
+            // (Other tests, on other threads, may have tried since.)
+            assert!(tries_so_far() >= later.nth);
             let args = call.args();
             assert_eq!(args.get("token"), Some(req.token));
             assert_eq!(args.get("join"), Some("1"));

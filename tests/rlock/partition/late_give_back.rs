@@ -8,7 +8,7 @@
 //! next try found the lock already its own, or the next try's grant came first.
 
 use super::*;
-use crate::common::basic::{acquire, release};
+use crate::common::basic::{acquire, q, release};
 
 const KEY: &str = "late";
 
@@ -76,16 +76,23 @@ fn late_give_back(server: &RedisServer, extra: &[&str]) -> crate::common::Output
     after_the_give_back(&proxy, &mut w)
 }
 
+/// Asserts that the lock is held by the token W printed: the string's value, or a holder of a
+/// shared lock.
+fn assert_held_by(server: &RedisServer, out: &crate::common::Output) {
+    let token = out.stdout.trim();
+    let held = match q::<String>(server, &["TYPE", "rlock:late"]).as_str() {
+        "string" => q::<Option<String>>(server, &["GET", "rlock:late"]).as_deref() == Some(token),
+        "zset" => q::<Option<String>>(server, &["ZSCORE", "rlock:late", token]).is_some(),
+        _ => false,
+    };
+    assert!(held, "the lock rlock reported held is held: {out}");
+}
+
 #[test]
 fn a_late_give_back_leaves_a_later_grant_held() {
     let server = RedisServer::start();
     let out = late_give_back(&server, &[]);
-    let token = out.stdout.trim();
-    assert_eq!(
-        server.get("rlock:late").as_deref(),
-        Some(token),
-        "the lock rlock reported held is held: {out}"
-    );
+    assert_held_by(&server, &out);
 }
 
 #[test]
@@ -93,43 +100,67 @@ fn a_late_give_back_leaves_a_later_shared_grant_held() {
     // A shared lock's holders are a sorted set (leave.lua's other branch).
     let server = RedisServer::start();
     let out = late_give_back(&server, &["--shared"]);
-    let token = out.stdout.trim();
-    let score: Option<String> = crate::common::basic::q(&server, &["ZSCORE", "rlock:late", token]);
-    assert!(
-        score.is_some(),
-        "the shared lock rlock reported held is held: {out}"
-    );
+    assert_held_by(&server, &out);
 }
 
-#[test]
-fn a_late_give_back_leaves_a_grant_the_next_try_confirmed_held() {
-    // The try is granted at once but its reply is held back, so that it times out; its
-    // give-back is held back too; the next try finds the lock already its own, and is answered.
-    let server = RedisServer::start();
+/// The other order: W's try (with `extra`) is granted at once but its reply is held back, so
+/// that it times out; its give-back is held back too; the next try finds the lock already its
+/// own, and is answered. With `lose_state`, the lock's state (where the grant's try is kept) is
+/// deleted behind rlock's back right after the first grant.
+fn confirmed_late(server: &RedisServer, extra: &[&str], lose_state: bool) -> crate::common::Output {
     let proxy = Proxy::start(server.port());
     let dir = tempfile::tempdir().expect("temp dir");
-    let holder = acquire(&server, KEY, &["--ttl", "1500ms"]);
+    let holder = acquire(server, KEY, &["--ttl", "1500ms"]);
     let mut w = rlock();
     w.args(["-u", &proxy.url(), "--op-timeout", "300ms"])
-        .args(["acquire", "-w", "30s", "-k", KEY]);
+        .args(["acquire", "-w", "30s", "-k", KEY])
+        .args(extra);
     let mut w = Bg::spawn("W", dir.path(), &mut w);
-    asleep_in_line(&server, &proxy, &mut w);
+    asleep_in_line(server, &proxy, &mut w);
     let late = Mode::Delay {
         base: Duration::from_secs(1),
         jitter: Duration::ZERO,
     };
     // The holder's lease runs out (nobody is woken): W tries then, and is granted at once.
     proxy.set_dir(Dir::ToClient, late);
-    w.wait_for(
-        "W's grant",
-        Duration::from_secs(10),
-        || matches!(server.get("rlock:late"), Some(t) if t != holder),
-    );
+    w.wait_for("W's grant", Duration::from_secs(10), || match q::<String>(
+        server,
+        &["TYPE", "rlock:late"],
+    )
+    .as_str()
+    {
+        "string" => q::<Option<String>>(server, &["GET", "rlock:late"]) != Some(holder.clone()),
+        "zset" => true,
+        _ => false,
+    });
     proxy.set_dir(Dir::ToServer, late);
-    let out = after_the_give_back(&proxy, &mut w);
-    assert_eq!(
-        server.get("rlock:late").as_deref(),
-        Some(out.stdout.trim()),
-        "the lock rlock reported held is held: {out}"
-    );
+    if lose_state {
+        let _: i64 = q(server, &["DEL", "{rlock:late}:state"]);
+    }
+    after_the_give_back(&proxy, &mut w)
+}
+
+#[test]
+fn a_late_give_back_leaves_a_grant_the_next_try_confirmed_held() {
+    let server = RedisServer::start();
+    let out = confirmed_late(&server, &[], false);
+    assert_held_by(&server, &out);
+}
+
+#[test]
+fn a_late_give_back_leaves_a_shared_grant_the_next_try_confirmed_held() {
+    let server = RedisServer::start();
+    let out = confirmed_late(&server, &["--shared"], false);
+    assert_held_by(&server, &out);
+}
+
+#[test]
+fn a_grant_confirmed_after_its_state_was_lost_keeps_a_state_that_expires() {
+    // The confirming try writes the state anew (the try that confirmed the grant): it expires,
+    // as every key rlock writes does, and the late give-back still leaves the lock held.
+    let server = RedisServer::start();
+    let out = confirmed_late(&server, &[], true);
+    assert_held_by(&server, &out);
+    let left: i64 = q(&server, &["PTTL", "{rlock:late}:state"]);
+    assert!(left > 0, "the state made anew expires (PTTL {left}): {out}");
 }

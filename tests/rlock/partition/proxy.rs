@@ -1,6 +1,7 @@
 //! The fault proxy the partitions are made with: bytes pass both ways, each direction is
-//! delayed by its own setting, a blackhole reads and answers nothing, a reset closes every
-//! connection, and a rule for one process leaves the others alone.
+//! delayed by its own setting, a closed connection's delayed bytes still arrive, a blackhole
+//! reads and answers nothing, a reset closes every connection, and a rule for one process
+//! leaves the others alone.
 
 use super::*;
 
@@ -40,6 +41,37 @@ fn delays_each_direction_by_its_setting() {
         t.elapsed() < Duration::from_millis(100),
         "{:?}",
         t.elapsed()
+    );
+}
+
+#[test]
+fn what_a_client_sent_before_closing_still_arrives_late() {
+    // As over TCP: a client that gives up on a delayed request does not take it back.
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    proxy.set_dir(
+        Dir::ToServer,
+        Mode::Delay {
+            base: Duration::from_millis(300),
+            jitter: Duration::ZERO,
+        },
+    );
+    let mut c = connect(proxy.port());
+    c.write_all(b"*3\r\n$3\r\nSET\r\n$4\r\nlate\r\n$1\r\n1\r\n")
+        .expect("send a SET");
+    wait_until("the proxy to read the SET", Duration::from_secs(5), || {
+        proxy.senders() == 1
+    });
+    drop(c);
+    wait_until(
+        "the SET sent before closing",
+        Duration::from_secs(5),
+        || server.exists("late"),
+    );
+    wait_until(
+        "the closed connection to go",
+        Duration::from_secs(5),
+        || proxy.open_connections() == 0,
     );
 }
 
