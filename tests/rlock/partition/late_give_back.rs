@@ -12,6 +12,31 @@ use crate::common::basic::{acquire, q, release};
 
 const KEY: &str = "late";
 
+/// How late the proxy lets through what it holds back: well past W's --op-timeout (300 ms).
+const LATE: Mode = Mode::Delay {
+    base: Duration::from_secs(1),
+    jitter: Duration::ZERO,
+};
+
+/// The lock held directly for `ttl`, and W (with `extra`) waiting for it through a proxy, with
+/// --op-timeout 300ms, asleep in line: the proxy, the holder's token, W, and W's directory.
+fn waiting_behind(
+    server: &RedisServer,
+    ttl: &str,
+    extra: &[&str],
+) -> (Proxy, String, Bg, tempfile::TempDir) {
+    let proxy = Proxy::start(server.port());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let holder = acquire(server, KEY, &["--ttl", ttl]);
+    let mut w = rlock();
+    w.args(["-u", &proxy.url(), "--op-timeout", "300ms"])
+        .args(["acquire", "-w", "30s", "-k", KEY])
+        .args(extra);
+    let mut w = Bg::spawn("W", dir.path(), &mut w);
+    asleep_in_line(server, &proxy, &mut w);
+    (proxy, holder, w, dir)
+}
+
 /// Waits until W, a waiter through `proxy`, sleeps in line: its try was busy, it subscribed to
 /// its wake-up (a second connection), and the try made after subscribing was answered too:
 /// three replies passed on.
@@ -55,22 +80,8 @@ fn after_the_give_back(proxy: &Proxy, w: &mut Bg) -> crate::common::Output {
 /// the link passes again, so W's next try is granted at once, 1 s before the give-back reaches
 /// Redis. Returns W's output once the delayed requests have all reached Redis.
 fn late_give_back(server: &RedisServer, extra: &[&str]) -> crate::common::Output {
-    let proxy = Proxy::start(server.port());
-    let dir = tempfile::tempdir().expect("temp dir");
-    let holder = acquire(server, KEY, &["--ttl", "60s"]);
-    let mut w = rlock();
-    w.args(["-u", &proxy.url(), "--op-timeout", "300ms"])
-        .args(["acquire", "-w", "30s", "-k", KEY])
-        .args(extra);
-    let mut w = Bg::spawn("W", dir.path(), &mut w);
-    asleep_in_line(server, &proxy, &mut w);
-    proxy.set_dir(
-        Dir::ToServer,
-        Mode::Delay {
-            base: Duration::from_secs(1),
-            jitter: Duration::ZERO,
-        },
-    );
+    let (proxy, holder, mut w, _dir) = waiting_behind(server, "60s", extra);
+    proxy.set_dir(Dir::ToServer, LATE);
     release(server, KEY, &holder);
     // W's try (on its first connection) times out after 300 ms.
     after_the_give_back(&proxy, &mut w)
@@ -108,21 +119,9 @@ fn a_late_give_back_leaves_a_later_shared_grant_held() {
 /// own, and is answered. With `lose_state`, the lock's state (where the grant's try is kept) is
 /// deleted behind rlock's back right after the first grant.
 fn confirmed_late(server: &RedisServer, extra: &[&str], lose_state: bool) -> crate::common::Output {
-    let proxy = Proxy::start(server.port());
-    let dir = tempfile::tempdir().expect("temp dir");
-    let holder = acquire(server, KEY, &["--ttl", "1500ms"]);
-    let mut w = rlock();
-    w.args(["-u", &proxy.url(), "--op-timeout", "300ms"])
-        .args(["acquire", "-w", "30s", "-k", KEY])
-        .args(extra);
-    let mut w = Bg::spawn("W", dir.path(), &mut w);
-    asleep_in_line(server, &proxy, &mut w);
-    let late = Mode::Delay {
-        base: Duration::from_secs(1),
-        jitter: Duration::ZERO,
-    };
+    let (proxy, holder, mut w, _dir) = waiting_behind(server, "1500ms", extra);
     // The holder's lease runs out (nobody is woken): W tries then, and is granted at once.
-    proxy.set_dir(Dir::ToClient, late);
+    proxy.set_dir(Dir::ToClient, LATE);
     w.wait_for("W's grant", Duration::from_secs(10), || match q::<String>(
         server,
         &["TYPE", "rlock:late"],
@@ -133,7 +132,7 @@ fn confirmed_late(server: &RedisServer, extra: &[&str], lose_state: bool) -> cra
         "zset" => true,
         _ => false,
     });
-    proxy.set_dir(Dir::ToServer, late);
+    proxy.set_dir(Dir::ToServer, LATE);
     if lose_state {
         let _: i64 = q(server, &["DEL", "{rlock:late}:state"]);
     }
