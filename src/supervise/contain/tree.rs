@@ -136,6 +136,25 @@ pub fn signal_tree(root: i32, sig: Signal) {
     }
 }
 
+/// `sig` to every process below `root` that is not in the cgroup `rel` (as /proc/PID/cgroup
+/// names it) or below it: what left the cgroup, which the cgroup's own signal did not reach.
+/// One walk: such a process is rare (a root command moved it), and SIGKILL is `kill_tree`'s.
+pub fn signal_outside(root: i32, rel: &str, sig: Signal) {
+    let inside = |pid: i32| {
+        fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| {
+            c.lines()
+                .filter_map(|l| l.strip_prefix("0::"))
+                .any(|path| path == rel || path.starts_with(&format!("{rel}/")))
+        })
+    };
+    for p in descendants(root).into_iter().filter(|p| !inside(p.pid)) {
+        send(p.pid, Identity::Start(p.start), sig);
+        if !matches!(sig, Signal::SIGSTOP | Signal::SIGCONT) {
+            send(p.pid, Identity::Start(p.start), Signal::SIGCONT);
+        }
+    }
+}
+
 /// Stops every process below `root` with SIGSTOP, walking again until a walk finds none not
 /// yet stopped. Each round waits (briefly) until what it signalled has stopped: a stopped
 /// process forks no more, but one caught inside a fork still completes it, so only a walk after
