@@ -116,8 +116,7 @@ fn start_command(
             {
                 c.remove();
             }
-            // SAFETY: leaving without running anything of rlock's (no atexit, no destructors).
-            unsafe { nix::libc::_exit(0) }
+            leave()
         }
     }
 }
@@ -241,8 +240,7 @@ impl Life {
                 c.remove();
             }
         }
-        // SAFETY: leaving without running anything of rlock's (no atexit, no destructors).
-        unsafe { nix::libc::_exit(0) }
+        leave()
     }
 
     /// Waits until a child changes (SIGCHLD), rlock asks something or goes, or the next round
@@ -380,6 +378,13 @@ impl Life {
             _ => contain::signal_tree(self.me, sig),
         }
     }
+}
+
+/// Ends the guardian, a fork of rlock, without running anything of rlock's: no atexit handler,
+/// no destructor, no flushing of buffers that rlock's copy will flush too.
+fn leave() -> ! {
+    // SAFETY: `_exit` ends the process at once; nothing of this process runs after it.
+    unsafe { nix::libc::_exit(0) }
 }
 
 /// What rlock said last on `requests`, once the command has ended: Some(true) when it said

@@ -342,3 +342,44 @@ fn a_child_moved_out_of_the_cgroup_is_stopped_on_a_lost_lock() {
     assert_eq!(second.code, 0, "{second}");
     assert_silent_after(d, exited.min(at), "rlock's exit 76");
 }
+
+/// What docs/exec.md says still escapes: a process started through another service (here a
+/// stand-in for `systemd-run`, `at` or `ssh localhost`: a process the test started, which starts
+/// the loop when the command asks) is neither the command's descendant nor in its cgroup, and
+/// runs on after a lost lock.
+#[test]
+fn a_process_started_through_another_service_escapes() {
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    let service = format!(
+        r#"while [ ! -e "$D/request" ]; do sleep 0.01; done; {} wait"#,
+        Escape::Setsid.start()
+    );
+    let _service = Bg::spawn_group(
+        "service",
+        d,
+        Command::new("sh").args(["-c", &service]).env("D", d),
+    );
+    let mut cmd = rlock_at(&server);
+    cmd.args(["exec", "--contain", "cgroup", "-k", KEY])
+        .args(SHORT)
+        .args(["--", "sh", "-c", r#": > "$D/request"; sleep 600"#])
+        .env("D", d);
+    let mut rl = Bg::spawn_group("rlock", d, &mut cmd);
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(d).is_some()
+    });
+    server.cmd(&["DEL", LOCK]);
+    let (out, _) = rl.finish(Duration::from_secs(15));
+    assert_eq!(out.code, 76, "{out}");
+    let exited = super::process_group::now_ns();
+    wait_until(
+        "a heartbeat of the service's loop after rlock's exit",
+        Duration::from_secs(5),
+        || heartbeat(d).is_some_and(|hb| hb > exited),
+    );
+    assert!(loop_alive(d).is_some(), "the service's loop was stopped");
+}
