@@ -5,7 +5,6 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -233,16 +232,18 @@ pub(super) enum Identity<'a> {
 /// (Linux 5.3), opened and then checked against `who`. A plain kill only where the kernel has
 /// no pidfds.
 pub(super) fn send(pid: i32, who: Identity, sig: Signal) {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        if nix::errno::Errno::last() == nix::errno::Errno::ENOSYS {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-        }
+    use rustix::process::{PidfdFlags, pidfd_open, pidfd_send_signal};
+    let Some(target) = rustix::process::Pid::from_raw(pid) else {
         return;
-    }
-    // SAFETY: a descriptor pidfd_open just returned, owned here alone.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    };
+    let fd = match pidfd_open(target, PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOSYS) => {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+            return;
+        }
+        Err(_) => return,
+    };
     let same = match who {
         Identity::Start(start) => stat(pid).is_some_and(|p| p.start == start),
         Identity::Cgroup(rel) => fs::read_to_string(format!("/proc/{pid}/cgroup"))
@@ -254,19 +255,9 @@ pub(super) fn send(pid: i32, who: Identity, sig: Signal) {
             })
             .is_some_and(|path| path == rel || path.starts_with(&format!("{rel}/"))),
     };
-    if !same {
-        return;
+    if let (true, Some(sig)) = (same, rustix::process::Signal::from_named_raw(sig as i32)) {
+        let _ = pidfd_send_signal(&fd, sig);
     }
-    // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo, no flags.
-    unsafe {
-        nix::libc::syscall(
-            nix::libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            sig as i32,
-            std::ptr::null::<nix::libc::siginfo_t>(),
-            0,
-        )
-    };
 }
 
 #[cfg(test)]

@@ -61,6 +61,7 @@ pub(super) fn guard(
 /// non-blocking. Returns the signalfd that SIGCHLD is read from, if one could be made.
 fn settle(requests: &OwnedFd) -> nix::Result<SignalFd> {
     let _ = nix::sys::prctl::set_name(NAME);
+    forget_arguments();
     // Orphans of the command come here, whatever their group or session.
     let _ = nix::sys::prctl::set_child_subreaper(true);
     // A group of its own: nothing sent to rlock's job reaches it. Every signal rlock acts on
@@ -83,6 +84,35 @@ fn settle(requests: &OwnedFd) -> nix::Result<SignalFd> {
     let chld = SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
     let _ = nix::fcntl::fcntl(requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
     chld
+}
+
+/// Overwrites this process's copy of rlock's command line (the memory `/proc/PID/cmdline`
+/// reads) with the guardian's name: rlock's arguments may hold a URL with its password, and the
+/// guardian may outlive rlock. Done as `setproctitle` does, on the fork's own copy: rlock's
+/// stays as it was.
+fn forget_arguments() {
+    // /proc/self/stat's fields 48 and 49: where the arguments begin and end (Linux 3.5).
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    let Some((_, after)) = stat.rsplit_once(") ") else {
+        return;
+    };
+    let mut fields = after.split(' ').skip(45).map(|f| f.parse::<usize>().ok());
+    let (Some(Some(start)), Some(Some(end))) = (fields.next(), fields.next()) else {
+        return;
+    };
+    let name = NAME.to_bytes();
+    let Some(len) = end.checked_sub(start).filter(|&len| len > name.len()) else {
+        return;
+    };
+    // SAFETY: [start, end) is the argument area the kernel laid out at rlock's exec, in this
+    // process's own (copied) memory, writable, and read by no code of the guardian's: rlock
+    // copied its arguments at its start.
+    unsafe {
+        std::ptr::write_bytes(start as *mut u8, 0, len);
+        std::ptr::copy_nonoverlapping(name.as_ptr(), start as *mut u8, name.len());
+    }
 }
 
 /// Starts the command as the leader of a process group of its own, hands it the terminal, and

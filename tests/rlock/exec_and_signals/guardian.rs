@@ -258,7 +258,8 @@ fn the_cgroups_guardian_shares_no_memory_with_rlock_and_outlives_its_core_dump()
 }
 
 /// The guardian runs rlock's own executable, a real file (never a memory file, which
-/// endpoint-security tools flag as fileless execution), under the name `rl-guardian`.
+/// endpoint-security tools flag as fileless execution), under the name `rl-guardian`, and its
+/// command line is that name alone: rlock's arguments (a URL with a password) are not in it.
 #[test]
 fn the_guardian_runs_from_rlocks_own_file() {
     requires_root();
@@ -269,6 +270,7 @@ fn the_guardian_runs_from_rlocks_own_file() {
     let (mut rl, _, guardian) = guarded_run(&server, d);
     let exe = fs::read_link(format!("/proc/{guardian}/exe")).expect("the guardian's exe");
     let name = comm(guardian);
+    let cmdline = fs::read(format!("/proc/{guardian}/cmdline")).expect("its cmdline");
     rl.kill(Signal::SIGTERM);
     let _ = rl.finish(Duration::from_secs(10));
     assert_eq!(
@@ -276,6 +278,16 @@ fn the_guardian_runs_from_rlocks_own_file() {
         fs::canonicalize(env!("CARGO_BIN_EXE_rlock")).expect("rlock's path"),
     );
     assert_eq!(name.as_deref(), Some("rl-guardian"));
+    let shown: Vec<&[u8]> = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .collect();
+    assert_eq!(
+        shown,
+        [b"rl-guardian".as_slice()],
+        "{}",
+        String::from_utf8_lossy(&cmdline)
+    );
 }
 
 /// An empty cgroup that an rlock no longer alive left behind (killed with its guardian) is
