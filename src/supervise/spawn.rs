@@ -9,6 +9,15 @@
 //!   before the renewal thread starts (it starts when the first renewal is due), and Redlock's
 //!   per-node threads are scoped and joined before. So no lock (malloc's, stdio's) can be held
 //!   by another thread at the fork or in the vfork child.
+//!
+//! Why each block is needed at all: the guardian is born in the cgroup by `clone3` with
+//! `CLONE_INTO_CGROUP`, which neither glibc nor nix wraps (a plain `fork` where the kernel has
+//! no clone3); the command is started vfork-style (`clone` with `CLONE_VM | CLONE_VFORK`) with a
+//! parent-death signal, a process group and the terminal set in the child, which
+//! `std::process::Command` cannot do without a fork that copies the guardian's memory; in that
+//! child only raw calls on memory prepared before are allowed (`execvpe`, `tcsetpgrp` on a raw
+//! descriptor, the default SIGPIPE disposition, `_exit`), since nix's wrappers allocate or want
+//! owned descriptors.
 
 use std::ffi::{CString, OsString};
 use std::io;
