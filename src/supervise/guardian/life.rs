@@ -345,10 +345,9 @@ impl Life {
                     && !self.killing
                 {
                     // The lost-signal once, whether the deadline or rlock sent it first.
-                    let again = self.lease.is_some_and(|(lost, _)| lost == sig) && self.lost_sent;
-                    if self.lease.is_some_and(|(lost, _)| lost == sig) {
-                        self.lost_sent = true;
-                    }
+                    let lost = self.lease.is_some_and(|(lost, _)| lost == sig);
+                    let again = lost && self.lost_sent;
+                    self.lost_sent |= lost;
                     self.killing = sig == Signal::SIGKILL;
                     if !again {
                         self.stop_all(sig);
