@@ -1,7 +1,6 @@
 //! Puts together the Lua scripts rlock sends and their SHA1s, at build time: EVALSHA needs the
 //! hash of every script on every run, and hashing ten kilobytes of Lua at each start is a
-//! measurable part of a short `rlock exec`. And builds the guardian's stand-by
-//! (`standby/standby.rs`), a program of its own that rlock's executable carries.
+//! measurable part of a short `rlock exec`.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -51,7 +50,6 @@ fn main() {
     }
     let dest = Path::new(&std::env::var("OUT_DIR").unwrap()).join("scripts.rs");
     std::fs::write(dest, out).unwrap();
-    standby();
     hot_code();
     packed_relocations();
 }
@@ -171,67 +169,5 @@ fn hot_code() {
     }
     if let Ok(map) = std::env::var("RLOCK_LINK_MAP") {
         println!("cargo::rustc-link-arg-bins=-Wl,-Map={map}");
-    }
-}
-
-/// Builds `standby/standby.rs` into `OUT_DIR/standby`: a static program with neither the C
-/// library nor Rust's, on x86-64 Linux (where rlock starts guardians that way). Elsewhere, or
-/// should it fail, the file is empty, and rlock starts its guardians as its own executable
-/// (slower to start, as safe).
-fn standby() {
-    let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap();
-    let source = Path::new(&dir).join("standby/standby.rs");
-    println!("cargo::rerun-if-changed={}", source.display());
-    let dest = Path::new(&std::env::var("OUT_DIR").unwrap()).join("standby");
-    let target = std::env::var("TARGET").unwrap();
-    let wanted = std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("x86_64")
-        && std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux");
-    let built = wanted
-        && {
-            let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-            let mut command = std::process::Command::new(rustc);
-            command.args([
-                "--edition",
-                "2024",
-                "--crate-type",
-                "bin",
-                "--target",
-                &target,
-            ]);
-            for flag in [
-                "panic=abort",
-                "opt-level=s",
-                "debuginfo=0",
-                "strip=symbols",
-                "relocation-model=static",
-                "target-feature=+crt-static",
-                // No start files, no libraries: `_start` is the program's own.
-                "link-arg=-nostartfiles",
-                "link-arg=-nostdlib",
-                "link-arg=-static",
-                "link-arg=-no-pie",
-                // A few hundred bytes, not pages of padding.
-                "link-arg=-Wl,--build-id=none",
-                "link-arg=-Wl,-z,noseparate-code",
-            ] {
-                command.args(["-C", flag]);
-            }
-            // The linker cargo was told to use for this target, if any (as for rlock itself).
-            if let Ok(linker) = std::env::var("RUSTC_LINKER") {
-                command.arg("-C").arg(format!("linker={linker}"));
-            }
-            command.arg("-o").arg(&dest).arg(&source);
-            match command.status() {
-                Ok(status) if status.success() => true,
-                outcome => {
-                    println!(
-                        "cargo::warning=the guardian's stand-by was not built ({outcome:?}): rlock starts its guardians as itself"
-                    );
-                    false
-                }
-            }
-        };
-    if !built {
-        std::fs::write(&dest, b"").unwrap();
     }
 }

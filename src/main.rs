@@ -22,8 +22,6 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
             OsStr::from_bytes(arg.to_bytes()).to_owned()
         })
         .collect();
-    // Started by an `rlock exec` as the guardian of its command's cgroup: that, and nothing else.
-    rlock::supervise::watch_if_asked(&args);
     // A panic is reported by the panic hook, and exits 101 as it would with Rust's start-up.
     let code = std::panic::catch_unwind(|| run(&args)).unwrap_or(101);
     rlock::runtime::finish();

@@ -18,7 +18,7 @@ use crate::lock::{
 };
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{
-    self, Containment, Guardian, Launched, LeaseKeeper, Outcome, Ready, Reports, Terminal,
+    self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
 };
 
 pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
@@ -33,21 +33,10 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // The run on record (history, metrics): written once it has ended, never before the start.
     let mut record = Recorder::asked(ctx, &locker, &key, args);
 
-    // The command's cgroup and its guardian are made before the lock is asked for: the
-    // guardian's start (an exec) then runs beside the request, and is over by the grant. If the
-    // lock is found busy they go again at once (a waiter holds none), and are made anew once
-    // the lock is granted.
-    let early = Early::default();
-    if args.contain != Containment::Tree {
-        early.set(Some(Ready::make()));
-    }
-    let held = hold(ctx, &locker, &key, args, &signals, asked, &early);
-    let held = held.inspect_err(|e| {
-        dismiss(&early);
-        record.failed(e);
-    })?;
+    let held = hold(ctx, &locker, &key, args, &signals, asked);
+    let held = held.inspect_err(|e| record.failed(e))?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
-    let child = start(ctx, &locker, &held, args, early.take()).inspect_err(|e| record.failed(e))?;
+    let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
     let died_of = outcome.signal;
     // The lock first: the next holder waits for nothing else. The run goes on record in the
@@ -66,18 +55,6 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let exit = exit(args, &held, outcome, lost);
     record.ended(&exit, died_of);
     exit
-}
-
-/// The command's cgroup and guardian, or why there is no cgroup, once made while the lock was
-/// asked for.
-type Early = std::rc::Rc<std::cell::Cell<Option<Result<Ready, String>>>>;
-
-/// Undoes what was made for the command while the lock was asked for: it does not start now (a
-/// failure), or not before a wait (a waiter holds no cgroup).
-fn dismiss(early: &Early) {
-    if let Some(Ok(ready)) = early.take() {
-        ready.dismiss();
-    }
 }
 
 /// Who looks after the lock while the command runs.
@@ -135,12 +112,11 @@ fn hold(
     args: &ExecArgs,
     signals: &Signals,
     asked: Lease,
-    early: &Early,
 ) -> Result<Held, Failure> {
     let (mut grant, owner) = match inherited(ctx, locker, key)? {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
-        None => (acquire(ctx, locker, key, args, signals, early)?, Owner::Us),
+        None => (acquire(ctx, locker, key, args, signals)?, Owner::Us),
     };
     let lease = kept_by(ctx, args, asked, &grant)?;
     if owner == Owner::Shell {
@@ -193,7 +169,6 @@ fn acquire(
     key: &crate::lock::LockKey,
     args: &ExecArgs,
     signals: &Signals,
-    early: &Early,
 ) -> Result<Grant, Failure> {
     let ask = Ask {
         key,
@@ -205,7 +180,6 @@ fn acquire(
     let observer = ExecWait {
         ctx,
         program: &args.command[0],
-        early,
     };
     take(locker, ask, &WaitSignals(signals), &observer)
 }
@@ -217,15 +191,10 @@ fn acquire(
 struct ExecWait<'a> {
     ctx: &'a Context,
     program: &'a std::ffi::OsString,
-    /// What was made for the command while the lock was asked for: undone when a wait begins.
-    early: &'a Early,
 }
 
 impl Observer for ExecWait<'_> {
     fn observe(&self, note: Note<'_>) {
-        if let Note::WaitBegins { .. } | Note::OutageBegan { .. } = note {
-            dismiss(self.early);
-        }
         if let Note::WaitBegins { key, .. } = note
             && let Err(why) = supervise::runnable(self.program)
         {
@@ -266,35 +235,36 @@ fn interrupt(signals: &Signals) -> Option<Signal> {
 }
 
 /// Step 2: the command, in a process group of its own, given the terminal when rlock has it,
-/// in a cgroup of its own where one can be made (started there by rlock, with a guardian
-/// watching), else started by the guardian, which keeps everything the command starts below
-/// itself; either way the guardian kills all of it should rlock be killed.
-fn start(
-    ctx: &Context,
-    locker: &Locker,
-    held: &Held,
-    args: &ExecArgs,
-    early: Option<Result<Ready, String>>,
-) -> Result<Child, Failure> {
+/// started by the guardian, which keeps everything the command starts below itself, in a cgroup
+/// of its own where one can be made; the guardian stops all of it when the lease runs out or
+/// rlock is killed.
+fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result<Child, Failure> {
     let grant = &held.grant;
     let renewer_pid = match held.owner {
         Owner::OuterExec => nested::enclosing_exec(&grant.token).unwrap_or(0),
         _ => std::process::id(),
     };
     let env = nested::child_env(ctx, grant, renewer_pid.to_string());
-    // Made while the lock was asked for, or now that it is granted after a wait.
-    let made = early.or_else(|| (args.contain != Containment::Tree).then(Ready::make));
     // The renewal thread's reports (it starts once the first renewal is due).
     let reports = match Reports::new() {
         Ok(reports) => reports,
         Err(e) => {
-            if let Some(Ok(ready)) = made {
-                ready.dismiss();
-            }
             release(ctx, locker, held);
             return Err(Failure::Internal(format!("cannot make a pipe: {e}")));
         }
     };
+    let made = (args.contain != Containment::Tree).then(|| {
+        let made = Cgroup::create();
+        if let Ok((_, stopped)) = &made {
+            for dir in stopped {
+                ctx.say(format_args!(
+                    "stopped what an rlock no longer running left in {}",
+                    dir.display()
+                ));
+            }
+        }
+        made.map(|(cgroup, _)| cgroup)
+    });
     let (cgroup, why_not) = match made {
         None => (None, Some("--contain tree".to_string())),
         Some(made) => match made {
@@ -310,6 +280,14 @@ fn start(
     };
     supervise::adopt_orphans();
     let terminal = Terminal::foreground();
+    // The guardian must say the command started before the lease needs enforcing.
+    let answer_by = match held.owner {
+        Owner::OuterExec => Instant::now() + std::time::Duration::from_secs(10),
+        _ => {
+            let deadline = crate::lock::deadline(grant.sent, held.lease.ttl);
+            deadline.checked_sub(held.lease.grace).unwrap_or(deadline)
+        }
+    };
     let Launched {
         guardian,
         pgid,
@@ -321,6 +299,7 @@ fn start(
         cgroup,
         why_not,
         args.contain == Containment::Cgroup,
+        answer_by,
     )
     .inspect_err(|_| release(ctx, locker, held))?;
     ctx.say(format_args!("the command runs contained by {containment}"));

@@ -19,6 +19,12 @@ mod tree;
 use tree::{Identity, send};
 pub use tree::{kill_tree, signal_tree, tree_alive};
 
+/// `sig` to every process below `root` that left `cgroup` (the cgroup's own signal reached the
+/// others).
+pub fn signal_tree_outside(root: i32, cgroup: &Cgroup, sig: Signal) {
+    tree::signal_outside(root, &cgroup.rel, sig);
+}
+
 /// How the command is contained, as `--contain` asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
@@ -42,13 +48,15 @@ pub struct Cgroup {
 }
 
 impl Cgroup {
-    /// Makes a cgroup for the command below the one rlock runs in. Err says why not (no cgroup
-    /// v2 mounted, a read-only or foreign hierarchy, no right to write it).
-    pub fn create() -> Result<Cgroup, String> {
+    /// Makes a cgroup for the command below the one rlock runs in, after stopping what rlocks
+    /// no longer running left beside it (their directories are returned). Err says why not (no
+    /// cgroup v2 mounted, a read-only or foreign hierarchy, no right to write it).
+    pub fn create() -> Result<(Cgroup, Vec<PathBuf>), String> {
         let own = own_cgroup().ok_or("this process is in no cgroup v2")?;
         let parent = at_usual_mount(&own)
             .or_else(|| v2_mount().map(|mount| mount.join(own.trim_start_matches('/'))))
             .ok_or("no cgroup v2 hierarchy is mounted")?;
+        let stopped = remove_abandoned(&parent);
         let pid = std::process::id();
         let mut last = None;
         for n in 0..8 {
@@ -69,11 +77,12 @@ impl Cgroup {
                             .map(|n| n.to_string_lossy())
                             .unwrap_or_default()
                     );
-                    return Ok(Cgroup {
+                    let cgroup = Cgroup {
                         dir,
                         rel,
                         dir_fd: dir_fd.into(),
-                    });
+                    };
+                    return Ok((cgroup, stopped));
                 }
                 // Left by an rlock of the same pid whose guardian was killed too: reuse the
                 // name once it is empty.
@@ -244,20 +253,24 @@ pub fn remove_cgroup(dir: &Path) {
     }
 }
 
-/// Removes the empty cgroups that rlocks no longer alive left beside `dir` (an rlock and its
-/// guardian killed together leave theirs): every one is `rlock-PID` or `rlock-PID-N`, and one
-/// whose PID runs no more has no owner to remove it. Done as rlock removes its own, while Redis
-/// answers the release: nothing waits for it then.
+/// Removes the cgroups that rlocks no longer alive left beside `dir` (an rlock and its guardian
+/// killed together leave theirs); see `remove_abandoned`.
 pub fn remove_abandoned_beside(dir: &Path) {
     if let Some(parent) = dir.parent() {
         remove_abandoned(parent);
     }
 }
 
-fn remove_abandoned(parent: &Path) {
+/// Stops and removes the cgroups in `parent` that rlocks no longer alive left: every one is
+/// `rlock-PID` or `rlock-PID-N`, and one whose PID runs no more has no owner. What still runs in
+/// one (an rlock and its guardian were both killed, by the OOM killer or `kill -9`) is work
+/// whose lock is gone or going: it is killed (`cgroup.kill`). Returns the directories that held
+/// something.
+fn remove_abandoned(parent: &Path) -> Vec<PathBuf> {
     let Ok(entries) = fs::read_dir(parent) else {
-        return;
+        return Vec::new();
     };
+    let mut stopped = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(pid) = name
@@ -270,11 +283,27 @@ fn remove_abandoned(parent: &Path) {
         };
         let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
             == Err(nix::errno::Errno::ESRCH);
-        if gone {
-            // An rmdir of a cgroup that still holds a process fails (EBUSY): nothing is lost.
-            remove_tree(&entry.path());
+        if !gone {
+            continue;
         }
+        let dir = entry.path();
+        // An rmdir of a cgroup that still holds a process fails (EBUSY): nothing is lost.
+        if fs::remove_dir(&dir).is_ok() {
+            continue;
+        }
+        let events = dir.join("cgroup.events");
+        let populated =
+            || fs::read_to_string(&events).is_ok_and(|e| e.lines().any(|l| l == "populated 1"));
+        if populated() && write_file(&dir.join("cgroup.kill"), b"1").is_ok() {
+            stopped.push(dir.clone());
+            let until = Instant::now() + Duration::from_secs(1);
+            while populated() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        remove_tree(&dir);
     }
+    stopped
 }
 
 fn remove_tree(dir: &Path) {

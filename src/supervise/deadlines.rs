@@ -53,6 +53,11 @@ impl Deadlines {
             .map(|d| d.checked_sub(self.grace).unwrap_or(d))
     }
 
+    /// The lease's deadline, as the renewals have moved it.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
     /// When SIGKILL goes, unless it has gone.
     pub fn kill_at(&self) -> Option<Instant> {
         self.kill_at.filter(|_| !self.killed)

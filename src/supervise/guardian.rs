@@ -1,27 +1,32 @@
-//! The guardian: a small forked copy of rlock that stops everything the command started if rlock
-//! dies. In the process tree it starts the command and is its parent and subreaper; in a cgroup
-//! (where rlock can start the command there itself) it only watches: `own.rs`.
+//! The guardian: a small forked copy of rlock that is the command's parent and subreaper, in
+//! its cgroup when there is one, and that stops everything the command started when the lease
+//! runs out or rlock dies, whatever rlock is doing meanwhile.
 //!
-//! **Why the guardian is the command's parent in the tree.** The orphans of a subreaper that dies move on up
-//! to the next subreaper or to init, where nothing can tell them from anyone else's. A guardian
-//! that only watched rlock (as before this release) could find the command's first process
-//! group after `kill -9` of rlock, but not what had moved to a group of its own (`timeout`,
-//! `set -m` jobs). As the command's parent and subreaper, the guardian keeps every process the
-//! command started below itself, whatever they do to their group or session, for as long as
-//! it lives; and it outlives rlock, by design: rlock's death is end of file on a pipe only rlock
-//! writes. Where a cgroup v2 could be made, the cgroup holds all of it instead, and stopping it
-//! is `cgroup.kill`.
+//! **Why the guardian is the command's parent.** The orphans of a subreaper that dies move on up
+//! to the next subreaper or to init, where nothing can tell them from anyone else's. As the
+//! command's parent and subreaper, the guardian keeps every process the command started below
+//! itself, whatever they do to their group or session, for as long as it lives; and it outlives
+//! rlock, by design: rlock's death is end of file on a pipe only rlock writes. Where a cgroup v2
+//! could be made, the guardian is born in it (and so is the command): the cgroup also holds
+//! what left the tree (`setsid` and a double fork), the tree what left the cgroup (a root
+//! command that moved a child elsewhere), and stopping the command stops both.
+//!
+//! **It holds the deadline.** rlock tells it the lease's deadline at the grant and after every
+//! successful renewal; the guardian keeps its own timer: the lost-signal at deadline − grace,
+//! SIGKILL at the deadline, whether rlock is stopped, killed or stuck. rlock does the same
+//! itself; whichever acts first wins. A watchdog that depended on the process it watches would
+//! be none.
 //!
 //! **Its own name.** The guardian is called `rl-guardian` (`PR_SET_NAME`), so that `killall
 //! rlock` and `pkill rlock`, which match the name, do not reach it: killing rlock by name leaves
 //! the guardian to stop the command.
 //!
 //! rlock talks to the guardian over two pipes, in fixed 12-byte messages (well under PIPE_BUF,
-//! so each is written and read whole): requests down (signal the whole tree, kill it), events up
-//! (the command started or could not, stopped, continued, ended; everything it started is gone).
+//! so each is written and read whole): requests down (the lease, signal the whole tree, kill
+//! it), events up (the command started or could not, stopped, continued, ended; everything it
+//! started is gone).
 //!
-//! Here is rlock's side (`launch`, `Guardian`); the guardian's own, its loop, is in `life.rs`;
-//! the cgroup way is `own.rs` (rlock's side) and `watch.rs` (the guardian's).
+//! Here is rlock's side (`launch`, `Guardian`); the guardian's own, its loop, is in `life.rs`.
 
 use std::ffi::OsString;
 use std::io;
@@ -33,6 +38,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp};
+use std::time::{Duration, Instant};
 
 use super::LaunchError;
 use super::contain::{self, Cgroup};
@@ -43,14 +49,15 @@ use super::terminal::Terminal;
 pub const NAME: &std::ffi::CStr = c"rl-guardian";
 
 mod life;
-mod own;
 mod protocol;
-mod watch;
 
 use life::guard;
 pub use protocol::Event;
-use protocol::{DONE, SIGNAL, encode};
-pub use watch::watch_if_asked;
+use protocol::{DONE, LEASE, SIGNAL, encode};
+
+/// How often rlock looks whether a guardian that has not said the command started was
+/// stopped (SIGCHLD is not read before the supervisor runs).
+const LOOK_AGAIN: Duration = Duration::from_millis(20);
 
 /// What the guardian's pipe holds now.
 pub enum Next {
@@ -68,54 +75,13 @@ pub struct Guardian {
     pgid: Pid,
     /// Requests down; closed (rlock gone, or done) means: stop everything, then leave.
     requests: OwnedFd,
-    /// Where the command's changes come from.
-    up: Up,
+    /// Events up, non-blocking.
+    events: OwnedFd,
+    /// Bytes of a message read in part (never, in practice: messages are written whole).
+    partial: Vec<u8>,
+    /// How many signal requests were sent (the last one's number).
+    asked: i32,
     cgroup: Option<std::path::PathBuf>,
-}
-
-/// Who the command's parent is, and so where its changes come from.
-enum Up {
-    /// The guardian (the process tree's way, and wherever rlock cannot start the command in its
-    /// cgroup itself): it tells them over a pipe.
-    Told {
-        /// Events up, non-blocking.
-        events: OwnedFd,
-        /// Bytes of a message read in part (never, in practice: messages are written whole).
-        partial: Vec<u8>,
-        /// How many signal requests were sent (the last one's number).
-        asked: i32,
-    },
-    /// rlock (the cgroup's way, `own.rs`): it sees them itself.
-    Own(Box<own::Own>),
-}
-
-/// A cgroup made for the command, with its guardian already watching it where rlock will start
-/// the command there itself (the command does not start without it).
-pub struct Ready {
-    cgroup: Cgroup,
-    watcher: Option<own::Watcher>,
-}
-
-impl Ready {
-    /// A cgroup for the command (and the empty ones of rlocks no longer alive beside it gone),
-    /// and its guardian (which, if it cannot be started now, `launch` tries again, to say why).
-    /// Err says why no cgroup can be made.
-    pub fn make() -> Result<Ready, String> {
-        let cgroup = Cgroup::create()?;
-        let watcher = match own::CAN {
-            true => own::Watcher::start(&cgroup).ok(),
-            false => None,
-        };
-        Ok(Ready { cgroup, watcher })
-    }
-
-    /// Undoes `make`, the command not started: the guardian sent away, the cgroup removed.
-    pub fn dismiss(self) {
-        if let Some(w) = self.watcher {
-            w.dismiss();
-        }
-        self.cgroup.remove();
-    }
 }
 
 /// How the command was started.
@@ -129,47 +95,33 @@ pub struct Launched {
 
 /// Starts the guardian, which starts `argv` (as `spawn` describes) as its child, in `cgroup`
 /// when there is one. If the guardian cannot be started, neither is the command (exit 70); nor
-/// when it cannot be started in the cgroup and the cgroup is `required` (exit 78).
+/// when it cannot be started in the cgroup and the cgroup is `required` (exit 78). rlock waits
+/// for the guardian's word that the command started until `answer_by` at most: a guardian
+/// that has not answered then is killed with what it started (exit 70), a stopped one is
+/// continued meanwhile.
 pub fn launch(
     argv: &[OsString],
     env: &[(&str, String)],
     terminal: Option<Terminal>,
-    cgroup: Option<Ready>,
+    cgroup: Option<Cgroup>,
     why_no_cgroup: Option<String>,
     required: bool,
+    answer_by: Instant,
 ) -> Result<Launched, LaunchError> {
-    let prepared = match Prepared::new(argv, env) {
-        Ok(p) => p,
-        Err(failure) => {
-            // Whatever fails before the command starts, what was made for it goes (nobody else
-            // would).
-            if let Some(r) = cgroup {
-                r.dismiss();
-            }
-            return Err(failure);
-        }
-    };
-    // With a cgroup, rlock starts the command itself; the guardian's way is the fallback.
-    let cgroup = match cgroup {
-        Some(Ready { cgroup, watcher }) => {
-            match own::launch(&prepared, terminal, cgroup, watcher, &argv[0]) {
-                own::Tried::Done(launched) => return launched,
-                own::Tried::Not(c) => Some(c),
-            }
-        }
-        None => None,
-    };
     let give_up = |failure: LaunchError| {
         if let Some(c) = &cgroup {
             c.remove();
         }
         failure
     };
+    let prepared = Prepared::new(argv, env).map_err(give_up)?;
     let (req_read, req_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
         .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
     let (ev_read, ev_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
         .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
     let rlock_pgrp = getpgrp();
+    // Both sides count the lease's deadlines from this moment.
+    protocol::base();
     // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
     // no lock another thread had taken; the child runs `guard`, which never returns and uses
     // none of glibc's thread-id functions.
@@ -187,7 +139,7 @@ pub fn launch(
             drop(req_read);
             drop(ev_write);
             let guardian = Guardian::new(child, req_write, ev_read, cgroup.as_ref());
-            guardian.wait_for_start(why_no_cgroup, terminal, rlock_pgrp, &argv[0])
+            guardian.wait_for_start(why_no_cgroup, terminal, rlock_pgrp, &argv[0], answer_by)
         }
     }
 }
@@ -248,11 +200,9 @@ impl Guardian {
             pid,
             pgid: pid,
             requests,
-            up: Up::Told {
-                events,
-                partial: Vec::new(),
-                asked: 0,
-            },
+            events,
+            partial: Vec::new(),
+            asked: 0,
             cgroup: cgroup.map(|c| c.dir().to_path_buf()),
         }
     }
@@ -266,8 +216,9 @@ impl Guardian {
         terminal: Option<Terminal>,
         rlock_pgrp: Pid,
         program: &OsString,
+        answer_by: Instant,
     ) -> Result<Launched, LaunchError> {
-        let first = self.first_event();
+        let first = self.first_event(answer_by);
         match first {
             Some(Event::Started { pid, .. }) => {
                 self.pgid = pid;
@@ -290,6 +241,17 @@ impl Guardian {
                 }
                 Err(cannot_run(program, &io::Error::from(errno)))
             }
+            None if !self.gone() => {
+                // Stuck: it goes, and whatever it started with it (its orphans come to rlock).
+                self.kill();
+                if let Some(t) = terminal {
+                    t.hand_to(rlock_pgrp);
+                }
+                super::stop_orphans(self.cgroup.as_deref());
+                Err(LaunchError::Internal(
+                    "the guardian did not say in time that the command started; it was killed, and the command with it".into(),
+                ))
+            }
             _ => Err(LaunchError::Internal(
                 "the guardian ended before the command started; the command was not started".into(),
             )),
@@ -305,42 +267,66 @@ impl Guardian {
         self.pgid
     }
 
-    /// The first event, waited for: the command started, or could not be.
-    fn first_event(&mut self) -> Option<Event> {
+    /// The first event, waited for until `until`: the command started, or could not be (None:
+    /// the guardian is gone, or did not answer in time). A guardian stopped meanwhile (by the
+    /// command, say) is continued: it is looked at every `LOOK_AGAIN` while it has not
+    /// answered (at once, most often).
+    fn first_event(&mut self, until: Instant) -> Option<Event> {
         loop {
             match self.next_event() {
                 Next::Event(event) => return Some(event),
-                Next::Nothing => {
-                    if let Some(fd) = self.poll_fd() {
-                        let _ = nix::poll::poll(&mut [fd], PollTimeout::NONE);
-                    }
-                }
                 Next::Gone => return None,
+                Next::Nothing => {}
             }
+            self.continue_if_stopped();
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            let wait = PollTimeout::try_from(left.min(LOOK_AGAIN)).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(self.events.as_fd(), PollFlags::POLLIN)];
+            let _ = nix::poll::poll(&mut fds, wait);
         }
+    }
+
+    /// Continues the guardian if it was stopped (it is rlock's child: `waitpid` says so).
+    /// Nobody may stop the watchdog: a command that stops its guardian finds it running again.
+    pub fn continue_if_stopped(&self) {
+        let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED;
+        if let Ok(WaitStatus::Stopped(..)) = waitpid(self.pid, Some(flags)) {
+            let _ = nix::sys::signal::kill(self.pid, Signal::SIGCONT);
+        }
+    }
+
+    /// Whether the guardian has ended (and was reaped, if it was not yet).
+    fn gone(&self) -> bool {
+        !matches!(
+            waitpid(self.pid, Some(WaitPidFlag::WNOHANG)),
+            Ok(WaitStatus::StillAlive)
+        )
+    }
+
+    /// SIGKILLs the guardian, which did not answer: the command gets its parent-death SIGKILL,
+    /// and what it started comes to rlock (a subreaper too), to be stopped by rlock itself.
+    pub fn kill(&self) {
+        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+    }
+
+    /// Tells the guardian the lease it enforces on its own clock: the lost-signal at deadline −
+    /// `grace`, SIGKILL at the deadline (`deadline`, and again after every renewal).
+    pub fn hold(&mut self, lost_signal: Signal, grace: Duration) {
+        let grace = i32::try_from(grace.as_millis()).unwrap_or(i32::MAX);
+        let _ = nix::unistd::write(&self.requests, &encode(LEASE, lost_signal as i32, grace));
+    }
+
+    /// The lease's deadline, now `at` (at the grant, and after every successful renewal).
+    pub fn deadline(&mut self, at: Instant) {
+        let _ = nix::unistd::write(&self.requests, &protocol::deadline(at));
     }
 
     /// The next event, if one came, or that the guardian is gone (end of file, or killed).
     pub fn next_event(&mut self) -> Next {
-        let (events, partial) = match &mut self.up {
-            Up::Told {
-                events, partial, ..
-            } => (events, partial),
-            Up::Own(own) => {
-                return match own.next() {
-                    Ok(Some(event)) => {
-                        if event == Event::Empty {
-                            // Nothing of the command runs: the guardian may go, while rlock
-                            // gives the lock back.
-                            let _ = nix::unistd::write(&self.requests, &encode(DONE, 0, 0));
-                        }
-                        Next::Event(event)
-                    }
-                    Ok(None) => Next::Nothing,
-                    Err(()) => Next::Gone,
-                };
-            }
-        };
+        let (events, partial) = (&self.events, &mut self.partial);
         loop {
             if partial.len() >= 12 {
                 let msg: Vec<u8> = partial.drain(..12).collect();
@@ -350,7 +336,7 @@ impl Guardian {
                 }
             }
             let mut buf = [0u8; 120];
-            match nix::unistd::read(&*events, &mut buf) {
+            match nix::unistd::read(events, &mut buf) {
                 Ok(0) => return Next::Gone,
                 Ok(n) => partial.extend_from_slice(&buf[..n]),
                 Err(Errno::EINTR) => {}
@@ -360,39 +346,20 @@ impl Guardian {
     }
 
     /// What to poll for the next event besides rlock's signalfd: readable when an event came
-    /// or the guardian is gone; in the cgroup way, the cgroup's events, when they are watched
-    /// (the command's own changes come as SIGCHLD).
-    pub fn poll_fd(&self) -> Option<PollFd<'_>> {
-        match &self.up {
-            Up::Told { events, .. } => Some(PollFd::new(events.as_fd(), PollFlags::POLLIN)),
-            Up::Own(own) => own.poll_fd(),
-        }
-    }
-
-    /// Whether rlock is the command's parent, and so reaps the command's orphans itself as
-    /// `next_event` (which must see the command's own end first).
-    pub fn rlock_is_parent(&self) -> bool {
-        matches!(self.up, Up::Own(_))
+    /// or the guardian is gone.
+    pub fn poll_fd(&self) -> PollFd<'_> {
+        PollFd::new(self.events.as_fd(), PollFlags::POLLIN)
     }
 
     /// `sig` to every process the command started, wherever it moved (frozen first, so that
-    /// none forks away meanwhile): by the guardian, or in the cgroup way by rlock itself.
-    /// Some(N) when the guardian was asked, and says `Event::Signalled(N)` once it is done;
-    /// None when it is done on return.
+    /// none forks away meanwhile), by the guardian. Some(N) when the guardian was asked, and
+    /// says `Event::Signalled(N)` once it is done.
     pub fn signal_all(&mut self, sig: Signal) -> Option<i32> {
-        match &mut self.up {
-            Up::Told { asked, .. } => {
-                *asked += 1;
-                let request = encode(SIGNAL, sig as i32, *asked);
-                nix::unistd::write(&self.requests, &request)
-                    .ok()
-                    .map(|_| *asked)
-            }
-            Up::Own(own) => {
-                own.cgroup().signal(sig);
-                None
-            }
-        }
+        self.asked += 1;
+        let request = encode(SIGNAL, sig as i32, self.asked);
+        nix::unistd::write(&self.requests, &request)
+            .ok()
+            .map(|_| self.asked)
     }
 
     /// Reaps the guardian once it has left (right after saying that nothing of the command
@@ -404,7 +371,7 @@ impl Guardian {
         let Guardian {
             pid,
             requests,
-            up,
+            events,
             cgroup,
             ..
         } = self;
@@ -413,10 +380,6 @@ impl Guardian {
         if let Some(dir) = &cgroup {
             contain::remove_abandoned_beside(dir);
         }
-        let events = match up {
-            Up::Told { events, .. } => events,
-            Up::Own(own) => return reap_watcher(*own, requests),
-        };
         let _ = nix::unistd::write(&requests, &encode(DONE, 0, 0));
         drop(requests);
         let gone = || {
@@ -468,16 +431,4 @@ impl Guardian {
     pub fn cgroup(&self) -> Option<&std::path::Path> {
         self.cgroup.as_deref()
     }
-}
-
-/// The cgroup way's end: rlock removes the empty cgroup, and reaps the guardian, sent away
-/// once Empty was told (and leaving meanwhile: it lives outside the cgroup). When something
-/// may still run in it (Empty never came), closing the request pipe without a farewell leaves
-/// the guardian to go on killing it and to remove it.
-fn reap_watcher(mut own: own::Own, requests: OwnedFd) {
-    drop(requests);
-    if own.emptied() {
-        own.cgroup().remove();
-    }
-    own.reap_watcher();
 }

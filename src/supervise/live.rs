@@ -35,6 +35,10 @@ pub(super) struct Inbox<'a> {
     /// The number of the last signal request the guardian said it has done
     /// (`Guardian::signal_all`).
     pub signalled: i32,
+    /// When the guardian must have said that nothing of the command runs, once asked to kill
+    /// it all: a guardian that has not by then (stopped, stuck) is SIGKILLed, and rlock stops
+    /// what is left itself.
+    pub answer_by: Option<Instant>,
 }
 
 impl Inbox<'_> {
@@ -53,12 +57,12 @@ impl Inbox<'_> {
             };
             while let Some(sig) = self.signals.try_next() {
                 if sig == Signal::SIGCHLD {
-                    // rlock's own children: the guardian, what it left should it be killed,
-                    // and, in the cgroup way, the command and its orphans (reaped as
-                    // `read_guardian` reads).
-                    if !self.guardian.rlock_is_parent() {
-                        reap_orphans();
+                    // rlock's own children: the guardian (continued, should someone have
+                    // stopped it), and what it left should it be killed.
+                    if !self.guardian_gone {
+                        self.guardian.continue_if_stopped();
                     }
+                    reap_orphans();
                 } else {
                     self.pending.push_back(Event::Signal(sig));
                 }
@@ -68,14 +72,21 @@ impl Inbox<'_> {
                 continue;
             }
             let now = Instant::now();
+            if let Some(at) = self.answer_by.filter(|_| !self.guardian_gone)
+                && now >= at
+            {
+                // It stays killed: read_guardian sees it gone, and stops what is left.
+                self.answer_by = None;
+                self.guardian.kill();
+                continue;
+            }
             if now >= until {
                 return None;
             }
+            let until = self.answer_by.map_or(until, |at| at.min(until));
             let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
-            if !self.guardian_gone
-                && let Some(fd) = self.guardian.poll_fd()
-            {
-                fds.push(fd);
+            if !self.guardian_gone {
+                fds.push(self.guardian.poll_fd());
             }
             if renewing {
                 fds.push(PollFd::new(self.reports.wake.as_fd(), PollFlags::POLLIN));
@@ -136,32 +147,15 @@ impl Inbox<'_> {
             if self.signalled >= asked || self.guardian_gone || now >= until {
                 return;
             }
-            if let Some(fd) = self.guardian.poll_fd() {
-                let left = TimeSpec::from_duration(until - now);
-                let _ = nix::poll::ppoll(&mut [fd], Some(left), None);
-            }
+            let left = TimeSpec::from_duration(until - now);
+            let _ = nix::poll::ppoll(&mut [self.guardian.poll_fd()], Some(left), None);
         }
     }
 
     /// The guardian was killed: the command got its parent-death SIGKILL, and what it started
     /// came to rlock (a subreaper too). rlock kills that, and says the command ended by SIGKILL.
     fn contain_without_guardian(&mut self) {
-        let me = nix::unistd::getpid().as_raw();
-        if let Some(cgroup) = self.guardian.cgroup() {
-            let _ = std::fs::write(cgroup.join("cgroup.kill"), "1");
-        }
-        let until = Instant::now() + AFTER_KILL;
-        loop {
-            contain::kill_tree(me);
-            reap_orphans();
-            if !contain::tree_alive(me) || Instant::now() >= until {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if let Some(cgroup) = self.guardian.cgroup() {
-            contain::remove_cgroup(cgroup);
-        }
+        stop_orphans(self.guardian.cgroup());
         // The command died with its guardian, unless it had ended before.
         if !self.leader_ended {
             self.pending.push_back(Event::Exited(
@@ -173,9 +167,34 @@ impl Inbox<'_> {
     }
 }
 
+/// Stops what a killed guardian left: everything in its `cgroup` (then removed), and what came
+/// to rlock, a subreaper, as orphans.
+pub(super) fn stop_orphans(cgroup: Option<&std::path::Path>) {
+    let me = nix::unistd::getpid().as_raw();
+    if let Some(cgroup) = cgroup {
+        let _ = std::fs::write(cgroup.join("cgroup.kill"), "1");
+    }
+    let until = Instant::now() + AFTER_KILL;
+    loop {
+        contain::kill_tree(me);
+        reap_orphans();
+        if !contain::tree_alive(me) || Instant::now() >= until {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if let Some(cgroup) = cgroup {
+        contain::remove_cgroup(cgroup);
+    }
+}
+
 /// How long rlock waits for the guardian to say that everything the command started got a
 /// signal: its tree walk waits up to 100 ms a round for what it stopped, a few rounds at most.
 const SIGNAL_ALL_WAIT: Duration = Duration::from_secs(1);
+
+/// How long rlock waits, after asking the guardian to kill everything, for its word that
+/// nothing runs, before it kills the guardian and stops what is left itself.
+const KILL_ANSWER: Duration = Duration::from_secs(1);
 
 /// Reaps whatever of rlock's children ended: the guardian, or what it left should it be killed.
 fn reap_orphans() {
@@ -216,9 +235,17 @@ impl World for Live<'_> {
         // From here at once, not waiting for the guardian to be scheduled.
         if sig == Signal::SIGKILL {
             let _ = killpg(self.pgid, sig);
+            let by = Instant::now() + KILL_ANSWER;
+            self.inbox.answer_by.get_or_insert(by);
         }
         if !self.inbox.guardian_gone {
             self.inbox.guardian.signal_all(sig);
+        }
+    }
+
+    fn lease_renewed(&mut self, deadline: Instant) {
+        if !self.inbox.guardian_gone {
+            self.inbox.guardian.deadline(deadline);
         }
     }
 

@@ -46,6 +46,9 @@ pub(super) trait World {
     fn stop_like_a_job(&mut self, sig: Signal) -> Option<bool>;
     /// The command's group gets the terminal back (when `foreground`) and SIGCONT.
     fn resume(&mut self, foreground: bool);
+    /// The lease now ends at `deadline`: the guardian, which enforces it on its own clock
+    /// whatever rlock does, is told.
+    fn lease_renewed(&mut self, _deadline: Instant) {}
 }
 
 /// Runs the command to its end under the lease; see `Supervisor::run`.
@@ -208,7 +211,12 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
     }
 
     fn next_wake_up(&self, now: Instant) -> Instant {
-        let give_up = self.killed_at.map(|at| at + AFTER_KILL);
+        // Giving up on what SIGKILL did not end is for once the leader's end is known: until
+        // then, the world's next event (the world gets it, or stops the command itself).
+        let give_up = self
+            .killed_at
+            .map(|at| at + AFTER_KILL)
+            .filter(|_| self.ended.is_some());
         [self.deadlines.next(), self.renew_at, give_up]
             .into_iter()
             .flatten()
@@ -242,6 +250,9 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
             Event::Continued => self.stopped = false,
             Event::Watchdog(Report::Renewed { deadline }) if self.lost.is_none() => {
                 self.deadlines.renewed(deadline);
+                if let Some(deadline) = self.deadlines.deadline() {
+                    self.world.lease_renewed(deadline);
+                }
                 self.last_error = None;
             }
             Event::Watchdog(Report::Failed(e)) => {

@@ -11,12 +11,14 @@ mod machine;
 mod spawn;
 mod terminal;
 
+use live::stop_orphans;
+
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
 pub use contain::{Cgroup, Mode as Containment};
-pub use guardian::{Guardian, Launched, Ready, launch, watch_if_asked};
+pub use guardian::{Guardian, Launched, launch};
 pub use keeper::{LeaseKeeper, Renewal, Reports};
 pub use spawn::runnable;
 pub use terminal::Terminal;
@@ -88,6 +90,11 @@ pub fn supervise(
     observer: &dyn Observer,
 ) -> Outcome {
     let LeaseKeeper { renewer, reports } = keeper;
+    // The guardian enforces the lease on its own clock from the grant on.
+    if let Some(deadline) = enforce.deadline {
+        guardian.hold(enforce.lost_signal, enforce.grace);
+        guardian.deadline(deadline);
+    }
     let world = live::Live {
         pgid: guardian.pgid(),
         inbox: live::Inbox {
@@ -98,6 +105,7 @@ pub fn supervise(
             reports: &reports,
             pending: std::collections::VecDeque::new(),
             signalled: 0,
+            answer_by: None,
         },
         terminal,
     };

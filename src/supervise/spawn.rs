@@ -1,6 +1,5 @@
-//! Starting the command (from rlock straight into its cgroup, `guardian/own.rs`; else from the
-//! guardian, `guardian.rs`). Every `unsafe` block of starting the command is in this file (the
-//! watching guardian's own few are in `guardian/watch.rs`).
+//! Starting the guardian (a fork of rlock, born in the command's cgroup when there is one) and,
+//! from the guardian, the command. Every `unsafe` block of starting a process is in this file.
 //!
 //! Two invariants make the blocks below sound, and `exec` keeps them:
 //! - **No signal handlers are installed.** rlock blocks the signals it acts on and reads them
@@ -10,6 +9,15 @@
 //!   before the renewal thread starts (it starts when the first renewal is due), and Redlock's
 //!   per-node threads are scoped and joined before. So no lock (malloc's, stdio's) can be held
 //!   by another thread at the fork or in the vfork child.
+//!
+//! Why each block is needed at all: the guardian is born in the cgroup by `clone3` with
+//! `CLONE_INTO_CGROUP`, which neither glibc nor nix wraps (a plain `fork` where the kernel has
+//! no clone3); the command is started vfork-style (`clone` with `CLONE_VM | CLONE_VFORK`) with a
+//! parent-death signal, a process group and the terminal set in the child, which
+//! `std::process::Command` cannot do without a fork that copies the guardian's memory; in that
+//! child only raw calls on memory prepared before are allowed (`execvpe`, `tcsetpgrp` on a raw
+//! descriptor, the default SIGPIPE disposition, `_exit`), since nix's wrappers allocate or want
+//! owned descriptors.
 
 use std::ffi::{CString, OsString};
 use std::io;
@@ -143,147 +151,6 @@ pub(super) fn start(prepared: &Prepared, terminal: Option<Terminal>) -> Result<P
     }
 }
 
-/// `start`, with the command born in the cgroup whose directory is open as `cgroup_dir` (clone3
-/// with `CLONE_INTO_CGROUP`, Linux 5.7), still vfork-style: in cgroup mode rlock starts the command
-/// itself, and its guardian only watches (`guardian/own.rs`). Ok with its pid once it has exec'd;
-/// else `Spawned` says what went wrong.
-pub(super) fn start_in(
-    prepared: &Prepared,
-    terminal: Option<Terminal>,
-    cgroup_dir: i32,
-) -> Result<Pid, Spawned> {
-    let child = Child {
-        prepared,
-        tty: terminal.map(Terminal::raw_fd),
-        parent: getpid(),
-        exec_errno: AtomicI32::new(0),
-    };
-    // As in `start`: above malloc's mmap threshold, so fresh zero pages; 16-byte aligned at the
-    // top, where the child's stack begins.
-    let mut stack = vec![0u8; 256 * 1024 + 8 * prepared.argp.len()];
-    let size = stack.len() & !15;
-    let args = CloneArgs {
-        flags: CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP,
-        exit_signal: Signal::SIGCHLD as u64,
-        stack: stack.as_mut_ptr() as u64,
-        stack_size: size as u64,
-        cgroup: cgroup_dir as u64,
-        ..CloneArgs::default()
-    };
-    // SAFETY: CLONE_VM | CLONE_VFORK, as in `start`: the child runs `run_child` on `stack` in
-    // rlock's memory while rlock is suspended, until it execs or exits; `child` and `stack` live
-    // until clone3 has returned here, which is after that.
-    let pid = match unsafe { clone3_vfork(&args, &child) } {
-        Ok(pid) => pid,
-        // No room for a process: no other way would find one.
-        Err(e @ (Errno::EAGAIN | Errno::ENOMEM)) => return Err(Spawned::NoRoom(e)),
-        Err(_) => return Err(Spawned::NotThisWay),
-    };
-    // Not unmapped: rlock ends soon, and the kernel takes it back then at no extra cost.
-    std::mem::forget(stack);
-    match child.exec_errno.load(Ordering::Relaxed) {
-        0 => Ok(pid),
-        errno => {
-            let _ = waitpid(pid, None);
-            Err(Spawned::NotRun(io::Error::from_raw_os_error(errno)))
-        }
-    }
-}
-
-/// Why `start_in` started no command.
-pub(super) enum Spawned {
-    /// It was cloned, but its exec failed: this error.
-    NotRun(io::Error),
-    /// No process could be made (the process limit, memory).
-    NoRoom(Errno),
-    /// Not this way (clone3 refused, or this build has none): the guardian's way may.
-    NotThisWay,
-}
-
-/// What the child of `start_in` needs, prepared before it runs.
-struct Child<'a> {
-    prepared: &'a Prepared,
-    tty: Option<i32>,
-    parent: Pid,
-    exec_errno: AtomicI32,
-}
-
-/// The child's whole life (`child` is a `Child`): become the command, or say why not and leave.
-extern "C" fn run_child(child: *const std::ffi::c_void) -> ! {
-    // SAFETY: `clone3_vfork` passes the `Child` it was given, which outlives the child's run.
-    let child = unsafe { &*child.cast::<Child<'_>>() };
-    let errno = become_the_command(child.prepared, child.tty, child.parent);
-    child.exec_errno.store(errno, Ordering::Relaxed);
-    // SAFETY: leaving the child at once, running nothing of rlock's.
-    unsafe { nix::libc::_exit(127) }
-}
-
-pub(super) const CLONE_VM: u64 = 0x100;
-const CLONE_VFORK: u64 = 0x4000;
-
-/// clone3 for a child that shares this process's memory and runs `run_child` on the stack
-/// `args` gives it; returns once the child has exec'd or exited (`CLONE_VFORK`).
-///
-/// # Safety
-/// As `clone3_on_stack`; `child` must outlive the clone3 call.
-unsafe fn clone3_vfork(args: &CloneArgs, child: &Child<'_>) -> Result<Pid, Errno> {
-    let arg = (child as *const Child<'_>).cast::<std::ffi::c_void>();
-    // SAFETY: as the caller promises.
-    unsafe { clone3_on_stack(args, run_child, arg) }
-}
-
-/// clone3 for a child that runs `run(arg)` on the stack `args` gives it (and never returns).
-/// glibc has no public clone3 (its `posix_spawn` gained a cgroup only in 2.39): the few
-/// instructions are here. The child starts on its own stack with no frame to return to, so it
-/// calls `run` straight from the system call.
-///
-/// # Safety
-/// `args` must give a 16-byte aligned stack that nothing else uses while the child runs on it;
-/// with CLONE_VM, the child shares this process's memory and must touch nothing another thread
-/// of it may be using; without, the invariants at the top of this file must hold.
-#[cfg(target_arch = "x86_64")]
-pub(super) unsafe fn clone3_on_stack(
-    args: &CloneArgs,
-    run: extern "C" fn(*const std::ffi::c_void) -> !,
-    arg: *const std::ffi::c_void,
-) -> Result<Pid, Errno> {
-    let ret: i64;
-    // SAFETY: the parent's side is an ordinary system call (rcx and r11 are clobbered by
-    // `syscall`); the child's side (rax = 0) never comes back: `run` never returns.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            "test rax, rax",
-            "jnz 2f",
-            "xor ebp, ebp",
-            "mov rdi, r13",
-            "call r12",
-            "ud2",
-            "2:",
-            inlateout("rax") nix::libc::SYS_clone3 => ret,
-            in("rdi") args as *const CloneArgs,
-            in("rsi") std::mem::size_of::<CloneArgs>(),
-            in("r12") run,
-            in("r13") arg,
-            lateout("rcx") _,
-            lateout("r11") _,
-        );
-    }
-    if ret < 0 {
-        return Err(Errno::from_raw(-ret as i32));
-    }
-    Ok(Pid::from_raw(ret as i32))
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-pub(super) unsafe fn clone3_on_stack(
-    _: &CloneArgs,
-    _: extern "C" fn(*const std::ffi::c_void) -> !,
-    _: *const std::ffi::c_void,
-) -> Result<Pid, Errno> {
-    Err(Errno::ENOSYS)
-}
-
 /// In the child, before the exec: a process group of its own, the terminal, SIGKILL when its
 /// parent dies, SIGPIPE as usual and no blocked signal; then the exec. Returns the exec's errno
 /// (it returns only when the exec failed). Async-signal-safe system calls only, on memory
@@ -297,8 +164,8 @@ fn become_the_command(prepared: &Prepared, tty: Option<i32>, parent: Pid) -> i32
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     if getppid() != parent {
         // The parent died before the parent-death signal was armed. kill(getpid()), not
-        // raise(): raise signals the thread glibc believes it is, and a child of a raw clone3
-        // still carries its parent's thread id there.
+        // raise(): raise signals the thread glibc believes it is, and the guardian, a child of
+        // a raw clone3, still carries its parent's thread id there.
         let _ = nix::sys::signal::kill(getpid(), Signal::SIGKILL);
     }
     // SAFETY: restoring the default disposition of SIGPIPE (Rust's runtime ignores it in rlock;
@@ -325,7 +192,7 @@ fn become_the_command(prepared: &Prepared, tty: Option<i32>, parent: Pid) -> i32
 /// clone3's arguments (`struct clone_args`, as far as `cgroup`: CLONE_ARGS_SIZE_VER2).
 #[repr(C)]
 #[derive(Default)]
-pub(super) struct CloneArgs {
+struct CloneArgs {
     pub flags: u64,
     pub pidfd: u64,
     pub child_tid: u64,

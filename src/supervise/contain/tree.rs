@@ -5,7 +5,6 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -136,6 +135,25 @@ pub fn signal_tree(root: i32, sig: Signal) {
     }
 }
 
+/// `sig` to every process below `root` that is not in the cgroup `rel` (as /proc/PID/cgroup
+/// names it) or below it: what left the cgroup, which the cgroup's own signal did not reach.
+/// One walk: such a process is rare (a root command moved it), and SIGKILL is `kill_tree`'s.
+pub fn signal_outside(root: i32, rel: &str, sig: Signal) {
+    let inside = |pid: i32| {
+        fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| {
+            c.lines()
+                .filter_map(|l| l.strip_prefix("0::"))
+                .any(|path| path == rel || path.starts_with(&format!("{rel}/")))
+        })
+    };
+    for p in descendants(root).into_iter().filter(|p| !inside(p.pid)) {
+        send(p.pid, Identity::Start(p.start), sig);
+        if !matches!(sig, Signal::SIGSTOP | Signal::SIGCONT) {
+            send(p.pid, Identity::Start(p.start), Signal::SIGCONT);
+        }
+    }
+}
+
 /// Stops every process below `root` with SIGSTOP, walking again until a walk finds none not
 /// yet stopped. Each round waits (briefly) until what it signalled has stopped: a stopped
 /// process forks no more, but one caught inside a fork still completes it, so only a walk after
@@ -214,16 +232,18 @@ pub(super) enum Identity<'a> {
 /// (Linux 5.3), opened and then checked against `who`. A plain kill only where the kernel has
 /// no pidfds.
 pub(super) fn send(pid: i32, who: Identity, sig: Signal) {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        if nix::errno::Errno::last() == nix::errno::Errno::ENOSYS {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-        }
+    use rustix::process::{PidfdFlags, pidfd_open, pidfd_send_signal};
+    let Some(target) = rustix::process::Pid::from_raw(pid) else {
         return;
-    }
-    // SAFETY: a descriptor pidfd_open just returned, owned here alone.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    };
+    let fd = match pidfd_open(target, PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOSYS) => {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+            return;
+        }
+        Err(_) => return,
+    };
     let same = match who {
         Identity::Start(start) => stat(pid).is_some_and(|p| p.start == start),
         Identity::Cgroup(rel) => fs::read_to_string(format!("/proc/{pid}/cgroup"))
@@ -235,19 +255,9 @@ pub(super) fn send(pid: i32, who: Identity, sig: Signal) {
             })
             .is_some_and(|path| path == rel || path.starts_with(&format!("{rel}/"))),
     };
-    if !same {
-        return;
+    if let (true, Some(sig)) = (same, rustix::process::Signal::from_named_raw(sig as i32)) {
+        let _ = pidfd_send_signal(&fd, sig);
     }
-    // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo, no flags.
-    unsafe {
-        nix::libc::syscall(
-            nix::libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            sig as i32,
-            std::ptr::null::<nix::libc::siginfo_t>(),
-            0,
-        )
-    };
 }
 
 #[cfg(test)]

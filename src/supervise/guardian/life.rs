@@ -1,10 +1,12 @@
 //! The guardian's own side, once forked: it makes itself the guardian, starts the command, and
 //! then lives in one loop, each round reaping what changed below and passing the command's
-//! changes up, waiting, and doing what rlock asks, until nothing below runs. Why the guardian is
-//! the command's parent: guardian.rs.
+//! changes up, waiting (for a child, a request, or the lease's next moment on its own timer),
+//! and doing what rlock asks or the lease's deadline says, until nothing below runs. Why the
+//! guardian is the command's parent: guardian.rs.
 
 use std::cell::Cell;
 use std::os::fd::{AsFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -15,7 +17,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpid, setpgid};
 
 use super::NAME;
-use super::protocol::{DONE, Event, SIGNAL, decode, tell};
+use super::protocol::{DEADLINE, DONE, Event, LEASE, SIGNAL, deadline_of, decode, tell};
 use crate::supervise::contain::{self, Cgroup};
 use crate::supervise::spawn::{Prepared, start};
 use crate::supervise::terminal::Terminal;
@@ -47,6 +49,9 @@ pub(super) fn guard(
         killing: false,
         rlock_gone: false,
         said_done: false,
+        lease: None,
+        deadline: None,
+        lost_sent: false,
     }
     .run()
 }
@@ -56,6 +61,7 @@ pub(super) fn guard(
 /// non-blocking. Returns the signalfd that SIGCHLD is read from, if one could be made.
 fn settle(requests: &OwnedFd) -> nix::Result<SignalFd> {
     let _ = nix::sys::prctl::set_name(NAME);
+    forget_arguments();
     // Orphans of the command come here, whatever their group or session.
     let _ = nix::sys::prctl::set_child_subreaper(true);
     // A group of its own: nothing sent to rlock's job reaches it. Every signal rlock acts on
@@ -78,6 +84,35 @@ fn settle(requests: &OwnedFd) -> nix::Result<SignalFd> {
     let chld = SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
     let _ = nix::fcntl::fcntl(requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
     chld
+}
+
+/// Overwrites this process's copy of rlock's command line (the memory `/proc/PID/cmdline`
+/// reads) with the guardian's name: rlock's arguments may hold a URL with its password, and the
+/// guardian may outlive rlock. Done as `setproctitle` does, on the fork's own copy: rlock's
+/// stays as it was.
+fn forget_arguments() {
+    // /proc/self/stat's fields 48 and 49: where the arguments begin and end (Linux 3.5).
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    let Some((_, after)) = stat.rsplit_once(") ") else {
+        return;
+    };
+    let mut fields = after.split(' ').skip(45).map(|f| f.parse::<usize>().ok());
+    let (Some(Some(start)), Some(Some(end))) = (fields.next(), fields.next()) else {
+        return;
+    };
+    let name = NAME.to_bytes();
+    let Some(len) = end.checked_sub(start).filter(|&len| len > name.len()) else {
+        return;
+    };
+    // SAFETY: [start, end) is the argument area the kernel laid out at rlock's exec, in this
+    // process's own (copied) memory, writable, and read by no code of the guardian's: rlock
+    // copied its arguments at its start.
+    unsafe {
+        std::ptr::write_bytes(start as *mut u8, 0, len);
+        std::ptr::copy_nonoverlapping(name.as_ptr(), start as *mut u8, name.len());
+    }
 }
 
 /// Starts the command as the leader of a process group of its own, hands it the terminal, and
@@ -111,8 +146,7 @@ fn start_command(
             {
                 c.remove();
             }
-            // SAFETY: leaving without running anything of rlock's (no atexit, no destructors).
-            unsafe { nix::libc::_exit(0) }
+            leave()
         }
     }
 }
@@ -141,6 +175,12 @@ struct Life {
     rlock_gone: bool,
     /// rlock said farewell: it is alive, and removes the cgroup once this process has gone.
     said_done: bool,
+    /// The lease's lost-signal and grace, once rlock told them.
+    lease: Option<(Signal, Duration)>,
+    /// The lease's deadline, as rlock last told it.
+    deadline: Option<Instant>,
+    /// The lost-signal went to everything below (on the deadline's account or rlock's): once.
+    lost_sent: bool,
 }
 
 impl Life {
@@ -164,13 +204,13 @@ impl Life {
                 self.finish()
             }
             self.wait();
+            if !self.rlock_gone {
+                self.take_requests();
+            }
+            self.enforce_deadline();
             if self.killing {
                 self.stop_all(Signal::SIGKILL);
             }
-            if self.rlock_gone {
-                continue;
-            }
-            self.take_request();
         }
     }
 
@@ -230,19 +270,32 @@ impl Life {
                 c.remove();
             }
         }
-        // SAFETY: leaving without running anything of rlock's (no atexit, no destructors).
-        unsafe { nix::libc::_exit(0) }
+        leave()
     }
 
     /// Waits until a child changes (SIGCHLD), rlock asks something or goes, or the next round
     /// is due; then empties the signalfd.
     fn wait(&self) {
-        // Without a signalfd for SIGCHLD, children are looked at every 20 ms; once rlock is
-        // gone, every 100 ms too, with a new SIGKILL round for anything forked meanwhile.
+        // Without a signalfd for SIGCHLD, children are looked at every 20 ms; once killing,
+        // every 100 ms too, with a new SIGKILL round for anything forked meanwhile. Else until
+        // the lease's next moment, if one is set, rounded up (never a wake-up before it).
         let timeout = match (&self.chld, self.killing) {
             (_, true) => PollTimeout::from(100u8),
             (Ok(_), false) => PollTimeout::NONE,
             (Err(_), false) => PollTimeout::from(20u8),
+        };
+        let timeout = match self.next_due() {
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now());
+                let ms = left.as_nanos().div_ceil(1_000_000);
+                let ms = PollTimeout::try_from(i32::try_from(ms).unwrap_or(i32::MAX))
+                    .unwrap_or(PollTimeout::MAX);
+                match timeout {
+                    PollTimeout::NONE => ms,
+                    t => t.min(ms),
+                }
+            }
+            None => timeout,
         };
         let mut fds = Vec::with_capacity(2);
         if let Ok(fd) = &self.chld {
@@ -257,48 +310,110 @@ impl Life {
         }
     }
 
-    /// Reads rlock's request, if one came, and does it: a signal to everything below (a SIGKILL
-    /// is repeated every round from then on), its farewell noted; end of file, rlock gone.
-    fn take_request(&mut self) {
+    /// Reads rlock's requests, as many as came, and does them: a signal to everything below (a
+    /// SIGKILL is repeated every round from then on), the lease and its deadline noted, its
+    /// farewell noted; end of file, rlock gone.
+    fn take_requests(&mut self) {
         let mut buf = [0u8; 12];
-        match nix::unistd::read(&self.requests, &mut buf) {
-            Ok(12) => {
-                let (tag, sig, number) = decode(&buf);
-                self.said_done |= tag == DONE;
-                if tag == SIGNAL {
-                    if let Ok(sig) = Signal::try_from(sig)
-                        && !self.killing
-                    {
-                        self.killing = sig == Signal::SIGKILL;
+        loop {
+            match nix::unistd::read(&self.requests, &mut buf) {
+                Ok(12) => self.take(decode(&buf)),
+                // rlock is gone (or done): nothing it started may run on unwatched.
+                Ok(0) => {
+                    self.rlock_gone = true;
+                    self.killing = true;
+                    self.stop_all(Signal::SIGKILL);
+                    return;
+                }
+                Err(Errno::EINTR) => {}
+                _ => return,
+            }
+        }
+    }
+
+    /// One request of rlock's.
+    fn take(&mut self, (tag, a, b): (i32, i32, i32)) {
+        match tag {
+            DONE => self.said_done = true,
+            LEASE => {
+                let grace = Duration::from_millis(u64::try_from(b).unwrap_or(0));
+                self.lease = Signal::try_from(a).ok().map(|sig| (sig, grace));
+            }
+            DEADLINE if !self.lost_sent => self.deadline = Some(deadline_of(a, b)),
+            SIGNAL => {
+                if let Ok(sig) = Signal::try_from(a)
+                    && !self.killing
+                {
+                    // The lost-signal once, whether the deadline or rlock sent it first.
+                    let lost = self.lease.is_some_and(|(lost, _)| lost == sig);
+                    let again = lost && self.lost_sent;
+                    self.lost_sent |= lost;
+                    self.killing = sig == Signal::SIGKILL;
+                    if !again {
                         self.stop_all(sig);
                     }
-                    // rlock may wait for this (a job stopped at the terminal is all stopped
-                    // before rlock stops itself and the shell says so).
-                    tell(&self.events, &[Event::Signalled(number)]);
                 }
-            }
-            // rlock is gone (or done): nothing it started may run on unwatched.
-            Ok(0) => {
-                self.rlock_gone = true;
-                self.killing = true;
-                self.stop_all(Signal::SIGKILL);
+                // rlock may wait for this (a job stopped at the terminal is all stopped
+                // before rlock stops itself and the shell says so).
+                tell(&self.events, &[Event::Signalled(b)]);
             }
             _ => {}
         }
     }
 
-    /// `sig` to everything the command started.
+    /// The lease's next moment on this process's own clock: deadline − grace for the
+    /// lost-signal, then the deadline for SIGKILL; None once killing, or with no deadline.
+    fn next_due(&self) -> Option<Instant> {
+        let deadline = self.deadline.filter(|_| !self.killing)?;
+        let (_, grace) = self.lease?;
+        match self.lost_sent {
+            false => Some(deadline.checked_sub(grace).unwrap_or(deadline)),
+            true => Some(deadline),
+        }
+    }
+
+    /// What the lease's deadline says now, whatever rlock is doing (stopped, killed, stuck):
+    /// the lost-signal to everything below at deadline − grace, SIGKILL at the deadline.
+    fn enforce_deadline(&mut self) {
+        while let Some(at) = self.next_due()
+            && Instant::now() >= at
+        {
+            let Some((lost, _)) = self.lease else { return };
+            match self.lost_sent {
+                false => {
+                    self.lost_sent = true;
+                    self.stop_all(lost);
+                }
+                true => self.killing = true,
+            }
+        }
+    }
+
+    /// `sig` to everything the command started: the cgroup when the command is in it (it
+    /// holds what left the tree: `setsid` and a double fork), and the tree below this process
+    /// (it holds what left the cgroup: a root command may move a child elsewhere). A guardian
+    /// that cannot leave the cgroup stops the tree alone.
     fn stop_all(&self, sig: Signal) {
-        // The cgroup when the command is in it (a process cannot leave it without the right to
-        // write another), else the tree. A guardian that cannot leave the cgroup stops the tree.
         match self.cgroup.as_ref() {
             Some(c) if self.left.get() || c.leave().is_ok() => {
                 self.left.set(true);
                 c.signal(sig);
+                // Only what the cgroup did not reach: a process gets the lost-signal once.
+                match sig {
+                    Signal::SIGKILL => contain::kill_tree(self.me),
+                    sig => contain::signal_tree_outside(self.me, c, sig),
+                }
             }
             _ => contain::signal_tree(self.me, sig),
         }
     }
+}
+
+/// Ends the guardian, a fork of rlock, without running anything of rlock's: no atexit handler,
+/// no destructor, no flushing of buffers that rlock's copy will flush too.
+fn leave() -> ! {
+    // SAFETY: `_exit` ends the process at once; nothing of this process runs after it.
+    unsafe { nix::libc::_exit(0) }
 }
 
 /// What rlock said last on `requests`, once the command has ended: Some(true) when it said

@@ -1,6 +1,7 @@
 //! The guardian's messages: fixed 12-byte records (a tag and two numbers), well under
 //! PIPE_BUF, so each is written and read whole. Events go up to rlock; requests come down: a
-//! signal for everything the command started, and rlock's farewell.
+//! signal for everything the command started, the lease (its lost-signal and grace, and each
+//! new deadline), and rlock's farewell.
 
 use std::os::fd::OwnedFd;
 
@@ -45,6 +46,33 @@ pub(super) const SIGNAL: i32 = 7;
 /// pipe's end of file without it means rlock died (its descriptors close before the kernel
 /// gives its children another parent, so the guardian's parent cannot tell it in time).
 pub(super) const DONE: i32 = 8;
+/// The lease's lost-signal and its grace in milliseconds: sent once, before the first deadline.
+pub(super) const LEASE: i32 = 10;
+/// The lease's deadline (at the grant, and after every successful renewal), on the monotonic
+/// milliseconds after `base`: the high and the low 32 bits.
+pub(super) const DEADLINE: i32 = 11;
+
+/// The moment deadlines are counted from: taken before the guardian is forked, so that both
+/// sides hold the same one (`Instant` has no number of its own to send).
+static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// `BASE`, taken now if it was not yet.
+pub(super) fn base() -> std::time::Instant {
+    *BASE.get_or_init(std::time::Instant::now)
+}
+
+/// The deadline request for `at`.
+pub(super) fn deadline(at: std::time::Instant) -> [u8; 12] {
+    // Rounded down: a deadline told a little early is safe, a little late is not.
+    let ms = u64::try_from(at.saturating_duration_since(base()).as_millis()).unwrap_or(u64::MAX);
+    encode(DEADLINE, (ms >> 32) as i32, ms as u32 as i32)
+}
+
+/// The deadline a `DEADLINE` request's two numbers say.
+pub(super) fn deadline_of(high: i32, low: i32) -> std::time::Instant {
+    let ms = (u64::from(high as u32) << 32) | u64::from(low as u32);
+    base() + std::time::Duration::from_millis(ms)
+}
 
 pub(super) fn encode(tag: i32, a: i32, b: i32) -> [u8; 12] {
     let mut out = [0u8; 12];

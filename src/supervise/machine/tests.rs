@@ -100,6 +100,11 @@ impl World for Script {
     fn resume(&mut self, foreground: bool) {
         self.note(format!("resume {}", if foreground { "fg" } else { "bg" }));
     }
+
+    fn lease_renewed(&mut self, deadline: Instant) {
+        let at = (deadline - self.start).as_millis();
+        self.note(format!("guardian deadline {at}"));
+    }
 }
 
 /// The supervisor over a script whose events `events` makes from the script's start: a lease
@@ -222,6 +227,8 @@ fn a_renewal_moves_both_deadlines() {
     });
     assert_eq!(when(&log, "all TERM"), 5_000);
     assert_eq!(when(&log, "all KILL"), 6_000);
+    // The guardian, which enforces the lease on its own clock, hears of the move at once.
+    assert_eq!(when(&log, "guardian deadline 6000"), 500);
     assert!(matches!(out.lost, Some(Loss::RanOut { .. })));
 }
 

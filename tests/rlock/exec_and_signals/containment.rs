@@ -404,7 +404,7 @@ fn verbose_says_which_containment_is_in_use_and_the_cgroup_is_removed() {
 
 /// `setpriv` runs rlock as a user who may write no cgroup: the tree is the fallback, `-v` says
 /// why, and a `timeout` inside is still stopped on a lost lock.
-fn as_user(server: &RedisServer, dir: &Path, args: &[&str]) -> Command {
+pub(super) fn as_user(server: &RedisServer, dir: &Path, args: &[&str]) -> Command {
     let rl = env!("CARGO_BIN_EXE_rlock");
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=54321", "--regid=54321", "--clear-groups", "--"])

@@ -10,6 +10,7 @@
 //! failing test leaks nothing.
 
 mod containment;
+mod dead_mans_switch;
 mod guardian;
 mod job_control;
 mod lock_loss;
