@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{Connection, RedisResult, Value};
 
-use super::error::{CHECK_ADDRESS, NOT_REDIS};
+use super::error::{CHECK_ADDRESS, NOT_REDIS, full};
 use super::probe::{self, Speaks};
 use super::subscriber::{Addr, Endpoint, tls_config};
 use super::{Fault, Node, NodeError, Script, Subscriber, TlsFiles};
@@ -113,12 +113,17 @@ impl Single {
     }
 
     /// A subscriber connection that could not be made: to a waiter, as a connection that
-    /// failed (it falls back to its lease's end).
+    /// failed, or a full server (maxclients), which it waits for as for an outage.
     fn cannot_subscribe(&self, detail: String) -> NodeError {
+        let full = full(&detail.to_ascii_lowercase());
         NodeError {
-            kind: Fault::Connect,
+            kind: if full { Fault::Full } else { Fault::Connect },
             node: self.name.clone(),
-            detail,
+            // The server's words, as the client library gives them (without "ERR").
+            detail: match full {
+                true => detail.trim_start_matches("ERR ").to_string(),
+                false => detail,
+            },
         }
     }
 
@@ -478,6 +483,10 @@ impl Node for Single {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn hang_up(&self) {
+        *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 

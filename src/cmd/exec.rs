@@ -223,7 +223,7 @@ struct ExecWait<'a> {
 
 impl Observer for ExecWait<'_> {
     fn observe(&self, note: Note<'_>) {
-        if let Note::WaitBegins { .. } | Note::OutageBegan { .. } = note {
+        if let Note::WaitBegins { .. } | Note::OutageBegan { .. } | Note::ServerFull { .. } = note {
             dismiss(self.early);
         }
         if let Note::WaitBegins { key, .. } = note
