@@ -1,13 +1,15 @@
 //! Waiting for a lock without polling.
 //!
-//! A waiter subscribes to a wake channel of its own *before* each attempt, so a handoff that
-//! happens between a failed attempt and the wait is never missed. A failed attempt puts the
-//! waiter in line (a sorted set, oldest first) and returns the holder's PTTL. The waiter then
-//! sleeps until a release hands it the lock ("go"), the holder's lease would end, or the waiter
-//! ahead of it has had its chance to claim a lock handed to it (a release tells the second in
-//! line when that chance ends), whichever is first. Waiting costs Redis nothing while the
-//! holder's lease is alive, apart from one check when the lease would end (at most once per two
-//! thirds of the lease, since the holder renews every third); there are no heartbeats. Each
+//! A waiter subscribes to a wake channel of its own *before* each attempt that takes a place in
+//! line, so a handoff that happens between a failed attempt and the wait is never missed, and
+//! every waiter in line listens: a handoff passes by a waiter nobody listens for (dead, or gone
+//! without a word), so a waiter that fails or dies leaves no hole in the line. A failed attempt
+//! puts the waiter in line (a sorted set, oldest first) and returns the holder's PTTL. The
+//! waiter then sleeps until a release hands it the lock ("go"), the holder's lease would end, or
+//! the waiter ahead of it has had its chance to claim a lock handed to it (a release tells the
+//! second in line when that chance ends), whichever is first. Waiting costs Redis nothing while
+//! the holder's lease is alive, apart from one check when the lease would end (at most once per
+//! two thirds of the lease, since the holder renews every third); there are no heartbeats. Each
 //! handoff wakes one waiter and warns one more, however long the line; a lost message costs
 //! latency (at most the holder's lease), never liveness.
 //!
@@ -16,7 +18,9 @@
 //! means "not yet", like a busy lock. The waiter tries again with backoff (at most 1 s apart,
 //! with jitter) until its wait ends, saying once when the outage began and once when it ended.
 //! A run that has never reached Redis rides an outage out only for the locker's `first_contact`
-//! (a typo in a port must not hang a cron job), then gives up (69).
+//! (a typo in a port must not hang a cron job), then gives up (69). A full server (maxclients) is
+//! there, and is waited for as long as the wait lasts, told with -v only, as a busy lock is; a
+//! waiter that it leaves without a wake channel waits out of line, its other connection closed.
 //!
 //! The waiter is generic over its tries (`Tries`: one try at the lock, and the line, the wake
 //! channel and the first contact around it): `Locker::acquire` gives it a request's tries on the
@@ -179,8 +183,9 @@ pub(super) fn wait_for<T: Tries>(
 
 /// One try at the lock, no wait (`-n`): `-n` concerns the lock, not the server, so a Redis that
 /// has no room for another client (maxclients) is tried again for the first contact, as an
-/// unreachable one is by a wait, and the first answer decides. A signal that came during the request is answered once it returns (signals
-/// are not let interrupt rlock's system calls): a failure then reports the signal.
+/// unreachable one is by a wait, and the first answer decides. A signal that came during the
+/// request is answered once it returns (signals are not let interrupt rlock's system calls): a
+/// failure then reports the signal.
 fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Result<Grant, Error> {
     let busy = |seen: Seen| Error::Busy {
         about: About::from(key),

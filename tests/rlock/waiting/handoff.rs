@@ -65,7 +65,7 @@ fn a_handoff_wakes_one_waiter_however_long_the_line() {
     }
     // Each waiter listens on a channel of its own, so that a release reaches one process
     // whatever the length of the line (with one shared channel it reached every waiter). A
-    // waiter subscribes once it is in line (and then asks once more): wait for the last one.
+    // waiter subscribes before it takes its place in line: wait for the last one.
     let channels = || {
         let mut channels: Vec<String> = redis::cmd("PUBSUB")
             .arg("CHANNELS")
