@@ -176,3 +176,51 @@ fn no_wait_against_a_full_server_is_unavailable_after_the_connect_timeout() {
     drop(filler);
     assert!(!server.exists(LOCK), "a lock was taken");
 }
+
+/// The same for a semaphore: a waiter killed while in line is passed by when a slot frees (one
+/// holder left, one still in), and the one behind it takes the slot at once, not a claim window
+/// later.
+#[test]
+fn a_semaphore_waiter_killed_in_line_leaves_no_hole() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let semaphore = ["-k", KEY, "--limit", "2", "--ttl", "60s"];
+    let holders: Vec<String> = (0..2)
+        .map(|_| {
+            let out = run(rlock_at(&server).arg("acquire").args(semaphore));
+            assert_eq!(out.code, 0, "{out}");
+            out.stdout.trim().to_string()
+        })
+        .collect();
+    let mut line: Vec<Bg> = Vec::new();
+    for name in ["doomed", "next"] {
+        line.push(Bg::spawn(
+            name,
+            dir.path(),
+            rlock_at(&server).arg("acquire").args(semaphore),
+        ));
+        wait_queued(&server, line.len(), &mut line);
+    }
+    let tokens = queue(&server);
+    line[0].kill(Signal::SIGKILL);
+    line[0].finish(Duration::from_secs(5));
+    release(&server, &holders[0]);
+    let released = Instant::now();
+    let (out, got) = line[1].finish(Duration::from_secs(10));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.stdout.trim(),
+        tokens[1],
+        "the waiter behind took the slot"
+    );
+    let took = got - released;
+    assert!(
+        took < CLAIM,
+        "the waiter behind a dead one got the slot {took:?} after a slot freed: the dead one held \
+         up the line"
+    );
+    assert!(
+        !queue(&server).contains(&tokens[0]),
+        "the dead waiter is still in line"
+    );
+}
