@@ -295,6 +295,24 @@ pub(crate) fn full(lower: &str) -> bool {
     lower.contains("max number of clients reached")
 }
 
+/// The fault a subscriber connection's failure shows, `lower` being its words in lower case: a
+/// full server, a refusal (the ACL, the password), which no wait cures, or else a connection
+/// that failed.
+pub(crate) fn of_subscription(lower: &str) -> Fault {
+    if full(lower) {
+        Fault::Full
+    } else if lower.contains("noperm") || lower.contains("no permissions") {
+        Fault::Denied
+    } else if ["wrongpass", "noauth", "invalid username-password"]
+        .iter()
+        .any(|w| lower.contains(w))
+    {
+        Fault::Auth
+    } else {
+        Fault::Connect
+    }
+}
+
 /// A TLS handshake that failed on trust or identity (rustls's "invalid peer certificate: …"), or
 /// that the server ended with a fatal alert (it wants a client certificate, or refuses ours).
 fn tls_refusal(lower: &str) -> Option<TlsRefusal> {
@@ -399,6 +417,22 @@ mod tests {
         assert_eq!(err.kind, Fault::Full, "{err:?}");
         assert!(err.is_transient(), "a full server is waited on");
         assert_eq!(err.detail, "max number of clients reached");
+    }
+
+    #[test]
+    fn a_subscription_refused_by_the_acl_is_no_outage() {
+        use super::of_subscription;
+        let acl =
+            "noperm this user has no permissions to access one of the channels used as arguments";
+        assert_eq!(of_subscription(acl), Fault::Denied);
+        assert_eq!(
+            of_subscription("err max number of clients reached"),
+            Fault::Full
+        );
+        assert_eq!(
+            of_subscription("connection refused (os error 111)"),
+            Fault::Connect
+        );
     }
 
     #[test]
