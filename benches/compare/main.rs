@@ -17,10 +17,15 @@
 //! - `RLOCK_BENCH_SOAK_GRANTS` contended grants of the soak run (default 10000, 0 skips it)
 //! - `RLOCK_BENCH_LINE`      the longer line of the waiting table (default 300; the shorter is a
 //!   third of it)
+//! - `RLOCK_BENCH_BIG_LINE`  the long line of the scale rows (default 3000: some 3.5 MiB of RSS
+//!   per waiter, and two connections each on the server)
+//! - `RLOCK_BENCH_CROWD`     waiters started at once against a server with `maxclients 50`
+//!   (default 120)
 //! - `RLOCK_BENCH_ONLY=host` only the table of what waiting costs on the host and the handoff
 //!   (`compare/host.rs`), for a quick look; `RLOCK_BENCH_ONLY=soak` only the long soak;
 //!   `RLOCK_BENCH_ONLY=history` only `exec -- true` with its run on record and without, and
-//!   the handoff, side by side
+//!   the handoff, side by side; `RLOCK_BENCH_ONLY=scale` only the scale rows
+//!   (`compare/scale.rs`)
 //!
 //! The Redlock figure starts four more servers and puts each of the five behind the tests' fault
 //! proxy, set to delay `RLOCK_BENCH_LATENCY_MS` (default 5) each way, so the network counts as it
@@ -52,6 +57,7 @@ mod monitor;
 mod process;
 mod redis_cli;
 mod redlock;
+mod scale;
 mod setup;
 mod soak;
 mod table;
@@ -93,6 +99,12 @@ fn main() {
         }
         Some(Only::Soak) => {
             soak::run(cfg.soak_grants.max(1));
+            return;
+        }
+        Some(Only::Scale) => {
+            let rows = scale::rows(&b);
+            println!();
+            waiting::print(&rows);
             return;
         }
         Some(Only::History) => {

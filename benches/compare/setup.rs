@@ -18,6 +18,8 @@ pub enum Only {
     Soak,
     /// What the history of runs costs: `exec -- true` with and without it, and the handoff.
     History,
+    /// Waiting at scale: a long line, and a crowd over the connection limit (`scale.rs`).
+    Scale,
 }
 
 pub struct Config {
@@ -29,6 +31,10 @@ pub struct Config {
     pub soak_grants: usize,
     /// The longer line of the waiting figures (the shorter is a third of it).
     pub line: usize,
+    /// The long line of the scale figures, and the crowd started at once against a server with
+    /// a low connection limit (`scale.rs`).
+    pub big_line: usize,
+    pub crowd: usize,
     pub only: Option<Only>,
 }
 
@@ -52,13 +58,16 @@ impl Config {
             iters: num("RLOCK_BENCH_ITERS", 15, 1000) as usize,
             latency: Duration::from_millis(num("RLOCK_BENCH_LATENCY_MS", 5, 1000)),
             line: num("RLOCK_BENCH_LINE", 300, 1000).max(3) as usize,
+            big_line: num("RLOCK_BENCH_BIG_LINE", 3000, 10_000) as usize,
+            crowd: num("RLOCK_BENCH_CROWD", 120, 1000) as usize,
             only: match std::env::var("RLOCK_BENCH_ONLY") {
                 Err(_) => None,
                 Ok(v) if v == "host" => Some(Only::Host),
                 Ok(v) if v == "soak" => Some(Only::Soak),
                 Ok(v) if v == "history" => Some(Only::History),
+                Ok(v) if v == "scale" => Some(Only::Scale),
                 Ok(v) => exit_with(&format!(
-                    "RLOCK_BENCH_ONLY={v}: the choices are 'host', 'soak' and 'history'"
+                    "RLOCK_BENCH_ONLY={v}: the choices are 'host', 'soak', 'history' and 'scale'"
                 )),
             },
             soak_grants: match std::env::var("RLOCK_BENCH_SOAK_GRANTS") {

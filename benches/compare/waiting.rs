@@ -316,6 +316,7 @@ pub fn tables(b: &Bench, peer: &table::Row) {
         rows.extend(drain_rows(d));
     }
     rows.extend(growth_rows(&s, &l));
+    rows.extend(crate::scale::rows(b));
     rows.push(Row {
         figure: "`lock -- true`, median wall time (peer row)".into(),
         unit: "ms",

@@ -398,6 +398,13 @@ impl Node for Cluster {
     fn name(&self) -> &str {
         &self.name
     }
+
+    fn hang_up(&self) {
+        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        for node in nodes.values() {
+            node.hang_up();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,9 @@ pub enum Fault {
     Io,
     /// The server answers but cannot serve now (LOADING, READONLY, MASTERDOWN, ...).
     NotServing,
+    /// The server refused the connection because it has as many clients as it allows
+    /// (maxclients): room comes as other clients leave, as a busy lock frees.
+    Full,
     /// The Sentinels answer, and none of them names a master by the name given to
     /// --sentinel (a wrong name, or a master not yet monitored).
     NoMaster,
@@ -150,6 +153,7 @@ impl Fault {
             | Fault::Timeout
             | Fault::Io
             | Fault::NotServing
+            | Fault::Full
             | Fault::Migrating
             | Fault::NoMaster
             | Fault::ClusterDown
@@ -172,7 +176,9 @@ impl Fault {
     fn of(err: &RedisError, text: &str) -> Self {
         let code = err.code().unwrap_or("");
         let lower = text.to_ascii_lowercase();
-        if err.kind() == redis::ErrorKind::Parse && text.contains("Parse error at") {
+        if full(&lower) {
+            Fault::Full
+        } else if err.kind() == redis::ErrorKind::Parse && text.contains("Parse error at") {
             // The reply is not RESP at all (the parser's "Parse error at 1 Unexpected `72`"):
             // something else listens there. (A reply of the wrong type is a Parse error too,
             // but not "at" a position.)
@@ -275,10 +281,35 @@ impl NodeError {
                 | Fault::Timeout
                 | Fault::Io
                 | Fault::NotServing
+                | Fault::Full
                 | Fault::NoMaster
                 | Fault::Migrating
                 | Fault::ClusterDown
         )
+    }
+}
+
+/// Whether `lower`, an error's words in lower case, is a server's refusal of a connection for
+/// having as many clients as it allows ("ERR max number of clients reached").
+pub(crate) fn full(lower: &str) -> bool {
+    lower.contains("max number of clients reached")
+}
+
+/// The fault a subscriber connection's failure shows, `lower` being its words in lower case: a
+/// full server, a refusal (the ACL, the password), which no wait cures, or else a connection
+/// that failed.
+pub(crate) fn of_subscription(lower: &str) -> Fault {
+    if full(lower) {
+        Fault::Full
+    } else if lower.contains("noperm") || lower.contains("no permissions") {
+        Fault::Denied
+    } else if ["wrongpass", "noauth", "invalid username-password"]
+        .iter()
+        .any(|w| lower.contains(w))
+    {
+        Fault::Auth
+    } else {
+        Fault::Connect
     }
 }
 
@@ -374,6 +405,34 @@ mod tests {
             assert_eq!(err.kind, kind, "{code}: {err:?}");
             assert!(err.is_transient(), "{code} is waited on");
         }
+    }
+
+    #[test]
+    fn a_full_server_is_waited_on() {
+        let err = redis::make_extension_error(
+            "ERR".to_string(),
+            Some("max number of clients reached".into()),
+        );
+        let err = NodeError::from_redis("redis://127.0.0.1:7000", &err);
+        assert_eq!(err.kind, Fault::Full, "{err:?}");
+        assert!(err.is_transient(), "a full server is waited on");
+        assert_eq!(err.detail, "max number of clients reached");
+    }
+
+    #[test]
+    fn a_subscription_refused_by_the_acl_is_no_outage() {
+        use super::of_subscription;
+        let acl =
+            "noperm this user has no permissions to access one of the channels used as arguments";
+        assert_eq!(of_subscription(acl), Fault::Denied);
+        assert_eq!(
+            of_subscription("err max number of clients reached"),
+            Fault::Full
+        );
+        assert_eq!(
+            of_subscription("connection refused (os error 111)"),
+            Fault::Connect
+        );
     }
 
     #[test]

@@ -95,4 +95,9 @@ pub trait Node: Send + Sync {
 
     /// The endpoint, passwords redacted, for messages.
     fn name(&self) -> &str;
+
+    /// Closes the connection kept for the next request, if any: a waiter that cannot have its
+    /// wake channel (a full server) gives its place to another client while it waits. The next
+    /// request connects again.
+    fn hang_up(&self) {}
 }

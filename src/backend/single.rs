@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{Connection, RedisResult, Value};
 
-use super::error::{CHECK_ADDRESS, NOT_REDIS};
+use super::error::{CHECK_ADDRESS, NOT_REDIS, of_subscription};
 use super::probe::{self, Speaks};
 use super::subscriber::{Addr, Endpoint, tls_config};
 use super::{Fault, Node, NodeError, Script, Subscriber, TlsFiles};
@@ -89,11 +89,11 @@ impl Single {
                 let files = &self.tls_files;
                 let client = files.cert.as_deref().zip(files.key.as_deref());
                 let config = tls_config(files.ca.as_deref(), client)
-                    .map_err(|e| self.cannot_subscribe(e.to_string()))?;
+                    .map_err(|e| self.no_subscription(e.to_string()))?;
                 Addr::Tls(host.clone(), *port, config)
             }
             redis::ConnectionAddr::Unix(path) => Addr::Unix(path.clone()),
-            other => return Err(self.cannot_subscribe(format!("cannot subscribe over {other}"))),
+            other => return Err(self.no_subscription(format!("cannot subscribe over {other}"))),
         };
         let redis = info.redis_settings();
         Ok(Endpoint {
@@ -112,13 +112,29 @@ impl Single {
         }
     }
 
-    /// A subscriber connection that could not be made: to a waiter, as a connection that
-    /// failed (it falls back to its lease's end).
-    fn cannot_subscribe(&self, detail: String) -> NodeError {
+    /// A subscriber connection that these settings cannot make, which no wait cures: a waiter
+    /// waits without a wake channel.
+    fn no_subscription(&self, detail: String) -> NodeError {
         NodeError {
-            kind: Fault::Connect,
+            kind: Fault::Config,
             node: self.name.clone(),
             detail,
+        }
+    }
+
+    /// A subscriber connection that could not be made: to a waiter, a connection that failed or
+    /// a full server (maxclients), which it waits for as for an outage, or a refusal, after
+    /// which it waits without a wake channel.
+    fn cannot_subscribe(&self, detail: String) -> NodeError {
+        let kind = of_subscription(&detail.to_ascii_lowercase());
+        NodeError {
+            kind,
+            node: self.name.clone(),
+            // The server's words, as the client library gives them (without "ERR").
+            detail: match kind {
+                Fault::Full => detail.trim_start_matches("ERR ").to_string(),
+                _ => detail,
+            },
         }
     }
 
@@ -478,6 +494,10 @@ impl Node for Single {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn hang_up(&self) {
+        *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 

@@ -131,6 +131,14 @@ impl Observer for Context {
                 "Redis answers again after {}; still waiting for lock '{key}'",
                 human_ms(after.as_millis() as i64)
             )),
+            Note::ServerFull { key, failure } => self.say(format_args!(
+                "{}; still waiting for lock '{key}', trying again at most 1s apart",
+                Failure::from(failure.clone())
+            )),
+            Note::RoomAgain { key, after } => self.say(format_args!(
+                "Redis has room again after {}; still waiting for lock '{key}'",
+                human_ms(after.as_millis() as i64)
+            )),
             Note::RenewalFailed { error } => {
                 self.say(format_args!("renewal failed, retrying: {error}"))
             }

@@ -27,6 +27,9 @@ pub(super) fn line(error: &NodeError, about: &About) -> String {
             };
             format!("cannot reach Redis securely for {about}: {error}; {hint}")
         }
+        Fault::Full => format!(
+            "Redis is full for {about}: {error} (maxclients); raise its maxclients if this lasts"
+        ),
         Fault::NoMaster => format!(
             "no Sentinel names a master for {about}: {error}; check the master's name given to --sentinel (a Sentinel's 'sentinel monitor NAME')"
         ),

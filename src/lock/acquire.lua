@@ -144,12 +144,16 @@ while true do
   redis.call("ZREM", queue, first)
   redis.call("HDEL", state, "go:" .. first)
 end
--- Someone else is first in line: the lock is theirs (a holder that expired handed nothing).
+-- Someone else is first in line: the lock is theirs (a holder that expired handed nothing),
+-- unless the handoff finds nobody ahead of this request alive.
 local head = redis.call("ZRANGE", queue, 0, 0)[1]
 if head and head ~= token then
   hand_off(queue, state, channel, now)
-  wait_in_line(r, CLAIM_MS)
-  return reply("queued", "wait", CLAIM_MS, "now", now)
+  local handed = redis.call("HGET", state, "next")
+  if handed and handed ~= token then
+    wait_in_line(r, CLAIM_MS)
+    return reply("queued", "wait", CLAIM_MS, "now", now)
+  end
 end
 
 -- The fence rises with every grant, and also across a state that expired or was lost (FLUSHALL,

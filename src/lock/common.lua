@@ -194,25 +194,38 @@ local function record_of(state, token)
 end
 
 -- How long the first waiter in line has to claim a lock handed to it. A waiter that died (SIGKILL)
--- keeps its turn this long, once, when its turn comes; then the next in line goes.
+-- after its wake-up was sent keeps its turn this long, once; then the next in line goes.
 local CLAIM_MS = 1000
+
+-- Sends `message` to the first waiter in `queue` from place `from` (0 first) that hears it, and
+-- returns that waiter's token (nil when none does). A waiter in line listens on its own channel
+-- all the time it waits (it takes its place only once subscribed), so one that nobody listens
+-- for has died or given up without a word: it leaves the line here, and leaves no hole in it.
+local function tell_first_alive(queue, state, channel, from, message)
+  while true do
+    local t = redis.call("ZRANGE", queue, from, from)[1]
+    if not t or redis.call("PUBLISH", channel .. ":" .. t, message) > 0 then
+      return t
+    end
+    redis.call("ZREM", queue, t)
+    redis.call("HDEL", state, "go:" .. t)
+  end
+end
 
 -- Hands a free lock to the first waiter in line: reserves it for that waiter for CLAIM_MS and
 -- wakes it on its own channel ("go"), and tells the waiter behind it when the reservation ends
 -- (the milliseconds left), so that someone is awake to move on should the first never claim
--- it. A handoff thus wakes one waiter and warns another, however long the line. With nobody in
--- line it wakes anyone on the shared channel ("*"): waiters that do not queue (Redlock).
+-- it. A handoff thus wakes one waiter and warns another, however long the line; waiters that
+-- nobody listens for are dropped on the way (tell_first_alive). With nobody in line it wakes
+-- anyone on the shared channel ("*"): waiters that do not queue (Redlock).
 local function hand_off(queue, state, channel, now)
-  local line = redis.call("ZRANGE", queue, 0, 1)
-  if not line[1] then
+  local first = tell_first_alive(queue, state, channel, 0, "go")
+  if not first then
     redis.call("HDEL", state, "next", "next_until")
     redis.call("PUBLISH", channel, "*")
     return
   end
-  redis.call("HSET", state, "next", line[1], "next_until", now + CLAIM_MS)
+  redis.call("HSET", state, "next", first, "next_until", now + CLAIM_MS)
   keep_alive(state, CLAIM_MS + KEEP_MS)
-  redis.call("PUBLISH", channel .. ":" .. line[1], "go")
-  if line[2] then
-    redis.call("PUBLISH", channel .. ":" .. line[2], tostring(CLAIM_MS))
-  end
+  tell_first_alive(queue, state, channel, 1, tostring(CLAIM_MS))
 end

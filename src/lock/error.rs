@@ -10,7 +10,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::{Crowd, Holder, LockKey, NotOwner};
-use crate::backend::{Class, NodeError};
+use crate::backend::{Class, Fault, NodeError};
 
 /// Why a request about a lock failed.
 #[derive(Debug, Clone)]
@@ -70,6 +70,17 @@ impl Error {
         match self {
             Error::Redis { error, .. } => error.is_transient(),
             Error::NoQuorum { errors, .. } => errors.iter().all(NodeError::is_transient),
+            _ => false,
+        }
+    }
+
+    /// A server that is there and has no room for another client (maxclients), on the one node
+    /// or on any of a Redlock's that failed: waited on like a busy lock, also by a run that has
+    /// had no other answer yet.
+    pub fn is_full(&self) -> bool {
+        match self {
+            Error::Redis { error, .. } => error.kind == Fault::Full,
+            Error::NoQuorum { errors, .. } => errors.iter().any(|e| e.kind == Fault::Full),
             _ => false,
         }
     }

@@ -143,17 +143,31 @@ impl Locker {
     /// Connections subscribed to the waiter `token`'s wake channel: one per node that answers
     /// (in parallel, each within --op-timeout). A waiter in line (one Redis) is woken on a
     /// channel of its own, so that a handoff wakes exactly one process; a Redlock waiter, which
-    /// does not queue, on the lock's shared channel.
-    pub fn subscribers(&self, key: &LockKey, token: &str) -> Vec<Subscriber> {
-        let channel = if self.is_quorum() {
-            key.channel.clone()
-        } else {
-            format!("{}:{token}", key.channel)
-        };
-        self.on_all(|n| n.subscriber(&key.redis_key, &channel, self.op_timeout).ok())
+    /// does not queue, on the lock's shared channel. With one Redis, the failure when there is
+    /// no subscription: a waiter keeps a place in line only while it can hear its wake-up.
+    pub fn subscribers(&self, key: &LockKey, token: &str) -> Result<Vec<Subscriber>, NodeError> {
+        if !self.is_quorum() {
+            let channel = format!("{}:{token}", key.channel);
+            let node = &self.nodes[0];
+            return Ok(vec![node.subscriber(
+                &key.redis_key,
+                &channel,
+                self.op_timeout,
+            )?]);
+        }
+        let channel = &key.channel;
+        Ok(self
+            .on_all(|n| n.subscriber(&key.redis_key, channel, self.op_timeout).ok())
             .into_iter()
             .flatten()
-            .collect()
+            .collect())
+    }
+
+    /// Closes the connections kept for the next request (`Node::hang_up`).
+    pub fn hang_up(&self) {
+        for node in &self.nodes {
+            node.hang_up();
+        }
     }
 }
 

@@ -91,20 +91,26 @@ end
 
 -- Tells the admissible waiters not yet told that they may go (each on its own channel, with
 -- CLAIM_MS to claim), and the first waiter that may not when their time ends, so that someone
--- is awake to move on should they never claim.
-local function wake_admissible(state, channel, now, go, blocked)
-  local told = false
+-- is awake to move on should they never claim. A waiter nobody listens for (dead, or gone without
+-- a word: common.lua's tell_first_alive) leaves the line instead, and when only such waiters
+-- were told, the first that may not go is told at once ("0"): it comes in in their place.
+local function wake_admissible(queue, state, channel, now, go, blocked)
+  local told, heard = false, false
   for _, t in ipairs(go) do
     if not redis.call("HGET", state, "go:" .. t) then
-      redis.call("HSET", state, "go:" .. t, now + CLAIM_MS)
-      redis.call("PUBLISH", channel .. ":" .. t, "go")
       told = true
+      if redis.call("PUBLISH", channel .. ":" .. t, "go") > 0 then
+        redis.call("HSET", state, "go:" .. t, now + CLAIM_MS)
+        heard = true
+      else
+        redis.call("ZREM", queue, t)
+      end
     end
   end
   if told then
     keep_alive(state, CLAIM_MS + KEEP_MS)
     if blocked then
-      redis.call("PUBLISH", channel .. ":" .. blocked, tostring(CLAIM_MS))
+      redis.call("PUBLISH", channel .. ":" .. blocked, heard and tostring(CLAIM_MS) or "0")
     end
   end
 end
@@ -121,7 +127,7 @@ local function after_leaving(lock, state, queue, channel, now)
   local shared = redis.call("HGET", state, "mode") == "shared"
   local limit = tonumber(redis.call("HGET", state, "limit")) or 0
   local go, blocked = admissible(queue, state, now, shared, limit - redis.call("ZCARD", lock))
-  wake_admissible(state, channel, now, go, blocked)
+  wake_admissible(queue, state, channel, now, go, blocked)
 end
 
 -- The holders of a multi-holder lock, the first lease to end first: {token, ends (server ms),

@@ -36,6 +36,11 @@ pub enum Note<'a> {
     },
     /// Redis answers a waiter again after an outage of `after`.
     OutageEnded { key: &'a str, after: Duration },
+    /// The server refused a waiter's connection for having as many clients as it allows
+    /// (maxclients): the waiter waits for room as for a busy lock, and tries again with backoff.
+    ServerFull { key: &'a str, failure: &'a Error },
+    /// The server had room for the waiter again after `after`.
+    RoomAgain { key: &'a str, after: Duration },
     /// A renewal failed; it is retried while the lease lasts.
     RenewalFailed { error: &'a RenewError },
 }

@@ -95,12 +95,12 @@ local function take_slot(r, kind)
     keep_alive(state, r.ttl + KEEP_MS)
     -- Whoever else may now come in (the readers behind this one, say) is told so.
     go, blocked = admissible(queue, state, now, shared, r.limit - held - 1)
-    wake_admissible(state, r.channel, now, go, blocked)
+    wake_admissible(queue, state, r.channel, now, go, blocked)
     return reply("ok", "fence", fence, "ttl", r.ttl)
   end
   -- It was here and is alive: a window it had to claim is moot.
   redis.call("HDEL", state, "go:" .. token)
-  wake_admissible(state, r.channel, now, go, blocked)
+  wake_admissible(queue, state, r.channel, now, go, blocked)
   if held > 0 and (shared or held >= r.limit) then
     local pttl = shared and redis.call("PTTL", lock) or first_end(lock, now)
     wait_in_line(r, pttl)

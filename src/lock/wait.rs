@@ -1,13 +1,15 @@
 //! Waiting for a lock without polling.
 //!
-//! A waiter subscribes to a wake channel of its own *before* each attempt, so a handoff that
-//! happens between a failed attempt and the wait is never missed. A failed attempt puts the
-//! waiter in line (a sorted set, oldest first) and returns the holder's PTTL. The waiter then
-//! sleeps until a release hands it the lock ("go"), the holder's lease would end, or the waiter
-//! ahead of it has had its chance to claim a lock handed to it (a release tells the second in
-//! line when that chance ends), whichever is first. Waiting costs Redis nothing while the
-//! holder's lease is alive, apart from one check when the lease would end (at most once per two
-//! thirds of the lease, since the holder renews every third); there are no heartbeats. Each
+//! A waiter subscribes to a wake channel of its own *before* each attempt that takes a place in
+//! line, so a handoff that happens between a failed attempt and the wait is never missed, and
+//! every waiter in line listens: a handoff passes by a waiter nobody listens for (dead, or gone
+//! without a word), so a waiter that fails or dies leaves no hole in the line. A failed attempt
+//! puts the waiter in line (a sorted set, oldest first) and returns the holder's PTTL. The
+//! waiter then sleeps until a release hands it the lock ("go"), the holder's lease would end, or
+//! the waiter ahead of it has had its chance to claim a lock handed to it (a release tells the
+//! second in line when that chance ends), whichever is first. Waiting costs Redis nothing while
+//! the holder's lease is alive, apart from one check when the lease would end (at most once per
+//! two thirds of the lease, since the holder renews every third); there are no heartbeats. Each
 //! handoff wakes one waiter and warns one more, however long the line; a lost message costs
 //! latency (at most the holder's lease), never liveness.
 //!
@@ -16,7 +18,9 @@
 //! means "not yet", like a busy lock. The waiter tries again with backoff (at most 1 s apart,
 //! with jitter) until its wait ends, saying once when the outage began and once when it ended.
 //! A run that has never reached Redis rides an outage out only for the locker's `first_contact`
-//! (a typo in a port must not hang a cron job), then gives up (69).
+//! (a typo in a port must not hang a cron job), then gives up (69). A full server (maxclients) is
+//! there, and is waited for as long as the wait lasts, told with -v only, as a busy lock is; a
+//! waiter that it leaves without a wake channel waits out of line, its other connection closed.
 //!
 //! The waiter is generic over its tries (`Tries`: one try at the lock, and the line, the wake
 //! channel and the first contact around it): `Locker::acquire` gives it a request's tries on the
@@ -79,8 +83,12 @@ pub(super) trait Tries {
     /// Leaves the line, giving back a grant that raced with giving up; best effort, `within`
     /// what is left of a bounded wait.
     fn leave(&self, within: Option<Duration>);
-    /// Connections subscribed to the waiter's wake channel.
-    fn subscribe(&self) -> Vec<Subscriber>;
+    /// Connections subscribed to the waiter's wake channel; with one Redis, the failure when
+    /// there is none.
+    fn subscribe(&self) -> Result<Vec<Subscriber>, Error>;
+    /// Closes the connections kept for the next try (which connects again): a waiter that
+    /// cannot have its wake channel (a full server) makes room for another client meanwhile.
+    fn hang_up(&self);
     /// True when waiters race each other on several masters (Redlock), and must be spread out.
     fn races(&self) -> bool;
     /// How long a wait that has had no answer from Redis yet keeps trying.
@@ -105,8 +113,14 @@ impl Tries for Asking<'_> {
             .leave_within(self.req.key, self.req.token, timeout);
     }
 
-    fn subscribe(&self) -> Vec<Subscriber> {
-        self.locker.subscribers(self.req.key, self.req.token)
+    fn subscribe(&self) -> Result<Vec<Subscriber>, Error> {
+        self.locker
+            .subscribers(self.req.key, self.req.token)
+            .map_err(|e| Error::redis(self.req.key, e))
+    }
+
+    fn hang_up(&self) {
+        self.locker.hang_up();
     }
 
     fn races(&self) -> bool {
@@ -125,6 +139,9 @@ struct Outage {
     last: Error,
     /// The pause before the next try, doubled after each (up to OUTAGE_BACKOFF_MAX).
     backoff: Duration,
+    /// Redis is there and full (maxclients) all along so far: a wait like a busy lock's, told
+    /// with -v only.
+    full: bool,
 }
 
 impl Locker {
@@ -164,15 +181,54 @@ pub(super) fn wait_for<T: Tries>(
     waiter.wait()
 }
 
-/// One try, no wait (`-n`). A signal that came during the request is answered once it returns
-/// (signals are not let interrupt rlock's system calls): a failure then reports the signal.
+/// One try at the lock, no wait (`-n`): `-n` concerns the lock, not the server, so a Redis that
+/// has no room for another client (maxclients) is tried again for the first contact, as an
+/// unreachable one is by a wait, and the first answer decides. A signal that came during the
+/// request is answered once it returns (signals are not let interrupt rlock's system calls): a
+/// failure then reports the signal.
 fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Result<Grant, Error> {
     let busy = |seen: Seen| Error::Busy {
         about: About::from(key),
         seen,
         waited: Waited::NotAtAll,
     };
-    match tries.attempt(false, None) {
+    let start = Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    let mut said = false;
+    let attempt = loop {
+        match tries.attempt(false, None) {
+            Err(failure) if failure.is_full() => {
+                if let Some(signal) = hooks.interrupt.take() {
+                    return Err(interrupted(key, signal));
+                }
+                let Some(end) = start
+                    .checked_add(tries.first_contact())
+                    .filter(|&end| Instant::now() < end)
+                else {
+                    return Err(Error::NeverReached {
+                        last: Box::new(failure),
+                        tried_for: start.elapsed(),
+                    });
+                };
+                if !said {
+                    said = true;
+                    hooks.observer.observe(Note::OutageBegan {
+                        key: &key.name,
+                        failure: &failure,
+                        first_contact: Some(tries.first_contact()),
+                    });
+                }
+                let pause = backoff.mul_f64(0.75) + jitter().min(backoff / 4);
+                let until = (Instant::now() + pause).min(end);
+                if let Slept::Interrupted(signal) = sleep(&mut [], until, "", hooks.interrupt) {
+                    return Err(interrupted(key, signal));
+                }
+                backoff = (backoff * 2).min(OUTAGE_BACKOFF_MAX);
+            }
+            attempt => break attempt,
+        }
+    };
+    match attempt {
         Err(e) => Err(hooks
             .interrupt
             .take()
@@ -207,8 +263,10 @@ struct Waiter<'a, T> {
     outage: Option<Outage>,
     progress: Progress,
     subs: Vec<Subscriber>,
-    /// Subscribed since the lock was first found busy (the first try needs no subscription:
-    /// an uncontended lock costs one round trip).
+    /// Subscribed since the lock was last found busy (the first try needs no subscription:
+    /// an uncontended lock costs one round trip). Only a subscribed waiter takes a place in
+    /// line: a handoff skips a waiter nobody listens for (dead, or never subscribed), so a
+    /// place is only as good as the wake channel beside it.
     subscribed: bool,
     /// Some try has been answered (`first_contact` no longer applies).
     heard: bool,
@@ -260,13 +318,17 @@ impl<T: Tries> Waiter<'_, T> {
         }
         // Counted from the try's start: a try that fails may have taken --op-timeout.
         let tried = Instant::now();
-        let attempt = self.tries.attempt(true, self.left());
+        let attempt = self.tries.attempt(self.subscribed, self.left());
         if let Some(signal) = self.hooks.interrupt.take() {
             // (A grant that raced with the signal is given back by `wait`'s leave.)
             return Step::GaveUp(interrupted(key, signal));
         }
         match attempt {
-            Err(failure) if failure.is_transient() => self.ride_out(failure, tried),
+            Err(failure) if failure.is_transient() => {
+                // A full server is there: it is waited for as long as the wait lasts.
+                self.heard |= failure.is_full();
+                self.ride_out(failure, tried)
+            }
             Err(failure) => Step::GaveUp(failure),
             Ok(answer) => {
                 self.answered();
@@ -276,8 +338,8 @@ impl<T: Tries> Waiter<'_, T> {
     }
 
     /// What a try that got an answer leads to: the grant, or a sleep until the lock may be
-    /// free. The first busy answer subscribes, and tries again at once (a release may have
-    /// come in between).
+    /// free. The first busy answer subscribes, and tries again at once, now taking a place in
+    /// line (a release may have come in between).
     fn after(&mut self, answer: Attempt) -> Step {
         let key = self.key;
         let (sleep_for, seen, place) = match answer {
@@ -320,46 +382,73 @@ impl<T: Tries> Waiter<'_, T> {
             }
             until = until.min(deadline);
         }
+        if !self.subscribed {
+            // What the wait is about is said once the waiter is in line, with its place.
+            return self.subscribe();
+        }
         self.progress
             .busy(&key.name, seen, place, self.hooks.observer);
-        if !self.subscribed {
-            self.subscribed = true;
-            self.subs = self.tries.subscribe();
-            return Step::Again;
-        }
         match self.sleep(until) {
             Slept::Woken | Slept::TimedOut | Slept::Report => Step::Again,
             Slept::Interrupted(signal) => Step::GaveUp(interrupted(key, signal)),
             Slept::SubscriberBroken => {
                 // Closing the broken connections unsubscribes; a release may have been missed
-                // meanwhile, so try again at once.
-                self.subs = self.tries.subscribe();
+                // meanwhile, so subscribe and try again at once.
+                self.subs.clear();
+                self.subscribed = false;
                 Step::Again
             }
         }
+    }
+
+    /// Subscribes to the wake channel, and tries again at once (in line, this time). A wake
+    /// channel that cannot be had now (a full server, an outage) is waited for as an outage,
+    /// out of line and with no connection kept meanwhile; one that cannot be had at all (no
+    /// pub/sub) leaves the waiter to try again when the lease it was told of ends.
+    fn subscribe(&mut self) -> Step {
+        match self.tries.subscribe() {
+            Ok(subs) => self.subs = subs,
+            Err(failure) if failure.is_transient() => {
+                self.tries.hang_up();
+                return self.ride_out(failure, Instant::now());
+            }
+            Err(_) => self.subs.clear(),
+        }
+        self.subscribed = true;
+        Step::Again
     }
 
     /// A try got no answer that time may cure: the outage begins or goes on, and the next try
     /// comes after a backoff (or the wait ends at its deadline).
     fn ride_out(&mut self, failure: Error, tried: Instant) -> Step {
         let key = &self.key.name;
+        let full = failure.is_full();
         let outage = match self.outage.take() {
             Some(mut o) => {
+                if o.full && !full {
+                    // A full server that went out: an outage after all, said as one.
+                    o.full = false;
+                    self.began(&failure);
+                }
                 o.last = failure;
                 o.backoff = (o.backoff * 2).min(OUTAGE_BACKOFF_MAX);
                 o
             }
             None => {
-                self.hooks.observer.observe(Note::OutageBegan {
-                    key,
-                    failure: &failure,
-                    first_contact: (!self.heard).then(|| self.tries.first_contact()),
-                });
+                if full {
+                    self.hooks.observer.observe(Note::ServerFull {
+                        key,
+                        failure: &failure,
+                    });
+                } else {
+                    self.began(&failure);
+                }
                 Outage {
                     // Down all along when no try has been answered yet.
                     since: if self.heard { tried } else { self.start },
                     last: failure,
                     backoff: Duration::from_millis(50),
+                    full,
                 }
             }
         };
@@ -394,6 +483,15 @@ impl<T: Tries> Waiter<'_, T> {
         }
     }
 
+    /// Tells that an outage began, which `failure` shows.
+    fn began(&self, failure: &Error) {
+        self.hooks.observer.observe(Note::OutageBegan {
+            key: &self.key.name,
+            failure,
+            first_contact: (!self.heard).then(|| self.tries.first_contact()),
+        });
+    }
+
     /// When a run that has not reached Redis yet stops trying to.
     fn first_contact_ends(&self) -> Option<Instant> {
         if self.heard {
@@ -412,9 +510,10 @@ impl<T: Tries> Waiter<'_, T> {
     fn answered(&mut self) {
         self.heard = true;
         if let Some(o) = self.outage.take() {
-            self.hooks.observer.observe(Note::OutageEnded {
-                key: &self.key.name,
-                after: o.since.elapsed(),
+            let (key, after) = (&self.key.name, o.since.elapsed());
+            self.hooks.observer.observe(match o.full {
+                true => Note::RoomAgain { key, after },
+                false => Note::OutageEnded { key, after },
             });
         }
     }

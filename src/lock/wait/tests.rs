@@ -16,7 +16,8 @@ use crate::lock::Ttl;
 use crate::lock::test_request::with_request;
 
 /// A node that answers the acquire script from a list, and everything else (the give-back)
-/// with "left". It has no pub/sub: a waiter sleeps until the lease it was told of ends.
+/// with "left". It has no pub/sub (as if the ACL refused it): a waiter sleeps until the lease it
+/// was told of ends.
 struct Scripted {
     answers: Mutex<VecDeque<Result<Value, NodeError>>>,
 }
@@ -52,7 +53,7 @@ impl Node for Scripted {
     }
 
     fn subscriber(&self, _: &str, _: &str, _: Duration) -> Result<Subscriber, NodeError> {
-        Err(fault(Fault::Connect, "no pub/sub here"))
+        Err(fault(Fault::Denied, "no pub/sub here"))
     }
 
     fn name(&self) -> &str {
@@ -116,6 +117,8 @@ impl Observer for Heard {
             Note::StillWaiting { .. } => "still waiting",
             Note::OutageBegan { .. } => "outage began",
             Note::OutageEnded { .. } => "outage ended",
+            Note::ServerFull { .. } => "server full",
+            Note::RoomAgain { .. } => "room again",
             Note::RenewalFailed { .. } => "renewal failed",
         };
         self.0.borrow_mut().push(kind.into());
@@ -254,24 +257,40 @@ fn no_wait_answers_busy_at_once() {
 }
 
 /// Tries that answer from a list, with no node under them: the wait's loop alone. They count
-/// the times the waiter left the line, and have no wake channel (a waiter sleeps until the
-/// lease or claim window it was told of ends).
+/// the times the waiter left the line and hung up, keep whether each try asked to join the
+/// line, and have no wake channel (a waiter sleeps until the lease or claim window it was told
+/// of ends); a subscription fails as listed, and succeeds once the list is out.
 struct Listed {
     answers: RefCell<VecDeque<Result<Attempt, Error>>>,
+    subscriptions: RefCell<VecDeque<Error>>,
+    joins: RefCell<Vec<bool>>,
     left: std::cell::Cell<usize>,
+    hung_up: std::cell::Cell<usize>,
 }
 
 impl Listed {
     fn new(answers: Vec<Result<Attempt, Error>>) -> Self {
         Listed {
             answers: RefCell::new(answers.into()),
+            subscriptions: RefCell::default(),
+            joins: RefCell::default(),
             left: std::cell::Cell::new(0),
+            hung_up: std::cell::Cell::new(0),
+        }
+    }
+
+    /// The same, its first subscriptions failing with `failures`.
+    fn subscribing(self, failures: Vec<Error>) -> Self {
+        Listed {
+            subscriptions: RefCell::new(failures.into()),
+            ..self
         }
     }
 }
 
 impl Tries for Listed {
-    fn attempt(&self, _join: bool, _within: Option<Duration>) -> Result<Attempt, Error> {
+    fn attempt(&self, join: bool, _within: Option<Duration>) -> Result<Attempt, Error> {
+        self.joins.borrow_mut().push(join);
         self.answers
             .borrow_mut()
             .pop_front()
@@ -282,8 +301,15 @@ impl Tries for Listed {
         self.left.set(self.left.get() + 1);
     }
 
-    fn subscribe(&self) -> Vec<Subscriber> {
-        Vec::new()
+    fn subscribe(&self) -> Result<Vec<Subscriber>, Error> {
+        match self.subscriptions.borrow_mut().pop_front() {
+            Some(failure) => Err(failure),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn hang_up(&self) {
+        self.hung_up.set(self.hung_up.get() + 1);
     }
 
     fn races(&self) -> bool {
@@ -387,4 +413,57 @@ fn a_signal_ends_the_wait_and_the_waiter_leaves_the_line() {
     }
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert_eq!(tries.left.get(), 1, "the waiter leaves the line once");
+}
+
+fn full() -> Error {
+    let error = fault(Fault::Full, "max number of clients reached");
+    Error::redis(About::Lock("jobs".into()), error)
+}
+
+fn busy_attempt() -> Result<Attempt, Error> {
+    Ok(Attempt::Busy {
+        pttl: 60_000,
+        now_ms: 1_000,
+        holder: Default::default(),
+        crowd: None,
+        place: None,
+    })
+}
+
+/// A waiter takes a place in line only once it can hear its wake-up: one that the server has no
+/// room to subscribe (maxclients) waits out of line, having hung up its other connection to
+/// make room, and joins once subscribed; it says so with -v only.
+#[test]
+fn a_waiter_joins_the_line_only_once_subscribed() {
+    let tries =
+        Listed::new(vec![busy_attempt(), busy_attempt(), grant(5)]).subscribing(vec![full()]);
+    let key = LockKey::new("rlock:", "jobs").unwrap();
+    let heard = Heard::default();
+    let hooks = Hooks {
+        interrupt: &Calm,
+        observer: &heard,
+    };
+    let grant = wait_for(&tries, &key, "tok", forever(), hooks).expect("granted");
+    assert_eq!(grant.fence, 5);
+    assert_eq!(*tries.joins.borrow(), [false, false, true]);
+    assert_eq!(
+        tries.hung_up.get(),
+        1,
+        "hung up while it could not subscribe"
+    );
+    assert_eq!(heard.0.into_inner(), ["server full", "room again"]);
+}
+
+/// A full server is there: a run whose every try so far met one waits for room beyond its first
+/// contact (`--connect-timeout`), as for a busy lock.
+#[test]
+fn a_full_server_is_waited_for_beyond_the_first_contact() {
+    let mut answers: Vec<_> = (0..4).map(|_| Err(full())).collect();
+    answers.push(grant(6));
+    let tries = Listed::new(answers);
+    let (outcome, took) = wait_by(&tries, forever(), &Calm);
+    assert_eq!(outcome.expect("granted once there is room").fence, 6);
+    // Backoff 50, 100, 200 and 400 ms (each less up to a quarter): well past the 100 ms first
+    // contact.
+    assert!(took > tries.first_contact() * 4, "{took:?}");
 }

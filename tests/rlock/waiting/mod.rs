@@ -5,6 +5,7 @@
 //! Timing bounds are outcome bounds: each one separates "woken by the release / the TTL" from
 //! "woke up on the next 2 s refresh" (or from "never"), with generous slack either side.
 
+mod at_scale;
 mod giving_up;
 mod handoff;
 mod idle_wakeups;
