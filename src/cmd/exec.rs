@@ -50,8 +50,8 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let child = start(ctx, &locker, &held, args, early.take()).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
     let died_of = outcome.signal;
-    // The lock first: the next holder waits for nothing else. The run goes on record in the
-    // same round trip, should the release give the lock back.
+    // The lock first: the next holder waits for nothing else. The run goes on record right
+    // after, by a script of its own, should the release give the lock back.
     let run = if outcome.lost.is_none() && !outcome.leftovers {
         record.at_release(&finished(&outcome), died_of)
     } else {

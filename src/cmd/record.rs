@@ -182,8 +182,8 @@ impl<'a> Recorder<'a> {
         }
     }
 
-    /// The run as it ends with `exit`, for the release to record in its own round trip should it
-    /// give the lock back (release.lua): None when the history is off or the run is not ours,
+    /// The run as it ends with `exit`, for the release to record should it give the lock back
+    /// (release.lua says so, record.lua writes it): None when the history is off or the run is not ours,
     /// and on Redlock, where a release can give the lock back on some masters and find it lost
     /// on the others: one run would then be on record twice, ended two ways.
     pub fn at_release(&self, exit: &Exit, died_of: Option<Signal>) -> Option<HoldRecord> {

@@ -10,7 +10,7 @@ use super::call::acquire::Attempt;
 use super::call::release::{Release, ReleaseReply};
 use super::call::renew::{Fence, Leave, Renew};
 use super::error::{About, Error, Refused};
-use super::history::HoldRecord;
+use super::history::{HoldRecord, Record};
 use super::key::LockKey;
 use super::lease::drift;
 use super::locker::{Locker, Quorum, no_quorum};
@@ -180,11 +180,11 @@ impl Locker {
         self.release_recording(key, token, None).0
     }
 
-    /// As `release`; with `record`, the hold that ends is recorded in the lock's history in the
-    /// same script (release.lua): released, or lost when the token's lease ran out first (an
-    /// exec's run, `HoldRecord::run_end`, only when the release gives the lock back). Also
-    /// why the record was not written, on each node that did not write it: that changes nothing
-    /// else.
+    /// As `release`; with `record`, the hold that ends is recorded in the lock's history, by a
+    /// script of its own after the release (record.lua): released, or lost when the token's
+    /// lease ran out first (an exec's run, `HoldRecord::run_end`, only when the release gives
+    /// the lock back). Also why the record was not written, on each node that did not write it:
+    /// that changes nothing else.
     pub fn release_recording(
         &self,
         key: &LockKey,
@@ -195,8 +195,9 @@ impl Locker {
         (self.release_outcome(key, results), unrecorded)
     }
 
-    /// release.lua on every node, its replies decoded with `decode`; and why the hold was not
-    /// recorded, where it was to be and was not.
+    /// release.lua on every node, its replies decoded with `decode`, then on each node what its
+    /// release said the history should keep (record.lua: a refused history write never changes
+    /// the release's answer); and why the hold was not recorded, where it was to be and was not.
     fn run_release<T>(
         &self,
         key: &LockKey,
@@ -215,10 +216,22 @@ impl Locker {
             record,
         };
         let results = self.on_all(|n| {
-            call::run_as(n, &release, self.op_timeout, |said| {
-                let note = said.unrecorded.map(|why| format!("{}: {why}", n.name()));
-                Ok((decode(said.reply)?, note))
-            })
+            let (reply, history, unrecorded) =
+                call::run_as(n, &release, self.op_timeout, |said| {
+                    Ok((decode(said.reply)?, said.history, said.unrecorded))
+                })?;
+            let mut note = unrecorded.map(|why| format!("{}: {why}", n.name()));
+            if let Some(record) = record.filter(|_| !history.is_empty()) {
+                let call = Record {
+                    key,
+                    keep: record.keep,
+                    entries: &history,
+                };
+                if let Err(e) = call::run(n, &call, self.op_timeout) {
+                    note = Some(e.to_string());
+                }
+            }
+            Ok((reply, note))
         });
         let mut notes = Vec::new();
         let results = results

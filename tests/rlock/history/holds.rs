@@ -321,7 +321,7 @@ fn a_history_key_of_another_type_or_an_odd_holder_record_changes_nothing_in_the_
     assert!(
         out.stderr
             .contains("release was not recorded in the history of lock 'k'")
-            && out.stderr.contains("WRONGTYPE"),
+            && out.stderr.contains("holds a string, not a stream"),
         "{out}"
     );
     assert_eq!(server.get(HISTORY).as_deref(), Some("not a stream"));

@@ -57,10 +57,21 @@ pub fn rlock() -> Command {
     cmd
 }
 
-/// `rlock --url <server.url()>`; add the subcommand and its options.
+/// `rlock --url <server.url()>`; add the subcommand and its options. With `RLOCK_TEST_ACL`, as
+/// the documented ACL user (made on the server first, again after a restart).
 pub fn rlock_at(server: &RedisServer) -> Command {
     let mut cmd = rlock();
-    cmd.arg("--url").arg(server.url());
+    match crate::acl::suite_acl() {
+        Some(which) => {
+            let line = crate::acl::documented_acl(which);
+            crate::acl::apply_acl_line(server, &line);
+            let user = crate::acl::acl_user_of(&line);
+            cmd.arg("--url").arg(crate::acl::acl_url(server, user));
+        }
+        None => {
+            cmd.arg("--url").arg(server.url());
+        }
+    }
     cmd
 }
 

@@ -7,6 +7,7 @@
 //! Every helper panics with a message that says what went wrong (and, for a server that will not
 //! come up, its log): a test that cannot set itself up fails, it never skips.
 
+pub mod acl;
 mod background;
 pub mod basic;
 mod binary;
