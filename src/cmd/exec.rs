@@ -27,6 +27,10 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // on to it.
     let signals = Signals::for_exec()?;
     let key = ctx.key(&args.key.key)?;
+    // A metrics file rlock could not write safely is refused before anything runs.
+    if let Some(path) = &args.record.metrics_file {
+        crate::metrics::check(path).map_err(Failure::Config)?;
+    }
     // The lease asked for, checked (once) before any Redis traffic.
     let asked = lease(ctx, args, args.ttl)?;
     let locker = ctx.locker()?;

@@ -244,13 +244,18 @@ impl<'a> Recorder<'a> {
                 ));
             }
         }
-        if let Some(path) = &record.metrics_file
-            && let Err(e) = metrics::write(path, &self.key.name, &run, &Outcome::names())
-        {
-            self.ctx.say(format_args!(
-                "the metrics file {} was not written: {e}",
-                path.display()
-            ));
+        if let Some(path) = &record.metrics_file {
+            match metrics::write(path, &self.key.name, &run, &Outcome::names()) {
+                Ok(None) => {}
+                Ok(Some(why)) => self.ctx.say(format_args!(
+                    "the metrics file {} was replaced whole: {why}",
+                    path.display()
+                )),
+                Err(e) => self.ctx.say(format_args!(
+                    "the metrics file {} was not written: {e}",
+                    path.display()
+                )),
+            }
         }
     }
 
