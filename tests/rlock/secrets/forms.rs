@@ -82,13 +82,13 @@ fn secrets_on_the_calling_shells_command_line_are_masked_in_every_form() {
         // The shell runs rlock and goes on (`; :`), so the holder recorded is the shell, with
         // the form on its command line.
         let script = format!(
-            "\"$RL\" -u {} acquire -k {key} --ttl 1h >/dev/null; : {form}",
+            "\"$RL\" -u {} acquire --record-args -k {key} --ttl 1h >/dev/null; : {form}",
             server.url()
         );
         let out = run(&mut sh(&script));
         assert_eq!(out.code, 0, "{form}\n{out}");
         let cmd = server.hgetall(&state_key(&key))["cmd"].clone();
-        assert!(cmd.contains("acquire -k"), "{form}: {cmd}");
+        assert!(cmd.contains("acquire --record-args -k"), "{form}: {cmd}");
         assert_no_secret_anywhere(&server, &key);
     }
 }
@@ -102,7 +102,7 @@ fn secrets_in_an_execs_command_are_masked_in_every_form() {
         let started = dir.path().join(format!("started{i}"));
         // The form's words are the command's own arguments; `sh -c` only waits.
         let mut cmd = rlock_at(&server);
-        cmd.args(["exec", "-k", &key, "--", "sh", "-c"])
+        cmd.args(["exec", "--record-args", "-k", &key, "--", "sh", "-c"])
             .arg(r#"echo up > "$1"; sleep 30"#)
             .arg("sh")
             .arg(&started)
@@ -121,20 +121,19 @@ fn secrets_in_an_execs_command_are_masked_in_every_form() {
 }
 
 #[test]
-fn program_only_records_the_programs_name_and_nothing_else() {
+fn by_default_only_the_programs_name_is_recorded_and_program_only_changes_nothing() {
     let server = RedisServer::start();
-    let out = run(rlock_at(&server).args([
-        "exec",
-        "--program-only",
-        "-k",
-        "p1",
-        "--",
-        "sh",
-        "-c",
-        "rlock inspect >/dev/null; : --opaque-secret-form S3C",
-    ]));
-    assert_eq!(out.code, 0, "{out}");
-    assert_eq!(server.hgetall(&state_key("p1"))["cmd"], "sh");
+    for (i, extra) in [&[][..], &["--program-only"]].iter().enumerate() {
+        let key = format!("p{i}");
+        let out = run(rlock_at(&server)
+            .arg("exec")
+            .args(*extra)
+            .args(["-k", &key, "--", "/bin/sh", "-c"])
+            .arg("rlock inspect >/dev/null; : --opaque-secret-form S3C")
+            .args(FORMS.iter().flat_map(|f| words(f))));
+        assert_eq!(out.code, 0, "{out}");
+        assert_eq!(server.hgetall(&state_key(&key))["cmd"], "sh");
+    }
     let script = format!(
         "\"$RL\" -u {} acquire -k p2 >/dev/null; : S3C",
         server.url()
@@ -144,16 +143,40 @@ fn program_only_records_the_programs_name_and_nothing_else() {
     assert_eq!(server.hgetall(&state_key("p2"))["cmd"], "sh");
     // A label still wins.
     let out = run(rlock_at(&server).args([
-        "exec",
-        "--program-only",
-        "--label",
-        "nightly",
-        "-k",
-        "p3",
-        "--",
-        "true",
+        "exec", "--label", "nightly", "-k", "p3", "--", "true", "S3C",
     ]));
     assert_eq!(out.code, 0, "{out}");
     assert_eq!(server.hgetall(&state_key("p3"))["cmd"], "nightly");
-    assert_nowhere("Redis", &dump_everything(&server));
+    assert_no_secret_anywhere(&server, "p3");
+    let history = run(rlock_at(&server).args(["inspect", "--history", "--json", "-k", "p0"]));
+    assert_nowhere("--history", &format!("{history}"));
+}
+
+#[test]
+fn a_long_command_line_or_label_is_stored_cut_at_the_cap() {
+    let server = RedisServer::start();
+    // 1 MiB of arguments (one argument may hold at most 128 KiB), and a label of 64 KiB.
+    let word = "x".repeat(64 << 10);
+    let out = run(rlock_at(&server)
+        .args(["exec", "--record-args", "-k", "long", "--", "true"])
+        .args(std::iter::repeat_n(&word, 16)));
+    assert_eq!(out.code, 0, "{out}");
+    let out = run(rlock_at(&server).args(["exec", "--label", &word, "-k", "label", "--", "true"]));
+    assert_eq!(out.code, 0, "{out}");
+    for key in ["long", "label"] {
+        let cmd = &server.hgetall(&state_key(key))["cmd"];
+        assert!(
+            cmd.len() <= 4096 && cmd.ends_with("…[cut]"),
+            "{key}: {} bytes",
+            cmd.len()
+        );
+        let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+            .arg(format!("{{rlock:{key}}}:history"))
+            .arg("-")
+            .arg("+")
+            .query(&mut server.conn())
+            .expect("XRANGE");
+        let size: usize = entries[0].1.iter().map(String::len).sum();
+        assert!(size < 4096 + 512, "{key}: an entry of {size} bytes");
+    }
 }
