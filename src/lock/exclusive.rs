@@ -10,14 +10,14 @@ use super::call::acquire::Attempt;
 use super::call::release::{Release, ReleaseReply};
 use super::call::renew::{Fence, Leave, Renew};
 use super::error::{About, Error, Refused};
-use super::history::{HoldRecord, Record};
+use super::history::{HoldRecord, Keep, Record, RunRecord};
 use super::key::LockKey;
 use super::lease::drift;
 use super::locker::{Locker, Quorum, no_quorum};
 use super::redlock::release_verdict;
 use super::reply::{Holder, KeyType, Refusal};
 use super::{Grant, NotOwner, Released, Renewed, Request, Ttl};
-use crate::backend::{Fault, NodeError};
+use crate::backend::{Fault, Node, NodeError};
 
 /// What one node said to an acquire.
 type NodeAttempt = Result<Attempt, NodeError>;
@@ -209,13 +209,20 @@ impl Locker {
     where
         T: Send,
     {
+        // exec's run, known before the release, goes in the same round trip (one server).
+        let run = record
+            .and_then(|r| r.run_end.as_ref().map(|run| (r.keep, run)))
+            .filter(|_| !self.is_quorum());
         let release = Release {
             key,
             token,
             force,
-            record,
+            record: if run.is_some() { None } else { record },
         };
         let results = self.on_all(|n| {
+            if let Some((keep, run)) = run {
+                return self.release_with_run(n, &release, keep, run, &decode);
+            }
             let (reply, history, unrecorded) =
                 call::run_as(n, &release, self.op_timeout, |said| {
                     Ok((decode(said.reply)?, said.history, said.unrecorded))
@@ -226,6 +233,7 @@ impl Locker {
                     key,
                     keep: record.keep,
                     entries: &history,
+                    released_by: None,
                 };
                 if let Err(e) = call::run(n, &call, self.op_timeout) {
                     note = Some(e.to_string());
@@ -244,6 +252,46 @@ impl Locker {
             })
             .collect();
         (results, notes)
+    }
+
+    /// `release` on node `n` and, sent with it, exec's `run` for the history should that release
+    /// give the lock back (record.lua checks the state): one round trip. Should another client's
+    /// command have come between the two (the run skipped though the lock was given back), the
+    /// run is recorded on its own after. What keeps it from the history is the note.
+    fn release_with_run<T>(
+        &self,
+        n: &dyn Node,
+        release: &Release<'_>,
+        keep: Keep,
+        run: &RunRecord,
+        decode: &(impl Fn(ReleaseReply) -> Result<T, Refusal> + Sync),
+    ) -> Result<(T, Option<String>), NodeError> {
+        let entries = run.entries();
+        let mut record = Record {
+            key: release.key,
+            keep,
+            entries: &entries,
+            released_by: Some(release.token),
+        };
+        let (reply, gave_back, recorded) =
+            call::run_then(n, release, &record, self.op_timeout, |said| {
+                let gave_back =
+                    matches!(said.reply, ReleaseReply::Released | ReleaseReply::Already);
+                Ok((decode(said.reply)?, gave_back))
+            })
+            .map(|((reply, gave_back), recorded)| (reply, gave_back, recorded))?;
+        let note = match recorded {
+            Ok(Some(_)) => None,
+            Ok(None) if gave_back => {
+                record.released_by = None;
+                call::run(n, &record, self.op_timeout)
+                    .err()
+                    .map(|e| e.to_string())
+            }
+            Ok(None) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        Ok((reply, note))
     }
 
     /// What the owner's release did, from what each node said.

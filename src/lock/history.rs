@@ -215,34 +215,43 @@ pub static RECORD: Script = Script::new("record", sources::RECORD);
 /// The reading.
 pub static HISTORY: Script = Script::new("history", sources::HISTORY);
 
-/// record.lua: appends `entries` to `key`'s history, which keeps `keep`.
+/// record.lua: appends `entries` to `key`'s history, which keeps `keep`; with `released_by`,
+/// only if that token has just released the lock (sent with its release).
 pub(super) struct Record<'a> {
     pub key: &'a LockKey,
     pub keep: Keep,
     pub entries: &'a Entries,
+    pub released_by: Option<&'a str>,
 }
 
 impl Call for Record<'_> {
-    /// The stream entry's ID.
-    type Reply = String;
+    /// The last stream entry's ID; None when skipped (`released_by` did not release the lock).
+    type Reply = Option<String>;
 
     fn script(&self) -> &'static Script {
         &RECORD
     }
 
     fn keys(&self) -> Vec<&str> {
-        vec![&self.key.history]
+        match self.released_by {
+            Some(_) => vec![&self.key.history, &self.key.state],
+            None => vec![&self.key.history],
+        }
     }
 
     fn args(&self) -> Args {
         let entries = serde_json::to_string(&self.entries.0).expect("lists of strings");
-        self.keep.args(Args::new()).with("entries", entries)
+        self.keep
+            .args(Args::new())
+            .with("entries", entries)
+            .with_some("released_by", self.released_by)
     }
 
-    fn decode(&self, reply: &[Value]) -> Result<String, Refusal> {
+    fn decode(&self, reply: &[Value]) -> Result<Option<String>, Refusal> {
         let reply = Reply::parse(reply)?;
         match reply.word.as_str() {
-            "recorded" => reply.fields.need_text("id"),
+            "recorded" => reply.fields.need_text("id").map(Some),
+            "skipped" => Ok(None),
             _ => Err(Refusal::Unexpected),
         }
     }
@@ -300,6 +309,7 @@ impl Locker {
             key,
             keep,
             entries: &entries,
+            released_by: None,
         };
         self.on_all(|n| call::run(n, &call, timeout))
             .into_iter()
