@@ -59,6 +59,13 @@ pub fn acl_url(server: &RedisServer, user: &str) -> String {
     format!("redis://{user}:{ACL_PASSWORD}@127.0.0.1:{}", server.port())
 }
 
+/// Makes the user `RLOCK_TEST_ACL` asks for on `server`, if any (as the server starts).
+pub fn make_suite_user(server: &RedisServer) {
+    if let Some(which) = suite_acl() {
+        apply_acl_line(server, &documented_acl(which));
+    }
+}
+
 /// The line `RLOCK_TEST_ACL` asks every test to connect with, if any.
 pub fn suite_acl() -> Option<AclLine> {
     match std::env::var("RLOCK_TEST_ACL").as_deref() {

@@ -58,13 +58,12 @@ pub fn rlock() -> Command {
 }
 
 /// `rlock --url <server.url()>`; add the subcommand and its options. With `RLOCK_TEST_ACL`, as
-/// the documented ACL user (made on the server first, again after a restart).
+/// the documented ACL user (which `RedisServer` makes as it starts).
 pub fn rlock_at(server: &RedisServer) -> Command {
     let mut cmd = rlock();
     match crate::acl::suite_acl() {
         Some(which) => {
             let line = crate::acl::documented_acl(which);
-            crate::acl::apply_acl_line(server, &line);
             let user = crate::acl::acl_user_of(&line);
             cmd.arg("--url").arg(crate::acl::acl_url(server, user));
         }
@@ -72,6 +71,14 @@ pub fn rlock_at(server: &RedisServer) -> Command {
             cmd.arg("--url").arg(server.url());
         }
     }
+    cmd
+}
+
+/// `rlock --url <server.url()>` as the default user, whatever `RLOCK_TEST_ACL` says: for the
+/// tests that compare it with users of their own, or use another prefix.
+pub fn rlock_as_default(server: &RedisServer) -> Command {
+    let mut cmd = rlock();
+    cmd.arg("--url").arg(server.url());
     cmd
 }
 
