@@ -312,6 +312,13 @@ impl Line {
         if is_option && !word[1..].starts_with(|c: char| c.is_ascii_digit()) {
             return self.short_option(&word[1..], depth);
         }
+        if !is_option && knows(&word) {
+            // A program with rules of its own, as an argument (`sh -c '…' sh openssl enc -k X`,
+            // `xargs openssl …`): what follows is likely its command line.
+            self.program = word.clone();
+            self.remote = remote(&word);
+            return word;
+        }
         if matches!(self.program.as_str(), "docker" | "podman" | "kubectl") && word == "exec" {
             self.remote = remote(&format!("{} exec", self.program));
             return word;
@@ -326,8 +333,8 @@ impl Line {
             self.next = Next::Secret;
             return word;
         }
-        if word.eq_ignore_ascii_case("auth") && self.program.ends_with("-cli") {
-            // redis-cli's (valkey-cli's) `AUTH [user] X`: every word after it.
+        if word == "AUTH" || (word.eq_ignore_ascii_case("auth") && self.program.ends_with("-cli")) {
+            // Redis's `AUTH [user] X` (redis-cli's, valkey-cli's): every word after it.
             self.next = Next::Rest;
             return word;
         }
@@ -576,6 +583,19 @@ fn user_pass(value: &str) -> String {
         }
         _ => value.to_string(),
     }
+}
+
+/// A program with rules of its own here (secret letters, a command it runs elsewhere, Oracle's
+/// logins, Redis's AUTH).
+fn knows(word: &str) -> bool {
+    PROGRAM_SECRET_LETTERS.iter().any(|(p, _)| *p == word)
+        || PROGRAM_SECRET_REST.iter().any(|(p, _)| *p == word)
+        || REMOTES.iter().any(|(p, _, _)| *p == word)
+        || SLASH_LOGINS.contains(&word)
+        || matches!(
+            word,
+            "docker" | "podman" | "kubectl" | "redis-cli" | "valkey-cli"
+        )
 }
 
 /// The program that runs a command elsewhere (`ssh`, `docker exec`), with the options of its
