@@ -27,6 +27,7 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // on to it.
     let signals = Signals::for_exec()?;
     let key = ctx.key(&args.key.key)?;
+    super::nested::check_env_fits(ctx, &key)?;
     // A metrics file rlock could not write safely is refused before anything runs.
     if let Some(path) = &args.record.metrics_file {
         crate::metrics::check(path).map_err(Failure::Config)?;
