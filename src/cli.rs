@@ -315,8 +315,7 @@ pub struct LabelArg {
         env = "RLOCK_PROGRAM_ONLY",
         hide_env_values = true,
         action = clap::ArgAction::SetTrue,
-        value_parser = clap::builder::BoolishValueParser::new(),
-        conflicts_with = "record_args"
+        value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub program_only: bool,
 }
