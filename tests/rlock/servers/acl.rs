@@ -599,20 +599,29 @@ fn acl_every_documented_line_is_a_working_user() {
     for node in cluster.nodes() {
         assert_eq!(acl_denials(node, "locker"), Vec::<String>::new());
     }
-    for (addition, needs) in [(&lines[3], "+role"), (&lines[4], "+wait")] {
-        assert!(addition.contains(needs), "{addition}");
-        let server = RedisServer::start();
-        apply_documented(&server, &documented_acl(AclLine::History));
-        apply_documented(&server, addition);
-        // The right is the user's now (ACL DRYRUN: Redis 7).
-        if crate::common::redis_version().0 >= 7 {
-            let cmd = needs.trim_start_matches('+').to_uppercase();
-            let mut args = vec!["ACL", "DRYRUN", "locker", cmd.as_str()];
-            if cmd == "WAIT" {
-                args.extend(["0", "0"]);
-            }
-            assert_eq!(server.cmd(&args), redis::Value::Okay, "{addition}");
-        }
+    // --replicas, against a real replica.
+    let addition = &lines[4];
+    assert!(addition.contains("+wait"), "{addition}");
+    let master = RedisServer::start();
+    let _replica = super::replicas::replica_of(&master);
+    apply_documented(&master, &documented_acl(AclLine::History));
+    apply_documented(&master, addition);
+    let out =
+        run(as_user(&master, "locker").args(["exec", "--replicas", "1", "-k", KEY, "--", "true"]));
+    assert_eq!(out.code, 0, "{addition}: {out}");
+    assert_eq!(acl_denials(&master, "locker"), Vec::<String>::new());
+    // Behind Sentinels: the right to ask the master its role (ACL DRYRUN: Redis 7).
+    let addition = &lines[3];
+    assert!(addition.contains("+role"), "{addition}");
+    let server = RedisServer::start();
+    apply_documented(&server, &documented_acl(AclLine::History));
+    apply_documented(&server, addition);
+    if crate::common::redis_version().0 >= 7 {
+        assert_eq!(
+            server.cmd(&["ACL", "DRYRUN", "locker", "ROLE"]),
+            redis::Value::Okay,
+            "{addition}"
+        );
     }
 }
 
