@@ -291,13 +291,25 @@ pub struct SharingArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct LabelArg {
-    /// What `inspect` shows as the holder's description instead of its command line (a CI job's
-    /// URL, say).
+    /// What `inspect` and the history show as the holder's description instead of its
+    /// program's name (a CI job's URL, say).
     #[arg(long, value_name = "TEXT", env = "RLOCK_LABEL", hide_env_values = true, value_hint = ValueHint::Other)]
     pub label: Option<String>,
 
-    /// Record only the program's name (`mysql`) as the holder's command, none of its arguments,
-    /// masked or not: for sites where any argument is too much to show. --label still wins.
+    /// Record the holder's whole command line, its secrets masked, rather than only its
+    /// program's name (`mysql`), the default: any user of the same Redis can read what is
+    /// recorded with `rlock inspect`. --label still wins.
+    #[arg(
+        long,
+        env = "RLOCK_RECORD_ARGS",
+        hide_env_values = true,
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub record_args: bool,
+
+    /// Accepted and ignored, for one release: only the program's name is the default now
+    /// (see --record-args).
     #[arg(
         long,
         env = "RLOCK_PROGRAM_ONLY",

@@ -37,15 +37,15 @@ pub fn busy_code(cli: &Cli) -> u8 {
 /// Runs one parsed command line; Ok is how rlock ends, carried out by `main` alone.
 pub fn run(cli: Cli) -> Result<Exit> {
     let ctx = cmd::Context::new(cli.global)?;
-    // `--program-only` holds for every command line this run records (the calling shell's for
-    // acquire, the command's for exec).
+    // `--record-args` holds for every command line this run records (the calling shell's for
+    // acquire, the command's for exec); without it only the program's name is recorded.
     let label = match &cli.command {
         Command::Acquire(args) => Some(&args.label),
         Command::Exec(args) => Some(&args.label),
         _ => None,
     };
-    if label.is_some_and(|l| l.program_only) {
-        redact::record_program_only();
+    if label.is_some_and(|l| l.record_args) {
+        redact::record_args();
     }
     match &cli.command {
         Command::Acquire(args) => cmd::acquire::run(&ctx, args).map(Exit::Code),

@@ -2,6 +2,7 @@
 #![no_main]
 
 use std::ffi::{CStr, OsStr, OsString, c_char, c_int};
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 
 use rlock::exit::Exit;
@@ -32,7 +33,21 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
 fn run(args: &[OsString]) -> u8 {
     let cli = match rlock::cli::parse(args) {
         Ok(cli) => cli,
-        Err((e, _)) if !e.use_stderr() => e.exit(), // --help, --version
+        // --help, --version: a write that fails (`--help >/dev/full`, `>&-`) is an error; a
+        // reader that went (`--help | head`) is not.
+        Err((e, _)) if !e.use_stderr() => {
+            let printed = rlock::output::stdout()
+                .map(drop)
+                .and_then(|()| e.print())
+                .and_then(|()| std::io::stdout().flush());
+            return match printed {
+                Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+                    rlock::output::message(&format!("cannot write to stdout: {err}"));
+                    rlock::exit::Code::Internal as u8
+                }
+                _ => rlock::exit::Code::Ok as u8,
+            };
+        }
         // `rlock` alone.
         Err((e, _))
             if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>

@@ -6,15 +6,21 @@
 //! together do not drop each other's lines. The file is written whole beside PATH and renamed
 //! over it, so that the collector never reads half of it. The temporary file and the lock file
 //! do not end in `.prom`, and the collector skips them.
+//!
+//! The path is not trusted: only a regular file, or none, is written (`check`, before the command
+//! starts); the file is read at most `MAX_READ` bytes, without waiting on what is no regular
+//! file; the temporary file is created exclusively (never through a link an attacker planted);
+//! the lock file is never followed either; and only rlock's own families (`rlock_*`) are ever
+//! rewritten: another tool's samples with a `key` label stay.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::{Flock, FlockArg, OFlag};
 
 use crate::lock::RunRecord;
 
@@ -53,13 +59,45 @@ const FAMILIES: [(&str, &str); 7] = [
 /// How long a run waits for another rlock writing the same file before it gives up its write.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
+/// The most of an existing metrics file read: a textfile collector's file is a few KiB, and a
+/// path that never ends (`/dev/zero`) must not fill the memory.
+const MAX_READ: u64 = 4 << 20;
+
+/// Why `path` cannot be the metrics file (checked before the command starts): anything but a
+/// regular file, or none at all (a directory, a FIFO, a device, a dangling link).
+pub fn check(path: &Path) -> Result<(), String> {
+    let what = match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => return Ok(()),
+        Ok(meta) if meta.is_dir() => "a directory",
+        Ok(_) => "not a regular file",
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match std::fs::symlink_metadata(path) {
+            Ok(_) => "a link to nothing",
+            Err(_) => return Ok(()),
+        },
+        Err(e) => return Err(format!("--metrics-file {}: {e}", path.display())),
+    };
+    Err(format!(
+        "--metrics-file {} is {what}: it must be a regular file, or none",
+        path.display()
+    ))
+}
+
 /// Rewrites `key`'s lines in the metrics file `path` for `run`, one of whose `outcomes` it had
-/// (each gets a line of the outcome gauge); every other key's lines stay.
-pub fn write(path: &Path, key: &str, run: &RunRecord, outcomes: &[&str]) -> io::Result<()> {
+/// (each gets a line of the outcome gauge); every other key's lines stay, and every line of
+/// another tool's families. Ok(Some(why)) when the file could not be read as metrics and was
+/// replaced whole.
+pub fn write(
+    path: &Path,
+    key: &str,
+    run: &RunRecord,
+    outcomes: &[&str],
+) -> io::Result<Option<String>> {
+    check(path).map_err(io::Error::other)?;
     let _lock = lock(&side_file(path, ".lock"))?;
-    let old = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+    let (old, replaced) = match read(path) {
+        Ok(text) => (text, None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (String::new(), None),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => (String::new(), Some(e.to_string())),
         Err(e) => return Err(e),
     };
     let mut families = parse(&old);
@@ -67,7 +105,7 @@ pub fn write(path: &Path, key: &str, run: &RunRecord, outcomes: &[&str]) -> io::
         .get(FAMILIES[6].0)
         .and_then(|f| f.samples.iter().find(|(k, _)| k.as_deref() == Some(key)))
         .and_then(|(_, line)| line.rsplit(' ').next().map(str::to_string));
-    for family in families.values_mut() {
+    for (_, family) in families.iter_mut().filter(|(n, _)| n.starts_with("rlock_")) {
         family.samples.retain(|(k, _)| k.as_deref() != Some(key));
     }
     let label = format!("key=\"{}\"", escape(key));
@@ -103,7 +141,34 @@ pub fn write(path: &Path, key: &str, run: &RunRecord, outcomes: &[&str]) -> io::
             }
         }
     }
-    replace(path, &render(&families))
+    replace(path, &render(&families))?;
+    Ok(replaced)
+}
+
+/// The text of the metrics file at `path`: NotFound when there is none; InvalidData (it is then
+/// replaced whole) when it is longer than `MAX_READ` or not UTF-8. Never waits: a FIFO or a
+/// device put there since `check` is refused, not read.
+fn read(path: &Path) -> io::Result<String> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(OFlag::O_NONBLOCK.bits())
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    let mut raw = Vec::new();
+    file.take(MAX_READ + 1).read_to_end(&mut raw)?;
+    if raw.len() as u64 > MAX_READ {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("it is longer than {MAX_READ} bytes"),
+        ));
+    }
+    String::from_utf8(raw)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "it is not UTF-8 text"))
 }
 
 /// The lines of one metric family in the file.
@@ -213,7 +278,8 @@ fn side_file(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// An exclusive flock of `path` (created if need be), waited for at most `LOCK_WAIT`.
+/// An exclusive flock of `path` (created if need be, never through a link, and only a regular
+/// file), waited for at most `LOCK_WAIT`.
 fn lock(path: &Path) -> io::Result<Flock<File>> {
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
@@ -221,7 +287,16 @@ fn lock(path: &Path) -> io::Result<Flock<File>> {
             .create(true)
             .truncate(false)
             .write(true)
-            .open(path)?;
+            .mode(0o600)
+            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
+            .open(path)
+            .map_err(|e| io::Error::other(format!("cannot open {}: {e}", path.display())))?;
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::other(format!(
+                "{} is not a regular file",
+                path.display()
+            )));
+        }
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(locked) => return Ok(locked),
             Err((_, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
@@ -237,22 +312,25 @@ fn lock(path: &Path) -> io::Result<Flock<File>> {
     }
 }
 
-/// Puts `text` at `path` at once: written to a file beside it (same file system), then renamed
-/// over it, with the mode of the file it replaces.
+/// Puts `text` at `path` at once: written to a new file beside it (same file system, a name of
+/// its own made with O_EXCL, so never a file or link already there), then renamed over it, with
+/// the mode of the file it replaces (0644 for a new one: the collector may run as another user).
 fn replace(path: &Path, text: &str) -> io::Result<()> {
-    let tmp = side_file(path, &format!(".{}.tmp", std::process::id()));
-    let written = (|| {
-        let mut file = File::create(&tmp)?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            file.set_permissions(std::fs::Permissions::from_mode(meta.permissions().mode()))?;
-        }
-        file.write_all(text.as_bytes())?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!("{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    let mode = std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode());
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 #[cfg(test)]

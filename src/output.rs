@@ -8,6 +8,8 @@
 
 use std::io::Write;
 
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+
 /// `text` with every control character escaped (`\n`, `\t`, `\x1b`, `\x9b`), and the
 /// characters that reorder or break a line (bidirectional overrides, line separators) as
 /// `\u{…}`: one line, printed as it reads.
@@ -35,6 +37,32 @@ pub fn escape_max(text: &str, max: usize) -> String {
     out
 }
 
+/// `escape(text)` in at most `cols` columns of a terminal (a wide character takes two), with a
+/// `…` where it was cut.
+pub fn fit(text: &str, cols: usize) -> String {
+    let full = escape(text);
+    if full.width() <= cols {
+        return full;
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in full.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w + 1 > cols {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    out.push('…');
+    out
+}
+
+/// How many columns `text` takes on a terminal.
+pub fn width(text: &str) -> usize {
+    text.width()
+}
+
 /// Line separators and bidirectional controls, which would reorder or split what follows.
 fn reorders(c: char) -> bool {
     matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
@@ -55,10 +83,19 @@ pub fn json(value: &serde_json::Value) -> std::io::Result<()> {
     data(&text)
 }
 
+/// stdout, for data: an error when it was closed as rlock started (`rlock inspect >&-`), where
+/// start-up put /dev/null and what is written would go nowhere.
+pub fn stdout() -> std::io::Result<std::io::StdoutLock<'static>> {
+    if crate::runtime::was_closed(1) {
+        return Err(std::io::Error::other("stdout is closed"));
+    }
+    Ok(std::io::stdout().lock())
+}
+
 /// A line of data on stdout, as it is (a token, `--export`'s lines, a table already escaped),
 /// flushed at once: the caller learns whether it was written.
 pub fn data(line: &str) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = stdout()?;
     out.write_all(line.as_bytes())?;
     out.write_all(b"\n")?;
     out.flush()

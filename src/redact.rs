@@ -4,7 +4,7 @@
 mod command;
 mod shell;
 
-pub use command::{looks_secret, record_program_only, redact_command};
+pub use command::{cap_field, looks_secret, record_args, redact_command};
 
 /// A URL with its password replaced by `***`, fit for any message.
 pub fn redact(url: &str) -> String {

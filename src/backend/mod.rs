@@ -70,6 +70,17 @@ impl Script {
     }
 }
 
+/// One script call: the script, its keys and its arguments.
+#[derive(Clone, Copy)]
+pub struct Eval<'a> {
+    pub script: &'a Script,
+    pub keys: &'a [&'a str],
+    pub args: &'a [&'a str],
+}
+
+/// What `Node::eval_then` answers: the first script's reply, and the second's on its own.
+pub type Replies = (redis::Value, Result<redis::Value, NodeError>);
+
 /// A Redis deployment that runs the lock scripts.
 pub trait Node: Send + Sync {
     /// Runs `script` (EVALSHA, falling back to EVAL on NOSCRIPT) with a reply expected within
@@ -81,6 +92,23 @@ pub trait Node: Send + Sync {
         args: &[&str],
         timeout: Duration,
     ) -> Result<redis::Value, NodeError>;
+
+    /// `first`, then `second`: one round trip where the deployment can send both at once (a
+    /// single server runs a client's pipelined commands in order, before another client's). The
+    /// first's reply, as `eval` gives it, and the second's on its own: its failure is no
+    /// failure of the first. The default sends one after the other.
+    fn eval_then(
+        &self,
+        first: Eval<'_>,
+        second: Eval<'_>,
+        timeout: Duration,
+    ) -> Result<Replies, NodeError> {
+        let value = self.eval(first.script, first.keys, first.args, timeout)?;
+        Ok((
+            value,
+            self.eval(second.script, second.keys, second.args, timeout),
+        ))
+    }
 
     /// Every key matching `pattern` (SCAN, never KEYS).
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError>;

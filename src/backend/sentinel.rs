@@ -250,6 +250,16 @@ impl Node for Sentinel {
         master.eval(script, keys, args, left)
     }
 
+    fn eval_then(
+        &self,
+        first: super::Eval<'_>,
+        second: super::Eval<'_>,
+        timeout: Duration,
+    ) -> Result<super::Replies, NodeError> {
+        let (master, left) = self.master_within(timeout)?;
+        master.eval_then(first, second, left)
+    }
+
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError> {
         let (master, left) = self.master_within(timeout)?;
         master.scan(pattern, left)

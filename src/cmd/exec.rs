@@ -27,6 +27,11 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // on to it.
     let signals = Signals::for_exec()?;
     let key = ctx.key(&args.key.key)?;
+    super::nested::check_env_fits(ctx, &key)?;
+    // A metrics file rlock could not write safely is refused before anything runs.
+    if let Some(path) = &args.record.metrics_file {
+        crate::metrics::check(path).map_err(Failure::Config)?;
+    }
     // The lease asked for, checked (once) before any Redis traffic.
     let asked = lease(ctx, args, args.ttl)?;
     let locker = ctx.locker()?;
@@ -39,8 +44,8 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
     let died_of = outcome.signal;
-    // The lock first: the next holder waits for nothing else. The run goes on record in the
-    // same round trip, should the release give the lock back.
+    // The lock first: the next holder waits for nothing else. The run goes on record right
+    // after, by a script of its own, should the release give the lock back.
     let run = if outcome.lost.is_none() && !outcome.leftovers {
         record.at_release(&finished(&outcome), died_of)
     } else {

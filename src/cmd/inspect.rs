@@ -32,7 +32,7 @@ pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     } else if locks.is_empty() {
         ctx.note(format_args!("{}", nothing_held(ctx)));
     } else {
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::output::stdout()?;
         table::write(&mut out, &locks)?;
         out.flush()?;
     }

@@ -104,6 +104,39 @@ fn target(ctx: &Context) -> String {
     format!("{}|{mode}|{}", urls.join(","), ctx.global.prefix)
 }
 
+/// The most one variable of a command's environment may hold, `NAME=value` and its NUL
+/// (Linux's MAX_ARG_STRLEN): past it the command cannot be started (E2BIG, "Argument list too
+/// long").
+const MAX_ENV_ENTRY: usize = 128 * 1024;
+
+/// Refuses (before the lock is asked for) a key that would make `RLOCK_KEY` or `RLOCK_HELD` too
+/// long for the command's environment: the lock would be taken, and the command fail to start.
+pub fn check_env_fits(ctx: &Context, key: &LockKey) -> Result<(), Failure> {
+    let this = HeldLock {
+        target: target(ctx),
+        key: key.name.clone(),
+        // A token is a UUID; the pid at most 10 digits.
+        token: "0".repeat(36),
+        exec_pid: u32::MAX,
+    };
+    let held: usize = held_locks()
+        .into_iter()
+        .filter(|h| (&h.target, &h.key) != (&this.target, &this.key))
+        .map(|h| h.line().len() + 1)
+        .sum();
+    let longest =
+        (KEY_VAR.len() + 1 + key.name.len()).max(HELD_VAR.len() + 1 + held + this.line().len());
+    if longest < MAX_ENV_ENTRY {
+        return Ok(());
+    }
+    Err(Failure::Usage(format!(
+        "key '{}' ({} bytes) is too long for the command's environment ($RLOCK_KEY, $RLOCK_HELD: at most {} bytes each); nothing was locked",
+        crate::output::escape_max(&key.name, 20),
+        key.name.len(),
+        MAX_ENV_ENTRY - 1
+    )))
+}
+
 /// The variables `rlock exec` adds to its command's environment for `grant`, renewed and
 /// released by the exec whose pid is `renewer_pid`: the innermost lock as `RLOCK_KEY`,
 /// `RLOCK_TOKEN` and `RLOCK_FENCE`, and every lock held around the command in `RLOCK_HELD`.

@@ -12,9 +12,10 @@ use nix::sys::signal::Signal;
 
 use super::Context;
 use crate::cli::ExecArgs;
-use crate::exit::{Code, Exit, Failure};
-use crate::lock::{Grant, HoldRecord, Keep, LockKey, Locker, RunRecord, Waited};
+use crate::exit::{Code, Exit, Failure, LostHow};
+use crate::lock::{Grant, HoldRecord, Keep, LockKey, Locker, NotOwner, RunRecord, Waited};
 use crate::metrics;
+use crate::watchdog::Loss;
 
 /// How a run ended, as the history and the metrics name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,11 +149,24 @@ impl<'a> Recorder<'a> {
 
     /// The run ended with `failure` before its command ran (or, for a lost lock, while it ran).
     pub fn failed(&self, failure: &Failure) {
+        // A lock `release --force` broke: that release recorded the hold, as broken and by
+        // whom; one run is one entry.
+        let broken = matches!(
+            failure,
+            Failure::Lost {
+                how: LostHow::Running {
+                    loss: Loss::NotOwner(NotOwner::Broken),
+                    ..
+                } | LostHow::Inherited(NotOwner::Broken),
+                ..
+            }
+        );
         if let Some((outcome, signal)) = Outcome::of_failure(failure) {
             self.keep(
                 outcome,
                 i64::from(failure.exit_code(self.args.wait.conflict_exit_code)),
                 signal,
+                !broken,
             );
         }
     }
@@ -162,7 +176,7 @@ impl<'a> Recorder<'a> {
         match exit {
             Ok(exit) => {
                 let (outcome, code, signal) = Self::end_of(exit, died_of);
-                self.keep(outcome, code, signal);
+                self.keep(outcome, code, signal, true);
             }
             Err(e) => {
                 if let Some(f) = e.downcast_ref::<Failure>() {
@@ -182,8 +196,8 @@ impl<'a> Recorder<'a> {
         }
     }
 
-    /// The run as it ends with `exit`, for the release to record in its own round trip should it
-    /// give the lock back (release.lua): None when the history is off or the run is not ours,
+    /// The run as it ends with `exit`, for the release to record should it give the lock back
+    /// (release.lua says so, record.lua writes it): None when the history is off or the run is not ours,
     /// and on Redlock, where a release can give the lock back on some masters and find it lost
     /// on the others: one run would then be on record twice, ended two ways.
     pub fn at_release(&self, exit: &Exit, died_of: Option<Signal>) -> Option<HoldRecord> {
@@ -212,7 +226,7 @@ impl<'a> Recorder<'a> {
     }
 
     /// Writes the run: to the history, then to the metrics file.
-    fn keep(&self, outcome: Outcome, code: i64, signal: Option<Signal>) {
+    fn keep(&self, outcome: Outcome, code: i64, signal: Option<Signal>, in_history: bool) {
         let record = &self.args.record;
         if !self.ours || (record.history.history_limit == 0 && record.metrics_file.is_none()) {
             return;
@@ -224,7 +238,7 @@ impl<'a> Recorder<'a> {
                 self.key.name
             ));
         }
-        if record.history.history_limit > 0 && !self.unanswered && !self.recorded {
+        if record.history.history_limit > 0 && !self.unanswered && !self.recorded && in_history {
             let keep = Keep {
                 runs: record.history.history_limit,
                 ttl: record.history.history_ttl,
@@ -244,13 +258,18 @@ impl<'a> Recorder<'a> {
                 ));
             }
         }
-        if let Some(path) = &record.metrics_file
-            && let Err(e) = metrics::write(path, &self.key.name, &run, &Outcome::names())
-        {
-            self.ctx.say(format_args!(
-                "the metrics file {} was not written: {e}",
-                path.display()
-            ));
+        if let Some(path) = &record.metrics_file {
+            match metrics::write(path, &self.key.name, &run, &Outcome::names()) {
+                Ok(None) => {}
+                Ok(Some(why)) => self.ctx.say(format_args!(
+                    "the metrics file {} was replaced whole: {why}",
+                    path.display()
+                )),
+                Err(e) => self.ctx.say(format_args!(
+                    "the metrics file {} was not written: {e}",
+                    path.display()
+                )),
+            }
         }
     }
 

@@ -10,7 +10,7 @@ use crate::identity::Identity;
 use crate::lock::{
     Grant, Hooks, Interrupt, LockKey, Locker, Observer, Request, Sharing, WaitPolicy,
 };
-use crate::redact::redact_command;
+use crate::redact::{cap_field, redact_command};
 
 /// What a command asks for when it takes a lock.
 pub struct Ask<'a> {
@@ -52,10 +52,11 @@ pub fn take(
     Ok(locker.acquire(&request, policy, hooks)?)
 }
 
-/// The holder a lock names: process `pid`, described by --label, else by `command` (its command
-/// line, secrets masked).
+/// The holder a lock names: process `pid`, described by --label, else by `command` (its
+/// program's name, or with --record-args its command line, secrets masked); either capped.
 pub fn holder(pid: u32, label: &LabelArg, command: impl FnOnce() -> String) -> Identity {
-    Identity::current(pid, label.label.clone().unwrap_or_else(command))
+    let label = label.label.clone().map(cap_field);
+    Identity::current(pid, label.unwrap_or_else(command))
 }
 
 /// The holder of exec's lock: this process, described by --label, else by the command it runs

@@ -18,7 +18,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::reply::Refusal;
-use crate::backend::{Fault, Node, NodeError, Script};
+use crate::backend::{Eval, Fault, Node, NodeError, Script};
 
 /// The Lua sources and SHA1s of the scripts, from build.rs (which lists the files of each).
 pub(super) mod sources {
@@ -130,9 +130,44 @@ pub(super) fn run_as<C: Call, T>(
     timeout: Duration,
     then: impl FnOnce(C::Reply) -> Result<T, Refusal>,
 ) -> Result<T, NodeError> {
-    let script = call.script();
     let args = call.args();
-    let reply = match node.eval(script, &call.keys(), &args.as_strs(), timeout)? {
+    let value = node.eval(call.script(), &call.keys(), &args.as_strs(), timeout)?;
+    decoded(node, call, value, then)
+}
+
+/// `first`, then `second`, in one round trip where the node can send both at once
+/// (`Node::eval_then`), each reply decoded (the first's as `run_as` does); the second's failure
+/// is its own, never the first's.
+pub(super) fn run_then<A: Call, B: Call, T>(
+    node: &dyn Node,
+    first: &A,
+    second: &B,
+    timeout: Duration,
+    then: impl FnOnce(A::Reply) -> Result<T, Refusal>,
+) -> Result<(T, Result<B::Reply, NodeError>), NodeError> {
+    let (first_args, second_args) = (first.args(), second.args());
+    let (first_keys, second_keys) = (first.keys(), second.keys());
+    let (first_argv, second_argv) = (first_args.as_strs(), second_args.as_strs());
+    let eval = |script, keys, args| Eval { script, keys, args };
+    let (value, second_value) = node.eval_then(
+        eval(first.script(), &first_keys, &first_argv),
+        eval(second.script(), &second_keys, &second_argv),
+        timeout,
+    )?;
+    let first_reply = decoded(node, first, value, then)?;
+    let second_reply = second_value.and_then(|v| decoded(node, second, v, Ok));
+    Ok((first_reply, second_reply))
+}
+
+/// `call`'s reply `value`, decoded and taken as `then` says; a refusal is the node's error.
+fn decoded<C: Call, T>(
+    node: &dyn Node,
+    call: &C,
+    value: Value,
+    then: impl FnOnce(C::Reply) -> Result<T, Refusal>,
+) -> Result<T, NodeError> {
+    let script = call.script();
+    let reply = match value {
         Value::Array(items) => items,
         other => vec![other],
     };

@@ -10,14 +10,14 @@ use super::call::acquire::Attempt;
 use super::call::release::{Release, ReleaseReply};
 use super::call::renew::{Fence, Leave, Renew};
 use super::error::{About, Error, Refused};
-use super::history::HoldRecord;
+use super::history::{HoldRecord, Keep, Record, RunRecord};
 use super::key::LockKey;
 use super::lease::drift;
 use super::locker::{Locker, Quorum, no_quorum};
 use super::redlock::release_verdict;
 use super::reply::{Holder, KeyType, Refusal};
 use super::{Grant, NotOwner, Released, Renewed, Request, Ttl};
-use crate::backend::{Fault, NodeError};
+use crate::backend::{Fault, Node, NodeError};
 
 /// What one node said to an acquire.
 type NodeAttempt = Result<Attempt, NodeError>;
@@ -180,11 +180,11 @@ impl Locker {
         self.release_recording(key, token, None).0
     }
 
-    /// As `release`; with `record`, the hold that ends is recorded in the lock's history in the
-    /// same script (release.lua): released, or lost when the token's lease ran out first (an
-    /// exec's run, `HoldRecord::run_end`, only when the release gives the lock back). Also
-    /// why the record was not written, on each node that did not write it: that changes nothing
-    /// else.
+    /// As `release`; with `record`, the hold that ends is recorded in the lock's history, by a
+    /// script of its own after the release (record.lua): released, or lost when the token's
+    /// lease ran out first (an exec's run, `HoldRecord::run_end`, only when the release gives
+    /// the lock back). Also why the record was not written, on each node that did not write it:
+    /// that changes nothing else.
     pub fn release_recording(
         &self,
         key: &LockKey,
@@ -195,8 +195,9 @@ impl Locker {
         (self.release_outcome(key, results), unrecorded)
     }
 
-    /// release.lua on every node, its replies decoded with `decode`; and why the hold was not
-    /// recorded, where it was to be and was not.
+    /// release.lua on every node, its replies decoded with `decode`, then on each node what its
+    /// release said the history should keep (record.lua: a refused history write never changes
+    /// the release's answer); and why the hold was not recorded, where it was to be and was not.
     fn run_release<T>(
         &self,
         key: &LockKey,
@@ -208,17 +209,37 @@ impl Locker {
     where
         T: Send,
     {
+        // exec's run, known before the release, goes in the same round trip (one server).
+        let run = record
+            .and_then(|r| r.run_end.as_ref().map(|run| (r.keep, run)))
+            .filter(|_| !self.is_quorum());
         let release = Release {
             key,
             token,
             force,
-            record,
+            record: if run.is_some() { None } else { record },
         };
         let results = self.on_all(|n| {
-            call::run_as(n, &release, self.op_timeout, |said| {
-                let note = said.unrecorded.map(|why| format!("{}: {why}", n.name()));
-                Ok((decode(said.reply)?, note))
-            })
+            if let Some((keep, run)) = run {
+                return self.release_with_run(n, &release, keep, run, &decode);
+            }
+            let (reply, history, unrecorded) =
+                call::run_as(n, &release, self.op_timeout, |said| {
+                    Ok((decode(said.reply)?, said.history, said.unrecorded))
+                })?;
+            let mut note = unrecorded.map(|why| format!("{}: {why}", n.name()));
+            if let Some(record) = record.filter(|_| !history.is_empty()) {
+                let call = Record {
+                    key,
+                    keep: record.keep,
+                    entries: &history,
+                    released_by: None,
+                };
+                if let Err(e) = call::run(n, &call, self.op_timeout) {
+                    note = Some(e.to_string());
+                }
+            }
+            Ok((reply, note))
         });
         let mut notes = Vec::new();
         let results = results
@@ -231,6 +252,46 @@ impl Locker {
             })
             .collect();
         (results, notes)
+    }
+
+    /// `release` on node `n` and, sent with it, exec's `run` for the history should that release
+    /// give the lock back (record.lua checks the state): one round trip. Should another client's
+    /// command have come between the two (the run skipped though the lock was given back), the
+    /// run is recorded on its own after. What keeps it from the history is the note.
+    fn release_with_run<T>(
+        &self,
+        n: &dyn Node,
+        release: &Release<'_>,
+        keep: Keep,
+        run: &RunRecord,
+        decode: &(impl Fn(ReleaseReply) -> Result<T, Refusal> + Sync),
+    ) -> Result<(T, Option<String>), NodeError> {
+        let entries = run.entries();
+        let mut record = Record {
+            key: release.key,
+            keep,
+            entries: &entries,
+            released_by: Some(release.token),
+        };
+        let (reply, gave_back, recorded) =
+            call::run_then(n, release, &record, self.op_timeout, |said| {
+                let gave_back =
+                    matches!(said.reply, ReleaseReply::Released | ReleaseReply::Already);
+                Ok((decode(said.reply)?, gave_back))
+            })
+            .map(|((reply, gave_back), recorded)| (reply, gave_back, recorded))?;
+        let note = match recorded {
+            Ok(Some(_)) => None,
+            Ok(None) if gave_back => {
+                record.released_by = None;
+                call::run(n, &record, self.op_timeout)
+                    .err()
+                    .map(|e| e.to_string())
+            }
+            Ok(None) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        Ok((reply, note))
     }
 
     /// What the owner's release did, from what each node said.

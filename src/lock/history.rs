@@ -88,6 +88,11 @@ impl RunRecord {
         serde_json::to_string(&self.fields()).expect("a list of strings")
     }
 
+    /// The fields as one entry of record.lua's `entries`.
+    pub(super) fn entries(&self) -> Entries {
+        Entries(vec![self.fields()])
+    }
+
     /// An entry of XREVRANGE's reply: `[id, [name, value, ...]]`. None when it is not shaped
     /// so; fields it does not know are skipped.
     fn from_entry(entry: &Value) -> Option<RunRecord> {
@@ -143,7 +148,24 @@ pub struct Keep {
     pub ttl: Duration,
 }
 
-/// What a release asks release.lua to record: for `rlock release`, the hold it ends (the script
+/// Entries for the history, each a list of name then value: one run of `exec`, or what a release
+/// said its history should keep (release.lua's "history" field).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Entries(pub Vec<Vec<String>>);
+
+impl Entries {
+    /// release.lua's "history" field (a JSON list of lists of strings); None when it cannot be
+    /// read as one.
+    pub fn parse(json: &str) -> Option<Entries> {
+        serde_json::from_str(json).ok().map(Entries)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// What a release asks release.lua to say about the history: for `rlock release`, the hold it ends (the script
 /// reads the rest, the holder record, from the state); for `exec`, its run as it ends should the
 /// release give the lock back (`run_end`), and nothing otherwise.
 #[derive(Debug, Clone)]
@@ -169,11 +191,10 @@ impl HoldRecord {
         }
     }
 
-    /// `args` (release.lua's) with what it needs to record the hold: keep_runs, keep_ms, run,
-    /// by, and for an exec's run its entry.
+    /// `args` (release.lua's) with what it needs to say what the history should keep: record,
+    /// run, by, and for an exec's run its entry.
     pub(super) fn args(&self, args: Args) -> Args {
-        self.keep
-            .args(args)
+        args.with("record", "1")
             .with("run", &self.run)
             .with("by", &self.by)
             .with_some("entry", self.run_end.as_ref().map(RunRecord::entry))
@@ -194,33 +215,43 @@ pub static RECORD: Script = Script::new("record", sources::RECORD);
 /// The reading.
 pub static HISTORY: Script = Script::new("history", sources::HISTORY);
 
-/// record.lua: appends `run` to `key`'s history, which keeps `keep`.
-struct Record<'a> {
-    key: &'a LockKey,
-    keep: Keep,
-    run: &'a RunRecord,
+/// record.lua: appends `entries` to `key`'s history, which keeps `keep`; with `released_by`,
+/// only if that token has just released the lock (sent with its release).
+pub(super) struct Record<'a> {
+    pub key: &'a LockKey,
+    pub keep: Keep,
+    pub entries: &'a Entries,
+    pub released_by: Option<&'a str>,
 }
 
 impl Call for Record<'_> {
-    /// The stream entry's ID.
-    type Reply = String;
+    /// The last stream entry's ID; None when skipped (`released_by` did not release the lock).
+    type Reply = Option<String>;
 
     fn script(&self) -> &'static Script {
         &RECORD
     }
 
     fn keys(&self) -> Vec<&str> {
-        vec![&self.key.history]
+        match self.released_by {
+            Some(_) => vec![&self.key.history, &self.key.state],
+            None => vec![&self.key.history],
+        }
     }
 
     fn args(&self) -> Args {
-        self.keep.args(Args::new()).with("entry", self.run.entry())
+        let entries = serde_json::to_string(&self.entries.0).expect("lists of strings");
+        self.keep
+            .args(Args::new())
+            .with("entries", entries)
+            .with_some("released_by", self.released_by)
     }
 
-    fn decode(&self, reply: &[Value]) -> Result<String, Refusal> {
+    fn decode(&self, reply: &[Value]) -> Result<Option<String>, Refusal> {
         let reply = Reply::parse(reply)?;
         match reply.word.as_str() {
-            "recorded" => reply.fields.need_text("id"),
+            "recorded" => reply.fields.need_text("id").map(Some),
+            "skipped" => Ok(None),
             _ => Err(Refusal::Unexpected),
         }
     }
@@ -273,7 +304,13 @@ impl Locker {
         run: &RunRecord,
         timeout: Duration,
     ) -> Vec<NodeError> {
-        let call = Record { key, keep, run };
+        let entries = run.entries();
+        let call = Record {
+            key,
+            keep,
+            entries: &entries,
+            released_by: None,
+        };
         self.on_all(|n| call::run(n, &call, timeout))
             .into_iter()
             .filter_map(Result::err)

@@ -18,12 +18,25 @@ pub struct LockKey {
     pub(super) history: String,
 }
 
+/// What rlock appends to a lock's key for its helper keys (see `LockKey::is_helper`).
+const HELPER_SUFFIXES: [&str; 3] = [":state", ":q", ":history"];
+
 impl LockKey {
     pub fn new(prefix: &str, name: &str) -> Result<Self, Error> {
         if name.is_empty() {
             return Err(Error::Usage("the key must not be empty".into()));
         }
         let redis_key = format!("{prefix}{name}");
+        // A key with a hash tag of its own keeps its helper keys beside it: a lock named like
+        // another's helper (`{b}:history` beside `{b}`) would share that lock's keys.
+        if hash_tag(&redis_key).is_some()
+            && let Some(suffix) = HELPER_SUFFIXES.iter().find(|s| redis_key.ends_with(*s))
+        {
+            return Err(Error::Usage(format!(
+                "key '{name}' ends in '{suffix}', the name of a helper key of lock '{}'; choose another name",
+                &name[..name.len() - suffix.len()]
+            )));
+        }
         // Helper keys must hash to the lock key's cluster slot. Appending to a key that has a
         // hash tag keeps its tag; otherwise the whole key becomes the tag.
         let base = if hash_tag(&redis_key).is_some() {
@@ -119,6 +132,22 @@ mod tests {
         assert!(LockKey::is_helper("rlock:{grp}jobs:q"));
         assert!(LockKey::is_helper("{rlock:jobs}:history"));
         assert!(!LockKey::is_helper("rlock:jobs"));
+    }
+
+    #[test]
+    fn a_name_that_is_another_locks_helper_is_refused() {
+        for name in ["{t}a:history", "{t}a:state", "{b}:q"] {
+            assert!(LockKey::new("rlock:", name).is_err(), "{name}");
+            let owner = LockKey::new("rlock:", &name[..name.rfind(':').unwrap()]).unwrap();
+            assert!(
+                owner.keys().contains(&format!("rlock:{name}").as_str())
+                    || owner.history == format!("rlock:{name}")
+            );
+        }
+        // Without a hash tag of its own the helper keys are `{…}`-wrapped: no collision.
+        for name in ["a:history", "jobs:q", "x:state"] {
+            assert!(LockKey::new("rlock:", name).is_ok(), "{name}");
+        }
     }
 
     #[test]

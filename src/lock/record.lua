@@ -1,21 +1,25 @@
--- record: appends one run to a lock's history, a stream capped at a number of runs, which
+-- record: appends runs to a lock's history, a stream capped at a number of runs, which
 -- expires a set time after the last run recorded (every key rlock writes expires).
 --
--- KEYS[1]    the history, {K}:history (in the lock's cluster slot)
+-- KEYS[1]    the history, {K}:history (in the lock's cluster slot); KEYS[2] (with released_by)
+--            the lock's state, {K}:state
 -- ARGV       by name, as common.lua's args reads them: keep_runs, how many runs to keep: exact
 --            MAXLEN (an approximate `~` trims only whole stream nodes, 100 entries by default,
 --            so a cap of 10 would keep 100); keep_ms, how long the history lives after this
---            run; entry, the run's fields, a JSON list of name then value (src/lock/history.rs)
+--            run; entries, the runs' fields, a JSON list of entries, each a list of name then
+--            value (src/lock/history.rs); released_by (optional), a token: append only if the
+--            state says this token has just released the lock (sent with that release, in the
+--            same round trip: exec's run is on record when its release gave the lock back)
 --
--- Replies: {"recorded", "id", ID}. Errors, nothing written: WRONGTYPE when the key holds
+-- Replies: {"recorded", "id", ID}; {"skipped"} when released_by's token did not release it. Errors, nothing written: WRONGTYPE when the key holds
 -- something other than a stream; NOPERM (asked first on Redis 7) when the user may not XADD or
 -- PEXPIRE it.
 --
--- On its own, without common.lua: it runs at the end of every `exec` whose release did not
--- record the run (one that found the lock lost, one that never got it, every run on Redlock),
--- and common.lua's definitions cost more than this script's work (about 20 µs a run on Redis 7). Its error
--- helper is common.lua's `raise`, and its arguments are read as common.lua's `args` reads them,
--- in short.
+-- A script of its own, never part of the lock's: an ACL that refuses the history (its key or its
+-- commands) refuses this script alone. It runs at the end of every `exec` (and after a `release`
+-- whose reply says what to record), without common.lua, whose definitions cost more than this
+-- script's work. Its error helper is common.lua's `raise`, and its arguments are read as
+-- common.lua's `args` reads them, in short.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local function raise(msg)
   if redis.REDIS_VERSION then
@@ -30,6 +34,15 @@ for i = 1, #ARGV, 2 do
 end
 
 local history = KEYS[1]
+if a.released_by then
+  local state, token = KEYS[2], a.released_by
+  local released = redis.call("TYPE", state)["ok"] == "hash" and
+    ((redis.call("HGET", state, "token") == token and redis.call("HEXISTS", state, "released") == 1)
+      or redis.call("HGET", state, "left") == token)
+  if not released then
+    return {"skipped"}
+  end
+end
 local kind = redis.call("TYPE", history)["ok"]
 if kind ~= "none" and kind ~= "stream" then
   raise("WRONGTYPE rlock's history key '" .. history .. "' holds a " .. kind .. ", not a stream")
@@ -43,6 +56,9 @@ if redis.acl_check_cmd then
     end
   end
 end
-local id = redis.call("XADD", history, "MAXLEN", a.keep_runs, "*", unpack(cjson.decode(a.entry)))
+local id = nil
+for _, entry in ipairs(cjson.decode(a.entries)) do
+  id = redis.call("XADD", history, "MAXLEN", a.keep_runs, "*", unpack(entry))
+end
 redis.call("PEXPIRE", history, a.keep_ms)
 return {"recorded", "id", id}

@@ -1,14 +1,13 @@
 -- release: delete the lock if the token owns it (compare-and-delete), or whoever owns it when
 -- forced; then hand it to the first waiter in line (or wake anyone: "*", when nobody waits).
--- KEYS[1] lock  KEYS[2] state  KEYS[3] queue  KEYS[4] (optional) the history, {K}:history
+-- KEYS[1] lock  KEYS[2] state  KEYS[3] queue: the lock's own keys only. The history is never
+--   among them: an ACL that refuses it (command, key or channel) must not refuse the release.
 -- ARGV by name (common.lua's args): token; channel (the wake channel); force ("1" to force);
---   and, with KEYS[4], to record the hold in the history (record.lua's stream) as it ends:
---   keep_runs (how many runs the history keeps), keep_ms (its life after this one), run (the
+--   and, to say what the history should keep of the hold as it ends: record ("1"), run (the
 --   run's ID), by (who forces, "user@host pid N"); and entry (optional): `rlock exec`'s run as
 --   it ends should this release give the lock back, a JSON list of name then value
---   (src/lock/history.rs), appended in place of the hold, which saves exec a round trip;
---   nothing is appended when the token no longer owns the lock (exec then records the run as
---   lost itself)
+--   (src/lock/history.rs), said in place of the hold; nothing is said when the token no longer
+--   owns the lock (exec then records the run as lost itself)
 -- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
 --   "released"                    the token owned it; it is gone
 --   "already"                     this token released it before (a retried release; not after
@@ -23,9 +22,9 @@
 --                                 fields each (token, ends: its lease end in server ms, record:
 --                                 multi.lua's JSON)
 --   "wrongtype" type              not a lock; nothing was changed
--- With a history (KEYS[4]), a reply may also carry "unrecorded": why the hold that ended is not
--- on record (the ACL, a history key of another type, a full server). Recording never changes
--- the release: it comes after the release's own writes, and nothing it meets stops the script.
+-- With record, a reply may also carry "history": the entries the history should get (a JSON
+-- list of entries, each a list of name then value), which rlock appends with record.lua, a
+-- script of its own; and "unrecorded": why a hold that ended cannot be on record.
 -- Errors (nothing was changed): WRONGTYPE for a helper key of another type, NOPERM for a command
 -- the ACL user may not run.
 local lock, state, queue = KEYS[1], KEYS[2], KEYS[3]
@@ -33,10 +32,10 @@ local a = args()
 local token, channel, force = a.token or "", a.channel, a.force == "1"
 local now = now_ms()
 
--- The history, when this release records the hold it ends.
-local history, keep_runs = KEYS[4], tonumber(a.keep_runs) or 0
-local recording = history ~= nil and keep_runs > 0
+-- What the history should keep of the holds this release ends (record.lua writes it).
+local recording = a.record == "1"
 local unrecorded = nil
+local entries = {}
 local run_fields = nil
 if recording and a.entry then
   run_fields = cjson.decode(a.entry)
@@ -63,9 +62,9 @@ local function text(x)
   return nil
 end
 
--- Appends to the history the hold of holder `h` (the holder record: since, host, pid, user, cmd,
--- fence), ended at `ended` (server ms) as `outcome`, as record.lua appends an exec's run; `run`
--- tells the entries of several holders apart. What keeps it from writing goes in `unrecorded`.
+-- Says what the history should keep of the hold of holder `h` (the holder record: since, host,
+-- pid, user, cmd, fence), ended at `ended` (server ms) as `outcome`, as record.lua appends an
+-- exec's run; `run` tells the entries of several holders apart.
 local function record_hold(h, outcome, ended, run)
   local since = tonumber(h.since)
   if run_fields and outcome ~= "released" then
@@ -74,35 +73,18 @@ local function record_hold(h, outcome, ended, run)
   if not recording or not (since or run_fields) then
     return
   end
-  local kind = redis.call("TYPE", history)["ok"]
-  if kind ~= "none" and kind ~= "stream" then
-    unrecorded = "WRONGTYPE rlock's history key '" .. history .. "' holds a " .. kind ..
-      ", not a stream"
-    return
+  entries[#entries + 1] = run_fields or named("run", run or a.run, "granted_ms", whole(since),
+    "ended_ms", whole(ended), "held_ms", whole(math.max(0, ended - since)), "host", text(h.host),
+    "user", text(h.user), "pid", text(h.pid), "command", text(h.cmd), "fence", whole(h.fence),
+    "outcome", outcome, "by", outcome == "broken" and a.by or nil)
+end
+
+-- The entries said so far, for the reply's "history" field (nil when there are none).
+local function history()
+  if entries[1] then
+    return cjson.encode(entries)
   end
-  if redis.acl_check_cmd then
-    for _, argv in ipairs({{"XADD", history, "MAXLEN", "1", "*", "f", "v"}, {"PEXPIRE", history, "1"}}) do
-      local ok, allowed = pcall(redis.acl_check_cmd, unpack(argv))
-      if ok and not allowed then
-        unrecorded = "NOPERM this user has no permissions to run the '" .. string.lower(argv[1]) ..
-          "' command on '" .. history .. "'"
-        return
-      end
-    end
-  end
-  local fields = run_fields or named("run", run or a.run, "granted_ms", whole(since), "ended_ms", whole(ended),
-    "held_ms", whole(math.max(0, ended - since)), "host", text(h.host), "user", text(h.user),
-    "pid", text(h.pid), "command", text(h.cmd), "fence", whole(h.fence), "outcome", outcome,
-    "by", outcome == "broken" and a.by or nil)
-  local id = redis.pcall("XADD", history, "MAXLEN", tostring(keep_runs), "*", unpack(fields))
-  if type(id) == "table" and id.err then
-    unrecorded = id.err
-    return
-  end
-  local expired = redis.pcall("PEXPIRE", history, a.keep_ms)
-  if type(expired) == "table" and expired.err then
-    unrecorded = expired.err
-  end
+  return nil
 end
 
 -- Checks (common.lua), all before the first write.
@@ -138,7 +120,7 @@ if multi then
       end
     end
     return reply("brokenall", "now", now, "holders", holders_field(holders),
-      "unrecorded", unrecorded)
+      "history", history(), "unrecorded", unrecorded)
   end
   local ends = tonumber(redis.call("ZSCORE", lock, token))
   if ends then
@@ -152,7 +134,7 @@ if multi then
       if h or run_fields then
         record_hold(h or {}, "released", now)
       end
-      return reply("released", "unrecorded", unrecorded)
+      return reply("released", "history", history(), "unrecorded", unrecorded)
     end
     after_leaving(lock, state, queue, channel, now)
     shorten_state(lock, state, now)
@@ -163,7 +145,7 @@ if multi then
   elseif redis.call("HGET", state, "left") == token then
     return reply("already")
   end
-  return reply("expired", "unrecorded", unrecorded)
+  return reply("expired", "history", history(), "unrecorded", unrecorded)
 end
 
 if force then
@@ -189,7 +171,8 @@ if force then
   end
   h = h or {}
   return reply("broken", "type", kind, "pttl", pttl, "value", value, "host", h.host, "pid", h.pid,
-    "user", h.user, "since", h.since, "cmd", h.cmd, "now", now, "unrecorded", unrecorded)
+    "user", h.user, "since", h.since, "cmd", h.cmd, "now", now, "history", history(),
+    "unrecorded", unrecorded)
 end
 
 local current = redis.call("GET", lock)
@@ -202,7 +185,7 @@ if current == token then
   if h or run_fields then
     record_hold(h or {}, "released", now)
   end
-  return reply("released", "unrecorded", unrecorded)
+  return reply("released", "history", history(), "unrecorded", unrecorded)
 end
 if current then
   return reply("other", "pttl", redis.call("PTTL", lock))
@@ -243,4 +226,4 @@ if recording and not run_fields then
     end
   end
 end
-return reply("expired", "unrecorded", unrecorded)
+return reply("expired", "history", history(), "unrecorded", unrecorded)

@@ -66,6 +66,64 @@ const HARMLESS: &[(&str, &str)] = &[
     ("openssl", "paP"),
 ];
 
+/// Short options that take a secret, for one program: `openssl enc -k X`, `ldapsearch -w X`.
+const PROGRAM_SECRET_LETTERS: &[(&str, &str)] = &[
+    ("openssl", "k"),
+    ("ldapsearch", "w"),
+    ("ldapmodify", "w"),
+    ("ldapadd", "w"),
+    ("ldapdelete", "w"),
+    ("ldapwhoami", "w"),
+    ("ldappasswd", "wsa"),
+    ("ldapcompare", "w"),
+    ("ldapmodrdn", "w"),
+    ("ldapexop", "w"),
+    ("ldapurl", "w"),
+];
+
+/// Short options after which every word is a secret: `htpasswd -b FILE USER PASSWORD`.
+const PROGRAM_SECRET_REST: &[(&str, &str)] = &[("htpasswd", "b")];
+
+/// Programs that run a command somewhere else, named after a host, container or pod (itself
+/// after options): the letters of their options that take a value, and the long ones. The
+/// command is read again as a command line of its own (`ssh db1 mysql -pX`).
+const REMOTES: &[(&str, &str, &[&str])] = &[
+    ("ssh", "bcDEeFIiJLlmOoPpQRSWw", &[]),
+    (
+        "docker exec",
+        "euw",
+        &["env", "env-file", "user", "workdir", "detach-keys"],
+    ),
+    (
+        "podman exec",
+        "euw",
+        &[
+            "env",
+            "env-file",
+            "user",
+            "workdir",
+            "detach-keys",
+            "preserve-fds",
+        ],
+    ),
+    (
+        "kubectl exec",
+        "cnf",
+        &[
+            "container",
+            "namespace",
+            "filename",
+            "context",
+            "cluster",
+            "kubeconfig",
+            "pod-running-timeout",
+        ],
+    ),
+];
+
+/// Programs that take `user/password@db` as a word: Oracle's.
+const SLASH_LOGINS: [&str; 7] = ["sqlplus", "rman", "exp", "imp", "expdp", "impdp", "sqlldr"];
+
 /// Words that run the word after them as a program.
 const WRAPPERS: [&str; 9] = [
     "env", "sudo", "exec", "nohup", "time", "nice", "command", "xargs", "doas",
@@ -95,23 +153,50 @@ pub fn looks_secret(name: &str) -> bool {
             .any(|part| SECRET_WORDS.contains(&part))
 }
 
-/// Set once for the run by `--program-only`: a command line is recorded as its program's name.
-static PROGRAM_ONLY: AtomicBool = AtomicBool::new(false);
+/// Set once for the run by `--record-args`: a command line is recorded whole, masked.
+static RECORD_ARGS: AtomicBool = AtomicBool::new(false);
 
-/// `--program-only`: from now on `redact_command` gives the program's name alone.
-pub fn record_program_only() {
-    PROGRAM_ONLY.store(true, Ordering::Relaxed);
+/// `--record-args`: from now on `redact_command` gives the whole command line, masked.
+pub fn record_args() {
+    RECORD_ARGS.store(true, Ordering::Relaxed);
 }
 
-/// The command line `words` (an argv) with its secrets masked, its words joined by blanks; or,
-/// with `--program-only`, the first word's file name alone.
+/// The most a field rlock stores (a command line, a label) keeps, in bytes: one holder record
+/// or history entry stays small whatever the command line (a `find … -exec` of 1 MiB).
+pub const FIELD_CAP: usize = 4096;
+
+/// What marks a field cut at `FIELD_CAP`.
+const CUT: &str = "…[cut]";
+
+/// `field` as rlock stores it: at most `FIELD_CAP` bytes, cut on a character's boundary and
+/// marked so when longer.
+pub fn cap_field(field: String) -> String {
+    if field.len() <= FIELD_CAP {
+        return field;
+    }
+    let mut end = FIELD_CAP - CUT.len();
+    while !field.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{CUT}", &field[..end])
+}
+
+/// The program's name of the command line `words` (the first word's file name), as rlock
+/// records it by default; with `--record-args`, the whole command line with its secrets
+/// masked, its words joined by blanks. Either at most `FIELD_CAP` bytes.
 pub fn redact_command<S: AsRef<str>>(words: &[S]) -> String {
     let words: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
-    if PROGRAM_ONLY.load(Ordering::Relaxed) {
+    if !RECORD_ARGS.load(Ordering::Relaxed) {
         let first = words.first().copied().unwrap_or_default();
         let name = first.rsplit('/').next().unwrap_or_default();
-        return Line::default().words(&[name], 0).join(" ");
+        return cap_field(Line::default().words(&[name], 0).join(" "));
     }
+    cap_field(masked(&words))
+}
+
+/// The command line `words` with its secrets masked, its words joined by blanks.
+pub(super) fn masked<S: AsRef<str>>(words: &[S]) -> String {
+    let words: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
     Line::default().words(&words, 0).join(" ")
 }
 
@@ -128,6 +213,10 @@ enum Next {
     User,
     /// A shell command line (`sh -c X`).
     Script,
+    /// An option's value that is no secret by its place (`ssh -p 22`): masked by its shape only.
+    Value,
+    /// Every word to the end of the command (`redis-cli AUTH user X`, `htpasswd -b f u X`).
+    Rest,
 }
 
 /// The state of one command line being masked.
@@ -138,6 +227,11 @@ struct Line {
     /// The next word names a program.
     program_next: bool,
     next: Next,
+    /// Within `ssh`, `docker exec`, `kubectl exec` until the host (container, pod) is named:
+    /// the short and long options that take a value. The words after the host are a command.
+    remote: Option<(&'static str, &'static [&'static str])>,
+    /// The word before, in lower case (`identified` before `by`).
+    previous: String,
 }
 
 impl Line {
@@ -147,8 +241,23 @@ impl Line {
     }
 
     fn word(&mut self, word: &str, depth: usize) -> String {
+        let masked = self.judged(word, depth);
+        self.previous = word.to_ascii_lowercase();
+        masked
+    }
+
+    fn judged(&mut self, word: &str, depth: usize) -> String {
         let is_option = word.len() > 1 && word.starts_with('-');
-        match std::mem::take(&mut self.next) {
+        let next = std::mem::take(&mut self.next);
+        if next == Next::Rest {
+            if shell::ends_command(word) {
+                self.program_next = true;
+                return word.to_string();
+            }
+            self.next = Next::Rest;
+            return MASK.into();
+        }
+        match next {
             Next::Secret | Next::SecretUnlessOption
                 if SCHEMES.contains(&word.to_ascii_lowercase().as_str()) =>
             {
@@ -162,6 +271,7 @@ impl Line {
                 return user_pass(&value);
             }
             Next::Script => return self.nested(word, depth),
+            Next::Value => return self.value(&mask_urls(word), depth),
             _ => {}
         }
         if shell::ends_command(word) || word == "--" {
@@ -169,9 +279,24 @@ impl Line {
             return word.to_string();
         }
         let word = mask_urls(word);
+        if is_option
+            && word.contains(char::is_whitespace)
+            && !word
+                .split(char::is_whitespace)
+                .next()
+                .unwrap_or("")
+                .contains('=')
+        {
+            // One word that holds an option and its value (`"--password X"`).
+            return self.nested(&word, depth);
+        }
+        if let Some((letters, longs)) = self.remote {
+            return self.remote_word(&word, letters, longs, depth);
+        }
         if self.program_next && !is_option && !word.contains('=') {
             self.program = word.rsplit('/').next().unwrap_or_default().to_string();
             self.program_next = WRAPPERS.contains(&self.program.as_str());
+            self.remote = remote(&self.program);
             // A program's name is a path; anything else in its place is masked as a value.
             if word
                 .chars()
@@ -186,6 +311,32 @@ impl Line {
         }
         if is_option && !word[1..].starts_with(|c: char| c.is_ascii_digit()) {
             return self.short_option(&word[1..], depth);
+        }
+        if !is_option && knows(&word) {
+            // A program with rules of its own, as an argument (`sh -c '…' sh openssl enc -k X`,
+            // `xargs openssl …`): what follows is likely its command line.
+            self.program = word.clone();
+            self.remote = remote(&word);
+            return word;
+        }
+        if matches!(self.program.as_str(), "docker" | "podman" | "kubectl") && word == "exec" {
+            self.remote = remote(&format!("{} exec", self.program));
+            return word;
+        }
+        if SLASH_LOGINS.contains(&self.program.as_str())
+            && let Some(login) = slash_login(&word)
+        {
+            return login;
+        }
+        if self.previous == "identified" && word.eq_ignore_ascii_case("by") {
+            // SQL: `… IDENTIFIED BY 'X'`.
+            self.next = Next::Secret;
+            return word;
+        }
+        if word == "AUTH" || (word.eq_ignore_ascii_case("auth") && self.program.ends_with("-cli")) {
+            // Redis's `AUTH [user] X` (redis-cli's, valkey-cli's): every word after it.
+            self.next = Next::Rest;
+            return word;
         }
         let masked = self.value(&word, depth);
         let tail = word.rsplit([':', '/']).next().unwrap_or_default();
@@ -238,31 +389,103 @@ impl Line {
                 format!("-{name}={}", self.value(value, depth))
             };
         }
-        let Some(letter) = short.chars().next() else {
+        if short.is_empty() {
             return "-".into();
-        };
-        let attached = &short[letter.len_utf8()..];
-        let secret_letter = SECRET_LETTERS.contains(&letter) && !self.harmless(letter);
-        if attached.is_empty() {
-            if secret_letter {
-                self.next = Next::SecretUnlessOption;
-            } else if letter == 'u' {
-                self.next = Next::User;
-            } else if letter == 'c' && SHELLS.contains(&self.program.as_str()) {
-                self.next = Next::Script;
-            }
-            return format!("-{short}");
         }
         if is_name(short) && looks_secret(short) && !(self.is_rlock() && short == "k") {
             // `keytool -storepass X`, `openssl -passin X`.
             self.next = Next::SecretUnlessOption;
+            return format!("-{short}");
         }
-        if secret_letter {
-            format!("-{letter}{MASK}")
-        } else if letter == 'u' {
-            format!("-u{}", user_pass(attached))
+        // Every letter of a cluster is judged (`curl -su user:X`): the first that takes a
+        // secret, a user or a command line takes what is attached to it, or the next word.
+        for (at, letter) in short.char_indices() {
+            let end = at + letter.len_utf8();
+            let (head, attached) = (&short[..end], &short[end..]);
+            if self.takes_rest(letter) {
+                self.next = Next::Rest;
+                return format!("-{head}{}", if attached.is_empty() { "" } else { MASK });
+            }
+            // A secret letter after the first takes only the next word (`-sp X`): what is
+            // attached to it is more likely a word (`-jar`, `-name`) than a cluster.
+            if self.secret_letter(letter)
+                && (at == 0 || attached.is_empty() || self.own_letter(letter))
+            {
+                if attached.is_empty() {
+                    self.next = Next::SecretUnlessOption;
+                    return format!("-{short}");
+                }
+                return format!("-{head}{MASK}");
+            }
+            if letter == 'u' || letter == 'U' {
+                if attached.is_empty() {
+                    self.next = Next::User;
+                    return format!("-{short}");
+                }
+                return format!("-{head}{}", user_pass(attached));
+            }
+            if letter == 'c' && SHELLS.contains(&self.program.as_str()) {
+                if attached.is_empty() {
+                    self.next = Next::Script;
+                }
+                return format!("-{short}");
+            }
+            if !letter.is_ascii_alphabetic() {
+                break;
+            }
+        }
+        format!("-{short}")
+    }
+
+    /// A short option letter that takes a secret, for this program.
+    fn secret_letter(&self, letter: char) -> bool {
+        self.own_letter(letter) || (SECRET_LETTERS.contains(&letter) && !self.harmless(letter))
+    }
+
+    /// A short option letter that takes a secret for this program alone (`openssl -k`).
+    fn own_letter(&self, letter: char) -> bool {
+        PROGRAM_SECRET_LETTERS
+            .iter()
+            .any(|(program, letters)| *program == self.program && letters.contains(letter))
+    }
+
+    /// A short option letter after which every word is a secret, for this program.
+    fn takes_rest(&self, letter: char) -> bool {
+        PROGRAM_SECRET_REST
+            .iter()
+            .any(|(program, letters)| *program == self.program && letters.contains(letter))
+    }
+
+    /// A word of `ssh`, `docker exec` or `kubectl exec` before the host (container, pod): an
+    /// option (whose value, when it takes one, is the next word), or the host, after which
+    /// the words are a command.
+    fn remote_word(&mut self, word: &str, letters: &str, longs: &[&str], depth: usize) -> String {
+        if !(word.len() > 1 && word.starts_with('-')) {
+            self.remote = None;
+            self.program_next = true;
+            return self.value(word, depth);
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            let out = self.long_option(long, depth);
+            if self.next == Next::Plain && !long.contains('=') && longs.contains(&long) {
+                self.next = Next::Value;
+            }
+            out
         } else {
-            format!("-{short}")
+            let short = &word[1..];
+            let out = self.short_option(short, depth);
+            // The first letter that takes a value takes the next word, or what follows it
+            // (masked: `-p2222` may as well be `-pX`).
+            match short.find(|c| letters.contains(c)) {
+                Some(at) if self.next == Next::Plain && at + 1 == short.len() => {
+                    self.next = Next::Value;
+                    out
+                }
+                Some(at) if self.next == Next::Plain && out == word => {
+                    format!("-{}{MASK}", &short[..=at])
+                }
+                _ => out,
+            }
         }
     }
 
@@ -347,18 +570,51 @@ fn is_switch(name: &str) -> bool {
         || name.ends_with("-prompt")
 }
 
+/// An option whose value is `user:password` (curl's `--cert FILE:PASSWORD` too).
 fn is_user_option(name: &str) -> bool {
-    name == "user" || name.ends_with("-user")
+    name == "user" || name.ends_with("-user") || name == "cert" || name.ends_with("-cert")
 }
 
-/// `user:password` as `user:***`.
+/// `user:password` as `user:***`; also `user%password` (smbclient) and `user,password` (lftp).
 fn user_pass(value: &str) -> String {
-    match value.split_once(':') {
-        Some((user, pass)) if !pass.is_empty() && !value.contains("://") => {
-            format!("{user}:{MASK}")
+    match value.find([':', '%', ',']) {
+        Some(at) if at + 1 < value.len() && !value.contains("://") => {
+            format!("{}{MASK}", &value[..=at])
         }
         _ => value.to_string(),
     }
+}
+
+/// A program with rules of its own here (secret letters, a command it runs elsewhere, Oracle's
+/// logins, Redis's AUTH).
+fn knows(word: &str) -> bool {
+    PROGRAM_SECRET_LETTERS.iter().any(|(p, _)| *p == word)
+        || PROGRAM_SECRET_REST.iter().any(|(p, _)| *p == word)
+        || REMOTES.iter().any(|(p, _, _)| *p == word)
+        || SLASH_LOGINS.contains(&word)
+        || matches!(
+            word,
+            "docker" | "podman" | "kubectl" | "redis-cli" | "valkey-cli"
+        )
+}
+
+/// The program that runs a command elsewhere (`ssh`, `docker exec`), with the options of its
+/// that take a value.
+fn remote(program: &str) -> Option<(&'static str, &'static [&'static str])> {
+    REMOTES
+        .iter()
+        .find(|(name, _, _)| *name == program)
+        .map(|(_, letters, longs)| (*letters, *longs))
+}
+
+/// Oracle's `user/password@db` as `user/***@db`; None for a word of another shape.
+fn slash_login(word: &str) -> Option<String> {
+    let (user, rest) = word.split_once('/')?;
+    if user.is_empty() || !is_name(user) || rest.is_empty() {
+        return None;
+    }
+    let db = rest.find('@').map_or("", |at| &rest[at..]);
+    Some(format!("{user}/{MASK}{db}"))
 }
 
 /// A name as options, variables and keys have them: `db.password`, `API_TOKEN`, `x-api-key`.

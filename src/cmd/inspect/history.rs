@@ -11,7 +11,7 @@ use crate::cli::InspectArgs;
 use crate::cmd::Context;
 use crate::exit::{Exit, Failure};
 use crate::lock::{RunRecord, human_ms};
-use crate::output::escape_max as escaped;
+use crate::output::{escape_max as escaped, fit, width};
 
 /// The width the table fits in: the command, last, is cut to what is left of it.
 const WIDTH: usize = 80;
@@ -46,19 +46,21 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     if ctx.global.quiet {
         return Ok(Exit::Code(0));
     }
-    let mut out = std::io::stdout().lock();
     if args.json {
         let items: Vec<Value> = runs.iter().map(|(k, r)| to_json(k, r)).collect();
+        let mut out = crate::output::stdout()?;
         writeln!(out, "{}", Value::Array(items))?;
+        out.flush()?;
     } else if runs.is_empty() && args.keys.is_empty() {
         ctx.note(format_args!(
             "no runs on record under prefix '{}'",
             escaped(&ctx.global.prefix, 120)
         ));
     } else if !runs.is_empty() {
+        let mut out = crate::output::stdout()?;
         write_table(&mut out, &runs, args.keys.len() != 1, epoch_ms())?;
+        out.flush()?;
     }
-    out.flush()?;
     Ok(Exit::Code(0))
 }
 
@@ -86,9 +88,10 @@ fn to_json(key: &str, r: &RunRecord) -> Value {
 }
 
 /// The table: WHEN (how long ago the run ended), HOST, WAIT, HELD, OUTCOME, COMMAND, and KEY
-/// first when the runs are of several locks. Every cell is escaped; the host and the key are cut
-/// (to 20 characters, fewer if need be) so that the command keeps at least 16 of the 80 columns,
-/// and the command is cut to what is left.
+/// first when the runs are of several locks. Every cell is escaped and measured in terminal
+/// columns (a wide character takes two); the host and the key are cut (to 20 columns, fewer if
+/// need be) so that the command keeps at least 16 of the 80 columns, and the command is cut to
+/// what is left, each with a `…`.
 fn write_table(
     out: &mut impl Write,
     runs: &[(String, RunRecord)],
@@ -102,7 +105,7 @@ fn write_table(
         let mut widths = vec![0usize; last];
         for row in &rows {
             for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
+                *w = (*w).max(width(cell));
             }
         }
         let used: usize = widths.iter().map(|w| w + 2).sum();
@@ -115,9 +118,9 @@ fn write_table(
             let mut line = String::new();
             for (cell, w) in row.iter().zip(&widths) {
                 line.push_str(cell);
-                line.extend(std::iter::repeat_n(' ', w - cell.chars().count() + 2));
+                line.extend(std::iter::repeat_n(' ', w - width(cell) + 2));
             }
-            line.push_str(&escaped(&row[last], room - 1));
+            line.push_str(&fit(&row[last], room));
             writeln!(out, "{}", line.trim_end())?;
         }
         return Ok(());
@@ -134,10 +137,10 @@ fn rows(runs: &[(String, RunRecord)], with_key: bool, now_ms: i64, cap: usize) -
     ];
     for (key, r) in runs {
         rows.push(vec![
-            escaped(key, cap),
+            fit(key, cap),
             r.ended_ms
                 .map_or_else(dash, |t| format!("{} ago", human_ms(now_ms - t))),
-            escaped(r.host.as_deref().unwrap_or("-"), cap),
+            fit(r.host.as_deref().unwrap_or("-"), cap),
             r.wait_ms.map_or_else(dash, human_ms),
             r.held_ms.map_or_else(dash, human_ms),
             outcome_cell(r),
@@ -159,10 +162,10 @@ fn outcome_cell(r: &RunRecord) -> String {
     let signal = r.signal.as_deref().unwrap_or("?");
     match r.outcome.as_deref() {
         Some("failed") => format!("exit {code}"),
-        Some("signal") => format!("signal {}", escaped(signal, 6)),
+        Some("signal") => format!("signal {}", fit(signal, 6)),
         Some("gave-up") => "gave up".into(),
         Some("not-run") => format!("not run {code}"),
-        Some(other) => escaped(other, 12),
+        Some(other) => fit(other, 12),
         None => "?".into(),
     }
 }
@@ -212,5 +215,38 @@ mod tests {
         assert!(lines[1].ends_with('…'), "{text}");
         assert!(lines[2].starts_with("a\\nb") && lines[2].contains("gave up"));
         assert!(lines[2].contains("a\\x1bb"), "{text}");
+    }
+
+    #[test]
+    fn wide_and_escaped_characters_keep_the_table_in_80_columns_and_aligned() {
+        let wide = "日本語のキー".repeat(4);
+        let mut odd = run("signal", 137, &"命令\u{1b}[31m".repeat(30));
+        odd.host = Some("\u{1b}\u{1b}\u{1b}\u{1b}\u{1b}\u{1b}host".into());
+        odd.signal = Some("\u{1b}\u{1b}\u{1b}".into());
+        let runs = vec![
+            (wide.clone(), odd),
+            (
+                "k\x01\x02\x03\x04\x05\x06\x07".to_string(),
+                run("ok", 0, "true"),
+            ),
+            ("plain".to_string(), run("ok", 0, &"x".repeat(300))),
+        ];
+        let mut out = Vec::new();
+        write_table(&mut out, &runs, true, 3_601_000).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let starts: Vec<usize> = text
+            .lines()
+            .map(|line| {
+                assert!(width(line) <= 80, "{} columns: {line}", width(line));
+                // Where WHEN begins: the key column has one width on every line.
+                let key_end = line.find("  ").unwrap();
+                width(&line[..key_end]) + line[key_end..].len() - line[key_end..].trim_start().len()
+            })
+            .collect();
+        assert!(
+            starts.windows(2).all(|w| w[0] == w[1]),
+            "{starts:?}\n{text}"
+        );
+        assert!(text.lines().nth(1).unwrap().contains('…'), "{text}");
     }
 }

@@ -97,7 +97,7 @@ fn print(
     if args.json {
         crate::output::json(&json_doc(args, locks))?;
     } else {
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::output::stdout()?;
         if again {
             writeln!(out)?;
         }

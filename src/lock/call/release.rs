@@ -1,9 +1,10 @@
-//! release.lua as a typed call: an owner's release, or a forced one, that may record the hold it
-//! ends in the lock's history.
+//! release.lua as a typed call: an owner's release, or a forced one, that may say what the
+//! lock's history should keep of the hold it ends (record.lua then writes it, in a call of its
+//! own: the release touches the lock's own keys only).
 
 use redis::Value;
 
-use super::super::history::HoldRecord;
+use super::super::history::{Entries, HoldRecord};
 use super::super::key::LockKey;
 use super::super::reply::{Holder, HolderLease, KeyType, Refusal, Reply, holder_leases};
 use super::{Args, Call, sources};
@@ -11,7 +12,8 @@ use crate::backend::Script;
 
 pub static RELEASE: Script = Script::new("release", sources::RELEASE);
 
-/// release.lua for `token` (empty when forced), recording the hold it ends when `record` says so.
+/// release.lua for `token` (empty when forced), saying what to record of the hold it ends when
+/// `record` says so.
 pub(in crate::lock) struct Release<'a> {
     pub key: &'a LockKey,
     pub token: &'a str,
@@ -19,11 +21,13 @@ pub(in crate::lock) struct Release<'a> {
     pub record: Option<&'a HoldRecord>,
 }
 
-/// release.lua's answer, and why the hold it ended is not on record (its "unrecorded" field: the
-/// ACL, a history key of another type, a full server), when it was to be and is not.
+/// release.lua's answer; what the history should keep of the holds it ended (its "history"
+/// field); and why a hold it ended cannot be on record (its "unrecorded" field: the ACL or a
+/// full server refused the mark that records a lost hold once).
 #[derive(Debug)]
 pub(in crate::lock) struct Said {
     pub reply: ReleaseReply,
+    pub history: Entries,
     pub unrecorded: Option<String>,
 }
 
@@ -60,13 +64,9 @@ impl Call for Release<'_> {
         &RELEASE
     }
 
-    /// The lock's keys, and its history when the release records the hold it ends.
+    /// The lock's keys, never its history.
     fn keys(&self) -> Vec<&str> {
-        let mut keys = self.key.keys().to_vec();
-        if self.record.is_some() {
-            keys.push(&self.key.history);
-        }
-        keys
+        self.key.keys().to_vec()
     }
 
     fn args(&self) -> Args {
@@ -102,8 +102,14 @@ impl Call for Release<'_> {
             "wrongtype" => return Err(reply.wrong_type()),
             _ => return Err(Refusal::Unexpected),
         };
+        // What the history should keep never decides the release's answer.
+        let history = f
+            .text("history")
+            .and_then(|json| Entries::parse(&json))
+            .unwrap_or_default();
         Ok(Said {
             reply: said,
+            history,
             unrecorded: f.text("unrecorded"),
         })
     }

@@ -321,7 +321,7 @@ fn a_history_key_of_another_type_or_an_odd_holder_record_changes_nothing_in_the_
     assert!(
         out.stderr
             .contains("release was not recorded in the history of lock 'k'")
-            && out.stderr.contains("WRONGTYPE"),
+            && out.stderr.contains("holds a string, not a stream"),
         "{out}"
     );
     assert_eq!(server.get(HISTORY).as_deref(), Some("not a stream"));
@@ -333,4 +333,27 @@ fn a_history_key_of_another_type_or_an_odd_holder_record_changes_nothing_in_the_
     let out = release_with(&server, "odd", &token, &[]);
     assert_eq!((out.code, out.stderr.as_str()), (0, ""), "{out}");
     assert!(!server.exists("{rlock:odd}:history"));
+}
+
+#[test]
+fn an_exec_broken_by_release_force_is_one_entry() {
+    let server = RedisServer::start();
+    let dir = super::tempdir();
+    // Renewals every 300 ms: the exec hears of the break while its command runs.
+    let mut job = Background::spawn_group(
+        "job",
+        dir.path(),
+        rlock_at(&server).args(["exec", "-k", "k", "--ttl", "900ms", "--", "sleep", "30"]),
+    );
+    wait_held(&server, &lock_key("k"), &mut job);
+    let out = run(rlock_at(&server).args(["release", "-k", "k", "--force"]));
+    assert_eq!(out.code, 0, "{out}");
+    let (out, _) = job.finish(SOON);
+    assert_eq!(out.code, 76, "{out}");
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["broken"], "one run, one entry: {runs:#?}");
+    assert!(
+        runs[0]["by"].as_str().is_some_and(|b| b.contains("pid")),
+        "{runs:#?}"
+    );
 }

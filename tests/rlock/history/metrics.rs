@@ -7,6 +7,7 @@ use super::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Instant;
 
 /// The virtual environment's python, with prometheus_client installed (once per test binary).
 fn parser_python() -> PathBuf {
@@ -275,4 +276,135 @@ fn a_metrics_file_that_cannot_be_written_changes_nothing_else() {
         outcomes(&history_of(rlock_at(&server), "k", 10)),
         ["ok", "failed"]
     );
+}
+
+#[test]
+fn a_metrics_path_that_is_no_regular_file_is_78_before_the_command_starts() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let fifo = dir.path().join("fifo.prom");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let dangling = dir.path().join("dangling.prom");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).expect("symlink");
+    let ran = dir.path().join("ran");
+    for path in [
+        Path::new("/dev/zero"),
+        Path::new("/dev/full"),
+        &fifo,
+        dir.path(),
+        &dangling,
+    ] {
+        let m = path.to_str().unwrap();
+        let started = Instant::now();
+        let out = exec(
+            &server,
+            "k",
+            &["--metrics-file", m, "--", "touch", ran.to_str().unwrap()],
+        );
+        assert_eq!(out.code, 78, "{m}: {out}");
+        assert!(out.stderr.contains(m), "the path is named: {out}");
+        assert_eq!(out.stderr.lines().count(), 1, "{out}");
+        assert!(!ran.exists(), "{m}: the command ran");
+        assert!(started.elapsed() < Duration::from_secs(10), "{m}");
+        assert!(!server.exists("rlock:k"), "{m}");
+    }
+    assert!(
+        !dir.path().join("nowhere").exists(),
+        "the link was followed"
+    );
+    assert!(!Path::new("/dev/full.lock").exists() && !Path::new("/dev/zero.lock").exists());
+}
+
+#[test]
+fn planted_links_beside_the_metrics_file_are_never_written_through() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let file = dir.path().join("rlock.prom");
+    let m = file.to_str().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    // A link where an older rlock put its temporary file, and links to where the lock file goes.
+    for name in ["rlock.prom.tmp", "rlock.prom.1.tmp", "rlock.prom.lock.tmp"] {
+        std::os::unix::fs::symlink(&victim, dir.path().join(name)).unwrap();
+    }
+    let out = exec(
+        &server,
+        "k",
+        &["--metrics-file", m, "--", "sh", "-c", "exit 4"],
+    );
+    assert_eq!(out.code, 4, "{out}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert_eq!(
+        sample(&parse(&file), "last_run_exit_code", "key=k"),
+        Some(4.0)
+    );
+    // A planted lock file: a link (dangling, or to the victim) is never followed, and the
+    // command's status stands; -v says why the metrics were not written.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::remove_file(dir.path().join("rlock.prom.lock")).unwrap();
+    let created = dir.path().join("created-by-the-link");
+    std::os::unix::fs::symlink(&created, dir.path().join("rlock.prom.lock")).unwrap();
+    let out = run(rlock_at(&server).args([
+        "-v",
+        "exec",
+        "-k",
+        "k",
+        "--metrics-file",
+        m,
+        "--",
+        "sh",
+        "-c",
+        "exit 5",
+    ]));
+    assert_eq!(out.code, 5, "{out}");
+    assert!(out.stderr.contains("was not written"), "{out}");
+    assert!(
+        !created.exists(),
+        "the dangling lock link created its target"
+    );
+    assert!(!file.exists());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}
+
+#[test]
+fn other_tools_samples_survive_and_an_unreadable_file_is_replaced_whole() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let file = dir.path().join("shared.prom");
+    let m = file.to_str().unwrap();
+    let foreign = "# HELP backup_size_bytes The backup's size.\n# TYPE backup_size_bytes gauge\nbackup_size_bytes{key=\"nightly\"} 1234\n";
+    std::fs::write(&file, foreign).unwrap();
+    assert_eq!(
+        exec(&server, "nightly", &["--metrics-file", m, "--", "true"]).code,
+        0
+    );
+    assert_eq!(
+        exec(&server, "nightly", &["--metrics-file", m, "--", "true"]).code,
+        0
+    );
+    let s = parse(&file);
+    assert_eq!(
+        s.get(&("backup_size_bytes".to_string(), "key=nightly".to_string())),
+        Some(&1234.0),
+        "{s:?}"
+    );
+    assert_eq!(sample(&s, "last_run_exit_code", "key=nightly"), Some(0.0));
+    // Bytes that are no UTF-8 text: replaced whole, and -v says so.
+    std::fs::write(&file, b"\xff\xfe garbage\n").unwrap();
+    let out = run(rlock_at(&server).args([
+        "-v",
+        "exec",
+        "-k",
+        "nightly",
+        "--metrics-file",
+        m,
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ]));
+    assert_eq!(out.code, 3, "{out}");
+    assert!(out.stderr.contains("replaced whole"), "{out}");
+    let s = parse(&file);
+    assert_eq!(sample(&s, "last_run_exit_code", "key=nightly"), Some(3.0));
 }

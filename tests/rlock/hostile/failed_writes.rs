@@ -132,11 +132,21 @@ fn a_token_that_could_not_be_printed_is_given_back_with_70() {
 fn data_that_could_not_be_written_ends_with_the_tables_code() {
     let server = RedisServer::start();
     acquire(&server, "held", &["--ttl", "1h"]);
+    let ran = crate::common::run(rlock_at(&server).args(["exec", "-k", "ran", "--", "true"]));
+    assert_eq!(ran.code, 0, "{ran}");
     for sink in SINKS {
-        // The table or JSON nobody can read: 70 for a full disk, 0 for a reader that left
-        // (`rlock inspect | head`) or output closed on purpose.
-        let want = if sink == Sink::Full { 70 } else { 0 };
-        for args in [&["inspect"][..], &["inspect", "--json", "-k", "held"]] {
+        // The table, JSON or help nobody can read: 70 for a full disk or a closed stdout (the
+        // data went nowhere), 0 for a reader that left (`rlock inspect | head`).
+        let want = if sink == Sink::NoReader { 0 } else { 70 };
+        for args in [
+            &["inspect"][..],
+            &["inspect", "--json", "-k", "held"],
+            &["inspect", "--history", "-k", "ran"],
+            &["inspect", "--history", "--json", "-k", "ran"],
+            &["--help"],
+            &["exec", "--help"],
+            &["--version"],
+        ] {
             assert_eq!(
                 code_with(&server, args, 1, sink),
                 want,

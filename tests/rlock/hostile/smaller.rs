@@ -45,3 +45,68 @@ fn durations_in_messages_are_rounded_to_what_a_person_reads() {
         "{out}"
     );
 }
+
+#[test]
+fn a_key_too_long_for_the_commands_environment_is_refused_before_the_lock_is_taken() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ran = dir.path().join("ran");
+    // $RLOCK_KEY=KEY must fit in one entry of the environment (128 KiB with its NUL).
+    let long = "k".repeat(128 * 1024 - 20);
+    let out = run(rlock_at(&server)
+        .args(["exec", "-k", &long, "--", "touch"])
+        .arg(&ran));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("too long for the command's environment")
+    );
+    assert!(
+        out.stderr.len() < 400,
+        "the message does not repeat the key"
+    );
+    assert!(!ran.exists(), "the command ran");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.conn())
+        .expect("KEYS");
+    assert!(keys.is_empty(), "nothing was locked: {} keys", keys.len());
+    // A long key that fits runs as ever, and its command sees it whole.
+    let fits = "k".repeat(100 * 1024);
+    let out = run(rlock_at(&server).args([
+        "exec",
+        "-k",
+        &fits,
+        "--",
+        "sh",
+        "-c",
+        "test ${#RLOCK_KEY} -eq 102400",
+    ]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
+#[test]
+fn a_lock_named_like_another_locks_helper_key_is_refused() {
+    let server = RedisServer::start();
+    assert_eq!(
+        run(rlock_at(&server).args(["exec", "-k", "{t}a", "--", "true"])).code,
+        0
+    );
+    for name in ["{t}a:history", "{t}a:state", "{t}a:q"] {
+        for args in [
+            &["exec", "-k", name, "--", "true"][..],
+            &["acquire", "-n", "-k", name],
+            &["inspect", "-k", name],
+        ] {
+            let out = run(rlock_at(&server).args(args));
+            assert_eq!(out.code, 2, "{args:?}: {out}");
+            assert!(out.stderr.contains("helper key of lock '{t}a'"), "{out}");
+        }
+    }
+    // The history of `{t}a` is untouched: one run, its own.
+    let out = run(rlock_at(&server).args(["inspect", "--history", "--json", "-k", "{t}a"]));
+    assert_eq!(out.code, 0, "{out}");
+    let runs: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(runs.as_array().map(Vec::len), Some(1), "{out}");
+}

@@ -60,7 +60,7 @@ fn secrets_on_the_holders_command_line_are_never_stored_or_shown() {
     let rlock_bin = env!("CARGO_BIN_EXE_rlock");
     // acquire records its parent's command line: a shell that has the secrets on it.
     let line = format!(
-        "DB_PASSWORD=hunter2 API_TOKEN=s3cr3t-tok {rlock_bin} -u {} acquire -k leak --ttl 1h \
+        "DB_PASSWORD=hunter2 API_TOKEN=s3cr3t-tok {rlock_bin} -u {} acquire --record-args -k leak --ttl 1h \
          && : --password hunter2 --api-key k3y-value redis://u:pw-in-url@h",
         server.url()
     );
@@ -251,7 +251,7 @@ fn the_holder_command_stored_in_redis_hides_a_url_password() {
     // The shell that runs rlock (not exec'd into it: `; true`) is the holder whose command line
     // is recorded, password and all.
     let script = format!(
-        r#""$RL" --url redis://:{PW}@127.0.0.1:{} acquire -k jobs; true"#,
+        r#""$RL" --url redis://:{PW}@127.0.0.1:{} acquire -k jobs --record-args; true"#,
         server.port()
     );
     let out = run(&mut sh(&script));

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const SOON: Duration = Duration::from_secs(10);
 
 /// A replica of `master`, returned once its link is up and the master counts it.
-fn replica_of(master: &RedisServer) -> RedisServer {
+pub(super) fn replica_of(master: &RedisServer) -> RedisServer {
     let replica =
         RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
     wait_until("the replica's link to its master", SOON, || {

@@ -57,8 +57,26 @@ pub fn rlock() -> Command {
     cmd
 }
 
-/// `rlock --url <server.url()>`; add the subcommand and its options.
+/// `rlock --url <server.url()>`; add the subcommand and its options. With `RLOCK_TEST_ACL`, as
+/// the documented ACL user (which `RedisServer` makes as it starts).
 pub fn rlock_at(server: &RedisServer) -> Command {
+    let mut cmd = rlock();
+    match crate::acl::suite_acl() {
+        Some(which) => {
+            let line = crate::acl::documented_acl(which);
+            let user = crate::acl::acl_user_of(&line);
+            cmd.arg("--url").arg(crate::acl::acl_url(server, user));
+        }
+        None => {
+            cmd.arg("--url").arg(server.url());
+        }
+    }
+    cmd
+}
+
+/// `rlock --url <server.url()>` as the default user, whatever `RLOCK_TEST_ACL` says: for the
+/// tests that compare it with users of their own, or use another prefix.
+pub fn rlock_as_default(server: &RedisServer) -> Command {
     let mut cmd = rlock();
     cmd.arg("--url").arg(server.url());
     cmd

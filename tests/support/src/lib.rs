@@ -7,6 +7,7 @@
 //! Every helper panics with a message that says what went wrong (and, for a server that will not
 //! come up, its log): a test that cannot set itself up fails, it never skips.
 
+pub mod acl;
 mod background;
 pub mod basic;
 mod binary;
@@ -39,7 +40,7 @@ pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
 // The paths the tests (`common::RedisServer`, …) and the benchmark use.
 pub use self::{
     background::Background,
-    binary::{Drain, Output, drain, rlock, rlock_at, rlock_bin, run},
+    binary::{Drain, Output, drain, rlock, rlock_as_default, rlock_at, rlock_bin, run},
     cli::redis_cli_bin,
     cluster::RedisCluster,
     features::{proxied_cluster_or_skip, tls_or_skip, tryagain_counted_or_skip},

@@ -57,7 +57,7 @@ impl RedisServer {
             let deadline = Instant::now() + READY_TIMEOUT;
             match wait_ready(&mut child, port, password.as_deref(), deadline) {
                 Ok(()) => {
-                    return RedisServer {
+                    let server = RedisServer {
                         pid: child.id() as i32,
                         child: Some(child),
                         port,
@@ -65,6 +65,8 @@ impl RedisServer {
                         password,
                         dir,
                     };
+                    crate::acl::make_suite_user(&server);
+                    return server;
                 }
                 Err(e) => {
                     kill_and_reap(&mut child);
@@ -143,6 +145,7 @@ impl RedisServer {
                 Ok(()) => {
                     self.pid = child.id() as i32;
                     self.child = Some(child);
+                    crate::acl::make_suite_user(self);
                     return;
                 }
                 Err(e) => {
