@@ -12,6 +12,8 @@ Examples:
   ...
   rlock release -k jobs
 
+Durations (DUR): 250ms, 30s, 5m, 1h 30m; a plain number is seconds (-w 10, --ttl 30).
+
 Exit codes: 0 ok, 1 inspect: not held, 2 usage, 65 not a lock (or another kind), 69 unavailable,
 70 internal, 75 busy, 76 lock lost during exec, 77 not owner / auth refused, 78 configuration,
 126/127 command not runnable / not found, 128+N command died of signal N. See rlock(1).";
@@ -81,6 +83,8 @@ and RLOCK_FENCE (the fencing token: a number that rises with every grant) in its
 TERM, INT, HUP, QUIT, USR1 and USR2 sent to rlock are passed on to it. If the lock cannot be
 renewed, the command gets --lost-signal by the lease deadline minus --grace and SIGKILL at the
 deadline, and rlock exits 76. Otherwise rlock exits with the command's status.
+
+A duration (DUR) without a unit is seconds: -w 10 is -w 10s, as flock and timeout read it.
 
 Exit codes: the command's own status when it ran; 75 busy (-n, or -w ran out; -E sets another),
 76 the lock was lost while the command ran (it was stopped), 65 the key is not a lock (or

@@ -16,7 +16,8 @@
 //! means "not yet", like a busy lock. The waiter tries again with backoff (at most 1 s apart,
 //! with jitter) until its wait ends, saying once when the outage began and once when it ended.
 //! A run that has never reached Redis rides an outage out only for the locker's `first_contact`
-//! (a typo in a port must not hang a cron job), then gives up (69).
+//! (a typo in a port must not hang a cron job), then gives up (69); so does a single try (`-n`),
+//! which is about the lock, not the server.
 //!
 //! The waiter is generic over its tries (`Tries`: one try at the lock, and the line, the wake
 //! channel and the first contact around it): `Locker::acquire` gives it a request's tries on the
@@ -164,15 +165,53 @@ pub(super) fn wait_for<T: Tries>(
     waiter.wait()
 }
 
-/// One try, no wait (`-n`). A signal that came during the request is answered once it returns
-/// (signals are not let interrupt rlock's system calls): a failure then reports the signal.
+/// One try at the lock, no wait (`-n`): `-n` concerns the lock, not the server, so a Redis that
+/// cannot be reached yet is tried again for the first contact, as any run does, and the first
+/// answer decides. A signal that came during the request is answered once it returns (signals
+/// are not let interrupt rlock's system calls): a failure then reports the signal.
 fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Result<Grant, Error> {
     let busy = |seen: Seen| Error::Busy {
         about: About::from(key),
         seen,
         waited: Waited::NotAtAll,
     };
-    match tries.attempt(false, None) {
+    let start = Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    let mut said = false;
+    let attempt = loop {
+        match tries.attempt(false, None) {
+            Err(failure) if failure.is_transient() => {
+                if let Some(signal) = hooks.interrupt.take() {
+                    return Err(interrupted(key, signal));
+                }
+                let Some(end) = start
+                    .checked_add(tries.first_contact())
+                    .filter(|&end| Instant::now() < end)
+                else {
+                    return Err(Error::NeverReached {
+                        last: Box::new(failure),
+                        tried_for: start.elapsed(),
+                    });
+                };
+                if !said {
+                    said = true;
+                    hooks.observer.observe(Note::OutageBegan {
+                        key: &key.name,
+                        failure: &failure,
+                        first_contact: Some(tries.first_contact()),
+                    });
+                }
+                let pause = backoff.mul_f64(0.75) + jitter().min(backoff / 4);
+                let until = (Instant::now() + pause).min(end);
+                if let Slept::Interrupted(signal) = sleep(&mut [], until, "", hooks.interrupt) {
+                    return Err(interrupted(key, signal));
+                }
+                backoff = (backoff * 2).min(OUTAGE_BACKOFF_MAX);
+            }
+            attempt => break attempt,
+        }
+    };
+    match attempt {
         Err(e) => Err(hooks
             .interrupt
             .take()

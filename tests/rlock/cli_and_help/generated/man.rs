@@ -22,8 +22,9 @@ use Block::{Item, P, Pre};
 pub(super) const DURATIONS: Section = Section {
     title: "DURATIONS",
     blocks: &[P(
-        "Every duration is a humantime string: `250ms`, `30s`, `5m`, `1h 30m`. A bare number is an \
-         error (rlock says which unit is missing), and so is a zero or negative `--ttl`.",
+        "Every duration is a humantime string: `250ms`, `30s`, `5m`, `1h 30m`. A plain number is \
+         seconds (`-w 10`, `--ttl 30`, `2.5`), as `flock` and `timeout` read it. A zero or \
+         negative `--ttl` is an error.",
     )],
 };
 
@@ -46,7 +47,8 @@ pub(super) const EXIT_STATUS: Section = Section {
         ),
         Item(
             "`65`",
-            "The key holds something rlock cannot treat as a lock (e.g. a list); nothing was \
+            "The key holds something rlock cannot treat as a lock (e.g. a list), or is held as \
+             another kind of lock (`--limit` with another N, `--shared`, exclusive); nothing was \
              changed.",
         ),
         Item(
@@ -54,8 +56,9 @@ pub(super) const EXIT_STATUS: Section = Section {
             "Redis unavailable: cannot connect, timed out, no quorum. A wait (no `-n`) rides \
              out an outage, trying again at most 1 s apart and saying on stderr when it began \
              and ended, and exits 69 only if the wait ends during it. A run that has never \
-             reached Redis tries for `--connect-timeout` (30 s by default), then exits 69 naming \
-             the address: a typo in a port never hangs a cron job.",
+             reached Redis tries for `--connect-timeout` (30 s by default), with `-n` too (which \
+             concerns the lock, not the server), then exits 69 naming the address: a typo in a \
+             port never hangs a cron job, and a restart of Redis does not fail it.",
         ),
         Item(
             "`70`",
