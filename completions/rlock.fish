@@ -52,6 +52,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s w -l wait -d 'Gi
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l limit -d 'Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of the key must ask the same N. --limit 1 is an ordinary lock' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l hold-at-least -d 'Nobody else gets the lock until DUR after the grant, by Redis\'s clock, even if the holder releases it sooner: the same cron line on several hosts runs once per schedule. `release --force` still frees it' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them' -r -F
@@ -145,6 +146,8 @@ USR1\t''
 USR2\t''
 ALRM\t''"
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l grace -d 'Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4]' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l timeout -d 'Stop the command after DUR, as timeout(1) does: --lost-signal to everything it started, SIGKILL --grace later; the lock is given back and rlock exits 124' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l hold-at-least -d 'Nobody else gets the lock until DUR after the grant, by Redis\'s clock, even if the holder releases it sooner: the same cron line on several hosts runs once per schedule. `release --force` still frees it' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l contain -d 'How everything the command starts is kept under the lock: `auto` runs it in a cgroup v2 of its own where rlock may make one (root, or a delegated systemd slice), else in the process tree below rlock\'s guardian; `tree` never makes a cgroup; `cgroup` makes one or fails (78). `-v` says which is in use' -r -f -a "auto\t'A cgroup where rlock may make one, else the process tree'
 cgroup\t'A cgroup, or the command does not start (exit 78)'
@@ -185,7 +188,7 @@ complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew insp
 # an option's value), or after `--`, complete it as that command's, as `complete -C` of the
 # command's words would. (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
 function __fish_rlock_exec_optspecs
-    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= label= program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet h/help
+    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= timeout= hold-at-least= label= program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet h/help
 end
 
 # Prints the command's words before the one being completed; fails outside the command.

@@ -149,6 +149,9 @@ fn to_json(l: &LockInfo) -> Value {
         "renewed_ms": l.renewed_ms,
         "stale": all_stale(l),
         "waiters": l.waiters,
+        "waiting": l.line.iter().map(|w| waiter_json(w, l.now_ms)).collect::<Vec<_>>(),
+        "held_until_ms": l.held_until_ms,
+        "command_ended": l.held_until_ms.is_some(),
         "kind": kind,
         "limit": limit,
         "holders": holders,
@@ -169,8 +172,20 @@ fn holder_json(h: &Holder, now_ms: i64) -> Value {
     })
 }
 
+/// A waiter in line: who it is, and since when it waits (server ms).
+fn waiter_json(w: &Holder, now_ms: i64) -> Value {
+    json!({
+        "host": w.host,
+        "pid": w.pid.as_ref().and_then(HolderPid::number),
+        "user": w.user,
+        "command": w.command,
+        "waiting_since_ms": w.since_ms,
+        "waited_ms": w.since_ms.map(|s| (now_ms - s).max(0)),
+    })
+}
+
 /// What makes two readings of the locks different for `--watch`: who holds what (kind, token,
-/// fence, holder, whether it is stale) and how many wait. The clocks (time left, held for,
+/// fence, holder, whether it is stale, a hold whose command ended) and who waits. The clocks (time left, held for,
 /// renewed) change at every look and are left out.
 fn change_key(locks: &[LockInfo]) -> String {
     let who = |h: &Holder| {
@@ -191,7 +206,16 @@ fn change_key(locks: &[LockInfo]) -> String {
             } else {
                 vec![json!([l.token, l.fence, who(&l.holder)])]
             };
-            json!([l.name, l.kind.as_str(), l.limit, l.waiters, holders])
+            let line: Vec<Value> = l.line.iter().map(|w| json!(who(w))).collect();
+            json!([
+                l.name,
+                l.kind.as_str(),
+                l.limit,
+                l.waiters,
+                holders,
+                line,
+                l.held_until_ms
+            ])
         })
         .collect();
     Value::Array(state).to_string()

@@ -1,5 +1,6 @@
-//! `inspect`'s table: one row per lock (one per holder of a semaphore or shared lock); and, apart
-//! from it, a note for each holder whose process is gone, saying how to break its lock.
+//! `inspect`'s table: one row per lock (one per holder of a semaphore or shared lock), then one
+//! per waiter in line; and, apart from it, a note for each holder whose process is gone, saying
+//! how to break its lock.
 
 use std::io::Write;
 
@@ -27,6 +28,7 @@ pub(super) fn write(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result
         } else {
             rows.push(lock_row(l));
         }
+        rows.extend(waiter_rows(l));
     }
     // Whatever a key or a holder field holds (another client wrote it, or a user name had a
     // newline), a lock is one row of printable cells of bounded width.
@@ -93,13 +95,14 @@ fn lock_row(l: &LockInfo) -> [String; COLUMNS] {
         format!("not a lock ({})", l.kind.as_str())
     };
     let ours = l.held() && l.ours();
+    let state = match l.held_until_ms {
+        _ if !l.held() => "free".into(),
+        Some(until) => format!("held until {}, command ended", server_time(until)),
+        None => "held".into(),
+    };
     [
         l.name.clone(),
-        if l.held() {
-            "held".into()
-        } else {
-            "free".into()
-        },
+        state,
         expires,
         holder,
         l.holder
@@ -145,6 +148,38 @@ fn holder_rows(l: &LockInfo) -> Vec<[String; COLUMNS]> {
             ]
         })
         .collect()
+}
+
+/// One row per waiter in line, first first: STATE says its place, HOLDER who it is, HELD how
+/// long it has waited, COMMAND its label or command.
+fn waiter_rows(l: &LockInfo) -> Vec<[String; COLUMNS]> {
+    let dash = || "-".to_string();
+    l.line
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            [
+                String::new(),
+                format!("waiting {}", i + 1),
+                dash(),
+                if w.host.is_some() {
+                    who(w, l.now_ms)
+                } else {
+                    "?".into()
+                },
+                w.since_ms.map_or_else(dash, |s| human_ms(l.now_ms - s)),
+                dash(),
+                String::new(),
+                w.command.clone().unwrap_or_else(dash),
+            ]
+        })
+        .collect()
+}
+
+/// A time by the server's clock (ms since the epoch), to the second, in UTC.
+fn server_time(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(at).to_string()
 }
 
 /// `alice@build-7 pid 4411`, and `(stale)` when that process is gone from this host.
