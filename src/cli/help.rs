@@ -55,7 +55,10 @@ With keys, exits 0 if every one is held and 1 if any is free.
 RENEWED says when each holder's lease was last renewed (or taken). A holder on this host whose
 process is gone is marked stale (\"stale\": true in JSON), and a line on stderr gives the command
 that breaks its lock; holders on other hosts never are. Stdout carries only the table (a header,
-then one row per lock) or the JSON, so `rlock inspect | tail -n +2` counts locks.
+then one row per lock) or the JSON, so `rlock inspect | tail -n +2` counts locks. With -k, each
+lock's waiters follow it, a row each in line order (STATE 'waiting N', HELD how long it has
+waited); --json lists them in 'waiting' for every lock. A lock kept by --hold-at-least after its
+command ended says 'held until ..., command ended'.
 
 --watch shows the locks again every DUR (2s by default) until Ctrl-C or SIGTERM, and rlock then
 dies of that signal. On a terminal the table is redrawn in place. Otherwise, and with --json (one
@@ -71,6 +74,7 @@ command. --json prints an array of runs.
 Examples:
   rlock inspect                        # every lock under the prefix
   rlock inspect -q -k jobs && echo locked
+  rlock inspect -k deploy              # who holds it, and who waits for it, in line order
   rlock inspect -k jobs --json
   rlock inspect --watch                # redraw every 2s until Ctrl-C
   rlock inspect --watch 500ms --json | jq -c '.[] | {key, fence}'

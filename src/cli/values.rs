@@ -23,7 +23,9 @@ pub fn duration(s: &str) -> Result<Duration, String> {
             }
             e => e.to_string(),
         };
-        format!("'{s}' is not a duration ({why}); try e.g. 30, 30s, 250ms, 5m, '1h 30m'")
+        format!(
+            "'{s}' is not a duration ({why}); try e.g. 30s, 250ms, 5m, '1h 30m' or 30 (seconds)"
+        )
     })
 }
 

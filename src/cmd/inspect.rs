@@ -33,7 +33,7 @@ pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         ctx.note(format_args!("{}", nothing_held(ctx)));
     } else {
         let mut out = std::io::stdout().lock();
-        table::write(&mut out, &locks)?;
+        table::write(&mut out, &locks, !args.keys.is_empty())?;
         out.flush()?;
     }
     // Hints are not data: stdout carries the table alone, so `rlock inspect | tail -n +2`
@@ -80,12 +80,13 @@ fn stale(h: &Holder) -> bool {
     }
 }
 
-/// Every holder of `l` is stale: nothing alive holds it (as far as this host can tell).
+/// Every holder of `l` is stale: nothing alive holds it (as far as this host can tell). A lock
+/// kept by --hold-at-least after its command ended is held on purpose, never stale.
 fn all_stale(l: &LockInfo) -> bool {
     if l.limit.is_some() {
         !l.holders.is_empty() && l.holders.iter().all(|h| stale(&h.holder))
     } else {
-        l.held() && l.ours() && stale(&l.holder)
+        l.held() && l.ours() && l.held_until_ms.is_none() && stale(&l.holder)
     }
 }
 
@@ -100,7 +101,14 @@ fn json_doc(args: &InspectArgs, locks: &[LockInfo]) -> Value {
 }
 
 fn to_json(l: &LockInfo) -> Value {
-    let holder = l.ours().then(|| holder_json(&l.holder, l.now_ms));
+    let holder = l.ours().then(|| {
+        let mut h = holder_json(&l.holder, l.now_ms);
+        if l.held_until_ms.is_some() {
+            // Its command ended, and the lock stays on purpose (--hold-at-least).
+            h["stale"] = json!(false);
+        }
+        h
+    });
     // Every holder: the one of a lock, or each of a semaphore or shared lock.
     let holders: Vec<Value> = if l.limit.is_some() {
         l.holders

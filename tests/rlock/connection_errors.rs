@@ -312,9 +312,14 @@ fn op_timeout_comes_from_the_environment_too() {
     acquire(&server, "jobs", &["--ttl", "60s"]);
     server.freeze();
     let (out, took) = run_within(
-        rlock_at(&server)
-            .env("RLOCK_OP_TIMEOUT", "300ms")
-            .args(["acquire", "-k", "other", "-n"]),
+        rlock_at(&server).env("RLOCK_OP_TIMEOUT", "300ms").args([
+            "--connect-timeout",
+            "0",
+            "acquire",
+            "-k",
+            "other",
+            "-n",
+        ]),
         Duration::from_secs(10),
     );
     server.thaw();
@@ -551,10 +556,18 @@ fn a_plain_port_spoken_to_in_tls_suggests_redis() {
     assert_ne!(out.code, 0, "{out}");
     assert!(!out.stderr.contains("does not speak TLS"), "{out}");
     assert!(out.stderr.to_lowercase().contains("certificate"), "{out}");
-    // A frozen one times out, as any frozen server.
+    // A frozen one times out, as any frozen server (one try: --connect-timeout 0).
     tls.server.freeze();
     let out = run(rlock()
-        .args(["--url", &real, "--op-timeout", "500ms", "--tls-ca"])
+        .args([
+            "--url",
+            &real,
+            "--op-timeout",
+            "500ms",
+            "--connect-timeout",
+            "0",
+        ])
+        .arg("--tls-ca")
         .arg(&certs.ca)
         .args(["acquire", "-n", "-k", "x"]));
     tls.server.thaw();

@@ -90,7 +90,21 @@ fn a_released_hold_stays_taken_until_forced() {
 
     let out = run(rlock_at(&server).args(["inspect", "-k", "h"]));
     assert_eq!(out.code, 0, "held: {out}");
-    assert!(out.stdout.contains("command ended"), "{out}");
+    assert!(
+        out.stdout.contains("held until ") && out.stdout.contains(", command ended"),
+        "{out}"
+    );
+    // The holder is gone on purpose: not stale, and no hint to break it.
+    assert!(
+        !out.stdout.contains("stale") && out.stderr.is_empty(),
+        "{out}"
+    );
+    let json = run(rlock_at(&server).args(["inspect", "-k", "h", "--json"]));
+    let json: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    assert_eq!(json["command_ended"], true, "{json}");
+    assert_eq!(json["stale"], false, "{json}");
+    let until = json["held_until_ms"].as_i64().expect("held_until_ms");
+    assert!(until - redis_now_ms(&server) > 3_500_000, "{json}");
     let out = run(rlock_at(&server).args(["acquire", "-k", "h", "-n"]));
     assert_eq!(out.code, 75, "{out}");
 
