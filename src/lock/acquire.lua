@@ -168,10 +168,11 @@ record[#record + 1] = "try"
 record[#record + 1] = r.try
 redis.call("HSET", state, unpack(record))
 redis.call("SET", lock, token, "PX", math.max(ttl, hold))
-redis.call("HDEL", state, "released", "broken", "next", "next_until", "hold_until")
+-- Out of the line, with what it kept of this waiter (common.lua's leave_line, in one HDEL).
+redis.call("HDEL", state, "released", "broken", "next", "next_until", "hold_until", "w:" .. token)
 if hold > 0 then
   redis.call("HSET", state, "hold_until", now + hold)
 end
-leave_line(queue, state, token)
+redis.call("ZREM", queue, token)
 keep_alive(state, math.max(ttl, hold) + KEEP_MS)
 return reply("ok", "fence", fence, "ttl", ttl)

@@ -206,8 +206,8 @@ end
 local current = redis.call("GET", lock)
 if current == token then
   local h = recording and holder_of(state, token)
-  local mine = redis.call("HGET", state, "token") == token
-  local hold_until = mine and tonumber(redis.call("HGET", state, "hold_until"))
+  local kept = redis.call("HMGET", state, "token", "hold_until")
+  local hold_until = kept[1] == token and tonumber(kept[2])
   if hold_until and hold_until > now then
     if redis.call("HEXISTS", state, "released") == 1 then
       return reply("already")
