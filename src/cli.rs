@@ -12,7 +12,9 @@ mod parse;
 pub mod usage;
 mod values;
 pub use parse::{SUBCOMMANDS, parse, subcommand_names};
-use values::{SignalParser, duration, non_empty, op_timeout, ttl_duration, watch_interval};
+use values::{
+    SignalParser, duration, non_empty, op_timeout, positive_duration, ttl_duration, watch_interval,
+};
 
 /// A Redis-backed distributed lock for shell scripts, cron jobs and CI pipelines.
 ///
@@ -266,6 +268,9 @@ pub struct AcquireArgs {
     #[command(flatten)]
     pub label: LabelArg,
 
+    #[command(flatten)]
+    pub hold: HoldArg,
+
     /// Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`.
     #[arg(long, conflicts_with = "json")]
     pub export: bool,
@@ -318,6 +323,25 @@ pub struct LabelArg {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub program_only: bool,
+}
+
+/// How long the lock stays taken after its grant, whatever the holder does.
+#[derive(Debug, Args, Clone)]
+pub struct HoldArg {
+    /// Nobody else gets the lock until DUR after the grant, by Redis's clock, even if the holder
+    /// releases it sooner: the same cron line on several hosts runs once per schedule. `release
+    /// --force` still frees it.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "RLOCK_HOLD_AT_LEAST",
+        hide_env_values = true,
+        conflicts_with_all = ["limit", "shared"],
+        value_parser = ttl_duration,
+        allow_hyphen_values = true,
+        value_hint = ValueHint::Other
+    )]
+    pub hold_at_least: Option<Duration>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -474,6 +498,22 @@ pub struct ExecArgs {
     /// Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4].
     #[arg(long, value_name = "DUR", value_parser = duration, allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub grace: Option<Duration>,
+
+    /// Stop the command after DUR, as timeout(1) does: --lost-signal to everything it started,
+    /// SIGKILL --grace later; the lock is given back and rlock exits 124.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "RLOCK_TIMEOUT",
+        hide_env_values = true,
+        value_parser = positive_duration,
+        allow_hyphen_values = true,
+        value_hint = ValueHint::Other
+    )]
+    pub timeout: Option<Duration>,
+
+    #[command(flatten)]
+    pub hold: HoldArg,
 
     #[command(flatten)]
     pub label: LabelArg,

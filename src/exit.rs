@@ -30,6 +30,7 @@ pub enum Code {
     Lost = 76,
     NotPermitted = 77,
     Config = 78,
+    TimedOut = 124,
     CannotRun = 126,
     NotFound = 127,
 }
@@ -98,6 +99,14 @@ pub enum Failure {
     /// The lock was lost while the command ran, or before it started.
     #[error("{}", lines::lost(.about, .how))]
     Lost { about: About, how: LostHow },
+    /// The command ran until its time limit (`--timeout`) and was stopped; the lock was given
+    /// back. It exits 124, as `timeout` does.
+    #[error("{}", lines::timed_out(.about, *.limit, *.signal))]
+    TimedOut {
+        about: About,
+        limit: Duration,
+        signal: Signal,
+    },
     /// The token does not own the lock. (Credentials Redis refused are a `Redis` fault.)
     #[error("{}", lines::refused(.about, *.refused))]
     NotPermitted { about: About, refused: Refused },
@@ -232,6 +241,7 @@ impl Failure {
             Failure::NeverReached { .. } => Code::Unavailable,
             Failure::Busy { .. } => Code::Busy,
             Failure::Lost { .. } => Code::Lost,
+            Failure::TimedOut { .. } => Code::TimedOut,
             Failure::NotPermitted { .. } => Code::NotPermitted,
             Failure::Config(_) => Code::Config,
             Failure::Interrupted { .. } => return None,

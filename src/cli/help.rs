@@ -12,9 +12,12 @@ Examples:
   ...
   rlock release -k jobs
 
+Durations (DUR): 250ms, 30s, 5m, 1h 30m; a plain number is seconds (-w 10, --ttl 30).
+
 Exit codes: 0 ok, 1 inspect: not held, 2 usage, 65 not a lock (or another kind), 69 unavailable,
 70 internal, 75 busy, 76 lock lost during exec, 77 not owner / auth refused, 78 configuration,
-126/127 command not runnable / not found, 128+N command died of signal N. See rlock(1).";
+124 exec --timeout ran out, 126/127 command not runnable / not found, 128+N command died of
+signal N. See rlock(1).";
 
 /// `rlock acquire --help`.
 pub const ACQUIRE: &str = "\
@@ -52,7 +55,10 @@ With keys, exits 0 if every one is held and 1 if any is free.
 RENEWED says when each holder's lease was last renewed (or taken). A holder on this host whose
 process is gone is marked stale (\"stale\": true in JSON), and a line on stderr gives the command
 that breaks its lock; holders on other hosts never are. Stdout carries only the table (a header,
-then one row per lock) or the JSON, so `rlock inspect | tail -n +2` counts locks.
+then one row per lock) or the JSON, so `rlock inspect | tail -n +2` counts locks. With -k, each
+lock's waiters follow it, a row each in line order (STATE 'waiting N', HELD how long it has
+waited); --json lists them in 'waiting' for every lock. A lock kept by --hold-at-least after its
+command ended says 'held until ..., command ended'.
 
 --watch shows the locks again every DUR (2s by default) until Ctrl-C or SIGTERM, and rlock then
 dies of that signal. On a terminal the table is redrawn in place. Otherwise, and with --json (one
@@ -68,6 +74,7 @@ command. --json prints an array of runs.
 Examples:
   rlock inspect                        # every lock under the prefix
   rlock inspect -q -k jobs && echo locked
+  rlock inspect -k deploy              # who holds it, and who waits for it, in line order
   rlock inspect -k jobs --json
   rlock inspect --watch                # redraw every 2s until Ctrl-C
   rlock inspect --watch 500ms --json | jq -c '.[] | {key, fence}'
@@ -82,10 +89,13 @@ TERM, INT, HUP, QUIT, USR1 and USR2 sent to rlock are passed on to it. If the lo
 renewed, the command gets --lost-signal by the lease deadline minus --grace and SIGKILL at the
 deadline, and rlock exits 76. Otherwise rlock exits with the command's status.
 
+A duration (DUR) without a unit is seconds: -w 10 is -w 10s, as flock and timeout read it.
+
 Exit codes: the command's own status when it ran; 75 busy (-n, or -w ran out; -E sets another),
 76 the lock was lost while the command ran (it was stopped), 65 the key is not a lock (or
 another kind of lock), 69 Redis unavailable, 70 internal error, 77 Redis refused the password or
-the ACL, 78 configuration (URL, TLS, files), 2 usage, 126 the command cannot run, 127 not found,
+the ACL, 78 configuration (URL, TLS, files), 2 usage, 124 the command ran past --timeout (it
+was stopped), 126 the command cannot run, 127 not found,
 128+N the command or rlock's wait ended by signal N.
 
 Each run is recorded in the lock's history in Redis when it ends (see `rlock inspect --history`);

@@ -5,18 +5,13 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-/// Parses a humantime duration; a bare number is refused with a hint about the missing unit.
+/// Parses a humantime duration; a plain number is seconds (`10`, `2.5`), as `flock -w` and
+/// `timeout` read it.
 pub fn duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    if s.chars().all(|c| c == '0' || c == '.') && !s.is_empty() {
-        return Err(format!(
-            "'{s}' is zero: a duration needs a unit and must be positive, e.g. '30s'"
-        ));
-    }
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.') {
-        return Err(format!(
-            "'{s}' has no unit: write e.g. '{s}s' (seconds) or '{s}ms' (milliseconds)"
-        ));
+    if let Some(seconds) = plain_seconds(s) {
+        return Duration::try_from_secs_f64(seconds)
+            .map_err(|_| format!("'{s}' is too long: at most 365d"));
     }
     if s.starts_with('-') {
         return Err(format!("'{s}' is negative: durations must be positive"));
@@ -28,8 +23,20 @@ pub fn duration(s: &str) -> Result<Duration, String> {
             }
             e => e.to_string(),
         };
-        format!("'{s}' is not a duration ({why}); try e.g. 30s, 250ms, 5m, '1h 30m'")
+        format!(
+            "'{s}' is not a duration ({why}); try e.g. 30s, 250ms, 5m, '1h 30m' or 30 (seconds)"
+        )
     })
+}
+
+/// `10` or `2.5`: digits with at most one decimal point, which `duration` reads as seconds.
+fn plain_seconds(s: &str) -> Option<f64> {
+    let digits = s.chars().filter(char::is_ascii_digit).count();
+    let points = s.chars().filter(|&c| c == '.').count();
+    if digits == 0 || points > 1 || digits + points != s.chars().count() {
+        return None;
+    }
+    s.parse().ok()
 }
 
 /// A duration of at least one millisecond.
@@ -144,7 +151,18 @@ mod tests {
     fn durations() {
         assert_eq!(duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(duration("1h 30m").unwrap(), Duration::from_secs(5400));
-        assert!(duration("30").unwrap_err().contains("no unit"));
+        assert_eq!(duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(duration("2.5").unwrap(), Duration::from_millis(2500));
+        assert_eq!(duration("0").unwrap(), Duration::ZERO);
+        assert!(duration("1.2.3").is_err());
+        assert!(duration(".").is_err());
+        assert!(positive_duration("0").unwrap_err().contains("too short"));
+        assert!(ttl_duration("1e9").is_err());
+        assert!(
+            ttl_duration("99999999999")
+                .unwrap_err()
+                .contains("too long")
+        );
         assert!(duration("-5s").is_err());
         assert!(positive_duration("0s").is_err());
         assert!(ttl_duration("300000000y").unwrap_err().contains("too long"));
@@ -155,7 +173,7 @@ mod tests {
                 .unwrap_err()
                 .contains("at least 100ms")
         );
-        assert!(watch_interval("2").unwrap_err().contains("no unit"));
+        assert_eq!(watch_interval("2").unwrap(), Duration::from_secs(2));
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
                 sharing,
                 wait: &args.wait,
                 who,
+                hold: args.hold.hold_at_least,
             };
             take(&locker, ask, &signals, ctx)?
         }

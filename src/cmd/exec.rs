@@ -47,7 +47,7 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // The lock first: the next holder waits for nothing else. The run goes on record right
     // after, by a script of its own, should the release give the lock back.
     let run = if outcome.lost.is_none() && !outcome.leftovers {
-        record.at_release(&finished(&outcome), died_of)
+        record.at_release(&finished(args, &held, &outcome), died_of)
     } else {
         None
     };
@@ -181,6 +181,7 @@ fn acquire(
         sharing: super::sharing(locker, &args.sharing)?,
         wait: &args.wait,
         who: exec_holder(args),
+        hold: args.hold.hold_at_least,
     };
     let observer = ExecWait {
         ctx,
@@ -336,7 +337,11 @@ fn supervise(
     let renews = held.owner != Owner::OuterExec;
     let outcome = std::thread::scope(|s| {
         let keeper = LeaseKeeper::new(s, locker, &held.grant, held.lease, renews, reports);
-        let enforce = keeper.enforce(args.lost_signal);
+        let mut enforce = keeper.enforce(args.lost_signal);
+        // Counted from the command's start, which is now: it has just been launched.
+        enforce.time_limit = args
+            .timeout
+            .and_then(|limit| Instant::now().checked_add(limit));
         supervise::supervise(&mut guardian, signals, keeper, enforce, terminal, ctx)
     });
     (
@@ -429,9 +434,10 @@ fn release(ctx: &Context, locker: &Locker, held: &Held) {
     }
 }
 
-/// Step 5: the command's status, 76 for a lost lock, or death by SIGINT as the command's.
+/// Step 5: the command's status, 76 for a lost lock, 124 for a command stopped at its time
+/// limit, or death by SIGINT as the command's.
 fn exit(args: &ExecArgs, held: &Held, outcome: Outcome, lost: Option<LostHow>) -> Result<Exit> {
-    let end = finished(&outcome);
+    let end = finished(args, held, &outcome);
     let how = outcome.lost.map(|loss| LostHow::Running {
         loss,
         signal: args.lost_signal,
@@ -445,14 +451,23 @@ fn exit(args: &ExecArgs, held: &Held, outcome: Outcome, lost: Option<LostHow>) -
         let about = About::Lock(held.grant.key.name.clone());
         return Err(Failure::Lost { about, how }.into());
     }
-    Ok(end)
+    end
 }
 
-/// The command's end as rlock's: its status, or death by SIGINT as the command's.
-fn finished(outcome: &Outcome) -> Exit {
-    if outcome.signal == Some(Signal::SIGINT) {
+/// The command's end as rlock's: 124 when it was stopped at its time limit, else its status,
+/// or death by SIGINT as the command's.
+fn finished(args: &ExecArgs, held: &Held, outcome: &Outcome) -> Result<Exit> {
+    if let (true, Some(limit)) = (outcome.timed_out, args.timeout) {
+        return Err(Failure::TimedOut {
+            about: About::Lock(held.grant.key.name.clone()),
+            limit,
+            signal: args.lost_signal,
+        }
+        .into());
+    }
+    Ok(if outcome.signal == Some(Signal::SIGINT) {
         Exit::Signal(Signal::SIGINT)
     } else {
         Exit::Code(outcome.code)
-    }
+    })
 }

@@ -33,7 +33,7 @@ pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         ctx.note(format_args!("{}", nothing_held(ctx)));
     } else {
         let mut out = crate::output::stdout()?;
-        table::write(&mut out, &locks)?;
+        table::write(&mut out, &locks, !args.keys.is_empty())?;
         out.flush()?;
     }
     // Hints are not data: stdout carries the table alone, so `rlock inspect | tail -n +2`
@@ -80,12 +80,13 @@ fn stale(h: &Holder) -> bool {
     }
 }
 
-/// Every holder of `l` is stale: nothing alive holds it (as far as this host can tell).
+/// Every holder of `l` is stale: nothing alive holds it (as far as this host can tell). A lock
+/// kept by --hold-at-least after its command ended is held on purpose, never stale.
 fn all_stale(l: &LockInfo) -> bool {
     if l.limit.is_some() {
         !l.holders.is_empty() && l.holders.iter().all(|h| stale(&h.holder))
     } else {
-        l.held() && l.ours() && stale(&l.holder)
+        l.held() && l.ours() && l.held_until_ms.is_none() && stale(&l.holder)
     }
 }
 
@@ -100,7 +101,14 @@ fn json_doc(args: &InspectArgs, locks: &[LockInfo]) -> Value {
 }
 
 fn to_json(l: &LockInfo) -> Value {
-    let holder = l.ours().then(|| holder_json(&l.holder, l.now_ms));
+    let holder = l.ours().then(|| {
+        let mut h = holder_json(&l.holder, l.now_ms);
+        if l.held_until_ms.is_some() {
+            // Its command ended, and the lock stays on purpose (--hold-at-least).
+            h["stale"] = json!(false);
+        }
+        h
+    });
     // Every holder: the one of a lock, or each of a semaphore or shared lock.
     let holders: Vec<Value> = if l.limit.is_some() {
         l.holders
@@ -149,6 +157,9 @@ fn to_json(l: &LockInfo) -> Value {
         "renewed_ms": l.renewed_ms,
         "stale": all_stale(l),
         "waiters": l.waiters,
+        "waiting": l.line.iter().map(|w| waiter_json(w, l.now_ms)).collect::<Vec<_>>(),
+        "held_until_ms": l.held_until_ms,
+        "command_ended": l.held_until_ms.is_some(),
         "kind": kind,
         "limit": limit,
         "holders": holders,
@@ -169,8 +180,20 @@ fn holder_json(h: &Holder, now_ms: i64) -> Value {
     })
 }
 
+/// A waiter in line: who it is, and since when it waits (server ms).
+fn waiter_json(w: &Holder, now_ms: i64) -> Value {
+    json!({
+        "host": w.host,
+        "pid": w.pid.as_ref().and_then(HolderPid::number),
+        "user": w.user,
+        "command": w.command,
+        "waiting_since_ms": w.since_ms,
+        "waited_ms": w.since_ms.map(|s| (now_ms - s).max(0)),
+    })
+}
+
 /// What makes two readings of the locks different for `--watch`: who holds what (kind, token,
-/// fence, holder, whether it is stale) and how many wait. The clocks (time left, held for,
+/// fence, holder, whether it is stale, a hold whose command ended) and who waits. The clocks (time left, held for,
 /// renewed) change at every look and are left out.
 fn change_key(locks: &[LockInfo]) -> String {
     let who = |h: &Holder| {
@@ -191,7 +214,16 @@ fn change_key(locks: &[LockInfo]) -> String {
             } else {
                 vec![json!([l.token, l.fence, who(&l.holder)])]
             };
-            json!([l.name, l.kind.as_str(), l.limit, l.waiters, holders])
+            let line: Vec<Value> = l.line.iter().map(|w| json!(who(w))).collect();
+            json!([
+                l.name,
+                l.kind.as_str(),
+                l.limit,
+                l.waiters,
+                holders,
+                line,
+                l.held_until_ms
+            ])
         })
         .collect();
     Value::Array(state).to_string()

@@ -28,6 +28,8 @@ pub enum Outcome {
     Signal,
     /// The lock was lost while the command ran (76).
     Lost,
+    /// The command was stopped at its time limit, `--timeout` (124).
+    TimedOut,
     /// A signal ended the wait, or came before the command started (128+N).
     Interrupted,
     /// Busy, and not waiting (`-n`): 75 or `-E`.
@@ -42,11 +44,12 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in the order the metrics list them.
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Ok,
         Outcome::Failed,
         Outcome::Signal,
         Outcome::Lost,
+        Outcome::TimedOut,
         Outcome::Interrupted,
         Outcome::Busy,
         Outcome::GaveUp,
@@ -55,7 +58,7 @@ impl Outcome {
     ];
 
     /// Every outcome's name.
-    pub fn names() -> [&'static str; 9] {
+    pub fn names() -> [&'static str; 10] {
         Outcome::ALL.map(Outcome::as_str)
     }
 
@@ -65,6 +68,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Signal => "signal",
             Outcome::Lost => "lost",
+            Outcome::TimedOut => "timed-out",
             Outcome::Interrupted => "interrupted",
             Outcome::Busy => "busy",
             Outcome::GaveUp => "gave-up",
@@ -84,6 +88,7 @@ impl Outcome {
             Failure::Busy { .. } => (Outcome::GaveUp, None),
             Failure::Interrupted { signal, .. } => (Outcome::Interrupted, Some(*signal)),
             Failure::Lost { .. } => (Outcome::Lost, None),
+            Failure::TimedOut { .. } => (Outcome::TimedOut, None),
             Failure::CannotRun { .. } => (Outcome::NotRun, None),
             f if f.code() == Some(Code::Unavailable) => (Outcome::Unavailable, None),
             _ => return None,
@@ -174,38 +179,51 @@ impl<'a> Recorder<'a> {
     /// The run ended as `exit` says; `died_of` is the signal the command died of, if it did.
     pub fn ended(&self, exit: &Result<Exit>, died_of: Option<Signal>) {
         match exit {
-            Ok(exit) => {
-                let (outcome, code, signal) = Self::end_of(exit, died_of);
-                self.keep(outcome, code, signal, true);
-            }
             Err(e) => {
                 if let Some(f) = e.downcast_ref::<Failure>() {
                     self.failed(f);
                 }
             }
+            Ok(_) => {
+                if let Some((outcome, code, signal)) = self.end_of(exit, died_of) {
+                    self.keep(outcome, code, signal, true);
+                }
+            }
         }
     }
 
-    /// How a run that ended with `exit` is on record.
-    fn end_of(exit: &Exit, died_of: Option<Signal>) -> (Outcome, i64, Option<Signal>) {
-        match *exit {
-            Exit::Code(0) => (Outcome::Ok, 0, None),
-            Exit::Code(code) if died_of.is_some() => (Outcome::Signal, i64::from(code), died_of),
-            Exit::Code(code) => (Outcome::Failed, i64::from(code), None),
-            Exit::Signal(s) => (Outcome::Signal, 128 + s as i64, Some(s)),
-        }
+    /// How a run that ended with `exit` is on record; None for failures that are no run.
+    fn end_of(
+        &self,
+        exit: &Result<Exit>,
+        died_of: Option<Signal>,
+    ) -> Option<(Outcome, i64, Option<Signal>)> {
+        Some(match exit {
+            Ok(Exit::Code(0)) => (Outcome::Ok, 0, None),
+            Ok(Exit::Code(code)) if died_of.is_some() => {
+                (Outcome::Signal, i64::from(*code), died_of)
+            }
+            Ok(Exit::Code(code)) => (Outcome::Failed, i64::from(*code), None),
+            Ok(Exit::Signal(s)) => (Outcome::Signal, 128 + *s as i64, Some(*s)),
+            Err(e) => {
+                let failure = e.downcast_ref::<Failure>()?;
+                let (outcome, signal) = Outcome::of_failure(failure)?;
+                let code = failure.exit_code(self.args.wait.conflict_exit_code);
+                (outcome, i64::from(code), signal)
+            }
+        })
     }
 
     /// The run as it ends with `exit`, for the release to record should it give the lock back
     /// (release.lua says so, record.lua writes it): None when the history is off or the run is not ours,
     /// and on Redlock, where a release can give the lock back on some masters and find it lost
     /// on the others: one run would then be on record twice, ended two ways.
-    pub fn at_release(&self, exit: &Exit, died_of: Option<Signal>) -> Option<HoldRecord> {
+    pub fn at_release(&self, exit: &Result<Exit>, died_of: Option<Signal>) -> Option<HoldRecord> {
         let history = &self.args.record.history;
         if !self.ours || history.history_limit == 0 || self.locker.is_quorum() {
             return None;
         }
-        let (outcome, code, signal) = Self::end_of(exit, died_of);
+        let (outcome, code, signal) = self.end_of(exit, died_of)?;
         let keep = Keep {
             runs: history.history_limit,
             ttl: history.history_ttl,
@@ -304,6 +322,7 @@ impl<'a> Recorder<'a> {
             code: Some(code),
             signal: signal.map(|s| s.as_str().trim_start_matches("SIG").to_string()),
             by: None,
+            held_until_ms: None,
         }
     }
 }

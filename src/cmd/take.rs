@@ -22,6 +22,8 @@ pub struct Ask<'a> {
     pub wait: &'a WaitArgs,
     /// Who holds it (`holder`).
     pub who: Identity,
+    /// How long after the grant it stays taken, whatever the holder does (--hold-at-least).
+    pub hold: Option<Duration>,
 }
 
 /// Takes the lock `ask` names, for a fresh token, waiting as its options say: a signal that
@@ -40,6 +42,7 @@ pub fn take(
         ttl: ask.ttl,
         sharing: ask.sharing,
         who: &ask.who,
+        hold: ask.hold,
     };
     let policy = WaitPolicy {
         wait: ask.wait.wait,

@@ -109,6 +109,16 @@ pub(super) fn lost(about: &About, how: &LostHow) -> String {
     }
 }
 
+/// `the command under lock 'nightly' ran for its --timeout of 30m and was stopped (TERM, then
+/// KILL after --grace)`
+pub(super) fn timed_out(about: &About, limit: Duration, signal: Signal) -> String {
+    format!(
+        "the command under {about} ran for its --timeout of {} and was stopped ({}, then KILL after --grace)",
+        crate::lock::human_duration(limit),
+        signal.as_str().trim_start_matches("SIG")
+    )
+}
+
 pub(super) fn refused(about: &About, refused: Refused) -> String {
     match refused {
         Refused::ReleaseHeldByOther => format!(

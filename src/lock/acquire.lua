@@ -11,7 +11,11 @@
 --         exclusive lock, "limit" for a semaphore, "shared" for a shared lock); limit (the
 --         semaphore's N); pidns (the holder's pid namespace, for inspect's stale check; may be
 --         empty); try (the number of this try, rising with each try of the process that made the
---         token: a grant records the latest try that took or confirmed it, which leave.lua reads)
+--         token: a grant records the latest try that took or confirmed it, which leave.lua reads);
+--         hold (optional, ms: --hold-at-least): the grant records "hold_until" (now + hold, by
+--         this server's clock) in the state, and the lock lives at least that long, so that a
+--         release before then leaves it to expire then (release.lua) and a holder that dies
+--         does not free it sooner
 -- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
 --   "ok" fence ttl                        granted: the fence, the lease (ms)
 --   "busy" pttl now host pid user since cmd [holders limit ahead] [place]
@@ -35,6 +39,7 @@ local a = args()
 local token, ttl, check, channel = a.token, tonumber(a.ttl), tonumber(a.check), a.channel
 local now, now_us = now_ms()
 local mode, limit = a.mode or "", tonumber(a.limit) or 0
+local hold = tonumber(a.hold) or 0
 -- The request, as slot.lua's wait_in_line and take_slot read it.
 local r = {lock = lock, state = state, queue = queue, token = token, ttl = ttl, now = now,
   now_us = now_us, join = a.join == "1", channel = channel, mode = mode, limit = limit,
@@ -132,7 +137,7 @@ if next_in_line and next_in_line ~= token then
     return reply("queued", "wait", until_ms - now, "now", now)
   end
   -- It did not claim the lock in time (it died, or missed its wake-up): it loses its turn.
-  redis.call("ZREM", queue, next_in_line)
+  leave_line(queue, state, next_in_line)
 end
 -- So does a waiter told of a free slot of a semaphore or shared lock that since went.
 while true do
@@ -141,7 +146,7 @@ while true do
   if not until_go or until_go > now then
     break
   end
-  redis.call("ZREM", queue, first)
+  leave_line(queue, state, first)
   redis.call("HDEL", state, "go:" .. first)
 end
 -- Someone else is first in line: the lock is theirs (a holder that expired handed nothing),
@@ -166,8 +171,12 @@ local record = holder_hset(token, holder_fields(r.who, fence, now, ttl))
 record[#record + 1] = "try"
 record[#record + 1] = r.try
 redis.call("HSET", state, unpack(record))
-redis.call("SET", lock, token, "PX", ttl)
-redis.call("HDEL", state, "released", "broken", "next", "next_until")
+redis.call("SET", lock, token, "PX", math.max(ttl, hold))
+-- Out of the line, with what it kept of this waiter (common.lua's leave_line, in one HDEL).
+redis.call("HDEL", state, "released", "broken", "next", "next_until", "hold_until", "w:" .. token)
+if hold > 0 then
+  redis.call("HSET", state, "hold_until", now + hold)
+end
 redis.call("ZREM", queue, token)
-keep_alive(state, ttl + KEEP_MS)
+keep_alive(state, math.max(ttl, hold) + KEEP_MS)
 return reply("ok", "fence", fence, "ttl", ttl)

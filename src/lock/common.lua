@@ -193,6 +193,13 @@ local function record_of(state, token)
   return nil
 end
 
+-- Takes waiter `token` out of the line `queue`, with what the state keeps of it (slot.lua's
+-- wait_in_line: who it is).
+local function leave_line(queue, state, token)
+  redis.call("ZREM", queue, token)
+  redis.call("HDEL", state, "w:" .. token)
+end
+
 -- How long the first waiter in line has to claim a lock handed to it. A waiter that died (SIGKILL)
 -- after its wake-up was sent keeps its turn this long, once; then the next in line goes.
 local CLAIM_MS = 1000

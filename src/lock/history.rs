@@ -42,8 +42,8 @@ pub struct RunRecord {
     pub command: Option<String>,
     pub fence: Option<i64>,
     /// How the run ended (`Outcome` in src/cmd/record.rs): ok, failed, signal, lost,
-    /// interrupted, busy, gave-up, unavailable, not-run; or, for a hold `acquire` took and
-    /// `release` ended (written by release.lua): released, lost, broken.
+    /// timed-out, interrupted, busy, gave-up, unavailable, not-run; or, for a hold `acquire`
+    /// took and `release` ended (written by release.lua): released, lost, broken.
     pub outcome: Option<String>,
     /// rlock's exit code for the run.
     pub code: Option<i64>,
@@ -51,6 +51,9 @@ pub struct RunRecord {
     pub signal: Option<String>,
     /// Who broke the lock (`broken`): `user@host pid N` of the `release --force`.
     pub by: Option<String>,
+    /// A hold released before its --hold-at-least ran out: when the lock is free again, ms since
+    /// the epoch by the server's clock (written by release.lua).
+    pub held_until_ms: Option<i64>,
 }
 
 impl RunRecord {
@@ -79,6 +82,7 @@ impl RunRecord {
         put("code", num(self.code));
         put("signal", self.signal.clone());
         put("by", self.by.clone());
+        put("held_until_ms", num(self.held_until_ms));
         out
     }
 
@@ -133,6 +137,7 @@ impl RunRecord {
                 "code" => r.code = num(),
                 "signal" => r.signal = Some(value),
                 "by" => r.by = Some(value),
+                "held_until_ms" => r.held_until_ms = num(),
                 _ => {}
             }
         }
@@ -439,6 +444,7 @@ mod tests {
             code: Some(75),
             signal: None,
             by: Some("root@h pid 7".into()),
+            held_until_ms: Some(9),
         };
         let fields: Vec<Value> = run
             .fields()

@@ -19,7 +19,7 @@ expect_type(queue, "zset", "queue")
 expect_rights({{"ZREM", queue, token}, {"HDEL", state, "next"}, {"DEL", lock},
   {"HSET", state, "released", "1"}, {"PEXPIRE", state, "1"}, {"PUBLISH", channel, "*"}})
 local was_next = redis.call("HGET", state, "next") == token
-redis.call("ZREM", queue, token)
+leave_line(queue, state, token)
 redis.call("HDEL", state, "go:" .. token)
 local kind, mode = lock_kind(lock, state)
 if mode then

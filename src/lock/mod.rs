@@ -99,6 +99,9 @@ pub struct Request<'a> {
     pub ttl: Duration,
     pub sharing: Sharing,
     pub who: &'a Identity,
+    /// Nobody else gets the lock until this long after the grant, by the server's clock, even
+    /// once it is released (`--hold-at-least`).
+    pub hold: Option<Duration>,
 }
 
 /// A lock held by this process.

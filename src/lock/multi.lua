@@ -60,7 +60,7 @@ end
 local function drop_unclaimed(queue, state, now)
   local r = redis.call("HMGET", state, "next", "next_until")
   if r[1] and (tonumber(r[2]) or 0) <= now then
-    redis.call("ZREM", queue, r[1])
+    leave_line(queue, state, r[1])
     redis.call("HDEL", state, "next", "next_until")
   end
 end
@@ -77,7 +77,7 @@ local function admissible(queue, state, now, shared, free)
     local t, score = line[i], tonumber(line[i + 1])
     local until_ms = tonumber(redis.call("HGET", state, "go:" .. t))
     if until_ms and until_ms <= now then
-      redis.call("ZREM", queue, t)
+      leave_line(queue, state, t)
       redis.call("HDEL", state, "go:" .. t)
     elseif (shared and is_reader(score)) or (not shared and #go < free) then
       go[#go + 1] = t

@@ -47,6 +47,7 @@ impl Locker {
         free.token = None;
         free.holder = Holder::default();
         free.renewed_ms = None;
+        free.held_until_ms = None;
         Ok(free)
     }
 

@@ -9,7 +9,8 @@
 --            run; entries, the runs' fields, a JSON list of entries, each a list of name then
 --            value (src/lock/history.rs); released_by (optional), a token: append only if the
 --            state says this token has just released the lock (sent with that release, in the
---            same round trip: exec's run is on record when its release gave the lock back)
+--            same round trip: exec's run is on record when its release gave the lock back);
+--            a hold the release left to expire later (--hold-at-least) adds held_until_ms
 --
 -- Replies: {"recorded", "id", ID}; {"skipped"} when released_by's token did not release it. Errors, nothing written: WRONGTYPE when the key holds
 -- something other than a stream; NOPERM (asked first on Redis 7) when the user may not XADD or
@@ -34,6 +35,8 @@ for i = 1, #ARGV, 2 do
 end
 
 local history = KEYS[1]
+-- A hold the release left to expire later (--hold-at-least): when the lock is free (server ms).
+local held_until = nil
 if a.released_by then
   local state, token = KEYS[2], a.released_by
   local released = redis.call("TYPE", state)["ok"] == "hash" and
@@ -41,6 +44,11 @@ if a.released_by then
       or redis.call("HGET", state, "left") == token)
   if not released then
     return {"skipped"}
+  end
+  local kept = redis.call("HMGET", state, "token", "hold_until", "released")
+  if kept[1] == token and tonumber(kept[2]) and tonumber(kept[3]) and
+      tonumber(kept[2]) > tonumber(kept[3]) then
+    held_until = kept[2]
   end
 end
 local kind = redis.call("TYPE", history)["ok"]
@@ -58,6 +66,10 @@ if redis.acl_check_cmd then
 end
 local id = nil
 for _, entry in ipairs(cjson.decode(a.entries)) do
+  if held_until then
+    entry[#entry + 1] = "held_until_ms"
+    entry[#entry + 1] = held_until
+  end
   id = redis.call("XADD", history, "MAXLEN", a.keep_runs, "*", unpack(entry))
 end
 redis.call("PEXPIRE", history, a.keep_ms)

@@ -100,6 +100,8 @@ impl Locker {
             ttl: ttl.unwrap_or(relock.ttl),
             sharing: relock.sharing,
             who: &relock.who,
+            // A master that missed the grant is not held past the release: the majority is.
+            hold: None,
         };
         // A Redlock grant never waits in line.
         let acquire = Acquire::new(&req, false);

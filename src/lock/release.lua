@@ -8,8 +8,12 @@
 --   it ends should this release give the lock back, a JSON list of name then value
 --   (src/lock/history.rs), said in place of the hold; nothing is said when the token no longer
 --   owns the lock (exec then records the run as lost itself)
+-- A lock granted with a hold (acquire.lua's "hold_until") released before that time is left to
+-- expire then, by this server's clock, rather than deleted: nobody else gets it sooner, and
+-- nobody is woken now (waiters sleep until the lock's expiry). A forced break deletes it.
 -- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
---   "released"                    the token owned it; it is gone
+--   "released"                    the token owned it; it is gone (or held until "until", server
+--                                 ms, --hold-at-least)
 --   "already"                     this token released it before (a retried release; not after
 --                                 a forced break, which is "expired")
 --   "expired"                     the lock is free: the token's grant ran out
@@ -36,6 +40,8 @@ local now = now_ms()
 local recording = a.record == "1"
 local unrecorded = nil
 local entries = {}
+-- A hold that ends before its --hold-at-least: when the lock is free again (server ms).
+local held_until = nil
 local run_fields = nil
 if recording and a.entry then
   run_fields = cjson.decode(a.entry)
@@ -73,10 +79,15 @@ local function record_hold(h, outcome, ended, run)
   if not recording or not (since or run_fields) then
     return
   end
-  entries[#entries + 1] = run_fields or named("run", run or a.run, "granted_ms", whole(since),
+  local fields = run_fields or named("run", run or a.run, "granted_ms", whole(since),
     "ended_ms", whole(ended), "held_ms", whole(math.max(0, ended - since)), "host", text(h.host),
     "user", text(h.user), "pid", text(h.pid), "command", text(h.cmd), "fence", whole(h.fence),
     "outcome", outcome, "by", outcome == "broken" and a.by or nil)
+  if held_until then
+    fields[#fields + 1] = "held_until_ms"
+    fields[#fields + 1] = whole(held_until)
+  end
+  entries[#entries + 1] = fields
 end
 
 -- The entries said so far, for the reply's "history" field (nil when there are none).
@@ -94,8 +105,8 @@ if not is_lock and not (force and kind == "hash") then
 end
 expect_type(state, "hash", "state")
 expect_type(queue, "zset", "queue")
-expect_rights({{"DEL", lock}, {"HSET", state, "released", "1"}, {"HDEL", state, "released"},
-  {"PEXPIRE", state, "1"}, {"ZREM", queue, token}, {"PUBLISH", channel, "*"}})
+expect_rights({{"DEL", lock}, {"PEXPIRE", lock, "1"}, {"HSET", state, "released", "1"},
+  {"HDEL", state, "released"}, {"PEXPIRE", state, "1"}, {"ZREM", queue, token}, {"PUBLISH", channel, "*"}})
 
 if multi then
   expect_rights({{"ZREM", lock, token}, {"HDEL", state, "h:"}})
@@ -178,14 +189,27 @@ end
 local current = redis.call("GET", lock)
 if current == token then
   local h = recording and holder_of(state, token)
-  redis.call("DEL", lock)
-  redis.call("HSET", state, "released", now)
-  hand_off(queue, state, channel, now)
-  keep_at_most(state, AFTER_RELEASE_MS)
+  local kept = redis.call("HMGET", state, "token", "hold_until")
+  local hold_until = kept[1] == token and tonumber(kept[2])
+  if hold_until and hold_until > now then
+    if redis.call("HEXISTS", state, "released") == 1 then
+      return reply("already")
+    end
+    redis.call("PEXPIRE", lock, hold_until - now)
+    redis.call("HSET", state, "released", now)
+    keep_alive(state, hold_until - now + KEEP_MS)
+    held_until = hold_until
+  else
+    hold_until = nil
+    redis.call("DEL", lock)
+    redis.call("HSET", state, "released", now)
+    hand_off(queue, state, channel, now)
+    keep_at_most(state, AFTER_RELEASE_MS)
+  end
   if h or run_fields then
     record_hold(h or {}, "released", now)
   end
-  return reply("released", "history", history(), "unrecorded", unrecorded)
+  return reply("released", "until", hold_until, "history", history(), "unrecorded", unrecorded)
 end
 if current then
   return reply("other", "pttl", redis.call("PTTL", lock))

@@ -226,6 +226,19 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// The waiters in line, first first: a list of fields each (host, pid, user, cmd, and since:
+/// when it joined the line), read as holder records are.
+pub(super) fn waiters(list: &[Value]) -> Decoded<Vec<Holder>> {
+    list.iter()
+        .map(|entry| {
+            let Value::Array(items) = entry else {
+                return Err(Refusal::Unexpected);
+            };
+            Ok(Fields::parse(items)?.holder())
+        })
+        .collect()
+}
+
 /// The holders of a semaphore or shared lock: a list of fields each (token and ends, which every
 /// entry must carry, and record, multi.lua's JSON).
 pub(super) fn holder_leases(list: &[Value]) -> Decoded<Vec<HolderLease>> {

@@ -4,11 +4,19 @@
 
 -- Keeps (or takes) a place in line for acquire's request `r`, when it asked to wait. The waiter
 -- checks again within `horizon` ms, so the line lives that long and a while more. A shared
--- waiter's score is its arrival time + 0.5 (multi.lua's is_reader).
+-- waiter's score is its arrival time + 0.5 (multi.lua's is_reader). Who waits (host, pid,
+-- user, cmd: the holder record it would get) is kept in the state as "w:<token>", JSON, for
+-- inspect; whatever takes a waiter out of the line deletes it (common.lua's leave_line).
 local function wait_in_line(r, horizon)
   if r.join then
-    redis.call("ZADD", r.queue, "NX", r.mode == "shared" and r.now + 0.5 or r.now, r.token)
+    local joined = redis.call("ZADD", r.queue, "NX", r.mode == "shared" and r.now + 0.5 or r.now,
+      r.token)
     keep_alive(r.queue, horizon + KEEP_MS)
+    if joined == 1 or redis.call("HEXISTS", r.state, "w:" .. r.token) == 0 then
+      redis.call("HSET", r.state, "w:" .. r.token, cjson.encode({host = r.who.host,
+        pid = r.who.pid, user = r.who.user, cmd = r.who.cmd}))
+    end
+    keep_alive(r.state, horizon + KEEP_MS)
   end
 end
 
@@ -91,7 +99,7 @@ local function take_slot(r, kind)
     if redis.call("HGET", state, "next") == token then
       redis.call("HDEL", state, "next", "next_until")
     end
-    redis.call("ZREM", queue, token)
+    leave_line(queue, state, token)
     keep_alive(state, r.ttl + KEEP_MS)
     -- Whoever else may now come in (the readers behind this one, say) is told so.
     go, blocked = admissible(queue, state, now, shared, r.limit - held - 1)

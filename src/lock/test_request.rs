@@ -22,5 +22,6 @@ pub fn with_request<T>(f: impl FnOnce(&Request) -> T) -> T {
         ttl: Duration::from_secs(30),
         sharing: Sharing::Exclusive,
         who: &who,
+        hold: None,
     })
 }

@@ -18,9 +18,10 @@
 //! means "not yet", like a busy lock. The waiter tries again with backoff (at most 1 s apart,
 //! with jitter) until its wait ends, saying once when the outage began and once when it ended.
 //! A run that has never reached Redis rides an outage out only for the locker's `first_contact`
-//! (a typo in a port must not hang a cron job), then gives up (69). A full server (maxclients) is
-//! there, and is waited for as long as the wait lasts, told with -v only, as a busy lock is; a
-//! waiter that it leaves without a wake channel waits out of line, its other connection closed.
+//! (a typo in a port must not hang a cron job), then gives up (69); so does a single try (`-n`),
+//! which is about the lock, not the server. A full server (maxclients) is there, and is waited
+//! for as long as the wait lasts, told with -v only, as a busy lock is; a waiter that it leaves
+//! without a wake channel waits out of line, its other connection closed.
 //!
 //! The waiter is generic over its tries (`Tries`: one try at the lock, and the line, the wake
 //! channel and the first contact around it): `Locker::acquire` gives it a request's tries on the
@@ -182,8 +183,8 @@ pub(super) fn wait_for<T: Tries>(
 }
 
 /// One try at the lock, no wait (`-n`): `-n` concerns the lock, not the server, so a Redis that
-/// has no room for another client (maxclients) is tried again for the first contact, as an
-/// unreachable one is by a wait, and the first answer decides. A signal that came during the
+/// cannot be reached yet, or has no room for another client (maxclients), is tried again for the
+/// first contact, as any run does, and the first answer decides. A signal that came during the
 /// request is answered once it returns (signals are not let interrupt rlock's system calls): a
 /// failure then reports the signal.
 fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Result<Grant, Error> {
@@ -197,7 +198,7 @@ fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Result<Grant, Er
     let mut said = false;
     let attempt = loop {
         match tries.attempt(false, None) {
-            Err(failure) if failure.is_full() => {
+            Err(failure) if failure.is_transient() => {
                 if let Some(signal) = hooks.interrupt.take() {
                     return Err(interrupted(key, signal));
                 }

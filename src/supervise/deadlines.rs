@@ -1,7 +1,9 @@
 //! When the supervisor acts on the command's group, as arithmetic on the monotonic clock and
 //! nothing else (no process is touched here): the lost-signal `grace` before the lease's
 //! deadline, SIGKILL at the deadline, and the earlier SIGKILL once the lock is known lost or the
-//! command's leader has ended with members of its group still running.
+//! command's leader has ended with members of its group still running. A second deadline, the
+//! command's time limit (`--timeout`), signals at the limit and kills `grace` after it, while the
+//! lock is still held and renewed.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,10 @@ pub(super) struct Deadlines {
     signalled: bool,
     /// SIGKILL has gone to the group.
     killed: bool,
+    /// When the command's time is up (`--timeout`), if it has a limit.
+    time_limit: Option<Instant>,
+    /// The time limit has come.
+    timed_out: bool,
 }
 
 /// What is due at one moment.
@@ -31,6 +37,9 @@ pub(super) struct Due {
     pub runs_out: bool,
     /// SIGKILL goes now (said once).
     pub kill: bool,
+    /// The command's time limit has come: the lost-signal goes, and SIGKILL `grace` after the
+    /// limit (said once).
+    pub times_out: bool,
 }
 
 impl Deadlines {
@@ -42,7 +51,20 @@ impl Deadlines {
             lost: false,
             signalled: false,
             killed: false,
+            time_limit: None,
+            timed_out: false,
         }
+    }
+
+    /// The command's time is up at `limit` (`--timeout`).
+    pub fn with_time_limit(mut self, limit: Option<Instant>) -> Self {
+        self.time_limit = limit;
+        self
+    }
+
+    /// When the command's time is up, unless it has come.
+    pub fn time_limit(&self) -> Option<Instant> {
+        self.time_limit.filter(|_| !self.timed_out)
     }
 
     /// When the lease runs out for the supervisor, unless a renewal moves the deadline first:
@@ -65,7 +87,7 @@ impl Deadlines {
 
     /// The next moment something is due.
     pub fn next(&self) -> Option<Instant> {
-        [self.signal_at(), self.kill_at()]
+        [self.signal_at(), self.kill_at(), self.time_limit()]
             .into_iter()
             .flatten()
             .min()
@@ -75,14 +97,24 @@ impl Deadlines {
     pub fn due(&mut self, now: Instant) -> Due {
         let runs_out = self.signal_at().is_some_and(|at| now >= at);
         self.lost |= runs_out;
+        let times_out = self.time_limit().filter(|&at| now >= at);
+        if let Some(limit) = times_out {
+            self.timed_out = true;
+            let then = limit.checked_add(self.grace).unwrap_or(limit);
+            self.kill_at = Some(self.kill_at.map_or(then, |k| k.min(then)));
+        }
         let kill = self.kill_at().is_some_and(|at| now >= at);
         self.killed |= kill;
-        Due { runs_out, kill }
+        Due {
+            runs_out,
+            kill,
+            times_out: times_out.is_some(),
+        }
     }
 
     /// A renewal succeeded: the lease now ends at `deadline` (never earlier than a renewal sent
     /// later said, whatever order the replies come in). SIGKILL moves with it, unless the group
-    /// is already being stopped, whose SIGKILL keeps its earlier time.
+    /// is already being stopped (or its time is up), whose SIGKILL keeps its earlier time.
     pub fn renewed(&mut self, deadline: Instant) {
         if self.lost {
             return;
@@ -90,7 +122,7 @@ impl Deadlines {
         let deadline = self.deadline.map_or(deadline, |d| d.max(deadline));
         self.deadline = Some(deadline);
         self.kill_at = Some(match self.kill_at {
-            Some(k) if self.signalled => k.min(deadline),
+            Some(k) if self.signalled || self.timed_out => k.min(deadline),
             _ => deadline,
         });
     }
@@ -119,6 +151,11 @@ impl Deadlines {
     pub fn killed(&self) -> bool {
         self.killed
     }
+
+    /// The command's time limit came.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
+    }
 }
 
 #[cfg(test)]
@@ -134,6 +171,7 @@ mod tests {
     const NOTHING: Due = Due {
         runs_out: false,
         kill: false,
+        times_out: false,
     };
 
     #[test]
@@ -148,7 +186,8 @@ mod tests {
             d.due(t0 + secs(8)),
             Due {
                 runs_out: true,
-                kill: false
+                kill: false,
+                times_out: false,
             }
         );
         // Said once; the lost lock's deadline no longer moves, and SIGKILL is next.
@@ -165,7 +204,8 @@ mod tests {
             d.due(t0 + secs(10)),
             Due {
                 runs_out: false,
-                kill: true
+                kill: true,
+                times_out: false,
             }
         );
         assert_eq!((d.due(t0 + secs(11)), d.next()), (NOTHING, None));
@@ -197,7 +237,8 @@ mod tests {
             d.due(t0 + secs(60)),
             Due {
                 runs_out: true,
-                kill: true
+                kill: true,
+                times_out: false,
             }
         );
         assert!(d.killed());
@@ -249,5 +290,41 @@ mod tests {
         let t0 = Instant::now();
         let d = Deadlines::new(Some(t0), Duration::MAX);
         assert_eq!(d.signal_at(), Some(t0));
+    }
+
+    #[test]
+    fn a_time_limit_signals_at_the_limit_and_kills_grace_later_while_the_lease_goes_on() {
+        let t0 = Instant::now();
+        let mut d = Deadlines::new(Some(t0 + secs(30)), GRACE).with_time_limit(Some(t0 + secs(5)));
+        assert_eq!(d.next(), Some(t0 + secs(5)));
+        assert_eq!(d.due(t0 + secs(4)), NOTHING);
+        assert_eq!(
+            d.due(t0 + secs(5)),
+            Due {
+                runs_out: false,
+                kill: false,
+                times_out: true,
+            }
+        );
+        assert!(d.timed_out());
+        assert_eq!(d.kill_at(), Some(t0 + secs(7)));
+        // The lease is renewed meanwhile; SIGKILL keeps its time, the limit is said once.
+        d.renewed(t0 + secs(40));
+        assert!(d.signal_once());
+        d.renewed(t0 + secs(41));
+        assert_eq!(d.kill_at(), Some(t0 + secs(7)));
+        assert_eq!(d.signal_at(), Some(t0 + secs(39)));
+        assert_eq!(d.due(t0 + secs(6)), NOTHING);
+        assert!(d.due(t0 + secs(7)).kill);
+
+        // A lease that ends sooner than the limit still rules.
+        let mut d = Deadlines::new(Some(t0 + secs(4)), GRACE).with_time_limit(Some(t0 + secs(5)));
+        assert!(d.due(t0 + secs(2)).runs_out);
+        assert_eq!(d.kill_at(), Some(t0 + secs(4)));
+
+        // A rlock stopped past its limit and the grace signals and kills at once.
+        let mut d = Deadlines::new(None, GRACE).with_time_limit(Some(t0 + secs(1)));
+        let due = d.due(t0 + secs(60));
+        assert!(due.times_out && due.kill, "{due:?}");
     }
 }

@@ -87,6 +87,7 @@ impl<'s, 'e> LeaseKeeper<'s, 'e> {
             renew_at: r.renews.then(|| r.grant.sent + r.lease.renew_every),
             grace: r.lease.grace,
             lost_signal,
+            time_limit: None,
         }
     }
 }

@@ -84,7 +84,8 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
         Supervisor {
             world,
             renew_at: enforce.renew_at,
-            deadlines: Deadlines::new(enforce.deadline, enforce.grace),
+            deadlines: Deadlines::new(enforce.deadline, enforce.grace)
+                .with_time_limit(enforce.time_limit),
             enforce,
             observer,
             keeper,
@@ -101,7 +102,8 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
     /// Waits for everything the command started to end, passing signals on to its process
     /// group and stopping all of it (every group, wherever it moved) before the lease can run
     /// out: `lost_signal` by deadline − grace, SIGKILL at the deadline (or `grace` after Redis
-    /// said the lock is no longer ours). When the leader ends and what it started runs on, that
+    /// said the lock is no longer ours). At the command's time limit it is stopped the same way,
+    /// `lost_signal` then SIGKILL `grace` later, the lock still renewed meanwhile. When the leader ends and what it started runs on, that
     /// is stopped the same way (`lost_signal`, then SIGKILL `grace` later) while the lock is
     /// still renewed: nothing of the command runs on unprotected. Returns once nothing of it
     /// runs (or, for a process SIGKILL cannot end at once, `AFTER_KILL` after the SIGKILL).
@@ -153,6 +155,9 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
                 last: self.last_error.take(),
             });
             self.term(true);
+        }
+        if due.times_out {
+            self.term(false);
         }
         if due.kill {
             self.send_all(Signal::SIGKILL);
@@ -207,6 +212,7 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
             signal,
             lost: self.lost.take(),
             leftovers: !self.empty,
+            timed_out: self.deadlines.timed_out(),
         })
     }
 

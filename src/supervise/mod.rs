@@ -63,6 +63,9 @@ pub struct Enforce {
     pub renew_at: Option<Instant>,
     pub grace: Duration,
     pub lost_signal: Signal,
+    /// When the command's time is up (`--timeout`): it is stopped as for a lost lock, the lock
+    /// still held.
+    pub time_limit: Option<Instant>,
 }
 
 /// How the child's run ended.
@@ -76,6 +79,8 @@ pub struct Outcome {
     /// Something the command started was still there `AFTER_KILL` after its SIGKILL: the lock
     /// must not be released.
     pub leftovers: bool,
+    /// The command was stopped at its time limit (`--timeout`).
+    pub timed_out: bool,
 }
 
 /// Runs the command (started by `guardian`) to its end under the lease that `keeper` keeps,

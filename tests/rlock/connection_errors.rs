@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 /// The subcommands that talk to Redis, on lock `name`; `token` does not own it.
 fn every_subcommand<'a>(name: &'a str, token: &'a str) -> Vec<Vec<&'a str>> {
     vec![
-        vec!["acquire", "-k", name, "-n"],
+        // -n retries a server it never reached for --connect-timeout; 0: one try.
+        vec!["--connect-timeout", "0", "acquire", "-k", name, "-n"],
         // A wait rides out an outage until it ends (-q: no lines about the outage itself).
         vec!["-q", "acquire", "-k", name, "-w", "1s"],
         vec!["release", "-k", name, "--token", token],
@@ -53,8 +54,8 @@ fn frozen_server_is_unavailable_within_the_op_timeout() {
     let token = acquire(&server, "jobs", &["--ttl", "60s"]);
     server.freeze();
     for args in [
-        &["acquire", "-k", "jobs", "-n"][..],
-        &["acquire", "-k", "other", "-n"],
+        &["--connect-timeout", "0", "acquire", "-k", "jobs", "-n"][..],
+        &["--connect-timeout", "0", "acquire", "-k", "other", "-n"],
         &["release", "-k", "jobs", "--token", "not-the-owner"],
         &["release", "-k", "other", "--force"],
         &["renew", "-k", "jobs", "--token", "not-the-owner"],
@@ -266,7 +267,7 @@ fn auth_refused_is_77_and_every_password_source_works() {
         let out = run(rlock()
             .args(["--url", &secret_url])
             .args(verbose)
-            .args(["acquire", "-k", "jobs", "-n", "--ttl", "30"]));
+            .args(["acquire", "-k", "jobs", "-n", "--ttl", "30x"]));
         assert_eq!(out.code, 2, "{out}");
         assert_no_secret(&out, SECRET);
     }
@@ -311,9 +312,14 @@ fn op_timeout_comes_from_the_environment_too() {
     acquire(&server, "jobs", &["--ttl", "60s"]);
     server.freeze();
     let (out, took) = run_within(
-        rlock_at(&server)
-            .env("RLOCK_OP_TIMEOUT", "300ms")
-            .args(["acquire", "-k", "other", "-n"]),
+        rlock_at(&server).env("RLOCK_OP_TIMEOUT", "300ms").args([
+            "--connect-timeout",
+            "0",
+            "acquire",
+            "-k",
+            "other",
+            "-n",
+        ]),
         Duration::from_secs(10),
     );
     server.thaw();
@@ -550,10 +556,18 @@ fn a_plain_port_spoken_to_in_tls_suggests_redis() {
     assert_ne!(out.code, 0, "{out}");
     assert!(!out.stderr.contains("does not speak TLS"), "{out}");
     assert!(out.stderr.to_lowercase().contains("certificate"), "{out}");
-    // A frozen one times out, as any frozen server.
+    // A frozen one times out, as any frozen server (one try: --connect-timeout 0).
     tls.server.freeze();
     let out = run(rlock()
-        .args(["--url", &real, "--op-timeout", "500ms", "--tls-ca"])
+        .args([
+            "--url",
+            &real,
+            "--op-timeout",
+            "500ms",
+            "--connect-timeout",
+            "0",
+        ])
+        .arg("--tls-ca")
         .arg(&certs.ca)
         .args(["acquire", "-n", "-k", "x"]));
     tls.server.thaw();

@@ -1,8 +1,9 @@
 //! A wait rides out an outage: while rlock waits for a lock, Redis unreachable or frozen means
 //! "not yet"; rlock tries again at most 1 s apart until its wait ends, says once when the outage
 //! began and once when it ended, and a wait that ends during the outage exits 69 naming the last
-//! error. -n and unresolvable names fail at once. A run that has never reached Redis (a typo in
-//! the port) tries for --connect-timeout (30s by default), then exits 69 naming the address.
+//! error. Unresolvable names fail at once. A run that has never reached Redis (a typo in the
+//! port, a restart under way) tries for --connect-timeout (30s by default), then exits 69 naming
+//! the address; with -n too, which concerns the lock, not the server.
 
 use crate::common::{Background as Bg, RedisServer, rlock, rlock_at, run, wait_until};
 use std::time::{Duration, Instant};
@@ -166,7 +167,7 @@ fn a_bounded_wait_is_a_deadline_against_a_frozen_server() {
 }
 
 #[test]
-fn no_wait_and_names_that_do_not_resolve_fail_at_once() {
+fn names_that_do_not_resolve_fail_at_once() {
     let started = Instant::now();
     let out = run(rlock().args([
         "-u",
@@ -182,10 +183,56 @@ fn no_wait_and_names_that_do_not_resolve_fail_at_once() {
         started.elapsed() < Duration::from_secs(10),
         "a bad name was retried"
     );
-    let started = Instant::now();
-    let out = run(rlock().args(["-u", "redis://127.0.0.1:1", "acquire", "-n", "-k", KEY]));
+}
+
+/// `-n` is about the lock: a cron run (`exec -n`) during a Redis restart waits for the server
+/// within --connect-timeout and runs; against a closed port it gives up after that bound.
+#[test]
+fn no_wait_rides_out_a_restart_within_the_connect_timeout() {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    server.kill9();
+    let mut cmd = rlock_at(&server);
+    cmd.args([
+        "--connect-timeout",
+        "20s",
+        "exec",
+        "-n",
+        "-k",
+        KEY,
+        "--",
+        "true",
+    ]);
+    let mut w = Bg::spawn("cron run", dir.path(), &mut cmd);
+    let down = Instant::now();
+    wait_until("the outage to last", Duration::from_secs(5), || {
+        down.elapsed() > Duration::from_millis(1500)
+    });
+    assert!(
+        w.running(),
+        "-n gave up on an unreachable server: {}",
+        w.describe()
+    );
+    server.restart();
+    let (out, _) = w.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 0, "the run ran once Redis was back: {out}");
+    assert!(out.stderr.contains("trying again for up to 20s"), "{out}");
+
+    let url = format!("redis://127.0.0.1:{}", closed_port());
+    let (out, took) = timed(
+        &url,
+        &["--connect-timeout", "1s", "acquire", "-n", "-k", KEY],
+        &[],
+    );
     assert_eq!(out.code, 69, "{out}");
-    assert!(started.elapsed() < Duration::from_secs(3), "-n was retried");
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(5),
+        "-n --connect-timeout 1s gave up after {took:?}: {out}"
+    );
+    assert!(
+        out.stderr.contains(&url) && out.stderr.contains("--connect-timeout"),
+        "{out}"
+    );
 }
 
 #[test]

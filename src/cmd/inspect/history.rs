@@ -84,6 +84,7 @@ fn to_json(key: &str, r: &RunRecord) -> Value {
         "command": r.command,
         "fence": r.fence,
         "by": r.by,
+        "held_until_ms": r.held_until_ms,
     })
 }
 
@@ -155,18 +156,25 @@ fn rows(runs: &[(String, RunRecord)], with_key: bool, now_ms: i64, cap: usize) -
     rows
 }
 
-/// `ok`, `exit 3`, `signal KILL`, `lost`, `busy`, `gave up`, `interrupted`, `unavailable`,
-/// `not run 127`: short, the code and signal whole in the JSON.
+/// `ok`, `exit 3`, `signal KILL`, `lost`, `timed out`, `busy`, `gave up`, `interrupted`,
+/// `unavailable`, `not run 127`: short, the code and signal whole in the JSON.
 fn outcome_cell(r: &RunRecord) -> String {
     let code = r.code.map_or_else(|| "?".into(), |c| c.to_string());
     let signal = r.signal.as_deref().unwrap_or("?");
-    match r.outcome.as_deref() {
+    let cell = match r.outcome.as_deref() {
         Some("failed") => format!("exit {code}"),
         Some("signal") => format!("signal {}", fit(signal, 6)),
         Some("gave-up") => "gave up".into(),
+        Some("timed-out") => "timed out".into(),
         Some("not-run") => format!("not run {code}"),
         Some(other) => fit(other, 12),
         None => "?".into(),
+    };
+    // Released before --hold-at-least ran out: the lock stayed taken until then.
+    if r.held_until_ms.is_some() {
+        format!("{cell}, held")
+    } else {
+        cell
     }
 }
 

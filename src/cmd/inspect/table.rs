@@ -1,5 +1,6 @@
-//! `inspect`'s table: one row per lock (one per holder of a semaphore or shared lock); and, apart
-//! from it, a note for each holder whose process is gone, saying how to break its lock.
+//! `inspect`'s table: one row per lock (one per holder of a semaphore or shared lock), and for
+//! locks named with -k one per waiter in line; and, apart from it, a note for each holder whose
+//! process is gone, saying how to break its lock.
 
 use std::io::Write;
 
@@ -11,10 +12,15 @@ use crate::output::{escape, escape_max};
 const COLUMNS: usize = 8;
 
 /// Writes the table of `locks`: a header and the rows, nothing else (the stale holders' notes
-/// are `notes`), so that `rlock inspect | tail -n +2` counts locks. A row of a lock with a
+/// are `notes`), so that `rlock inspect | tail -n +2` counts locks. With `waiters` (the locks
+/// were named with -k), each lock's waiters follow it, a row each, first first. A row of a lock with a
 /// short name, held on a host with a short name, fits 80 columns before its COMMAND; the fence
 /// and the token, which nobody reads at a glance, are in `--json`.
-pub(super) fn write(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> {
+pub(super) fn write(
+    out: &mut impl Write,
+    locks: &[LockInfo],
+    waiters: bool,
+) -> std::io::Result<()> {
     let mut rows = vec![
         [
             "KEY", "STATE", "EXPIRES", "HOLDER", "HELD", "RENEWED", "QUEUE", "COMMAND",
@@ -26,6 +32,9 @@ pub(super) fn write(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result
             rows.extend(holder_rows(l));
         } else {
             rows.push(lock_row(l));
+        }
+        if waiters {
+            rows.extend(waiter_rows(l));
         }
     }
     // Whatever a key or a holder field holds (another client wrote it, or a user name had a
@@ -83,6 +92,9 @@ fn lock_row(l: &LockInfo) -> [String; COLUMNS] {
     };
     let holder = if !l.held() {
         dash()
+    } else if l.held_until_ms.is_some() {
+        // Its command ended, and the lock stays on purpose (--hold-at-least): never stale.
+        described(&l.holder, l.now_ms)
     } else if l.ours() {
         who(&l.holder, l.now_ms)
     } else if l.kind == KeyType::String {
@@ -93,13 +105,14 @@ fn lock_row(l: &LockInfo) -> [String; COLUMNS] {
         format!("not a lock ({})", l.kind.as_str())
     };
     let ours = l.held() && l.ours();
+    let state = match l.held_until_ms {
+        _ if !l.held() => "free".into(),
+        Some(until) => format!("held until {}, command ended", server_time(until)),
+        None => "held".into(),
+    };
     [
         l.name.clone(),
-        if l.held() {
-            "held".into()
-        } else {
-            "free".into()
-        },
+        state,
         expires,
         holder,
         l.holder
@@ -147,15 +160,52 @@ fn holder_rows(l: &LockInfo) -> Vec<[String; COLUMNS]> {
         .collect()
 }
 
+/// One row per waiter in line, first first: STATE says its place, HOLDER who it is, HELD how
+/// long it has waited, COMMAND its label or command.
+fn waiter_rows(l: &LockInfo) -> Vec<[String; COLUMNS]> {
+    let dash = || "-".to_string();
+    l.line
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            [
+                String::new(),
+                format!("waiting {}", i + 1),
+                dash(),
+                if w.host.is_some() {
+                    who(w, l.now_ms)
+                } else {
+                    "?".into()
+                },
+                w.since_ms.map_or_else(dash, |s| human_ms(l.now_ms - s)),
+                dash(),
+                String::new(),
+                w.command.clone().unwrap_or_else(dash),
+            ]
+        })
+        .collect()
+}
+
+/// A time by the server's clock (ms since the epoch), to the second, in UTC.
+fn server_time(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
 /// `alice@build-7 pid 4411`, and `(stale)` when that process is gone from this host.
 fn who(h: &Holder, now_ms: i64) -> String {
-    let described = h.describe(now_ms);
-    let who = described.split(" for ").next().unwrap_or("");
+    let who = described(h, now_ms);
     if stale(h) {
         format!("{who} (stale)")
     } else {
-        who.to_string()
+        who
     }
+}
+
+/// `alice@build-7 pid 4411`.
+fn described(h: &Holder, now_ms: i64) -> String {
+    let described = h.describe(now_ms);
+    described.split(" for ").next().unwrap_or("").to_string()
 }
 
 /// How long ago the lease was last renewed (or granted): `4.2s ago`.
@@ -169,7 +219,8 @@ fn renewed(at_ms: Option<i64>, now_ms: i64) -> String {
 /// holder among several, a release with its token, which leaves the others alone.
 fn stale_note(l: &LockInfo, one: Option<&HolderLease>, rlock: &str) -> Option<String> {
     let holder = one.map_or(&l.holder, |h| &h.holder);
-    if !stale(holder) || (one.is_none() && !(l.held() && l.ours())) {
+    let kept_on_purpose = one.is_none() && l.held_until_ms.is_some();
+    if kept_on_purpose || !stale(holder) || (one.is_none() && !(l.held() && l.ours())) {
         return None;
     }
     let pid = holder

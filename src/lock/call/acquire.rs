@@ -88,6 +88,7 @@ impl Call for Acquire<'_> {
             ttl,
             sharing,
             who,
+            hold,
         } = *self.req;
         let (mode, limit) = match sharing {
             Sharing::Exclusive => ("", 0),
@@ -108,6 +109,7 @@ impl Call for Acquire<'_> {
             .with("limit", limit)
             .with("pidns", &who.pidns)
             .with("try", self.nth)
+            .with_some("hold", hold.map(|h| h.as_millis().max(1)))
     }
 
     fn decode(&self, reply: &[Value]) -> Result<Attempt, Refusal> {

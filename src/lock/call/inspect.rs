@@ -3,7 +3,7 @@
 use redis::Value;
 
 use super::super::key::LockKey;
-use super::super::reply::{Holder, HolderLease, KeyType, Refusal, Reply, holder_leases};
+use super::super::reply::{Holder, HolderLease, KeyType, Refusal, Reply, holder_leases, waiters};
 use super::{Args, Call, sources};
 use crate::backend::Script;
 
@@ -32,6 +32,12 @@ pub struct LockInfo {
     /// shared lock each of `holders` has its own.
     pub renewed_ms: Option<i64>,
     pub waiters: i64,
+    /// Who waits in line, first first (up to inspect.lua's LINE_MAX): `since_ms` is when each
+    /// joined the line.
+    pub line: Vec<Holder>,
+    /// A lock granted with --hold-at-least whose holder has released it: nobody else gets it
+    /// before this time (server ms), when it expires.
+    pub held_until_ms: Option<i64>,
     /// A semaphore (`Some(N)`) or shared lock (`Some(0)`); None for a lock with one holder.
     pub limit: Option<i64>,
     /// Every holder of a semaphore or shared lock, the first lease to end first.
@@ -97,6 +103,8 @@ impl Call for Inspect<'_> {
             // A semaphore or shared lock stands for its first holder where one is shown.
             holder: holders.first().map_or(holder, |first| first.holder.clone()),
             waiters: f.need_int("waiters")?,
+            line: waiters(f.list("line"))?,
+            held_until_ms: f.int("hold_until").filter(|_| f.int("released").is_some()),
             limit,
             holders,
         })

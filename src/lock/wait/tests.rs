@@ -389,6 +389,26 @@ fn a_run_that_never_reaches_redis_gives_up_after_its_first_contact() {
     assert_eq!(tries.left.get(), 0);
 }
 
+#[test]
+fn no_wait_rides_out_a_first_contact_then_answers() {
+    let once = WaitPolicy {
+        no_wait: true,
+        ..forever()
+    };
+    let tries = Listed::new(vec![down(), down(), grant(7)]);
+    let (outcome, _) = wait_by(&tries, once.clone(), &Calm);
+    assert_eq!(outcome.expect("granted after the outage").fence, 7);
+
+    let tries = Listed::new((0..20).map(|_| down()).collect());
+    let (outcome, took) = wait_by(&tries, once, &Calm);
+    match outcome {
+        Err(f @ Failure::NeverReached { .. }) => assert_eq!(f.code(), Some(Code::Unavailable)),
+        other => panic!("expected never reached, got {other:?}"),
+    }
+    assert!(took >= Duration::from_millis(100), "{took:?}");
+    assert_eq!(tries.left.get(), 0, "a single try never joins the line");
+}
+
 /// A SIGTERM, from the second look on.
 struct TermSoon(std::cell::Cell<u32>);
 

@@ -130,6 +130,7 @@ fn run_with(
         renew_at: renews.then(|| start + ms(ttl / 3)),
         grace: ms(grace),
         lost_signal: Signal::SIGTERM,
+        time_limit: None,
     };
     let renewals = log.clone();
     let renewal = move |r: Renewal| {
@@ -324,6 +325,7 @@ fn after_the_kill_the_run_ends_within_after_kill_even_if_something_lingers() {
         renew_at: None,
         grace: ms(1_000),
         lost_signal: Signal::SIGTERM,
+        time_limit: None,
     };
     let mut supervisor = Supervisor::new(script, enforce, &Silent, |_| Ok(()));
     let out = supervisor.step_to_end();
@@ -389,4 +391,36 @@ fn a_lease_that_ran_out_while_rlock_was_stopped_is_not_continued() {
         ["job stop TSTP", "renewal stop", "all TERM", "all KILL"]
     );
     assert!(out.lost.is_some());
+}
+
+#[test]
+fn a_time_limit_stops_everything_and_kills_grace_later_while_the_lock_is_kept() {
+    // A command that ignores the lost-signal: SIGKILL ends it `grace` after its time limit. The
+    // lease, renewed meanwhile, is not given up for lost.
+    let (script, log) = Script::new(vec![
+        (3_005, Event::Exited(137, Some(Signal::SIGKILL))),
+        (3_010, Event::Empty),
+    ]);
+    let start = script.start;
+    let enforce = Enforce {
+        deadline: Some(start + ms(30_000)),
+        renew_at: Some(start + ms(10_000)),
+        grace: ms(1_000),
+        lost_signal: Signal::SIGTERM,
+        time_limit: Some(start + ms(2_000)),
+    };
+    let out = Supervisor::new(script, enforce, &Silent, |_| Ok(())).run();
+    let log: Vec<(u64, String)> = log
+        .borrow()
+        .iter()
+        .map(|(at, what)| (at.as_millis() as u64, what.clone()))
+        .collect();
+    assert_eq!(said(&log), ["all TERM", "all KILL"]);
+    assert_eq!(
+        (when(&log, "all TERM"), when(&log, "all KILL")),
+        (2_000, 3_000)
+    );
+    assert!(out.timed_out);
+    assert!(out.lost.is_none(), "the lock is still ours");
+    assert!(!out.leftovers);
 }

@@ -152,8 +152,8 @@ fn usage_errors_suggest_and_point_at_the_right_help() {
             ],
         ),
         (
-            &["acquire", "--ttl", "30", "-k", "x"],
-            &["'30' has no unit", "(see 'rlock acquire --help')"],
+            &["acquire", "--ttl", "0", "-k", "x"],
+            &["'0' is too short", "(see 'rlock acquire --help')"],
         ),
         (
             &["acquire", "--ttl", "30x", "-k", "x"],

@@ -73,14 +73,15 @@ fn prefix_option_and_environment_change_the_key() {
 fn bad_usage_exits_2_and_changes_nothing() {
     let server = RedisServer::start();
     let cases: &[(&[&str], &str)] = &[
-        (&["acquire", "-k", "jobs", "--ttl", "30"], "unit"),
-        (&["acquire", "-k", "jobs", "-w", "5"], "unit"),
-        (&["--op-timeout", "2", "acquire", "-k", "jobs"], "unit"),
+        (&["acquire", "-k", "jobs", "--ttl", "30x"], "unit"),
+        (&["acquire", "-k", "jobs", "-w", "1.2.3"], "1.2.3"),
+        (&["--op-timeout", "2h", "acquire", "-k", "jobs"], "too long"),
         (&["acquire", "-k", "jobs", "--ttl", "0s"], "0s"),
+        (&["acquire", "-k", "jobs", "--ttl", "0"], "too short"),
         (&["acquire", "-k", "jobs", "--ttl", "soon"], "soon"),
         (
-            &["renew", "-k", "jobs", "--token", "t", "--ttl", "30"],
-            "unit",
+            &["renew", "-k", "jobs", "--token", "t", "--ttl", "-30"],
+            "negative",
         ),
         (&["acquire", "-k", ""], "empty"),
         (&["release", "-k", "", "--token", "t"], "empty"),
@@ -97,4 +98,34 @@ fn bad_usage_exits_2_and_changes_nothing() {
         let dbsize: i64 = q(&server, &["DBSIZE"]);
         assert_eq!(dbsize, 0, "{args:?} wrote to Redis");
     }
+}
+
+/// A duration without a unit is seconds, as `flock -w 10` and `timeout 30` read it.
+#[test]
+fn a_plain_number_is_seconds() {
+    let server = RedisServer::start();
+    let token = acquire(&server, "jobs", &["--ttl", "30"]);
+    let pttl: i64 = q(&server, &["PTTL", &lock_key("jobs")]);
+    assert!(
+        (29_000..=30_000).contains(&pttl),
+        "--ttl 30 gave PTTL {pttl}"
+    );
+
+    let started = std::time::Instant::now();
+    let out = run(rlock_at(&server).args(["acquire", "-k", "jobs", "-w", "2"]));
+    let waited = started.elapsed();
+    assert_eq!(out.code, 75, "{out}");
+    assert!(
+        waited >= std::time::Duration::from_secs(2) && waited < std::time::Duration::from_secs(10),
+        "-w 2 gave up after {waited:?}"
+    );
+
+    let out =
+        run(rlock_at(&server).args(["renew", "-k", "jobs", "--token", &token, "--ttl", "90.5"]));
+    assert_ok(&out);
+    let pttl: i64 = q(&server, &["PTTL", &lock_key("jobs")]);
+    assert!(
+        (89_500..=90_500).contains(&pttl),
+        "--ttl 90.5 gave PTTL {pttl}"
+    );
 }

@@ -11,6 +11,7 @@
 //!
 //! Blocks of another language (`sh`, `text`, `yaml`, …) are not run: they show no output.
 
+mod cron;
 mod exit_codes;
 mod recipes;
 mod redact;

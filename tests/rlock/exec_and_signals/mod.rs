@@ -21,6 +21,7 @@ mod process_group;
 mod reentrancy;
 mod signals;
 mod status_and_stdio;
+mod time_limit;
 
 use crate::common::{
     Drain, Output, RedisServer, drain, pid_alive, rlock_at, run, wait_for_file, wait_until,

@@ -5,7 +5,7 @@ use crate::common::basic::{acquire, hostname, lock_key, queue_key};
 use nix::sys::signal::Signal;
 
 /// Every field of a run's JSON object, the documented ones: no more, no fewer.
-const FIELDS: [&str; 17] = [
+const FIELDS: [&str; 18] = [
     "key",
     "id",
     "run",
@@ -23,6 +23,7 @@ const FIELDS: [&str; 17] = [
     "command",
     "fence",
     "by",
+    "held_until_ms",
 ];
 
 #[test]

@@ -132,6 +132,6 @@ fn a_whole_system_ca_bundle_is_read() {
             "--tls-ca",
         ])
         .arg(bundle)
-        .args(["acquire", "-n", "-k", "files"]));
+        .args(["--connect-timeout", "0", "acquire", "-n", "-k", "files"]));
     assert_eq!(out.code, 69, "{out}");
 }

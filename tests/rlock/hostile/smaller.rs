@@ -12,7 +12,16 @@ fn blanks_around_a_url_never_turn_its_port_into_stars() {
         format!("redis://127.0.0.1:{port}\t"),
         format!(" redis://127.0.0.1:{port}"),
     ] {
-        let out = run(rlock().args(["-u", &url, "acquire", "-n", "-k", "blank"]));
+        let out = run(rlock().args([
+            "-u",
+            &url,
+            "--connect-timeout",
+            "0",
+            "acquire",
+            "-n",
+            "-k",
+            "blank",
+        ]));
         assert!(out.code == 69 || out.code == 78, "{url:?}: {out}");
         assert!(out.stderr.contains(&format!(":{port}")), "{url:?}: {out}");
         assert!(!out.stderr.contains("***"), "{url:?}: {out}");

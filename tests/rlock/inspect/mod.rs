@@ -8,6 +8,7 @@ mod listing;
 mod odd_contents;
 mod output;
 mod stale;
+mod waiters;
 mod watch;
 
 use crate::common::{Background, RedisCluster, RedisServer, rlock, rlock_at, run, wait_until};

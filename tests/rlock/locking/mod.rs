@@ -5,6 +5,7 @@
 
 mod acquire;
 mod foreign_keys;
+mod hold_at_least;
 mod nothing_left_behind;
 mod refusals;
 mod release_and_renew;

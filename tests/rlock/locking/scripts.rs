@@ -145,7 +145,16 @@ fn an_acquire_whose_reply_never_came_is_given_back() {
             .unwrap();
         redis::cmd("PING").query::<String>(&mut conn).is_err()
     });
-    let out = run(rlock_at(&server).args(["--op-timeout", "300ms", "acquire", "-k", "jobs", "-n"]));
+    let out = run(rlock_at(&server).args([
+        "--op-timeout",
+        "300ms",
+        "--connect-timeout",
+        "0",
+        "acquire",
+        "-k",
+        "jobs",
+        "-n",
+    ]));
     assert_eq!(out.code, 69, "{out}");
     sleeper.join().unwrap();
     wait_until(

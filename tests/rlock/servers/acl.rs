@@ -418,7 +418,17 @@ fn acl_wrong_password_is_77_and_no_password_is_ever_printed() {
     let unreachable = format!("redis://locker:{SECRET}@127.0.0.1:1");
     check(
         69,
-        rlock().args(["-v", "--url", &unreachable, "acquire", "-n", "-k", KEY]),
+        rlock().args([
+            "-v",
+            "--url",
+            &unreachable,
+            "--connect-timeout",
+            "0",
+            "acquire",
+            "-n",
+            "-k",
+            KEY,
+        ]),
     );
     let malformed = format!("redis://locker:{SECRET}@127.0.0.1:notaport");
     check(
@@ -432,7 +442,7 @@ fn acl_wrong_password_is_77_and_no_password_is_ever_printed() {
         69,
         rlock()
             .args(redlock.iter().flat_map(|u| ["--url", u.as_str()]))
-            .args(["-v", "acquire", "-n", "-k", KEY]),
+            .args(["-v", "--connect-timeout", "0", "acquire", "-n", "-k", KEY]),
     );
 
     for out in &outputs {

@@ -434,7 +434,16 @@ fn cluster_a_frozen_master_costs_at_most_the_op_timeout() {
     let mut acquire = Bg::spawn_group(
         "acquire",
         dir.path(),
-        clustered(&cluster).args(["--op-timeout", "500ms", "acquire", "-n", "-k", &name]),
+        clustered(&cluster).args([
+            "--op-timeout",
+            "500ms",
+            "--connect-timeout",
+            "0",
+            "acquire",
+            "-n",
+            "-k",
+            &name,
+        ]),
     );
     // A request and the best-effort give-back after its timeout: 2 × 500 ms, plus slack.
     let (out, at) = acquire.finish(Duration::from_secs(4));

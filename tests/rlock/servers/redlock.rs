@@ -66,6 +66,8 @@ fn redlock_three_of_five_frozen_is_69_and_every_partial_grant_is_given_back() {
         "30s",
         "--op-timeout",
         "300ms",
+        "--connect-timeout",
+        "0",
     ]));
     let took = started.elapsed();
     assert_eq!(out.code, 69, "two of five answer, no majority: {out}");

@@ -61,7 +61,10 @@ fn sentinel_unknown_master_name_is_69_with_a_clear_message() {
     for url in set.urls() {
         cmd.arg("--url").arg(url);
     }
-    let out = expect(69, cmd.args(["acquire", "-n", "-k", KEY]));
+    let out = expect(
+        69,
+        cmd.args(["--connect-timeout", "0", "acquire", "-n", "-k", KEY]),
+    );
     assert!(out.stdout.is_empty(), "{out}");
     assert_eq!(out.stderr.lines().count(), 1, "one line: {out}");
     assert!(

@@ -1,6 +1,7 @@
 //! Wake-up on release, on expiry, after a lost notification.
 
 use super::*;
+use crate::common::basic::{is_clock_fence, redis_now_ms};
 
 // Wake-up on release, on expiry, after a lost notification
 // ---------------------------------------------------------------------------------------------
@@ -102,30 +103,33 @@ fn a_lost_notification_costs_only_latency() {
     let server = RedisServer::start();
     let dir = tempdir();
     // Another client's lock: a plain SET NX PX, released by DEL, which publishes nothing. A
-    // waiter cannot hear it go, only find it gone when its lease would have ended.
-    const LEASE: Duration = Duration::from_secs(3);
+    // waiter cannot hear it go, only find it gone when its lease would have ended. Timed by the
+    // server's clock (the SET, and the grant's fence, minted from the server's microseconds),
+    // so that the waiter's own start on a loaded machine is not counted.
+    const LEASE_MS: i64 = 3000;
     server.cmd(&["SET", LOCK, "x", "NX", "PX", "3000"]);
-    let set_at = Instant::now();
+    let set_ms = redis_now_ms(&server);
 
     let mut waiter = [Bg::spawn(
         "waiter",
         dir.path(),
-        rlock_at(&server).args(["acquire", "-k", KEY, "--ttl", "5s"]),
+        rlock_at(&server).args(["acquire", "-k", KEY, "--ttl", "5s", "--json"]),
     )];
     wait_queued(&server, 1, &mut waiter);
     assert!(waiter[0].running());
     server.cmd(&["DEL", LOCK]);
-    let deleted_at = Instant::now();
 
-    let (out, acquired_at) = waiter[0].finish(Duration::from_secs(30));
+    let (out, _) = waiter[0].finish(Duration::from_secs(30));
     assert_eq!(out.code, 0, "the waiter failed: {out}");
-    assert_eq!(server.get(LOCK).as_deref(), Some(out.stdout.trim()));
-    let _ = deleted_at;
-    let latency = acquired_at - set_at;
+    let grant: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(server.get(LOCK).as_deref(), grant["token"].as_str());
+    let fence = grant["fence"].as_i64().expect("a fence");
+    assert!(is_clock_fence(&server, &fence.to_string()), "{out}");
+    let latency = fence / 1000 - set_ms;
     assert!(
-        latency < LEASE + Duration::from_secs(1),
-        "the waiter took {latency:?} to notice a lock deleted without a notification: it should \
-         find out when the lease it saw would have ended ({LEASE:?})"
+        latency < LEASE_MS + 1000,
+        "the waiter took {latency} ms to notice a lock deleted without a notification: it should \
+         find out when the lease it saw would have ended ({LEASE_MS} ms)"
     );
     assert_no_waiters_left(&server);
 }

@@ -22,8 +22,9 @@ use Block::{Item, P, Pre};
 pub(super) const DURATIONS: Section = Section {
     title: "DURATIONS",
     blocks: &[P(
-        "Every duration is a humantime string: `250ms`, `30s`, `5m`, `1h 30m`. A bare number is an \
-         error (rlock says which unit is missing), and so is a zero or negative `--ttl`.",
+        "Every duration is a humantime string: `250ms`, `30s`, `5m`, `1h 30m`. A plain number is \
+         seconds (`-w 10`, `--ttl 30`, `2.5`), as `flock` and `timeout` read it. A zero or \
+         negative `--ttl` is an error.",
     )],
 };
 
@@ -46,7 +47,8 @@ pub(super) const EXIT_STATUS: Section = Section {
         ),
         Item(
             "`65`",
-            "The key holds something rlock cannot treat as a lock (e.g. a list); nothing was \
+            "The key holds something rlock cannot treat as a lock (e.g. a list), or is held as \
+             another kind of lock (`--limit` with another N, `--shared`, exclusive); nothing was \
              changed.",
         ),
         Item(
@@ -54,8 +56,9 @@ pub(super) const EXIT_STATUS: Section = Section {
             "Redis unavailable: cannot connect, timed out, no quorum. A wait (no `-n`) rides \
              out an outage, trying again at most 1 s apart and saying on stderr when it began \
              and ended, and exits 69 only if the wait ends during it. A run that has never \
-             reached Redis tries for `--connect-timeout` (30 s by default), then exits 69 naming \
-             the address: a typo in a port never hangs a cron job.",
+             reached Redis tries for `--connect-timeout` (30 s by default), with `-n` too (which \
+             concerns the lock, not the server), then exits 69 naming the address: a typo in a \
+             port never hangs a cron job, and a restart of Redis does not fail it.",
         ),
         Item(
             "`70`",
@@ -83,6 +86,11 @@ pub(super) const EXIT_STATUS: Section = Section {
              for the host, a client certificate refused or missing; `inspect` without `-k` on \
              one node of a Redis Cluster without `--cluster`; `--contain cgroup` where no cgroup \
              can be made.",
+        ),
+        Item(
+            "`124`",
+            "`exec`: the command ran for its `--timeout` and was stopped (`--lost-signal`, then \
+             SIGKILL `--grace` later), as `timeout`(1) exits; the lock was given back.",
         ),
         Item("`126`", "`exec`: the command is not executable."),
         Item("`127`", "`exec`: the command was not found."),
@@ -128,6 +136,15 @@ pub(super) const ENVIRONMENT: Section = Section {
              to. Default `30s`.",
         ),
         Item(
+            "`RLOCK_TIMEOUT`",
+            "As `exec --timeout`: how long the command may run before it is stopped (exit 124).",
+        ),
+        Item(
+            "`RLOCK_HOLD_AT_LEAST`",
+            "As `--hold-at-least`: nobody else gets the lock until this long after its grant, by \
+             Redis's clock, even once it is released.",
+        ),
+        Item(
             "`RLOCK_TOKEN`",
             "The owner token `release` and `renew` use when `--token` is not given.",
         ),
@@ -153,7 +170,8 @@ pub(super) const REDIS_KEYS: Section = Section {
         Pre(
             "P+KEY            string: the owner token, the lease as its expiry
 {P+KEY}:state    hash: fence, holder (host, pid, user, command,
-                 since), TTL, the waiter a free lock is reserved for
+                 since), TTL, the waiter a free lock is reserved for,
+                 who each waiter is (w:T), hold_until (--hold-at-least)
 {P+KEY}:q        sorted set: waiting tokens, oldest first
 {P+KEY}:wake:T   pub/sub channel of waiter T: a release hands it the lock
 {P+KEY}:wake     pub/sub channel: wakes waiters that do not queue (Redlock)",
@@ -305,11 +323,16 @@ fn unlink(text: &str) -> String {
 
 pub(super) const EXAMPLES: Section = Section {
     title: "EXAMPLES",
-    blocks: &[Pre("# cron: skip this run if the last one is still going
-*/5 * * * * rlock exec -k sync -n -- /usr/local/bin/sync.sh
+    blocks: &[Pre(
+        "# cron, the same line on several hosts: once per schedule, at most 4 minutes
+PATH=/usr/local/bin:/usr/bin:/bin
+*/5 * * * * rlock exec -k sync -n -E 0 --hold-at-least 1m --timeout 4m -- /usr/local/bin/sync.sh
 
-# CI: one deploy at a time, waiting up to 15 minutes for the lock
-rlock exec -k deploy-prod -w 15m -- ./deploy.sh production
+# CI: one deploy at a time, waiting up to 15 minutes for the lock, 30 to deploy
+rlock exec -k deploy-prod -w 15m --timeout 30m -- ./deploy.sh production
+
+# who holds the deploy lock, and who waits for it, in line order
+rlock inspect -k deploy-prod
 
 # hold a lock across part of a shell script (not eval \"$(...)\" alone:
 # eval of nothing succeeds, so a failed acquire would go unnoticed)
@@ -322,7 +345,8 @@ rlock release -k jobs
 rlock inspect -q -k jobs && echo locked
 
 # who holds what
-rlock inspect")],
+rlock inspect",
+    )],
 };
 
 // ---------------------------------------------------------------------------------------------
