@@ -158,9 +158,20 @@ fn a_waiter_killed_in_the_middle_of_the_line_leaves_no_hole() {
 #[test]
 fn no_wait_against_a_full_server_is_unavailable_after_the_connect_timeout() {
     let server = RedisServer::start_with(&["--maxclients", "1"]);
-    // The one client the server takes.
-    let mut filler = server.conn();
-    let _: String = redis::cmd("PING").query(&mut filler).expect("PING");
+    // The one client the server takes: once the harness's own connection (its readiness check)
+    // is gone, which the server may learn only after it has refused the next one.
+    let until = Instant::now() + Duration::from_secs(5);
+    let filler = loop {
+        let mut conn = server.conn();
+        match redis::cmd("PING").query::<String>(&mut conn) {
+            Ok(_) => break conn,
+            Err(e) if Instant::now() < until => {
+                assert!(e.to_string().contains("max number of clients"), "PING: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("PING: {e}"),
+        }
+    };
     let started = Instant::now();
     let out = run(rlock_at(&server).args(["--connect-timeout", "2s", "acquire", "-k", KEY, "-n"]));
     let took = started.elapsed();
