@@ -145,7 +145,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__acquire)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --program-only --hold-at-least --export --json --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --record-args --program-only --hold-at-least --export --json --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -301,7 +301,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__exec)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --timeout --hold-at-least --label --program-only --contain --history-limit --history-ttl --metrics-file --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --timeout --hold-at-least --label --record-args --program-only --contain --history-limit --history-ttl --metrics-file --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -51,7 +51,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l ttl -d 'How long
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s w -l wait -d 'Give up after waiting this long [default: wait as long as it takes]' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit code when the lock is busy' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l limit -d 'Up to N holders at once, like `consul lock -n N` (a counting semaphore); every holder of the key must ask the same N. --limit 1 is an ordinary lock' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l label -d 'What `inspect` and the history show as the holder\'s description instead of its program\'s name (a CI job\'s URL, say)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l hold-at-least -d 'Nobody else gets the lock until DUR after the grant, by Redis\'s clock, even if the holder releases it sooner: the same cron line on several hosts runs once per schedule. `release --force` still frees it' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s u -l url -d 'Redis endpoint: redis://, rediss:// (TLS) or unix://. Repeat it (3, 5, ...) for a Redlock quorum over independent masters; RLOCK_URL takes them comma-separated' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels; lock on the master they call NAME' -r -f
@@ -66,7 +66,8 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l connect-timeout 
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l program-only -d 'Record only the program\'s name (`mysql`) as the holder\'s command, none of its arguments, masked or not: for sites where any argument is too much to show. --label still wins'
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l record-args -d 'Record the holder\'s whole command line, its secrets masked, rather than only its program\'s name (`mysql`), the default: any user of the same Redis can read what is recorded with `rlock inspect`. --label still wins'
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l program-only -d 'Accepted and ignored, for one release: only the program\'s name is the default now (see --record-args)'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l export -d 'Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l json -d 'Print one JSON object: key, token, fence, ttl_ms'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l cluster -d 'The URLs are Redis Cluster seed nodes'
@@ -148,7 +149,7 @@ ALRM\t''"
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l grace -d 'Time between --lost-signal and SIGKILL when renewals keep failing [default: TTL/4]' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l timeout -d 'Stop the command after DUR, as timeout(1) does: --lost-signal to everything it started, SIGKILL --grace later; the lock is given back and rlock exits 124' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l hold-at-least -d 'Nobody else gets the lock until DUR after the grant, by Redis\'s clock, even if the holder releases it sooner: the same cron line on several hosts runs once per schedule. `release --force` still frees it' -r -f
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l label -d 'What `inspect` shows as the holder\'s description instead of its command line (a CI job\'s URL, say)' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l label -d 'What `inspect` and the history show as the holder\'s description instead of its program\'s name (a CI job\'s URL, say)' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l contain -d 'How everything the command starts is kept under the lock: `auto` runs it in a cgroup v2 of its own where rlock may make one (root, or a delegated systemd slice), else in the process tree below rlock\'s guardian; `tree` never makes a cgroup; `cgroup` makes one or fails (78). `-v` says which is in use' -r -f -a "auto\t'A cgroup where rlock may make one, else the process tree'
 cgroup\t'A cgroup, or the command does not start (exit 78)'
 tree\t'The process tree below the guardian, never a cgroup'"
@@ -168,7 +169,8 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_e
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l program-only -d 'Record only the program\'s name (`mysql`) as the holder\'s command, none of its arguments, masked or not: for sites where any argument is too much to show. --label still wins'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l record-args -d 'Record the holder\'s whole command line, its secrets masked, rather than only its program\'s name (`mysql`), the default: any user of the same Redis can read what is recorded with `rlock inspect`. --label still wins'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l program-only -d 'Accepted and ignored, for one release: only the program\'s name is the default now (see --record-args)'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
@@ -188,7 +190,7 @@ complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew insp
 # an option's value), or after `--`, complete it as that command's, as `complete -C` of the
 # command's words would. (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
 function __fish_rlock_exec_optspecs
-    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= timeout= hold-at-least= label= program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet h/help
+    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= timeout= hold-at-least= label= record-args program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet h/help
 end
 
 # Prints the command's words before the one being completed; fails outside the command.
