@@ -7,6 +7,27 @@
 //!   panic: rlock finishes what it was doing and exits with the code of the table.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The standard descriptors (bit 0 stdin, 1 stdout, 2 stderr) that were closed when rlock
+/// started, before Rust's start-up opened them on /dev/null.
+static CLOSED: AtomicU8 = AtomicU8::new(0);
+
+/// Notes which standard descriptors are closed; run by `main.rs` before Rust's start-up.
+pub fn note_closed_descriptors() {
+    for fd in 0..3 {
+        // SAFETY: F_GETFD reads a descriptor's flags and changes nothing.
+        if unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFD) } == -1 {
+            CLOSED.fetch_or(1 << fd, Ordering::Relaxed);
+        }
+    }
+}
+
+/// True when descriptor `fd` (0, 1 or 2) was closed when rlock started (`rlock acquire >&-`):
+/// what is written to it now goes to /dev/null.
+pub fn was_closed(fd: u8) -> bool {
+    fd < 3 && CLOSED.load(Ordering::Relaxed) & (1 << fd) != 0
+}
 
 /// `text` with every control character escaped (`\n`, `\t`, `\x1b`, `\x9b`), and the
 /// characters that reorder or break a line (bidirectional overrides, line separators) as

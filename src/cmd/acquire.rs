@@ -65,9 +65,9 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
 }
 
 fn print(grant: &Grant, args: &AcquireArgs) -> std::io::Result<()> {
-    // `acquire >&-`: rlock's start-up put /dev/null where stdout was, so the write would
+    // `acquire >&-`: Rust's start-up put /dev/null where stdout was, so the write would
     // succeed and the token go nowhere.
-    if crate::runtime::was_closed(1) {
+    if output::was_closed(1) {
         return Err(std::io::Error::other("stdout is closed"));
     }
     if args.export {

@@ -27,50 +27,6 @@ fn binary_is_linked_statically() {
     );
 }
 
-/// The functions a short run executes are placed first (`link/hot-code.ld`, which build.rs hands
-/// the linker): the binary has the `.text.hot` section that script makes. Without it a run maps
-/// about twice the pages of code (docs/benchmarks.md), and nothing else would tell.
-#[test]
-fn the_code_a_run_executes_is_placed_first() {
-    let rlock = std::fs::read(env!("CARGO_BIN_EXE_rlock")).expect("read the binary");
-    assert!(
-        rlock.windows(10).any(|w| w == b".text.hot\0"),
-        "rlock has no .text.hot section: did build.rs hand the linker link/hot-code.ld?"
-    );
-}
-
-/// On a glibc that knows them (2.36 or later, as Debian 12 has), the executable carries its
-/// relative relocations packed (build.rs: `-z pack-relative-relocs`), and runs: were the C
-/// library's start-up not to apply them, rlock would crash before its first word.
-#[test]
-fn the_relocations_are_packed_where_the_c_library_reads_them() {
-    let glibc = Command::new("getconf")
-        .arg("GNU_LIBC_VERSION")
-        .output()
-        .expect("run getconf (libc-bin)");
-    let version = String::from_utf8_lossy(&glibc.stdout);
-    let Some((2, minor)) = version
-        .trim()
-        .strip_prefix("glibc ")
-        .and_then(|v| v.split_once('.'))
-        .and_then(|(major, minor)| Some((major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?)))
-    else {
-        panic!("getconf GNU_LIBC_VERSION said {version:?}: this test knows glibc 2.x");
-    };
-    let rlock = std::fs::read(env!("CARGO_BIN_EXE_rlock")).expect("read the binary");
-    let packed = rlock.windows(10).any(|w| w == b".relr.dyn\0");
-    assert_eq!(
-        packed,
-        minor >= 36,
-        "glibc 2.{minor}: rlock's relocations should be packed exactly when glibc >= 2.36"
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_rlock"))
-        .arg("--version")
-        .output()
-        .expect("run rlock --version");
-    assert!(out.status.success(), "rlock --version: {out:?}");
-}
-
 /// A file of the crate's source tree, as text.
 fn source(path: &str) -> String {
     let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -102,7 +58,6 @@ fn the_crate_carries_both_licences_and_what_build_rs_builds_from() {
         "LICENSE-APACHE",
         "debian/copyright",
         "standby/standby.rs",
-        "link/hot-code.ld",
     ] {
         assert!(
             listing.lines().any(|l| l == file),
