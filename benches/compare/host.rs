@@ -26,7 +26,7 @@ use rlock_test_support::procfs::voluntary_switches as switches;
 
 use crate::etcd::Etcd;
 use crate::monitor::zcard;
-use crate::process::{Bg, fail, quiet, rlock, wait_for};
+use crate::process::{Bg, fail, flocks_on, quiet, rlock, wait_for};
 use crate::setup::Bench;
 use crate::table::{WARMUP, median, turn};
 
@@ -105,14 +105,9 @@ impl Tool for FlockTool<'_> {
         cmd
     }
 
-    /// Holders and waiters of every flock on the machine ("->" marks a blocked one); the
-    /// figures make sure nothing else uses flock meanwhile by counting up from a base.
-    fn in_line(&self, _key: &str) -> usize {
-        fs::read_to_string("/proc/locks")
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("FLOCK"))
-            .count()
+    /// Holders and waiters of the key's lock file.
+    fn in_line(&self, key: &str) -> usize {
+        flocks_on(&self.dir.join(format!("{key}.lock")), false)
     }
 }
 

@@ -145,3 +145,30 @@ pub fn now_ns() -> i128 {
         .expect("clock after 1970")
         .as_nanos() as i128
 }
+
+/// The flocks on `file` in /proc/locks, told by its inode (`MAJOR:MINOR:INODE`), as other
+/// programs on the machine (cargo among them) take flocks of their own: its holder and waiters,
+/// or only the waiters (`->`, blocked). The file is created when missing.
+pub fn flocks_on(file: &std::path::Path, waiting_only: bool) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(inode) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .and_then(|f| f.metadata())
+        .map(|m| m.ino().to_string())
+    else {
+        fail(&format!("cannot open {}", file.display()));
+    };
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.contains("FLOCK")
+                && (!waiting_only || l.contains("->"))
+                && l.split_whitespace().any(|field| {
+                    field.matches(':').count() == 2 && field.rsplit(':').next() == Some(&inode)
+                })
+        })
+        .count()
+}

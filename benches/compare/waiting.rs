@@ -19,7 +19,7 @@ use crate::etcd::{self, Etcd};
 use crate::host;
 use crate::memory::rss_kib;
 use crate::monitor::{settle, watch, zcard};
-use crate::process::{Bg, fail, output, quiet, rlock, wait_for};
+use crate::process::{Bg, fail, flocks_on, output, quiet, rlock, wait_for};
 use crate::setup::Bench;
 use crate::table::ms;
 
@@ -202,13 +202,7 @@ pub fn drain_flock(flock: &Path, dir: &Path, n: usize) -> Drain {
     let path = d.join("lock");
     let file = File::create(&path).expect("lock file");
     let held = Flock::lock(file, FlockArg::LockExclusive).unwrap_or_else(|_| fail("flock"));
-    let blocked = || {
-        fs::read_to_string("/proc/locks")
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("->"))
-            .count()
-    };
+    let blocked = || flocks_on(&path, true);
     let base = blocked();
     let mut waiters = Vec::with_capacity(n);
     for i in 0..n {
