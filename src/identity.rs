@@ -48,22 +48,23 @@ fn user_name() -> String {
         .unwrap_or_else(|| uid.to_string())
 }
 
-/// The name /etc/passwd gives `uid`. A static glibc knows users from that file alone
-/// (`names.rs`), so rlock reads it itself: the C library's lookup (its name-service set-up,
-/// its stdio and malloc started for one line) cost a run without $USER ~0.1 ms.
-#[cfg(all(target_os = "linux", target_env = "gnu", target_feature = "crt-static"))]
+/// The name the user database gives `uid`. A static glibc knows users from /etc/passwd alone
+/// (`names.rs`), so a static rlock reads that file itself rather than start the C library's
+/// name services for one line; a dynamic one asks the C library, which follows nsswitch.conf
+/// (and so finds the users of a directory service too).
 fn name_of(uid: nix::unistd::Uid) -> Option<String> {
-    passwd_name(&std::fs::read("/etc/passwd").ok()?, uid.as_raw())
-}
-
-/// The name the user database (as nsswitch.conf says) gives `uid`.
-#[cfg(not(all(target_os = "linux", target_env = "gnu", target_feature = "crt-static")))]
-fn name_of(uid: nix::unistd::Uid) -> Option<String> {
-    crate::names::pin_builtin_services();
-    nix::unistd::User::from_uid(uid)
-        .ok()
-        .flatten()
-        .map(|u| u.name)
+    if cfg!(all(
+        target_os = "linux",
+        target_env = "gnu",
+        target_feature = "crt-static"
+    )) {
+        passwd_name(&std::fs::read("/etc/passwd").ok()?, uid.as_raw())
+    } else {
+        nix::unistd::User::from_uid(uid)
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+    }
 }
 
 /// The name of the first entry for `uid` in `passwd` (the lines of /etc/passwd: `name:password:

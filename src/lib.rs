@@ -3,7 +3,6 @@
 //! The binary is a thin shell over this library; the library is public so that the man page and
 //! completions can be generated from the same clap definition.
 
-pub mod arena;
 pub mod backend;
 pub mod cli;
 pub mod cmd;
@@ -14,7 +13,6 @@ pub mod metrics;
 pub mod names;
 pub mod output;
 pub mod redact;
-pub mod runtime;
 pub mod signals;
 pub mod supervise;
 pub mod watchdog;

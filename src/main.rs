@@ -1,32 +1,24 @@
-// Rust's start-up is skipped: `rlock::runtime` does the part of it rlock needs, for less.
-#![no_main]
-
-use std::ffi::{CStr, OsStr, OsString, c_char, c_int};
+use std::ffi::OsString;
 use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
+use std::process::ExitCode;
 
 use rlock::exit::Exit;
 
-/// rlock's memory comes from a fixed arena first, the system's allocator after it (`rlock::arena`).
-#[global_allocator]
-static ALLOCATOR: rlock::arena::Arena = rlock::arena::Arena::new();
+/// Runs before Rust's start-up, which opens /dev/null on a standard descriptor that was closed
+/// (so that rlock's first socket cannot take its number): notes which ones were, so that
+/// `acquire >&-` can tell that its token would go nowhere. The C library runs `.init_array`'s
+/// functions before `main`, as Rust's own start-up relies on.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static NOTE_CLOSED_DESCRIPTORS: extern "C" fn() = note_closed_descriptors;
 
-/// The C entry point: `argv` holds `argc` NUL-terminated arguments, the program's name first.
-#[unsafe(no_mangle)]
-extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
-    rlock::runtime::start();
-    let args: Vec<OsString> = (0..usize::try_from(argc).unwrap_or(0))
-        .map(|i| {
-            // SAFETY: the C start-up passes `argc` valid pointers to NUL-terminated strings,
-            // which live as long as the process.
-            let arg = unsafe { CStr::from_ptr(*argv.add(i)) };
-            OsStr::from_bytes(arg.to_bytes()).to_owned()
-        })
-        .collect();
-    // A panic is reported by the panic hook, and exits 101 as it would with Rust's start-up.
-    let code = std::panic::catch_unwind(|| run(&args)).unwrap_or(101);
-    rlock::runtime::finish();
-    c_int::from(code)
+extern "C" fn note_closed_descriptors() {
+    rlock::output::note_closed_descriptors();
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    ExitCode::from(run(&args))
 }
 
 /// rlock's exit code for the command line `args`.
@@ -89,7 +81,7 @@ fn run(args: &[OsString]) -> u8 {
 
 /// Dies of `sig`; should it not be fatal after all, exits 128+N as a shell would report it.
 fn die_by(sig: nix::sys::signal::Signal) -> u8 {
-    rlock::runtime::finish();
+    let _ = std::io::Write::flush(&mut std::io::stdout());
     rlock::signals::die_by(sig);
     128u8.saturating_add(sig as u8)
 }

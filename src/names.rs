@@ -10,10 +10,9 @@
 //! records `$USER`, `$LOGNAME` or the uid instead.
 
 /// Pins the host and user databases to the services built into a static glibc, before the first
-/// lookup; called where one may follow (a host name to resolve; a uid to name, in a dynamically
-/// linked build), once. Pinning reads nsswitch.conf (~30 us), which a run that looks nothing up
-/// (its Redis named by an address) is spared. Does nothing in a dynamically linked build, which loads whatever nsswitch.conf
-/// names.
+/// lookup; called where one may follow (a host name to resolve), once. Pinning reads
+/// nsswitch.conf, which a run that looks nothing up (its Redis named by an address) is spared.
+/// Does nothing in a dynamically linked build, which loads whatever nsswitch.conf names.
 pub fn pin_builtin_services() {
     static PINNED: std::sync::Once = std::sync::Once::new();
     PINNED.call_once(pin);

@@ -7,6 +7,27 @@
 //!   panic: rlock finishes what it was doing and exits with the code of the table.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The standard descriptors (bit 0 stdin, 1 stdout, 2 stderr) that were closed when rlock
+/// started, before Rust's start-up opened them on /dev/null.
+static CLOSED: AtomicU8 = AtomicU8::new(0);
+
+/// Notes which standard descriptors are closed; run by `main.rs` before Rust's start-up.
+pub fn note_closed_descriptors() {
+    for fd in 0..3 {
+        // SAFETY: F_GETFD reads a descriptor's flags and changes nothing.
+        if unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFD) } == -1 {
+            CLOSED.fetch_or(1 << fd, Ordering::Relaxed);
+        }
+    }
+}
+
+/// True when descriptor `fd` (0, 1 or 2) was closed when rlock started (`rlock acquire >&-`):
+/// what is written to it now goes to /dev/null.
+pub fn was_closed(fd: u8) -> bool {
+    fd < 3 && CLOSED.load(Ordering::Relaxed) & (1 << fd) != 0
+}
 
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
@@ -86,7 +107,7 @@ pub fn json(value: &serde_json::Value) -> std::io::Result<()> {
 /// stdout, for data: an error when it was closed as rlock started (`rlock inspect >&-`), where
 /// start-up put /dev/null and what is written would go nowhere.
 pub fn stdout() -> std::io::Result<std::io::StdoutLock<'static>> {
-    if crate::runtime::was_closed(1) {
+    if was_closed(1) {
         return Err(std::io::Error::other("stdout is closed"));
     }
     Ok(std::io::stdout().lock())

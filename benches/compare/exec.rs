@@ -1,50 +1,20 @@
-//! The rows of the first table that time one command start to finish: process start-up
-//! (`--version`), an uncontended `exec -- true`, the same exec with its run on record and
-//! without (`--history-limit 0`), and with `--replicas 1` (a WAIT for one replica after the
-//! grant).
+//! The rows of the first table that time one command start to finish: an uncontended
+//! `exec -- true`, and the busy path (`-n` on a lock another holds), for rlock, flock, the
+//! minimal Redis client and the raw redis-cli pair, taking turns.
 
 use std::process::Command;
 
-use rlock_test_support::RedisServer;
-
-use crate::process::{RLOCK, fail, quiet, rlock, wait_for, wall};
+use crate::minimal;
+use crate::process::{exits_with, fail, quiet, rlock, wall};
 use crate::redis_cli;
 use crate::setup::Bench;
-use crate::table::{Figure, Row, interleaved, median, ms};
+use crate::table::{Figure, Row, interleaved, ms};
 
-/// Median wall time of `--version` for each tool: what starting a process costs, for reading
-/// the rest.
-pub fn startup(b: &Bench) -> Figure {
-    let startup = |program: &std::path::Path| {
-        median(
-            (0..b.cfg.runs)
-                .map(|_| ms(wall(|| quiet(Command::new(program).arg("--version")))))
-                .collect(),
-        )
-    };
-    let rlock = startup(RLOCK.as_ref());
-    let flock = startup(b.flock);
-    let cli = startup("redis-cli".as_ref());
-    Figure {
-        rows: vec![Row {
-            figure: "process start-up (--version), median".into(),
-            unit: "ms",
-            rlock,
-            flock: Some(flock),
-            cli: Some(cli),
-            target: "(for reference)".into(),
-            met: None,
-            decimals: 2,
-        }],
-        note: None,
-    }
-}
-
-/// One uncontended `exec -k K -- true`, rlock, flock and the raw pair taking turns.
+/// One uncontended `exec -k K -- true`, each tool taking turns.
 pub fn uncontended(b: &Bench) -> Figure {
     let lockfile = b.dir.join("wall.lock");
     let port = b.redis.port().to_string();
-    let [e_rlock, e_flock, e_cli] = interleaved(
+    let [e_rlock, e_flock, e_min, e_cli] = interleaved(
         b.cfg.runs,
         [
             &mut || {
@@ -55,6 +25,11 @@ pub fn uncontended(b: &Bench) -> Figure {
             &mut || {
                 ms(wall(|| {
                     quiet(Command::new(b.flock).arg(&lockfile).arg("true"))
+                }))
+            },
+            &mut || {
+                ms(wall(|| {
+                    quiet(&mut minimal::command(&[&port, "min-wall", "true"]))
                 }))
             },
             &mut || {
@@ -72,37 +47,109 @@ pub fn uncontended(b: &Bench) -> Figure {
             unit: "ms",
             rlock: e_rlock,
             flock: Some(e_flock),
+            minimal: Some(e_min),
             cli: Some(e_cli),
-            target: "≤ 1.3× flock".into(),
-            met: Some(e_rlock <= 1.3 * e_flock),
+            target: "≤ 1.5× flock".into(),
+            met: Some(e_rlock <= 1.5 * e_flock),
             decimals: 2,
         }],
         note: Some(
-            "exec and contention rows: rlock, flock and redis-cli take turns, run by run, so that \
-             the machine's drift weighs on all three alike."
+            "exec, busy and contention rows: the tools take turns, run by run, so that the \
+             machine's drift weighs on all of them alike."
                 .into(),
         ),
     }
 }
 
-/// What recording the run costs: `exec -- true` as it is (its run appended to the lock's history
-/// at the end), the same with `--history-limit 0`, and flock, run by run.
-pub fn history(b: &Bench) -> Figure {
-    let lockfile = b.dir.join("history.lock");
+/// The busy path: `exec -n -k K -- true` on a lock another holds, until the tool has said so
+/// (rlock and the minimal client exit 75, `flock -n` 1, and the redis-cli pair's `SET NX` is
+/// answered nil).
+pub fn busy(b: &Bench) -> Figure {
+    let lockfile = b.dir.join("busy.lock");
+    let port = b.redis.port().to_string();
+    let mut conn = b.redis.conn();
+    quiet(&mut rlock(
+        b.redis,
+        &["acquire", "-k", "busy", "--ttl", "10m"],
+    ));
+    for key in ["min-busy", "cli-busy"] {
+        redis_cli::hold(&mut conn, key);
+    }
+    let held = std::fs::File::create(&lockfile).expect("the busy lock file");
+    let held = nix::fcntl::Flock::lock(held, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .unwrap_or_else(|(_, e)| fail(&format!("flock of the busy lock file: {e}")));
+    let [b_rlock, b_flock, b_min, b_cli] = interleaved(
+        b.cfg.runs,
+        [
+            &mut || {
+                ms(wall(|| {
+                    exits_with(
+                        &mut rlock(b.redis, &["exec", "-n", "-k", "busy", "--", "true"]),
+                        75,
+                    )
+                }))
+            },
+            &mut || {
+                ms(wall(|| {
+                    exits_with(
+                        Command::new(b.flock).arg("-n").arg(&lockfile).arg("true"),
+                        1,
+                    )
+                }))
+            },
+            &mut || {
+                ms(wall(|| {
+                    exits_with(&mut minimal::command(&[&port, "min-busy", "true"]), 75)
+                }))
+            },
+            &mut || {
+                ms(wall(|| {
+                    if redis_cli::pair(&port, "cli-busy", "t") {
+                        fail("the redis-cli SET NX took a held key");
+                    }
+                }))
+            },
+        ],
+    );
+    drop(held);
+    quiet(&mut rlock(b.redis, &["release", "--force", "-k", "busy"]));
+    for key in ["min-busy", "cli-busy"] {
+        redis_cli::clear(&mut conn, key);
+    }
+    Figure {
+        rows: vec![Row {
+            figure: "`exec -n -k K -- true` on a held lock (busy), median".into(),
+            unit: "ms",
+            rlock: b_rlock,
+            flock: Some(b_flock),
+            minimal: Some(b_min),
+            cli: Some(b_cli),
+            target: "≤ 2× flock".into(),
+            met: Some(b_rlock <= 2.0 * b_flock),
+            decimals: 2,
+        }],
+        note: None,
+    }
+}
+
+/// What two of rlock's guarantees cost in an `exec -- true`: the same command as it is, without
+/// its run on record (`--history-limit 0`: one round trip fewer, after the release), and kept
+/// in the process tree below its guardian rather than a cgroup of its own (`--contain tree`,
+/// where rlock may make cgroups), taking turns with each other and flock.
+pub fn guarantees(b: &Bench) -> Figure {
+    let lockfile = b.dir.join("guarantees.lock");
     let exec = |extra: &[&str]| {
-        let args: Vec<&str> = ["exec", "-k", "hist"]
-            .iter()
-            .chain(extra)
-            .chain(&["--", "true"])
-            .copied()
-            .collect();
+        let mut args = vec!["exec", "-k", "guarantees"];
+        args.extend(extra);
+        args.extend(["--", "true"]);
         ms(wall(|| quiet(&mut rlock(b.redis, &args))))
     };
-    let [h_on, h_off, h_flock] = interleaved(
+    let [whole, no_record, tree, flock] = interleaved(
         b.cfg.runs,
         [
             &mut || exec(&[]),
             &mut || exec(&["--history-limit", "0"]),
+            &mut || exec(&["--contain", "tree"]),
             &mut || {
                 ms(wall(|| {
                     quiet(Command::new(b.flock).arg(&lockfile).arg("true"))
@@ -110,83 +157,26 @@ pub fn history(b: &Bench) -> Figure {
             },
         ],
     );
-    Figure {
-        rows: vec![Row {
-            figure: format!(
-                "`exec -- true` with its run on record, median (--history-limit 0: {h_off:.2} ms, {:.2}× flock; history costs {:+.2} ms)",
-                h_off / h_flock,
-                h_on - h_off
-            ),
-            unit: "ms",
-            rlock: h_on,
-            flock: Some(h_flock),
-            cli: None,
-            target: "≤ 1.3× flock".into(),
-            met: Some(h_on <= 1.3 * h_flock),
-            decimals: 2,
-        }],
-        note: None,
-    }
-}
-
-/// `--replicas 1`: the exec with a WAIT after the grant, a replica on loopback, against the
-/// same exec without it and flock, run by run.
-pub fn replicas(b: &Bench) -> Figure {
-    let replica = start_replica(b.redis);
-    let lockfile = b.dir.join("replicas.lock");
-    let exec = |replicas: &[&str]| {
-        let args: Vec<&str> = replicas
-            .iter()
-            .chain(&["exec", "-k", "repl", "--", "true"])
-            .copied()
-            .collect();
-        ms(wall(|| quiet(&mut rlock(b.redis, &args))))
+    let row = |figure: &str, rlock: f64| Row {
+        figure: figure.into(),
+        unit: "ms",
+        rlock,
+        flock: Some(flock),
+        minimal: None,
+        cli: None,
+        target: "(for reference)".into(),
+        met: None,
+        decimals: 2,
     };
-    let [w_rlock, w_plain, w_flock] = interleaved(
-        b.cfg.runs,
-        [
-            &mut || exec(&["--replicas", "1"]),
-            &mut || exec(&[]),
-            &mut || {
-                ms(wall(|| {
-                    quiet(Command::new(b.flock).arg(&lockfile).arg("true"))
-                }))
-            },
-        ],
-    );
-    drop(replica);
     Figure {
-        rows: vec![Row {
-            figure: format!(
-                "`--replicas 1 exec -- true`, 1 replica, median (without --replicas: {w_plain:.2} ms, {:.2}×)",
-                w_rlock / w_plain
+        rows: vec![
+            row("`exec -- true` again, in turns with the two below", whole),
+            row(
+                "… without its run on record (`--history-limit 0`)",
+                no_record,
             ),
-            unit: "ms",
-            rlock: w_rlock,
-            flock: Some(w_flock),
-            cli: None,
-            target: "≤ 1.25× without --replicas".into(),
-            met: Some(w_rlock <= 1.25 * w_plain),
-            decimals: 2,
-        }],
+            row("… in the process tree, no cgroup (`--contain tree`)", tree),
+        ],
         note: None,
     }
-}
-
-/// A server replicating `master`, once its link is up.
-fn start_replica(master: &RedisServer) -> RedisServer {
-    let replica = RedisServer::start();
-    let mut conn = replica.conn();
-    redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(master.port())
-        .query::<()>(&mut conn)
-        .expect("REPLICAOF");
-    wait_for("the replica's link to come up", || {
-        redis::cmd("INFO")
-            .arg("replication")
-            .query::<String>(&mut conn)
-            .is_ok_and(|i| i.contains("master_link_status:up"))
-    });
-    replica
 }

@@ -9,10 +9,7 @@
 //!
 //! Every command is a bash script that stamps with its own clock (`$EPOCHREALTIME`, no process
 //! of its own). A handoff is judged as the user sees it: from the end stamp to the start stamp,
-//! bash's own start included for every tool alike. The table also shows it less the time bash
-//! takes from its start to its first stamp (measured here the same way, `shell_cost`), for
-//! reading only: that estimate comes from starting bash from this process, which costs more than
-//! from flock, so inside a line it took flock's figure below zero.
+//! bash's own start included for every tool alike.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -29,7 +26,7 @@ use rlock_test_support::procfs::voluntary_switches as switches;
 
 use crate::etcd::Etcd;
 use crate::monitor::zcard;
-use crate::process::{Bg, fail, quiet, rlock, wait_for};
+use crate::process::{Bg, fail, flocks_on, quiet, rlock, wait_for};
 use crate::setup::Bench;
 use crate::table::{WARMUP, median, turn};
 
@@ -108,14 +105,9 @@ impl Tool for FlockTool<'_> {
         cmd
     }
 
-    /// Holders and waiters of every flock on the machine ("->" marks a blocked one); the
-    /// figures make sure nothing else uses flock meanwhile by counting up from a base.
-    fn in_line(&self, _key: &str) -> usize {
-        fs::read_to_string("/proc/locks")
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("FLOCK"))
-            .count()
+    /// Holders and waiters of the key's lock file.
+    fn in_line(&self, key: &str) -> usize {
+        flocks_on(&self.dir.join(format!("{key}.lock")), false)
     }
 }
 
@@ -182,36 +174,10 @@ fn release(fifo: &Path) {
 /// A command that stamps its start, waits on its FIFO, and stamps its end (µs).
 const CHAINED: &str = r#"echo ${EPOCHREALTIME/./} > "$1/start-$2"; read x < "$1/fifo-$2"; echo ${EPOCHREALTIME/./} > "$1/end-$2""#;
 
-/// One sample of the time (ms) from spawning `bash -c` to its first stamp: what every handoff
-/// figure includes besides the tools' own work. Taken between the handoffs, so that it sees the
-/// machine as they do.
-fn shell_cost(dir: &Path) -> f64 {
-    let file = dir.join("shell-cost");
-    let before = now_us();
-    quiet(
-        Command::new("bash")
-            .args(["-c", r#"echo ${EPOCHREALTIME/./} > "$1""#, "bash"])
-            .arg(&file),
-    );
-    (stamp(&file) - before) as f64 / 1e3
-}
-
-fn now_us() -> i128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_micros() as i128
-}
-
 /// `samples` handoffs with exactly one waiter queued: each holder's command runs until the
 /// next waiter is in line, then ends; the gaps from its end stamp to the next command's start
-/// stamp, in ms. After each handoff one sample of bash's start-up goes to `costs`.
-fn handoffs_one_queued(
-    tool: &dyn Tool,
-    dir: &Path,
-    samples: usize,
-    costs: &mut Vec<f64>,
-) -> Vec<f64> {
+/// stamp, in ms.
+fn handoffs_one_queued(tool: &dyn Tool, dir: &Path, samples: usize) -> Vec<f64> {
     let d = fresh(dir, &format!("one-{}", tool.name().replace(' ', "-")));
     let key = format!("handoff-one-{}", std::process::id());
     let base = tool.in_line(&key);
@@ -247,7 +213,6 @@ fn handoffs_one_queued(
         let end = stamp(&d.join(format!("end-{}", i - 1)));
         let start = stamp(&d.join(format!("start-{i}")));
         gaps.push((start - end) as f64 / 1e3);
-        costs.push(shell_cost(dir));
     }
     release(&d.join(format!("fifo-{samples}")));
     for p in &mut procs {
@@ -352,7 +317,6 @@ struct Measured {
     line: Vec<Spread>,
     exec: Vec<f64>,
     samples: usize,
-    cost: f64,
 }
 
 /// The host table: rlock, flock and (with `etcd`) etcdctl lock side by side, with ratios.
@@ -386,16 +350,10 @@ fn measure(b: &Bench, tools: &[&dyn Tool]) -> Measured {
         .iter()
         .map(|t| idle_wakeups(*t, dir, b.cfg.idle))
         .collect();
-    let mut costs = Vec::new();
     let mut one = vec![Vec::new(); tools.len()];
     for _ in 0..ROUNDS {
         for (tool, gaps) in tools.iter().zip(&mut one) {
-            gaps.extend(handoffs_one_queued(
-                *tool,
-                dir,
-                samples.div_ceil(ROUNDS),
-                &mut costs,
-            ));
+            gaps.extend(handoffs_one_queued(*tool, dir, samples.div_ceil(ROUNDS)));
         }
     }
     let mut line = vec![Vec::new(); tools.len()];
@@ -403,12 +361,9 @@ fn measure(b: &Bench, tools: &[&dyn Tool]) -> Measured {
     for _ in 0..ROUNDS {
         for (tool, gaps) in tools.iter().zip(&mut line) {
             gaps.extend(handoffs_in_line(*tool, dir, 100 + per_round, per_round));
-            costs.extend((0..per_round / ROUNDS).map(|_| shell_cost(dir)));
         }
     }
     let exec = exec_true(tools, runs.max(EXEC_RUNS));
-    // Bash's start-up, sampled between the handoffs all along.
-    let cost = median(costs);
     Measured {
         names: tools.iter().map(|t| t.name()).collect(),
         idle,
@@ -416,15 +371,14 @@ fn measure(b: &Bench, tools: &[&dyn Tool]) -> Measured {
         line: line.into_iter().map(Spread::of).collect(),
         exec,
         samples,
-        cost,
     }
 }
 
 fn print_table(m: &Measured) {
     println!();
     println!(
-        "What waiting costs on the host, and the handoff ({} handoffs each; ms are median (min–max); bash's own start, in every handoff alike, took {:.2} ms here):",
-        m.samples, m.cost
+        "What waiting costs on the host, and the handoff ({} handoffs each; ms are median (min–max)):",
+        m.samples
     );
     println!();
     println!(
@@ -456,35 +410,14 @@ fn print_table(m: &Measured) {
             "≤ 1.5× flock, < etcdctl",
             Some(r <= 1.5 * f && e.is_none_or(|e| r < e)),
         );
-        let less = |s: &Spread| Spread {
-            median: s.median - m.cost,
-            min: s.min - m.cost,
-            max: s.max - m.cost,
-        };
-        let rest: Vec<Spread> = v.iter().map(less).collect();
-        let (r, f, e) = (
-            rest[0].median,
-            rest[1].median,
-            rest.get(2).map(|s| s.median),
-        );
-        print_row(
-            &format!(
-                "… the same, less bash's start ({:.2} ms; for reading only)",
-                m.cost
-            ),
-            spread(&rest),
-            (r, f, e),
-            "–",
-            None,
-        );
     }
     let (r, f, e) = (m.exec[0], m.exec[1], m.exec.get(2).copied());
     print_row(
         "`-- true` under the lock, median wall time",
         m.exec.iter().map(|v| format!("{v:.2}")).collect(),
         (r, f, e),
-        "≤ 1.3× flock",
-        Some(r <= 1.3 * f),
+        "≤ 1.5× flock",
+        Some(r <= 1.5 * f),
     );
 }
 

@@ -24,6 +24,7 @@ pub fn figure(b: &Bench) -> Figure {
         unit: "/s",
         rlock,
         flock: Some(0.0),
+        minimal: None,
         cli: Some(idle_poll),
         target: target.into(),
         met,

@@ -45,6 +45,7 @@ pub fn figure(b: &Bench) -> Figure {
             unit: "MiB",
             rlock: m_rlock,
             flock: Some(m_flock),
+            minimal: None,
             cli: None,
             target: "≤ 8 MiB".into(),
             met: Some(m_rlock <= 8.0),

@@ -3,9 +3,7 @@
 //! 5 ms and `Background` every 2 ms, with output sent to files of its own, where a figure needs
 //! the exit at once (`waitpid`, or a 0.2 ms poll) and its stamps written where it says.
 
-use std::fs;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -83,16 +81,6 @@ pub fn rlock(redis: &RedisServer, args: &[&str]) -> Command {
     cmd
 }
 
-/// `rlock --url P1 --url P2 … ARGS…` (127.0.0.1 ports), with the same clean environment.
-pub fn rlock_ports(ports: &[u16], args: &[&str]) -> Command {
-    let mut cmd = rlock_test_support::rlock();
-    for port in ports {
-        cmd.arg("--url").arg(format!("redis://127.0.0.1:{port}"));
-    }
-    cmd.args(args);
-    cmd
-}
-
 /// Runs to completion; returns stdout, or fails the benchmark with what went wrong.
 pub fn output(cmd: &mut Command) -> String {
     let out = cmd
@@ -128,6 +116,23 @@ pub fn quiet(cmd: &mut Command) {
     }
 }
 
+/// Runs to completion with output discarded; fails the benchmark unless it exits with `code`.
+pub fn exits_with(cmd: &mut Command, code: i32) {
+    let status = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| fail(&format!("cannot run {:?}: {e}", cmd.get_program())));
+    if status.code() != Some(code) {
+        fail(&format!(
+            "{:?} {:?}: {status}, not exit {code}",
+            cmd.get_program(),
+            cmd.get_args().collect::<Vec<_>>()
+        ));
+    }
+}
+
 pub fn wall(f: impl FnOnce()) -> Duration {
     let t = Instant::now();
     f();
@@ -141,10 +146,29 @@ pub fn now_ns() -> i128 {
         .as_nanos() as i128
 }
 
-/// The stamp a `date +%s%N` wrote into `file`.
-pub fn read_stamp(file: &Path) -> i128 {
-    let text = fs::read_to_string(file).unwrap_or_default();
-    text.trim()
-        .parse()
-        .unwrap_or_else(|_| fail(&format!("no stamp in {}: {text:?}", file.display())))
+/// The flocks on `file` in /proc/locks, told by its inode (`MAJOR:MINOR:INODE`), as other
+/// programs on the machine (cargo among them) take flocks of their own: its holder and waiters,
+/// or only the waiters (`->`, blocked). The file is created when missing.
+pub fn flocks_on(file: &std::path::Path, waiting_only: bool) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(inode) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .and_then(|f| f.metadata())
+        .map(|m| m.ino().to_string())
+    else {
+        fail(&format!("cannot open {}", file.display()));
+    };
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.contains("FLOCK")
+                && (!waiting_only || l.contains("->"))
+                && l.split_whitespace().any(|field| {
+                    field.matches(':').count() == 2 && field.rsplit(':').next() == Some(&inode)
+                })
+        })
+        .count()
 }

@@ -14,10 +14,8 @@ use crate::redis_cli;
 pub enum Only {
     /// The table of what waiting costs on the host, and the handoff.
     Host,
-    /// The long soak.
+    /// The long soak, alone (it is not part of the default run).
     Soak,
-    /// What the history of runs costs: `exec -- true` with and without it, and the handoff.
-    History,
     /// Waiting at scale: a long line, and a crowd over the connection limit (`scale.rs`).
     Scale,
 }
@@ -27,7 +25,6 @@ pub struct Config {
     pub idle: Duration,
     pub procs: usize,
     pub iters: usize,
-    pub latency: Duration,
     pub soak_grants: usize,
     /// The longer line of the waiting figures (the shorter is a third of it).
     pub line: usize,
@@ -56,7 +53,6 @@ impl Config {
             idle: Duration::from_secs(num("RLOCK_BENCH_IDLE_SECS", 6, 120)),
             procs: num("RLOCK_BENCH_PROCS", 6, 64) as usize,
             iters: num("RLOCK_BENCH_ITERS", 15, 1000) as usize,
-            latency: Duration::from_millis(num("RLOCK_BENCH_LATENCY_MS", 5, 1000)),
             line: num("RLOCK_BENCH_LINE", 300, 1000).max(3) as usize,
             big_line: num("RLOCK_BENCH_BIG_LINE", 3000, 10_000) as usize,
             crowd: num("RLOCK_BENCH_CROWD", 120, 1000) as usize,
@@ -64,17 +60,16 @@ impl Config {
                 Err(_) => None,
                 Ok(v) if v == "host" => Some(Only::Host),
                 Ok(v) if v == "soak" => Some(Only::Soak),
-                Ok(v) if v == "history" => Some(Only::History),
                 Ok(v) if v == "scale" => Some(Only::Scale),
                 Ok(v) => exit_with(&format!(
-                    "RLOCK_BENCH_ONLY={v}: the choices are 'host', 'soak', 'history' and 'scale'"
+                    "RLOCK_BENCH_ONLY={v}: the choices are 'host', 'scale' and 'soak'"
                 )),
             },
             soak_grants: match std::env::var("RLOCK_BENCH_SOAK_GRANTS") {
                 Err(_) => 10_000,
                 Ok(v) => v.trim().parse().unwrap_or_else(|_| {
                     exit_with(&format!(
-                        "RLOCK_BENCH_SOAK_GRANTS={v}: expected a whole number (0 skips the soak)"
+                        "RLOCK_BENCH_SOAK_GRANTS={v}: expected a whole number"
                     ))
                 }),
             },

@@ -64,6 +64,8 @@ pub struct Row {
     pub unit: &'static str,
     pub rlock: f64,
     pub flock: Option<f64>,
+    /// The minimal Redis client (`minimal.rs`).
+    pub minimal: Option<f64>,
     pub cli: Option<f64>,
     /// e.g. "≤ 5 ms" or "≤ 1.5× flock"
     pub target: String,
@@ -80,14 +82,15 @@ impl Row {
         }
     }
 
-    fn cells(&self) -> [String; 8] {
+    fn cells(&self) -> [String; COLUMNS] {
         [
             self.figure.clone(),
             self.value(Some(self.rlock)),
             self.value(self.flock),
+            self.value(self.minimal),
             self.value(self.cli),
             ratio(self.rlock, self.flock),
-            ratio(self.rlock, self.cli),
+            ratio(self.rlock, self.minimal),
             self.target.clone(),
             match self.met {
                 Some(true) => "yes".into(),
@@ -134,18 +137,21 @@ impl Table {
     }
 }
 
+const COLUMNS: usize = 9;
+
 fn print_rows(rows: &[Row]) {
     let header = [
         "figure",
         "rlock",
         "flock",
+        "minimal client",
         "redis-cli pair",
         "rlock/flock",
-        "rlock/cli",
+        "rlock/minimal",
         "target",
         "met",
     ];
-    let cells: Vec<[String; 8]> = rows.iter().map(Row::cells).collect();
+    let cells: Vec<[String; COLUMNS]> = rows.iter().map(Row::cells).collect();
     let width = |i: usize| {
         cells
             .iter()
@@ -154,12 +160,12 @@ fn print_rows(rows: &[Row]) {
             .max()
             .unwrap_or(0)
     };
-    let widths: Vec<usize> = (0..8).map(width).collect();
+    let widths: Vec<usize> = (0..COLUMNS).map(width).collect();
     let line = |cols: &[String]| {
         let mut s = String::from("|");
         for (i, c) in cols.iter().enumerate() {
             let pad = widths[i] - c.chars().count();
-            if i == 0 || i == 6 {
+            if i == 0 || i == 7 {
                 s.push_str(&format!(" {c}{} |", " ".repeat(pad)));
             } else {
                 s.push_str(&format!(" {}{c} |", " ".repeat(pad)));

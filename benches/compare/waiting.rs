@@ -19,9 +19,9 @@ use crate::etcd::{self, Etcd};
 use crate::host;
 use crate::memory::rss_kib;
 use crate::monitor::{settle, watch, zcard};
-use crate::process::{Bg, fail, output, quiet, rlock, wait_for, wall};
+use crate::process::{Bg, fail, flocks_on, output, quiet, rlock, wait_for};
 use crate::setup::Bench;
-use crate::table::{self, median, ms};
+use crate::table::ms;
 
 /// One row of the waiting table; a tool's cell is None when it has no such figure.
 pub struct Row {
@@ -202,13 +202,7 @@ pub fn drain_flock(flock: &Path, dir: &Path, n: usize) -> Drain {
     let path = d.join("lock");
     let file = File::create(&path).expect("lock file");
     let held = Flock::lock(file, FlockArg::LockExclusive).unwrap_or_else(|_| fail("flock"));
-    let blocked = || {
-        fs::read_to_string("/proc/locks")
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("->"))
-            .count()
-    };
+    let blocked = || flocks_on(&path, true);
     let base = blocked();
     let mut waiters = Vec::with_capacity(n);
     for i in 0..n {
@@ -252,15 +246,6 @@ pub fn drain_etcd(etcd: &Etcd, dir: &Path, n: usize) -> Drain {
     results(&d, Instant::now(), start)
 }
 
-/// `etcdctl lock K -- true`, median wall time (ms).
-pub fn exec_etcd(etcd: &Etcd, runs: usize) -> f64 {
-    median(
-        (0..runs)
-            .map(|_| ms(wall(|| quiet(etcd.ctl().args(["lock", "wall", "true"])))))
-            .collect(),
-    )
-}
-
 /// Locks and releases `n` distinct keys, then reports the keys with no expiry and the longest
 /// life any key has left (s).
 /// What `n` locked and released keys leave: keys with no expiry, the longest life left of the
@@ -302,9 +287,8 @@ pub fn leftovers(redis: &RedisServer, n: usize) -> (usize, f64, f64) {
     (forever, longest as f64 / 1000.0, history as f64 / 1000.0)
 }
 
-/// The host table, then the waiting table, with one etcd for both. `peer` is the first table's
-/// `exec -- true` row, repeated beside `etcdctl lock`.
-pub fn tables(b: &Bench, peer: &table::Row) {
+/// The host table, then the waiting table, with one etcd for both.
+pub fn tables(b: &Bench) {
     let etcd = etcd::start();
     host::table(b, etcd.as_ref());
     let (small, large) = (b.cfg.line / 3, b.cfg.line);
@@ -317,15 +301,6 @@ pub fn tables(b: &Bench, peer: &table::Row) {
     }
     rows.extend(growth_rows(&s, &l));
     rows.extend(crate::scale::rows(b));
-    rows.push(Row {
-        figure: "`lock -- true`, median wall time (peer row)".into(),
-        unit: "ms",
-        rlock: peer.rlock,
-        flock: peer.flock,
-        etcd: etcd.as_ref().map(|e| exec_etcd(e, b.cfg.runs)),
-        target: "(for reference)".into(),
-        met: None,
-    });
     rows.push(leftovers_row(b.redis));
     println!();
     print(&rows);

@@ -6,8 +6,8 @@
 //! Partitions too: the same loops talk to Redis through a fault proxy whose link is blackholed
 //! for 0.2–1.5 s now and then, besides the other faults.
 //!
-//! `RLOCK_SOAK_SECS` changes the length (default 30); `cargo bench --bench compare` runs the long
-//! mode (10,000 grants).
+//! `RLOCK_SOAK_SECS` changes the length (default 30); `RLOCK_BENCH_ONLY=soak cargo bench --bench
+//! compare` runs the long mode (10,000 grants).
 
 mod check;
 
