@@ -351,8 +351,8 @@ fn v2_mount() -> Option<PathBuf> {
 
 /// This process's cgroup `own`, found where cgroup v2 is usually mounted
 /// (`/sys/fs/cgroup/unified` on hybrid hosts, `/sys/fs/cgroup` on others) without reading
-/// mountinfo, which the kernel is slow to format (about 70 µs here, a tenth of what rlock adds
-/// to its command's start). A directory counts only if it is on a cgroup2 file system and, for
+/// mountinfo, which the kernel is slow to format (a measurable part of every run's start:
+/// docs/benchmarks.md). A directory counts only if it is on a cgroup2 file system and, for
 /// a cgroup below the root, lists this process in its `cgroup.procs`: the kernel's own word
 /// that it is this process's cgroup (a mount of a part of the hierarchy, as in a container
 /// without a cgroup namespace, fails that test, and mountinfo says where the hierarchy's root

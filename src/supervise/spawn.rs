@@ -211,9 +211,9 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// Forks the guardian, into the cgroup whose directory is open as `cgroup_dir` from its first
 /// instant (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7), so that the command, which the
 /// guardian starts vfork-style, is born there too. Not a move into the cgroup after the start:
-/// moving a process (writing `cgroup.procs`) waits for an RCU grace period on most kernels, up to
-/// about 10 ms here, and a second fork (the command cloned into the cgroup with its own copy of
-/// the guardian's memory) cost about 0.25 ms. Where clone3 cannot (an older kernel, a cgroup it
+/// moving a process (writing `cgroup.procs`) waits for an RCU grace period on most kernels, and
+/// a second fork (the command cloned into the cgroup with its own copy of the guardian's memory)
+/// copies page tables for nothing. Where clone3 cannot (an older kernel, a cgroup it
 /// may not start a process in), a plain fork, and `Forked::in_cgroup` is false; or, when
 /// `required` (`--contain cgroup`), clone3's error and no fork at all.
 ///
