@@ -63,11 +63,7 @@ fn the_crate_carries_both_licences_and_what_build_rs_builds_from() {
         String::from_utf8_lossy(&out.stderr)
     );
     // ... and what build.rs builds from.
-    for file in [
-        "LICENSE-MIT",
-        "LICENSE-APACHE",
-        "debian/copyright",
-    ] {
+    for file in ["LICENSE-MIT", "LICENSE-APACHE", "debian/copyright"] {
         assert!(
             listing.lines().any(|l| l == file),
             "the crate's package leaves out {file}:\n{listing}"
