@@ -1,7 +1,7 @@
 //! `rlock exec`: take the lock, run the command under it, and give it back.
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use nix::sys::signal::Signal;
@@ -20,6 +20,10 @@ use crate::signals::{Signals, stop_self};
 use crate::supervise::{
     self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
 };
+
+/// How long rlock waits for the guardian's word that the command started, at least: it comes at
+/// once, unless the machine is very busy or the guardian is stuck (then it is killed).
+const START_ANSWER: Duration = Duration::from_secs(5);
 
 pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // Signals are caught from here on: while waiting they end the wait (leaving nothing in
@@ -286,13 +290,24 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
     };
     supervise::adopt_orphans();
     let terminal = Terminal::foreground();
-    // The guardian must say the command started before the lease needs enforcing.
-    let answer_by = match held.owner {
-        Owner::OuterExec => Instant::now() + std::time::Duration::from_secs(10),
-        _ => {
-            let deadline = crate::lock::deadline(grant.sent, held.lease.ttl);
-            deadline.checked_sub(held.lease.grace).unwrap_or(deadline)
-        }
+    // The guardian holds the lease from its first instant, so rlock may wait for its word that
+    // the command started past the point where the lease needs enforcing: a grant that came late
+    // (a slow server) leaves little of the lease, and the guardian stops the command by its
+    // deadline meanwhile. A guardian that says nothing within START_ANSWER is killed.
+    let lease = match held.owner {
+        Owner::OuterExec => None,
+        _ => Some((
+            args.lost_signal,
+            held.lease.grace,
+            crate::lock::deadline(grant.sent, held.lease.ttl),
+        )),
+    };
+    let answer_by = match lease {
+        None => Instant::now() + START_ANSWER,
+        Some((_, grace, deadline)) => deadline
+            .checked_sub(grace)
+            .unwrap_or(deadline)
+            .max(Instant::now() + START_ANSWER),
     };
     let Launched {
         guardian,
@@ -305,6 +320,7 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
         cgroup,
         why_not,
         args.contain == Containment::Cgroup,
+        lease,
         answer_by,
     )
     .inspect_err(|_| release(ctx, locker, held))?;

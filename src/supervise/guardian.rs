@@ -98,7 +98,10 @@ pub struct Launched {
 /// when it cannot be started in the cgroup and the cgroup is `required` (exit 78). rlock waits
 /// for the guardian's word that the command started until `answer_by` at most: a guardian
 /// that has not answered then is killed with what it started (exit 70), a stopped one is
-/// continued meanwhile.
+/// continued meanwhile. `lease` (the lost-signal, the grace and the lease's deadline) is the
+/// guardian's from its first instant, before rlock hears that the command started: a grant that
+/// came late leaves the lease short, and the guardian enforces it whatever rlock is doing.
+#[allow(clippy::too_many_arguments)]
 pub fn launch(
     argv: &[OsString],
     env: &[(&str, String)],
@@ -106,6 +109,7 @@ pub fn launch(
     cgroup: Option<Cgroup>,
     why_no_cgroup: Option<String>,
     required: bool,
+    lease: Option<(Signal, Duration, Instant)>,
     answer_by: Instant,
 ) -> Result<Launched, LaunchError> {
     let give_up = |failure: LaunchError| {
@@ -122,6 +126,13 @@ pub fn launch(
     let rlock_pgrp = getpgrp();
     // Both sides count the lease's deadlines from this moment.
     protocol::base();
+    // Written before the fork, read by the guardian as soon as the command started: the pipe
+    // holds them (a few messages, well under its capacity).
+    if let Some((lost_signal, grace, deadline)) = lease {
+        let grace = i32::try_from(grace.as_millis()).unwrap_or(i32::MAX);
+        let _ = nix::unistd::write(&req_write, &encode(LEASE, lost_signal as i32, grace));
+        let _ = nix::unistd::write(&req_write, &protocol::deadline(deadline));
+    }
     // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
     // no lock another thread had taken; the child runs `guard`, which never returns and uses
     // none of glibc's thread-id functions.
