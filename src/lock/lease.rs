@@ -69,6 +69,11 @@ impl Lease {
         })
     }
 
+    /// Redlock: while some master misses the lock, renew this often (which writes it there).
+    pub fn push_every(&self) -> Duration {
+        (self.renew_every / 20).clamp(Duration::from_millis(10), Duration::from_millis(250))
+    }
+
     /// After a failed renewal, try again soon.
     pub fn retry_every(&self) -> Duration {
         (self.renew_every / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))

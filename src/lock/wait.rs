@@ -79,8 +79,9 @@ pub(super) trait Tries {
     /// Leaves the line, giving back a grant that raced with giving up; best effort, `within`
     /// what is left of a bounded wait.
     fn leave(&self, within: Option<Duration>);
-    /// Connections subscribed to the waiter's wake channel.
-    fn subscribe(&self) -> Vec<Subscriber>;
+    /// Connections subscribed to the waiter's wake channel, each made within `within` (what
+    /// is left of a bounded wait) and --op-timeout.
+    fn subscribe(&self, within: Option<Duration>) -> Vec<Subscriber>;
     /// True when waiters race each other on several masters (Redlock), and must be spread out.
     fn races(&self) -> bool;
     /// How long a wait that has had no answer from Redis yet keeps trying.
@@ -105,8 +106,10 @@ impl Tries for Asking<'_> {
             .leave_within(self.req.key, self.req.token, timeout);
     }
 
-    fn subscribe(&self) -> Vec<Subscriber> {
-        self.locker.subscribers(self.req.key, self.req.token)
+    fn subscribe(&self, within: Option<Duration>) -> Vec<Subscriber> {
+        let timeout = capped(self.locker.op_timeout(), within);
+        self.locker
+            .subscribers(self.req.key, self.req.token, timeout)
     }
 
     fn races(&self) -> bool {
@@ -241,8 +244,10 @@ impl<T: Tries> Waiter<'_, T> {
                     // A waiter that gives up leaves nothing behind. (When Redis did not
                     // answer, the failed attempt has already tried that; once is enough.)
                     // Within what is left of a bounded wait: nothing (the script is sent,
-                    // and runs, even when its reply is not waited for).
-                    if !failure.is_unavailable() {
+                    // and runs, even when its reply is not waited for). A deployment refused
+                    // as it is (Redlock's members, before anything is written) has nothing
+                    // to leave, and may not even answer.
+                    if !failure.is_unavailable() && !matches!(failure, Error::Config(_)) {
                         self.tries.leave(self.left());
                     }
                     return Err(failure);
@@ -324,7 +329,7 @@ impl<T: Tries> Waiter<'_, T> {
             .busy(&key.name, seen, place, self.hooks.observer);
         if !self.subscribed {
             self.subscribed = true;
-            self.subs = self.tries.subscribe();
+            self.subs = self.tries.subscribe(self.left());
             return Step::Again;
         }
         match self.sleep(until) {
@@ -333,7 +338,7 @@ impl<T: Tries> Waiter<'_, T> {
             Slept::SubscriberBroken => {
                 // Closing the broken connections unsubscribes; a release may have been missed
                 // meanwhile, so try again at once.
-                self.subs = self.tries.subscribe();
+                self.subs = self.tries.subscribe(self.left());
                 Step::Again
             }
         }

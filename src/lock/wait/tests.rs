@@ -117,6 +117,7 @@ impl Observer for Heard {
             Note::OutageBegan { .. } => "outage began",
             Note::OutageEnded { .. } => "outage ended",
             Note::RenewalFailed { .. } => "renewal failed",
+            Note::Spread { .. } => "spread",
         };
         self.0.borrow_mut().push(kind.into());
     }
@@ -282,7 +283,7 @@ impl Tries for Listed {
         self.left.set(self.left.get() + 1);
     }
 
-    fn subscribe(&self) -> Vec<Subscriber> {
+    fn subscribe(&self, _within: Option<Duration>) -> Vec<Subscriber> {
         Vec::new()
     }
 

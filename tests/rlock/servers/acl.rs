@@ -412,7 +412,9 @@ fn acl_wrong_password_is_77_and_no_password_is_ever_printed() {
         78,
         rlock().args(["-v", "--url", &malformed, "acquire", "-n", "-k", KEY]),
     );
-    // Two different dead masters (the same one twice is refused as not independent: 78).
+    // Two different dead masters (the same one twice is refused as not independent: 78), and
+    // a user with the Redlock rights on the live one.
+    set_user(&server, "locker", &LOCK_PATTERNS, &redlock_commands());
     let unreachable_too = format!("redis://locker:{SECRET}@127.0.0.1:2");
     let redlock = [&user_url, &unreachable, &unreachable_too];
     check(
