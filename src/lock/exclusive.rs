@@ -79,7 +79,7 @@ impl Locker {
         // A master that did not say who it is was sent no grant: nothing to give back there.
         let asked: Vec<bool> = identified.iter().map(Result::is_ok).collect();
         // A master that has run for less than a TTL may have restarted empty under a holder
-        // whose lease is still live (redlock.rs, `votes`).
+        // whose lease is still live (`votes`).
         let recent: Vec<bool> = identified
             .iter()
             .map(|id| matches!(id, Ok(id) if id.uptime < ttl))
