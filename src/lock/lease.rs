@@ -155,6 +155,20 @@ mod tests {
     }
 
     #[test]
+    fn a_redlock_master_that_misses_the_lock_is_pushed_well_within_a_renewal_interval() {
+        let op = Duration::from_secs(2);
+        let push = |ttl_ms| {
+            Lease::new(Duration::from_millis(ttl_ms), None, None, op)
+                .unwrap()
+                .push_every()
+        };
+        // TTL/60, between 10 ms and 250 ms.
+        assert_eq!(push(6_000), Duration::from_millis(100));
+        assert_eq!(push(30_000), Duration::from_millis(250));
+        assert_eq!(push(300), Duration::from_millis(10));
+    }
+
+    #[test]
     fn with_the_defaults_a_lease_survives_two_missed_renewals() {
         // Renewed every TTL/3; the lost-signal goes at the deadline (TTL less the drift) less
         // the grace (TTL/4): after the renewals due at TTL/3 and 2·TTL/3 have both failed.
