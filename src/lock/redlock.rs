@@ -175,7 +175,8 @@ fn unidentified(name: &str) -> Error {
 }
 
 /// A Redlock release's outcome from what each master said: done where a majority released
-/// (or had already); not permitted where so many said otherwise (free, expired, another's)
+/// (or had already), or where the lock is gone from a majority (released on some, expired on
+/// the others); not permitted where so many said otherwise (free, expired, another's)
 /// that no majority can have released; else unknown, as too few answered (69).
 pub(super) fn release_verdict(
     quorum: Quorum,
@@ -184,6 +185,7 @@ pub(super) fn release_verdict(
 ) -> Result<Released, Error> {
     let about = || About::from(key);
     let mut done = 0;
+    let mut expired = 0;
     let mut refused = 0;
     let mut other = false;
     let mut errors = Vec::new();
@@ -192,6 +194,7 @@ pub(super) fn release_verdict(
             Ok(ReleaseReply::Released | ReleaseReply::Already) => done += 1,
             Ok(reply) => {
                 other |= matches!(reply, ReleaseReply::Other);
+                expired += usize::from(matches!(reply, ReleaseReply::Expired));
                 refused += 1;
             }
             Err(e) if e.kind == Fault::WrongType => return Err(Error::redis(key, e)),
@@ -210,6 +213,11 @@ pub(super) fn release_verdict(
                 Refused::ReleaseNotHeld
             },
         });
+    }
+    // Released where it still was, and expired on enough others that it is gone from a
+    // majority: nobody waits for this lease any more.
+    if done > 0 && quorum.reached_by(done + expired) {
+        return Ok(Released::Done);
     }
     Err(no_quorum(about(), quorum.nodes(), errors))
 }

@@ -221,6 +221,24 @@ fn a_redlock_release_counts_a_majority() {
         code(release_verdict(three, &key(), vec![done(), down(), down()])),
         69
     );
+    // Five masters: released on two, expired on two, one down: gone from a majority.
+    let five = Quorum::of(5);
+    assert_eq!(
+        code(release_verdict(
+            five,
+            &key(),
+            vec![done(), done(), gone(), gone(), down()]
+        )),
+        0
+    );
+    assert_eq!(
+        code(release_verdict(
+            five,
+            &key(),
+            vec![done(), done(), other(), other(), down()]
+        )),
+        69
+    );
     assert_eq!(
         code(release_verdict(
             three,

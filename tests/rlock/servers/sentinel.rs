@@ -228,27 +228,39 @@ fn sentinels_that_disagree_never_send_two_runs_to_two_masters() {
     first.extend(set.urls());
     let mut last = set.urls();
     last.push(lone.url());
-    let dir = tempdir();
-    let d = dir.path();
-    // Whatever the order, the master is the one three of four name.
-    let mut a = Bg::spawn_group(
-        "a",
-        d,
-        via("locks", &first)
-            .args(["exec", "-k", KEY, "--ttl", "10s", "--", "sh", "-c"])
-            .arg(HOLD_UNTIL_STOP),
-    );
-    let token = a.ready();
-    assert_eq!(set.server(0).get(LOCK).as_deref(), Some(token.as_str()));
-    let out = expect(75, via("locks", &last).args(["acquire", "-n", "-k", KEY]));
-    assert!(out.stderr.contains("busy"), "{out}");
-    assert!(
-        !other.exists(LOCK),
-        "the outvoted Sentinel's master was never used"
-    );
-    touch(d.join("stop"));
-    let (out, _) = a.finish(FINISH);
-    assert_eq!(out.code, 0, "{out}");
+    // Whatever the order, the master is the one three of four name: a holder found through one
+    // order makes the other order busy, never a second holder elsewhere.
+    for run in 0..20 {
+        let (mine, theirs) = if run % 2 == 0 {
+            (&first, &last)
+        } else {
+            (&last, &first)
+        };
+        let dir = tempdir();
+        let d = dir.path();
+        let mut a = Bg::spawn_group(
+            "a",
+            d,
+            via("locks", mine)
+                .args(["exec", "-k", KEY, "--ttl", "10s", "--", "sh", "-c"])
+                .arg(HOLD_UNTIL_STOP),
+        );
+        let token = a.ready();
+        assert_eq!(
+            set.server(0).get(LOCK).as_deref(),
+            Some(token.as_str()),
+            "run {run}"
+        );
+        let out = expect(75, via("locks", theirs).args(["acquire", "-n", "-k", KEY]));
+        assert!(out.stderr.contains("busy"), "run {run}: {out}");
+        assert!(
+            !other.exists(LOCK),
+            "run {run}: the outvoted Sentinel's master was used"
+        );
+        touch(d.join("stop"));
+        let (out, _) = a.finish(FINISH);
+        assert_eq!(out.code, 0, "run {run}: {out}");
+    }
     // One against one: no majority. -n fails with 69 naming who said what; -w waits, then 69.
     let split = [lone.url(), set.urls()[0].clone()];
     let out = expect(69, via("locks", &split).args(["acquire", "-n", "-k", KEY]));
