@@ -73,6 +73,12 @@ pub enum Failure {
         nodes: usize,
         errors: Vec<NodeError>,
     },
+    /// Redlock: the command ended and too few masters answered its release to tell whether a
+    /// majority released (what they said): the lock may stay until its lease ends.
+    #[error(
+        "{0}; the lock was not released on a majority of masters: where it was not, it stays until its lease ends"
+    )]
+    Unreleased(Box<Failure>),
     /// A wait for the lock ended while Redis was out: what the last try said, how long the
     /// wait lasted and for how long of it Redis had been out.
     #[error("{}", lines::outage(.last, *.waited, *.down_for))]
@@ -238,6 +244,7 @@ impl Failure {
             Failure::Redis { error, .. } => fault_code(error.kind),
             Failure::NoQuorum { .. } => Code::Unavailable,
             Failure::Outage { .. } => Code::Unavailable,
+            Failure::Unreleased(_) => Code::Unavailable,
             Failure::NeverReached { .. } => Code::Unavailable,
             Failure::Busy { .. } => Code::Busy,
             Failure::Lost { .. } => Code::Lost,

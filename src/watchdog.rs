@@ -16,6 +16,8 @@ pub enum Report {
     Lost(Loss),
     /// A renewal failed (timeout, connection): it will be retried.
     Failed(RenewError),
+    /// Redlock: the lock is now on `held` of `of` masters (said when that changes).
+    Spread { held: usize, of: usize },
 }
 
 /// Why the lock was given up for lost while the command ran. (Its words are exit/lines.rs's.)
@@ -35,7 +37,10 @@ pub enum Loss {
 
 /// Renews `grant` every `lease.renew_every`, the first time `lease.renew_every` after the grant
 /// was sent (at once if the thread starts later than that), until `stop` is dropped or the lock
-/// is lost.
+/// is lost. In Redlock mode, while some master misses the lock (slow at the grant, restarted
+/// empty), every `lease.push_every` instead: a renewal that a majority grants writes the lock
+/// on the masters that miss it (`Locker::renew`), so that the lock rests on a bare majority for
+/// as short a time as the masters allow.
 pub fn renew_loop(
     locker: &Locker,
     grant: &Grant,
@@ -45,7 +50,15 @@ pub fn renew_loop(
 ) {
     // When the last renewal that succeeded was sent: the lease counts from there.
     let mut last_sent = grant.sent;
-    let mut next = grant.sent + lease.renew_every;
+    let mut spread = locker.holding();
+    let after = |sent: Instant| match locker.missing_some() {
+        true => sent + lease.push_every(),
+        false => sent + lease.renew_every,
+    };
+    let mut next = match locker.missing_some() {
+        true => Instant::now(),
+        false => grant.sent + lease.renew_every,
+    };
     loop {
         match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
             Err(RecvTimeoutError::Timeout) => {}
@@ -63,9 +76,15 @@ pub fn renew_loop(
                     deadline: deadline(sent, lease.ttl),
                 });
                 last_sent = sent;
+                if locker.holding() != spread {
+                    spread = locker.holding();
+                    if let Some((held, of)) = spread {
+                        report(Report::Spread { held, of });
+                    }
+                }
                 // Counted from the send, as the lease is: a slow reply does not push every
                 // later renewal back by a round trip.
-                next = sent + lease.renew_every;
+                next = after(sent);
             }
             Ok(Renewed::NotOwner(why)) => {
                 report(Report::Lost(Loss::NotOwner(why)));
@@ -77,7 +96,10 @@ pub fn renew_loop(
             }
             Err(error) => {
                 report(Report::Failed(RenewError::Node(error)));
-                next = Instant::now() + lease.retry_every();
+                next = match locker.missing_some() {
+                    true => Instant::now() + lease.push_every().min(lease.retry_every()),
+                    false => Instant::now() + lease.retry_every(),
+                };
             }
         }
     }

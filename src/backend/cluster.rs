@@ -122,6 +122,17 @@ impl Cluster {
                         ..e
                     });
                 }
+                // A Sentinel has no CLUSTER command (nor has a Redis that renamed it away).
+                Err(e)
+                    if e.kind == Fault::Other
+                        && e.detail.to_ascii_lowercase().contains("unknown command") =>
+                {
+                    standalone = Some(NodeError {
+                        kind: Fault::WrongMode,
+                        detail: "is not a node of a Redis Cluster (it has no CLUSTER command: a Sentinel?); for Sentinels use --sentinel NAME instead of --cluster".into(),
+                        ..e
+                    });
+                }
                 Err(e) => last = Some(e),
             }
         }

@@ -5,10 +5,12 @@
 //! to the new master as soon as the Sentinels name it, and a lock that did not survive the
 //! failover is found not owned there: lost.
 //!
-//! A silent Sentinel (frozen, cut off) must cost no more than a refusing one: the Sentinel that
-//! answered last is asked alone, with half of the question's budget; only when it fails are the
-//! others asked, all at once, with what is left (and all at once from the start, until one has
-//! answered). The request to the master gets whatever the question left of --op-timeout, so a
+//! The master is the one a majority of the Sentinels that answer name, all asked at once: one
+//! Sentinel that names another master under the same name cannot send a run elsewhere, and a
+//! split without a majority is waited out (or 69), naming who said what. A silent Sentinel
+//! (frozen, cut off) must then cost little: once a master is known, the Sentinel that answered
+//! last is asked alone, with half of the question's budget, and believed when it names that
+//! same master; otherwise every Sentinel is asked again. The request to the master gets whatever the question left of --op-timeout, so a
 //! request through Sentinels never takes longer than --op-timeout.
 //!
 //! rlock asks the Sentinels itself rather than through the redis crate's sync Sentinel API,
@@ -85,43 +87,66 @@ impl Sentinel {
         )
     }
 
-    /// Where the Sentinels say the master is, within `budget`: the Sentinel that answered
-    /// last, alone, with half of it; then every other at once with what is left.
+    /// Where the Sentinels say the master is, within `budget`. Once a master is known (named by
+    /// a majority, its role checked), the Sentinel that answered last is asked alone, with half
+    /// of it, and its answer taken when it names that master. Otherwise every Sentinel is asked
+    /// at once with what is left, and the master is the one a majority of those that answer
+    /// name: a Sentinel that names another master under the same name (another set, a stale
+    /// view) is outvoted, and a split without a majority is a wait, not a guess.
     fn ask(&self, budget: Duration) -> Result<(String, u16), NodeError> {
         let start = Instant::now();
         let n = self.sentinels.len();
         let last = self.last_good.load(Ordering::Relaxed);
-        let mut answers: Vec<(usize, Answer)> = Vec::new();
-        if last < n && n > 1 {
-            match self.ask_one(last, budget / 2) {
-                Ok(Some(addr)) => return Ok(addr),
-                other => answers.push((last, other)),
-            }
+        let known = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|(addr, _)| addr.clone());
+        if last < n
+            && n > 1
+            && let Some(known) = known
+            && let Ok(Some(addr)) = self.ask_one(last, budget / 2)
+            && format!("{}:{}", addr.0, addr.1) == known
+        {
+            return Ok(addr);
         }
         let left = budget.saturating_sub(start.elapsed());
-        let others: Vec<usize> = (0..n)
-            .filter(|i| answers.iter().all(|(a, _)| a != i))
-            .collect();
-        let asked: Vec<(usize, Answer)> = std::thread::scope(|s| {
-            let handles: Vec<_> = others
-                .iter()
-                .map(|&i| s.spawn(move || (i, self.ask_one(i, left))))
+        let answers: Vec<(usize, Answer)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|i| s.spawn(move || (i, self.ask_one(i, left))))
                 .collect();
             handles
                 .into_iter()
                 .map(|h| h.join().expect("a Sentinel worker panicked"))
                 .collect()
         });
-        answers.extend(asked);
-        answers.sort_by_key(|(i, _)| *i);
-        if let Some((i, addr)) = answers.iter().find_map(|(i, a)| match a {
-            Ok(Some(addr)) => Some((*i, addr.clone())),
-            _ => None,
-        }) {
-            self.last_good.store(i, Ordering::Relaxed);
-            return Ok(addr);
+        let named: Vec<(usize, &(String, u16))> = answers
+            .iter()
+            .filter_map(|(i, a)| match a {
+                Ok(Some(addr)) => Some((*i, addr)),
+                _ => None,
+            })
+            .collect();
+        if named.is_empty() {
+            return Err(self.none_named(answers));
         }
-        Err(self.none_named(answers))
+        let votes = |addr: &(String, u16)| named.iter().filter(|(_, a)| *a == addr).count();
+        if let Some(&(i, addr)) = named.iter().find(|(_, a)| 2 * votes(a) > named.len()) {
+            self.last_good.store(i, Ordering::Relaxed);
+            return Ok(addr.clone());
+        }
+        let said: Vec<String> = named
+            .iter()
+            .map(|(i, (host, port))| format!("{} names {host}:{port}", self.sentinels[*i].name()))
+            .collect();
+        Err(self.fail(
+            Fault::NotServing,
+            format!(
+                "the Sentinels disagree on the master, and no majority of those that answer names the same one: {}",
+                said.join("; ")
+            ),
+        ))
     }
 
     /// Why no Sentinel named the master: a URL that is not a Sentinel (78) or a refusal that

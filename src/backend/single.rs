@@ -36,6 +36,16 @@ pub fn meanwhile<T>(work: Box<dyn FnOnce()>, ask: impl FnOnce() -> T) -> T {
     answer
 }
 
+/// Whether a rediss:// server of this process was asked already whether it is a plain Redis
+/// (see `not_tls`).
+static TLS_ASKED: AtomicBool = AtomicBool::new(false);
+
+/// How long the first TLS handshake of the process may take before its port is asked whether it
+/// is a plain Redis: a plain Redis never answers a TLS hello (it waits for the end of a line),
+/// and a server named wrongly is a mistake to report at once, not after --op-timeout. A TLS
+/// server slower than this at its first reply costs one failed try, once per process.
+const FIRST_TLS_REPLY: Duration = Duration::from_millis(500);
+
 pub struct Single {
     client: redis::Client,
     name: String,
@@ -207,11 +217,10 @@ impl Single {
             err.kind,
             Fault::Timeout | Fault::Io | Fault::NotRedis | Fault::Other
         );
-        static ASKED: AtomicBool = AtomicBool::new(false);
         if !first
             || !handshake
             || self.tls_settled.load(Ordering::Relaxed)
-            || ASKED.swap(true, Ordering::Relaxed)
+            || TLS_ASKED.swap(true, Ordering::Relaxed)
         {
             return err;
         }
@@ -230,6 +239,16 @@ impl Single {
             ),
             ..err
         }
+    }
+
+    /// Whether the next reply on a fresh connection is this process's first over TLS, not yet
+    /// known to be TLS (see `FIRST_TLS_REPLY`).
+    fn first_tls_reply(&self) -> bool {
+        matches!(
+            self.client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        ) && !self.tls_settled.load(Ordering::Relaxed)
+            && !TLS_ASKED.load(Ordering::Relaxed)
     }
 
     fn open(&self, timeout: Duration) -> Result<Connection, NodeError> {
@@ -264,12 +283,18 @@ impl Single {
         // retry once on a fresh one. Every script is idempotent for the same token.
         for _ in 0..2 {
             let fresh = slot.is_none();
+            // Connecting may already wait for the first reply (the handshake, then the
+            // client's own setup commands).
+            let wait = match fresh && self.first_tls_reply() {
+                true => timeout.min(FIRST_TLS_REPLY),
+                false => timeout,
+            };
             let conn = match slot.as_mut() {
                 Some(c) => c,
-                None => slot.insert(self.open(timeout)?),
+                None => slot.insert(self.open(wait)?),
             };
-            let _ = conn.set_read_timeout(Some(timeout));
-            let _ = conn.set_write_timeout(Some(timeout));
+            let _ = conn.set_read_timeout(Some(wait));
+            let _ = conn.set_write_timeout(Some(wait));
             match f(conn) {
                 Ok(v) => {
                     self.tls_settled.store(true, Ordering::Relaxed);

@@ -45,6 +45,9 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let held = hold(ctx, &locker, &key, args, &signals, asked);
     let held = held.inspect_err(|e| record.failed(e))?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
+    if let Some((on, of)) = locker.holding() {
+        ctx.say(format_args!("the lock is on {on} of {of} masters"));
+    }
     let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
     let died_of = outcome.signal;
@@ -401,20 +404,20 @@ fn give_back(
     outcome: &Outcome,
     run: Option<HoldRecord>,
     record: &mut Recorder,
-) -> Option<LostHow> {
+) -> Result<Option<LostHow>, Failure> {
     if outcome.leftovers {
         // Something the command started may still run: the lock must not be granted again
         // before its lease ends.
-        return Some(LostHow::Unstoppable(supervise::AFTER_KILL));
+        return Ok(Some(LostHow::Unstoppable(supervise::AFTER_KILL)));
     }
     if held.owner != Owner::Us {
-        return None;
+        return Ok(None);
     }
     let (released, unrecorded) =
         locker.release_recording(&held.grant.key, &held.grant.token, run.as_ref());
     let released = released.map_err(Failure::from);
     let unavailable = |e: &Failure| e.code() == Some(Code::Unavailable);
-    match released {
+    Ok(match released {
         Ok(_) => {
             if run.is_some() {
                 record.recorded_at_release(&unrecorded);
@@ -430,6 +433,13 @@ fn give_back(
             None
         }
         Err(e) if e.code() == Some(Code::NotPermitted) => Some(LostHow::AtRelease),
+        // Redlock: too few masters answered to tell whether the lock is gone from a majority
+        // (where it is, the release is done; where a majority says it is not this token's,
+        // NotPermitted above): not a success, 69.
+        Err(e) if locker.is_quorum() && unavailable(&e) => {
+            record.unanswered();
+            return Err(Failure::Unreleased(Box::new(e)));
+        }
         // Redis unreachable at the very end: the lock expires by itself.
         Err(e) => {
             ctx.note(format_args!("{e}; the lock will expire by itself"));
@@ -438,7 +448,7 @@ fn give_back(
             }
             None
         }
-    }
+    })
 }
 
 /// Releases after a failure before the command ran; a failure to release is only told.
@@ -452,8 +462,19 @@ fn release(ctx: &Context, locker: &Locker, held: &Held) {
 
 /// Step 5: the command's status, 76 for a lost lock, 124 for a command stopped at its time
 /// limit, or death by SIGINT as the command's.
-fn exit(args: &ExecArgs, held: &Held, outcome: Outcome, lost: Option<LostHow>) -> Result<Exit> {
+fn exit(
+    args: &ExecArgs,
+    held: &Held,
+    outcome: Outcome,
+    lost: Result<Option<LostHow>, Failure>,
+) -> Result<Exit> {
     let end = finished(args, held, &outcome);
+    // A lock lost while the command ran says more than a release that could not be told.
+    let lost = match lost {
+        Err(unreleased) if outcome.lost.is_none() => return Err(unreleased.into()),
+        Err(_) => None,
+        Ok(lost) => lost,
+    };
     let how = outcome.lost.map(|loss| LostHow::Running {
         loss,
         signal: args.lost_signal,

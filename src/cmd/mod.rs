@@ -142,6 +142,9 @@ impl Observer for Context {
             Note::RenewalFailed { error } => {
                 self.say(format_args!("renewal failed, retrying: {error}"))
             }
+            Note::Spread { held, of } => {
+                self.say(format_args!("the lock is now on {held} of {of} masters"))
+            }
         }
     }
 

@@ -269,6 +269,11 @@ impl<'a> Recorder<'a> {
                 // bounded wait must end when it said, not a whole --op-timeout later).
                 timeout = timeout.min(std::time::Duration::from_millis(200));
             }
+            if outcome == Outcome::GaveUp {
+                // A bounded wait ended, at the moment it said: a master that answers takes a
+                // round trip, one that does not may not hold the run past the bound.
+                timeout = timeout.min(std::time::Duration::from_millis(50));
+            }
             for e in self.locker.record(self.key, keep, &run, timeout) {
                 self.ctx.say(format_args!(
                     "the run was not recorded in the history of lock '{}': {e}",

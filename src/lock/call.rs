@@ -25,15 +25,30 @@ pub(super) mod sources {
     include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 }
 
-/// Which server answers (its run_id): asked of every Redlock master before each grant.
+/// Which server answers and what it is: asked of every Redlock master before each grant.
 pub static IDENTITY: Script = Script::new("identity", sources::IDENTITY);
 
-/// identity.lua: no keys, no arguments; its reply is the server's run_id, or nil when the ACL
-/// user may not ask (the server then keeps its identity to itself).
+/// identity.lua: no keys, no arguments; its reply is what the server says it is, or nil when
+/// the ACL user may not run INFO (the server then keeps its identity to itself).
 pub(super) struct Identify;
 
+/// What a server said of itself (identity.lua).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ServerId {
+    /// INFO server's run_id: random, new at every start of the server.
+    pub run_id: String,
+    /// How long the server has run at least, so how long it has kept its data: INFO's
+    /// uptime_in_seconds less one second, as it is the difference of two whole-second clock
+    /// readings and may be up to a second more than the truth.
+    pub uptime: Duration,
+    /// The master it replicates ("host:port"), when it is a replica.
+    pub replica_of: Option<String>,
+    /// A node of a Redis Cluster (redis_mode:cluster), which holds only its own slots' keys.
+    pub cluster_node: bool,
+}
+
 impl Call for Identify {
-    type Reply = Option<String>;
+    type Reply = Option<ServerId>;
 
     fn script(&self) -> &'static Script {
         &IDENTITY
@@ -47,10 +62,22 @@ impl Call for Identify {
         Args::new()
     }
 
-    fn decode(&self, reply: &[Value]) -> Result<Option<String>, Refusal> {
+    fn decode(&self, reply: &[Value]) -> Result<Option<ServerId>, Refusal> {
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+            _ => Err(Refusal::Unexpected),
+        };
         Ok(match reply {
-            [Value::BulkString(id)] => Some(String::from_utf8_lossy(id).into_owned()),
-            _ => None,
+            [Value::Nil] | [Value::Boolean(false)] => None,
+            [run_id, Value::Int(uptime), role, master, mode] => Some(ServerId {
+                run_id: text(run_id)?,
+                uptime: Duration::from_secs((*uptime).max(1) as u64 - 1),
+                replica_of: (text(role)? != "master")
+                    .then(|| text(master))
+                    .transpose()?,
+                cluster_node: text(mode)? == "cluster",
+            }),
+            _ => return Err(Refusal::Unexpected),
         })
     }
 }

@@ -17,7 +17,8 @@ use crate::backend::{Class, Fault, NodeError};
 pub enum Error {
     /// The request cannot be made as asked: an empty key, a lease with no room to renew.
     Usage(String),
-    /// The deployment cannot do what a lock needs (two Redlock URLs reach one server).
+    /// The deployment cannot do what a lock needs (two Redlock URLs reach one server, a replica
+    /// or something else than a master among them), found before anything is written.
     Config(String),
     /// A Redis endpoint failed a request about `about`.
     Redis { about: About, error: NodeError },

@@ -40,18 +40,19 @@ impl Locker {
         let (key, token, ttl) = (req.key, req.token, req.ttl);
         // What is left of the wait, after what this try has taken so far.
         let left = || within.map(|w| w.saturating_sub(began.elapsed()));
-        // Redlock: one vote per server, whatever names reach it (redlock.rs).
-        let unidentified = match self.is_quorum() {
+        // Redlock: one vote per server, whatever names reach it, and never a replica's
+        // (redlock.rs).
+        let identified = match self.is_quorum() {
             true => self.identify(capped(self.node_timeout(ttl), left()))?,
-            false => vec![None],
+            false => Vec::new(),
         };
         let timeout = capped(self.node_timeout(ttl), left());
         // A Redlock waiter does not queue: queues on independent masters could disagree on
         // who is first. It waits for the release's "anyone" wake-up instead.
         let call = Acquire::new(req, join_queue && !self.is_quorum());
-        let results = self.on_each(|i, n| match &unidentified[i] {
-            Some(e) => Err(e.clone()),
-            None => call::run(n, &call, timeout),
+        let results = self.on_each(|i, n| match identified.get(i) {
+            Some(Err(e)) => Err(e.clone()),
+            _ => call::run(n, &call, timeout),
         });
         if !self.is_quorum() {
             let mut result = results.into_iter().next().expect("one node");
@@ -76,9 +77,15 @@ impl Locker {
             return result.map_err(|e| Error::redis(key, e));
         }
         // A master that did not say who it is was sent no grant: nothing to give back there.
-        let asked: Vec<bool> = unidentified.iter().map(Option::is_none).collect();
+        let asked: Vec<bool> = identified.iter().map(Result::is_ok).collect();
+        // A master that has run for less than a TTL may have restarted empty under a holder
+        // whose lease is still live (`votes`).
+        let recent: Vec<bool> = identified
+            .iter()
+            .map(|id| matches!(id, Ok(id) if id.uptime < ttl))
+            .collect();
         let give_back = capped(self.node_timeout(ttl), left());
-        let attempt = self.combine_attempts(req, call.sent, results, &asked, give_back);
+        let attempt = self.combine_attempts(req, call.sent, results, (&asked, &recent), give_back);
         if let Ok(Attempt::Granted(_)) = &attempt {
             self.remember_grant(req);
         }
@@ -93,15 +100,22 @@ impl Locker {
         req: &Request,
         sent: Instant,
         results: Vec<NodeAttempt>,
-        asked: &[bool],
+        (asked, recent): (&[bool], &[bool]),
         give_back: Duration,
     ) -> Result<Attempt, Error> {
         let (key, token, ttl) = (req.key, req.token, req.ttl);
         let timeout = self.node_timeout(ttl);
-        if let Some(fence) = majority_fence(self.quorum(), &results)
+        let votes = votes(&results, recent);
+        if let Some(fence) = majority_fence(self.quorum(), &results, &votes)
             && let Some(validity) = validity(ttl, sent.elapsed())
         {
             self.raise_fences(key, token, fence, &results, timeout);
+            self.set_missing(
+                results
+                    .iter()
+                    .map(|r| !matches!(r, Ok(Attempt::Granted(_))))
+                    .collect(),
+            );
             return Ok(Attempt::Granted(Grant {
                 key: key.clone(),
                 token: token.to_string(),
@@ -366,19 +380,57 @@ impl Locker {
     ) -> Result<Renewed, NodeError> {
         let timeout = ttl.map_or(timeout, |t| timeout.min(self.node_timeout(t)));
         let renew = Renew { key, token, ttl };
-        let results = self.on_all(|n| call::run(n, &renew, timeout));
         if !self.is_quorum() {
-            return results.into_iter().next().expect("one node");
+            return call::run(self.nodes[0].as_ref(), &renew, timeout);
         }
-        let renewed: Vec<Duration> = results
-            .iter()
-            .filter_map(|r| match r {
-                Ok(Renewed::Yes(d)) => Some(*d),
-                _ => None,
+        // A master that missed the lock (slow at the grant, restarted empty) is not asked to
+        // renew what it does not have: it is written there once a majority renewed (`repair`).
+        // Without that majority, it is asked after all: its answer may say the lock is lost.
+        let skip = if self.repairs(token) {
+            self.missing()
+        } else {
+            Vec::new()
+        };
+        let ask = |skipping: bool| {
+            self.on_each(|i, n| match skip.get(i) {
+                Some(true) if skipping => Err(NodeError {
+                    kind: Fault::Connect,
+                    node: n.name().to_string(),
+                    detail: "does not hold the lock (it missed the grant or lost it)".into(),
+                }),
+                Some(false) | None if !skipping => Err(NodeError {
+                    kind: Fault::Connect,
+                    node: n.name().to_string(),
+                    detail: "asked already".into(),
+                }),
+                _ => call::run(n, &renew, timeout),
             })
-            .collect();
+        };
+        let yes = |results: &[Result<Renewed, NodeError>]| -> Vec<Duration> {
+            results
+                .iter()
+                .filter_map(|r| match r {
+                    Ok(Renewed::Yes(d)) => Some(*d),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut results = ask(true);
+        let mut renewed = yes(&results);
+        if !self.quorum().reached_by(renewed.len()) && skip.contains(&true) {
+            for (i, late) in ask(false).into_iter().enumerate() {
+                if skip[i] {
+                    results[i] = late;
+                }
+            }
+            renewed = yes(&results);
+        }
         if self.quorum().reached_by(renewed.len()) {
-            self.repair(key, token, ttl, &results, timeout);
+            let repaired = self.repair(key, token, ttl, &results, timeout);
+            let missing = (0..results.len())
+                .map(|i| !matches!(results[i], Ok(Renewed::Yes(_))) && !repaired[i])
+                .collect();
+            self.set_missing(missing);
             return Ok(Renewed::Yes(renewed.into_iter().min().unwrap_or_default()));
         }
         let not_owner = results
@@ -438,12 +490,26 @@ fn broken_holder(said: ReleaseReply) -> Result<Option<String>, Refusal> {
     })
 }
 
-/// The fence of a Redlock grant, when a majority of the nodes granted: the highest of theirs.
-fn majority_fence(quorum: Quorum, results: &[NodeAttempt]) -> Option<i64> {
+/// Which nodes' grants count: all, unless a node answered that another holder has the lock;
+/// then none of the `recent` ones (run for less than a TTL), which may have restarted empty
+/// under that holder (see docs/safety.md, "Redlock").
+fn votes(results: &[NodeAttempt], recent: &[bool]) -> Vec<bool> {
+    let held_elsewhere = results
+        .iter()
+        .any(|r| matches!(r, Ok(Attempt::Busy { .. })));
+    (0..results.len())
+        .map(|i| !(held_elsewhere && recent.get(i).copied().unwrap_or(false)))
+        .collect()
+}
+
+/// The fence of a Redlock grant, when a majority of the nodes granted and their `votes` count:
+/// the highest of theirs.
+fn majority_fence(quorum: Quorum, results: &[NodeAttempt], votes: &[bool]) -> Option<i64> {
     let fences: Vec<i64> = results
         .iter()
-        .filter_map(|r| match r {
-            Ok(Attempt::Granted(grant)) => Some(grant.fence),
+        .zip(votes)
+        .filter_map(|(r, counts)| match r {
+            Ok(Attempt::Granted(grant)) if *counts => Some(grant.fence),
             _ => None,
         })
         .collect();

@@ -69,6 +69,11 @@ impl Lease {
         })
     }
 
+    /// Redlock: while some master misses the lock, renew this often (which writes it there).
+    pub fn push_every(&self) -> Duration {
+        (self.renew_every / 20).clamp(Duration::from_millis(10), Duration::from_millis(250))
+    }
+
     /// After a failed renewal, try again soon.
     pub fn retry_every(&self) -> Duration {
         (self.renew_every / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
@@ -147,6 +152,20 @@ mod tests {
         let e = usage(Duration::from_millis(4));
         assert!(e.starts_with("--ttl 4ms is too short"), "{e}");
         assert!(Lease::new(Duration::from_millis(5), None, None, op).is_ok());
+    }
+
+    #[test]
+    fn a_redlock_master_that_misses_the_lock_is_pushed_well_within_a_renewal_interval() {
+        let op = Duration::from_secs(2);
+        let push = |ttl_ms| {
+            Lease::new(Duration::from_millis(ttl_ms), None, None, op)
+                .unwrap()
+                .push_every()
+        };
+        // TTL/60, between 10 ms and 250 ms.
+        assert_eq!(push(6_000), Duration::from_millis(100));
+        assert_eq!(push(30_000), Duration::from_millis(250));
+        assert_eq!(push(300), Duration::from_millis(10));
     }
 
     #[test]

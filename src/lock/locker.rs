@@ -21,6 +21,9 @@ pub struct Locker {
     /// Redlock: the last grant's token and acquire arguments, with which a renewal writes the
     /// lock again on a master that lost it (see `redlock.rs`).
     pub(super) relock: Mutex<Option<Relock>>,
+    /// Redlock: which masters miss this process's lock, as the last grant or renewal found
+    /// (see `redlock.rs`: a renewal comes early while some master misses it).
+    missing: Mutex<Vec<bool>>,
 }
 
 /// What a renewal needs to write a lock again where it is gone: the grant's request (its key
@@ -77,6 +80,7 @@ impl Locker {
             op_timeout,
             first_contact: FIRST_CONTACT,
             relock: Mutex::new(None),
+            missing: Mutex::new(Vec::new()),
         }
     }
 
@@ -99,6 +103,31 @@ impl Locker {
     /// True in Redlock mode (several independent masters).
     pub fn is_quorum(&self) -> bool {
         self.nodes.len() > 1
+    }
+
+    /// Redlock: on how many of how many masters the lock taken or renewed last is.
+    pub fn holding(&self) -> Option<(usize, usize)> {
+        let missing = self.missing();
+        let of = self.nodes.len();
+        self.is_quorum()
+            .then(|| (of - missing.iter().filter(|m| **m).count(), of))
+    }
+
+    /// Redlock: some master misses the lock taken or renewed last.
+    pub fn missing_some(&self) -> bool {
+        self.missing().contains(&true)
+    }
+
+    /// Redlock: per master, whether it misses the lock (none known when nothing was taken).
+    pub(super) fn missing(&self) -> Vec<bool> {
+        self.missing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(super) fn set_missing(&self, missing: Vec<bool>) {
+        *self.missing.lock().unwrap_or_else(|p| p.into_inner()) = missing;
     }
 
     pub(super) fn quorum(&self) -> Quorum {
@@ -143,21 +172,23 @@ impl Locker {
     /// Connections subscribed to the waiter `token`'s wake channel: one per node that answers
     /// (in parallel, each within --op-timeout). A waiter in line (one Redis) is woken on a
     /// channel of its own, so that a handoff wakes exactly one process; a Redlock waiter, which
-    /// does not queue, on the lock's shared channel. With one Redis, the failure when there is
-    /// no subscription: a waiter keeps a place in line only while it can hear its wake-up.
-    pub fn subscribers(&self, key: &LockKey, token: &str) -> Result<Vec<Subscriber>, NodeError> {
+    /// does not queue, on the lock's shared channel. Each connection is made within `timeout`.
+    /// With one Redis, the failure when there is no subscription: a waiter keeps a place in line
+    /// only while it can hear its wake-up.
+    pub fn subscribers(
+        &self,
+        key: &LockKey,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<Vec<Subscriber>, NodeError> {
         if !self.is_quorum() {
             let channel = format!("{}:{token}", key.channel);
             let node = &self.nodes[0];
-            return Ok(vec![node.subscriber(
-                &key.redis_key,
-                &channel,
-                self.op_timeout,
-            )?]);
+            return Ok(vec![node.subscriber(&key.redis_key, &channel, timeout)?]);
         }
         let channel = &key.channel;
         Ok(self
-            .on_all(|n| n.subscriber(&key.redis_key, channel, self.op_timeout).ok())
+            .on_all(|n| n.subscriber(&key.redis_key, channel, timeout).ok())
             .into_iter()
             .flatten()
             .collect())

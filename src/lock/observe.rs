@@ -43,6 +43,8 @@ pub enum Note<'a> {
     RoomAgain { key: &'a str, after: Duration },
     /// A renewal failed; it is retried while the lease lasts.
     RenewalFailed { error: &'a RenewError },
+    /// Redlock: the lock is now on `held` of `of` masters.
+    Spread { held: usize, of: usize },
 }
 
 /// Hears what happens.

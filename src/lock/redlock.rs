@@ -1,11 +1,16 @@
 //! What a Redlock quorum needs beyond asking every master at once:
 //! - **one server, one vote**: before every grant each master says which server it is (its
-//!   `run_id`), and two URLs that reach the same server are refused (78) before anything is
-//!   written;
+//!   `run_id`) and what it is; two URLs that reach the same server, a replica, a Cluster node,
+//!   something that is no usable Redis, or a user without the right to say (`+info`) are
+//!   refused (78) before anything is written;
+//! - **no vote from a master that may have forgotten**: a master that has run for less than
+//!   the TTL asked for does not count toward a grant where another master says someone else
+//!   holds the lock (`exclusive.rs`, `votes`): it may have restarted empty under that holder;
 //! - **a release by majority**: it succeeds only where a majority released (or had already);
-//! - **a renewal that repairs**: when a majority renewed, a master that no longer has the key
-//!   (restarted empty) gets the lock written again, so that one empty restart does not leave the
-//!   lock on a bare majority for the rest of the hold.
+//! - **a renewal that repairs, at once**: when a majority renewed, a master that does not have
+//!   the key (slow at the grant, restarted empty) gets the lock written again, and while one
+//!   misses it the renewals come early, so that the lock rests on a bare majority as briefly as
+//!   the masters allow.
 //!
 //! Why `run_id` within one round is enough: it is random, new at every start of the server, and
 //! the same whichever name reached it. Asked of every master in the same round, just before the
@@ -16,9 +21,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::call::acquire::Acquire;
+use super::call::acquire::{Acquire, Attempt};
 use super::call::release::ReleaseReply;
-use super::call::{self, Identify};
+use super::call::{self, Identify, ServerId};
 use super::error::{About, Error, Refused};
 use super::key::LockKey;
 use super::locker::{Locker, Quorum, Relock, no_quorum};
@@ -26,32 +31,63 @@ use super::{NotOwner, Released, Renewed, Request};
 use crate::backend::{Fault, NodeError};
 
 impl Locker {
-    /// Asks every master which server it is, in parallel, each within `timeout`. Two that are
-    /// one server: 78, before anything is written. Otherwise, per node, None when it may be
-    /// asked to grant, or the error that stands for its vote (it did not say who it is).
-    ///
-    /// A server whose ACL user may not run INFO keeps its identity to itself: only its address
-    /// was compared (see `Settings::check_independent`).
-    pub(super) fn identify(&self, timeout: Duration) -> Result<Vec<Option<NodeError>>, Error> {
-        let said = self.on_all(|n| match call::run(n, &Identify, timeout) {
-            Ok(id) => Ok(id),
-            // Before Redis 7 a refused INFO is an error, even from a script.
-            Err(e) if e.kind == Fault::Denied => Ok(None),
-            Err(e) => Err(e),
-        });
-        let mut seen: HashMap<&str, usize> = HashMap::new();
-        for (i, id) in said.iter().enumerate() {
-            if let Ok(Some(id)) = id
-                && let Some(first) = seen.insert(id, i)
-            {
-                return Err(Error::Config(format!(
-                    "'{}' and '{}' are the same Redis server (it gives both the same run_id): Redlock needs independent masters, one vote each",
-                    self.nodes[first].name(),
-                    self.nodes[i].name()
-                )));
+    /// Asks every master which server it is and what it is, in parallel, each within
+    /// `timeout`. Refused (78) before anything is written: two masters that are one server, a
+    /// replica, a node of a Redis Cluster, a member that answers but is no usable Redis (an
+    /// HTTP server, a TLS/plain mismatch, a Sentinel), and a master whose ACL user may not say
+    /// who it is (a right missing: never a silent fallback to comparing URLs). Otherwise, per
+    /// node, what it said, or the error that stands for its vote (it did not answer in time).
+    pub(super) fn identify(
+        &self,
+        timeout: Duration,
+    ) -> Result<Vec<Result<ServerId, NodeError>>, Error> {
+        let said = self.on_all(|n| call::run(n, &Identify, timeout));
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut out = Vec::with_capacity(said.len());
+        for (i, id) in said.into_iter().enumerate() {
+            let name = self.nodes[i].name();
+            match id {
+                Ok(Some(id)) => {
+                    if let Some(first) = seen.insert(id.run_id.clone(), i) {
+                        return Err(Error::Config(format!(
+                            "'{}' and '{name}' are the same Redis server (it gives both the same run_id): Redlock needs independent masters, one vote each",
+                            self.nodes[first].name(),
+                        )));
+                    }
+                    if let Some(master) = &id.replica_of {
+                        return Err(Error::Config(format!(
+                            "'{name}' is a replica of {master}: Redlock needs independent masters (a replica loses its master's locks with it, or cannot take a write); name independent masters"
+                        )));
+                    }
+                    if id.cluster_node {
+                        return Err(Error::Config(format!(
+                            "'{name}' is a node of a Redis Cluster, which holds only its own slots' keys: Redlock needs independent masters (for a Cluster, add --cluster)"
+                        )));
+                    }
+                    out.push(Ok(id));
+                }
+                Ok(None) => return Err(unidentified(name)),
+                Err(e) if e.kind == Fault::Denied => return Err(unidentified(name)),
+                Err(e)
+                    if matches!(
+                        e.kind,
+                        Fault::NotRedis | Fault::WrongMode | Fault::ClusterNode
+                    ) =>
+                {
+                    return Err(Error::Config(format!("{e}: Redlock needs Redis masters")));
+                }
+                Err(e)
+                    if e.kind == Fault::Other
+                        && e.detail.to_ascii_lowercase().contains("unknown command") =>
+                {
+                    return Err(Error::Config(format!(
+                        "'{name}' does not run scripts (is it a Sentinel?): Redlock needs Redis masters, named by their own URLs"
+                    )));
+                }
+                Err(e) => out.push(Err(e)),
             }
         }
-        Ok(said.into_iter().map(Result::err).collect())
+        Ok(out)
     }
 
     /// Remembers a Redlock grant's request, for `repair`.
@@ -66,11 +102,13 @@ impl Locker {
     }
 
     /// After a renewal that a majority granted: writes the lock again (acquire.lua, with the
-    /// grant's request, the lease `ttl` when given) on the masters that said it
-    /// is gone. Safe because the lease holds on a majority at this moment, so no other holder
-    /// has one, and acquire.lua writes only where the key is free. Best effort: a master that
-    /// refuses or does not answer is left as it is. Only the process that took the lock knows
-    /// its arguments (`rlock exec`); a `rlock renew` repairs nothing.
+    /// grant's request, the lease `ttl` when given) on the masters that said it is gone, or
+    /// did not answer or were not asked (slow at the grant: the renewal comes early until every
+    /// master holds the lock, see `watchdog.rs`). Safe because the lease holds on a majority at
+    /// this moment, so no other holder has one, and acquire.lua writes only where the key is
+    /// free (or already this token's). Best effort: a master that refuses or does not answer
+    /// is left as it is. Only the process that took the lock knows its arguments (`rlock
+    /// exec`); a `rlock renew` repairs nothing. Per master, whether it wrote the lock there.
     pub(super) fn repair(
         &self,
         key: &LockKey,
@@ -78,10 +116,20 @@ impl Locker {
         ttl: Option<Duration>,
         results: &[Result<Renewed, NodeError>],
         timeout: Duration,
-    ) {
-        let gone = |i: usize| matches!(results[i], Ok(Renewed::NotOwner(NotOwner::Gone)));
+    ) -> Vec<bool> {
+        let none = vec![false; results.len()];
+        let gone = |i: usize| {
+            matches!(
+                &results[i],
+                Ok(Renewed::NotOwner(NotOwner::Gone))
+                    | Err(NodeError {
+                        kind: Fault::Timeout | Fault::Io | Fault::Connect | Fault::NotServing,
+                        ..
+                    })
+            )
+        };
         if !(0..results.len()).any(gone) {
-            return;
+            return none;
         }
         let Some(relock) = self
             .relock
@@ -89,10 +137,10 @@ impl Locker {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
         else {
-            return;
+            return none;
         };
         if relock.token != token {
-            return;
+            return none;
         }
         let req = Request {
             key,
@@ -106,15 +154,31 @@ impl Locker {
         // A Redlock grant never waits in line.
         let acquire = Acquire::new(&req, false);
         self.on_each(|i, n| {
-            if gone(i) {
-                let _ = call::run(n, &acquire, timeout);
-            }
-        });
+            gone(i) && matches!(call::run(n, &acquire, timeout), Ok(Attempt::Granted(_)))
+        })
+    }
+
+    /// Whether this process took the lock `token` names, and so can write it again where it is
+    /// missing (`repair`): only `rlock exec` can; a `rlock renew` only extends.
+    pub(super) fn repairs(&self, token: &str) -> bool {
+        self.relock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|r| r.token == token)
     }
 }
 
+/// The refusal of a master that will not say which server it is: the ACL user lacks +info.
+fn unidentified(name: &str) -> Error {
+    Error::Config(format!(
+        "'{name}' will not say which server it is: its ACL user needs +info (INFO server and INFO replication), with which Redlock counts each server once and refuses replicas"
+    ))
+}
+
 /// A Redlock release's outcome from what each master said: done where a majority released
-/// (or had already); not permitted where so many said otherwise (free, expired, another's)
+/// (or had already), or where the lock is gone from a majority (released on some, expired on
+/// the others); not permitted where so many said otherwise (free, expired, another's)
 /// that no majority can have released; else unknown, as too few answered (69).
 pub(super) fn release_verdict(
     quorum: Quorum,
@@ -123,6 +187,7 @@ pub(super) fn release_verdict(
 ) -> Result<Released, Error> {
     let about = || About::from(key);
     let mut done = 0;
+    let mut expired = 0;
     let mut refused = 0;
     let mut other = false;
     let mut errors = Vec::new();
@@ -131,6 +196,7 @@ pub(super) fn release_verdict(
             Ok(ReleaseReply::Released | ReleaseReply::Already) => done += 1,
             Ok(reply) => {
                 other |= matches!(reply, ReleaseReply::Other);
+                expired += usize::from(matches!(reply, ReleaseReply::Expired));
                 refused += 1;
             }
             Err(e) if e.kind == Fault::WrongType => return Err(Error::redis(key, e)),
@@ -149,6 +215,11 @@ pub(super) fn release_verdict(
                 Refused::ReleaseNotHeld
             },
         });
+    }
+    // Released where it still was, and expired on enough others that it is gone from a
+    // majority: nobody waits for this lease any more.
+    if done > 0 && quorum.reached_by(done + expired) {
+        return Ok(Released::Done);
     }
     Err(no_quorum(about(), quorum.nodes(), errors))
 }

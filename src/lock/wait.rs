@@ -84,9 +84,10 @@ pub(super) trait Tries {
     /// Leaves the line, giving back a grant that raced with giving up; best effort, `within`
     /// what is left of a bounded wait.
     fn leave(&self, within: Option<Duration>);
-    /// Connections subscribed to the waiter's wake channel; with one Redis, the failure when
-    /// there is none.
-    fn subscribe(&self) -> Result<Vec<Subscriber>, Error>;
+    /// Connections subscribed to the waiter's wake channel, each made within `within` (what
+    /// is left of a bounded wait) and --op-timeout; with one Redis, the failure when there is
+    /// none.
+    fn subscribe(&self, within: Option<Duration>) -> Result<Vec<Subscriber>, Error>;
     /// Closes the connections kept for the next try (which connects again): a waiter that
     /// cannot have its wake channel (a full server) makes room for another client meanwhile.
     fn hang_up(&self);
@@ -114,9 +115,10 @@ impl Tries for Asking<'_> {
             .leave_within(self.req.key, self.req.token, timeout);
     }
 
-    fn subscribe(&self) -> Result<Vec<Subscriber>, Error> {
+    fn subscribe(&self, within: Option<Duration>) -> Result<Vec<Subscriber>, Error> {
+        let timeout = capped(self.locker.op_timeout(), within);
         self.locker
-            .subscribers(self.req.key, self.req.token)
+            .subscribers(self.req.key, self.req.token, timeout)
             .map_err(|e| Error::redis(self.req.key, e))
     }
 
@@ -300,8 +302,10 @@ impl<T: Tries> Waiter<'_, T> {
                     // A waiter that gives up leaves nothing behind. (When Redis did not
                     // answer, the failed attempt has already tried that; once is enough.)
                     // Within what is left of a bounded wait: nothing (the script is sent,
-                    // and runs, even when its reply is not waited for).
-                    if !failure.is_unavailable() {
+                    // and runs, even when its reply is not waited for). A deployment refused
+                    // as it is (Redlock's members, before anything is written) has nothing
+                    // to leave, and may not even answer.
+                    if !failure.is_unavailable() && !matches!(failure, Error::Config(_)) {
                         self.tries.leave(self.left());
                     }
                     return Err(failure);
@@ -407,7 +411,7 @@ impl<T: Tries> Waiter<'_, T> {
     /// out of line and with no connection kept meanwhile; one that cannot be had at all (no
     /// pub/sub) leaves the waiter to try again when the lease it was told of ends.
     fn subscribe(&mut self) -> Step {
-        match self.tries.subscribe() {
+        match self.tries.subscribe(self.left()) {
             Ok(subs) => self.subs = subs,
             Err(failure) if failure.is_transient() => {
                 self.tries.hang_up();

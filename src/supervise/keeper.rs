@@ -78,13 +78,17 @@ impl<'s, 'e> LeaseKeeper<'s, 'e> {
         }
     }
 
-    /// What the supervisor enforces: the lease's deadline, when the first renewal is due, and
-    /// the signals before it ends.
+    /// What the supervisor enforces: the lease's deadline, when the first renewal is due (at
+    /// once when a Redlock master misses the lock), and the signals before it ends.
     pub fn enforce(&self, lost_signal: Signal) -> Enforce {
         let r = &self.renewer;
         Enforce {
             deadline: r.renews.then(|| deadline(r.grant.sent, r.lease.ttl)),
-            renew_at: r.renews.then(|| r.grant.sent + r.lease.renew_every),
+            // Redlock: a master that missed the grant gets it from the first renewal, at once.
+            renew_at: r.renews.then(|| match r.locker.missing_some() {
+                true => r.grant.sent,
+                false => r.grant.sent + r.lease.renew_every,
+            }),
             grace: r.lease.grace,
             lost_signal,
             time_limit: None,

@@ -261,6 +261,9 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
                 }
                 self.last_error = None;
             }
+            Event::Watchdog(Report::Spread { held, of }) => {
+                self.observer.observe(Note::Spread { held, of });
+            }
             Event::Watchdog(Report::Failed(e)) => {
                 self.observer.observe(Note::RenewalFailed { error: &e });
                 self.last_error = Some(e);

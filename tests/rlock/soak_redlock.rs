@@ -1,11 +1,12 @@
 //! The Redlock soak: four loops run `rlock exec --ttl 1s -w 60s` on one key over three masters
-//! for about 30 s (`RLOCK_SOAK_SECS`), while the engine freezes the first master, flushes its
-//! scripts and kills its clients, and, in the engine's "cut" turns, one of these strikes the
-//! others in rotation: the second master killed and restarted empty (no persistence), the link
-//! to the third slowed to 200–800 ms each way (through a fault proxy), or the second and third
-//! frozen together (a majority). The heartbeats must show no two holders at once and fences
-//! that only rise: one master's loss is repaired by the next renewal, and a majority's stops the
-//! holders in time (76).
+//! (and again over five) for about 30 s (`RLOCK_SOAK_SECS`), while the engine freezes the first
+//! master (also just after a grant), flushes its scripts and kills its clients, and, in the
+//! engine's "cut" turns, one of these strikes the others in rotation: the second master killed
+//! and restarted empty (no persistence), the link to the third slowed to 200–800 ms each way
+//! (through a fault proxy), or the second and third frozen together (with five, the fourth too:
+//! a majority). The heartbeats must show no two holders at once and fences that only rise: one
+//! master's loss is repaired by the next renewal, and a majority's stops the holders in time
+//! (76).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,6 +18,9 @@ use crate::common::{Mode, Proxy, RedisServer};
 struct Strikes {
     second: RedisServer,
     third: RedisServer,
+    /// The masters beyond the third (with five): plain, frozen with the second and third to
+    /// make a majority.
+    more: Vec<RedisServer>,
     third_link: Proxy,
     turn: usize,
     /// What the strike under way was, for the undoing.
@@ -37,6 +41,9 @@ impl Strikes {
             _ => {
                 self.second.freeze();
                 self.third.freeze();
+                for m in self.majority_more() {
+                    m.freeze();
+                }
             }
         }
         self.under_way = Some(kind);
@@ -49,15 +56,33 @@ impl Strikes {
             Some(_) => {
                 self.second.thaw();
                 self.third.thaw();
+                for m in self.majority_more() {
+                    m.thaw();
+                }
             }
             None => return,
         }
         self.done[(self.turn - 1) % 3] += 1;
     }
+
+    /// The masters beyond the third that the majority freeze takes, with the second and the
+    /// third: one with five masters (three of five), none with three (two of three).
+    fn majority_more(&self) -> &[RedisServer] {
+        &self.more[..self.more.len() / 2]
+    }
 }
 
 #[test]
 fn redlock_holders_never_overlap_through_freezes_empty_restarts_and_slow_links() {
+    soak_over(3);
+}
+
+#[test]
+fn redlock_over_five_masters_holders_never_overlap_through_the_same_faults() {
+    soak_over(5);
+}
+
+fn soak_over(masters: usize) {
     let _heavy = crate::common::heavy();
     let secs: u64 = std::env::var("RLOCK_SOAK_SECS")
         .ok()
@@ -67,10 +92,13 @@ fn redlock_holders_never_overlap_through_freezes_empty_restarts_and_slow_links()
     let second = RedisServer::start();
     let third = RedisServer::start();
     let third_link = Proxy::start(third.port());
-    let more_ports = vec![second.port(), third_link.port()];
+    let more: Vec<RedisServer> = (3..masters).map(|_| RedisServer::start()).collect();
+    let mut more_ports = vec![second.port(), third_link.port()];
+    more_ports.extend(more.iter().map(RedisServer::port));
     let strikes = Arc::new(Mutex::new(Strikes {
         second,
         third,
+        more,
         third_link,
         turn: 0,
         under_way: None,
@@ -100,7 +128,7 @@ fn redlock_holders_never_overlap_through_freezes_empty_restarts_and_slow_links()
     let report = soak::run(&target, &cfg);
     let done = strikes.lock().unwrap_or_else(|p| p.into_inner()).done;
     eprintln!(
-        "{report}\n  strikes undone: {} empty restarts of the second master, {} slow links to the third, {} majority freezes",
+        "{masters} masters: {report}\n  strikes undone: {} empty restarts of the second master, {} slow links to the third, {} majority freezes",
         done[0], done[1], done[2]
     );
     let stderr: String = (0..cfg.workers)

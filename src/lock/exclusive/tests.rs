@@ -44,18 +44,44 @@ fn busy_pttl(a: &Result<Attempt, Error>) -> Option<i64> {
 #[test]
 fn a_majority_grants_with_the_highest_fence() {
     let three = Quorum::of(3);
+    let all = [true; 5];
     assert_eq!(
-        majority_fence(three, &[granted(5), busy(100), granted(7)]),
+        majority_fence(three, &[granted(5), busy(100), granted(7)], &all),
         Some(7)
     );
     assert_eq!(
-        majority_fence(three, &[granted(5), busy(100), failed(Fault::Timeout)]),
+        majority_fence(
+            three,
+            &[granted(5), busy(100), failed(Fault::Timeout)],
+            &all
+        ),
         None
     );
     let five = Quorum::of(5);
     let results = [granted(1), granted(2), granted(3), busy(1), busy(1)];
-    assert_eq!(majority_fence(five, &results), Some(3));
-    assert_eq!(majority_fence(five, &results[1..]), None);
+    assert_eq!(majority_fence(five, &results, &all), Some(3));
+    assert_eq!(majority_fence(five, &results[1..], &all), None);
+}
+
+#[test]
+fn a_recent_master_votes_only_where_no_master_says_another_holds_the_lock() {
+    let three = Quorum::of(3);
+    // The second master restarted less than a TTL ago.
+    let recent = [false, true, false];
+    // Another holder on the first: the restarted master may have lost that holder's lock.
+    let results = [busy(100), granted(5), granted(7)];
+    assert_eq!(votes(&results, &recent), vec![true, false, true]);
+    assert_eq!(
+        majority_fence(three, &results, &votes(&results, &recent)),
+        None
+    );
+    // Nobody else holds it anywhere that answered (a fresh start of every master): it counts.
+    let results = [failed(Fault::Timeout), granted(5), granted(7)];
+    assert_eq!(votes(&results, &recent), vec![true; 3]);
+    assert_eq!(
+        majority_fence(three, &results, &votes(&results, &recent)),
+        Some(7)
+    );
 }
 
 #[test]
@@ -193,6 +219,24 @@ fn a_redlock_release_counts_a_majority() {
     // Too few answers to tell.
     assert_eq!(
         code(release_verdict(three, &key(), vec![done(), down(), down()])),
+        69
+    );
+    // Five masters: released on two, expired on two, one down: gone from a majority.
+    let five = Quorum::of(5);
+    assert_eq!(
+        code(release_verdict(
+            five,
+            &key(),
+            vec![done(), done(), gone(), gone(), down()]
+        )),
+        0
+    );
+    assert_eq!(
+        code(release_verdict(
+            five,
+            &key(),
+            vec![done(), done(), other(), other(), down()]
+        )),
         69
     );
     assert_eq!(

@@ -120,6 +120,7 @@ impl Observer for Heard {
             Note::ServerFull { .. } => "server full",
             Note::RoomAgain { .. } => "room again",
             Note::RenewalFailed { .. } => "renewal failed",
+            Note::Spread { .. } => "spread",
         };
         self.0.borrow_mut().push(kind.into());
     }
@@ -301,7 +302,7 @@ impl Tries for Listed {
         self.left.set(self.left.get() + 1);
     }
 
-    fn subscribe(&self) -> Result<Vec<Subscriber>, Error> {
+    fn subscribe(&self, _within: Option<Duration>) -> Result<Vec<Subscriber>, Error> {
         match self.subscriptions.borrow_mut().pop_front() {
             Some(failure) => Err(failure),
             None => Ok(Vec::new()),

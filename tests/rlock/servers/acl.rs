@@ -435,7 +435,9 @@ fn acl_wrong_password_is_77_and_no_password_is_ever_printed() {
         78,
         rlock().args(["-v", "--url", &malformed, "acquire", "-n", "-k", KEY]),
     );
-    // Two different dead masters (the same one twice is refused as not independent: 78).
+    // Two different dead masters (the same one twice is refused as not independent: 78), and
+    // a user with the Redlock rights on the live one.
+    set_user(&server, "locker", &LOCK_PATTERNS, &redlock_commands());
     let unreachable_too = format!("redis://locker:{SECRET}@127.0.0.1:2");
     let redlock = [&user_url, &unreachable, &unreachable_too];
     check(
@@ -567,7 +569,7 @@ fn apply_documented(server: &RedisServer, line: &str) {
 #[test]
 fn acl_every_documented_line_is_a_working_user() {
     let lines = documented_acl_lines();
-    assert_eq!(lines.len(), 5, "the lines of the ACL section: {lines:#?}");
+    assert_eq!(lines.len(), 6, "the lines of the ACL section: {lines:#?}");
     for (line, history) in [
         (documented_acl(AclLine::History), true),
         (documented_acl(AclLine::LockOnly), false),
@@ -620,6 +622,23 @@ fn acl_every_documented_line_is_a_working_user() {
         run(as_user(&master, "locker").args(["exec", "--replicas", "1", "-k", KEY, "--", "true"]));
     assert_eq!(out.code, 0, "{addition}: {out}");
     assert_eq!(acl_denials(&master, "locker"), Vec::<String>::new());
+    // Redlock: three masters, each with the first line and the addition.
+    let addition = &lines[5];
+    assert!(addition.contains("+info"), "{addition}");
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    for m in &masters {
+        apply_documented(m, &documented_acl(AclLine::History));
+        apply_documented(m, addition);
+    }
+    let urls: Vec<String> = masters
+        .iter()
+        .map(|m| crate::common::acl::acl_url(m, "locker"))
+        .collect();
+    let out = run(rlock().args(["-u", &urls.join(","), "exec", "-k", KEY, "--", "true"]));
+    assert_eq!(out.code, 0, "{addition}: {out}");
+    for m in &masters {
+        assert_eq!(acl_denials(m, "locker"), Vec::<String>::new(), "{addition}");
+    }
     // Behind Sentinels: the right to ask the master its role (ACL DRYRUN: Redis 7).
     let addition = &lines[3];
     assert!(addition.contains("+role"), "{addition}");

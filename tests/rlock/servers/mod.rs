@@ -15,6 +15,7 @@ mod cluster_failover;
 mod cluster_migration;
 mod redlock;
 mod redlock_losses;
+mod redlock_members;
 mod replicas;
 mod scale_out_mistakes;
 mod sentinel;
@@ -81,6 +82,28 @@ fn warm_scripts(nodes: &[RedisServer]) {
     assert_eq!(warm(&["renew", "--token", &token]).code, 0);
     assert_eq!(warm(&["inspect"]).code, 0);
     assert_eq!(warm(&["release", "--token", &token]).code, 0);
+}
+
+/// How long `node` has run, as INFO says (whole seconds).
+fn uptime(node: &RedisServer) -> u64 {
+    let info = match node.cmd(&["INFO", "server"]) {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text,
+        other => panic!("INFO server: {other:?}"),
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("uptime_in_seconds")
+}
+
+/// Waits until every one of `nodes` has surely run for `secs` seconds (INFO's whole seconds
+/// may count one too many): a Redlock master that has run for less than the TTL asked for does
+/// not vote where another master says the lock is held.
+fn ran_for(nodes: &[RedisServer], secs: u64) {
+    wait_until("the masters to have run long enough", SOON, || {
+        nodes.iter().all(|n| uptime(n) > secs)
+    });
 }
 
 /// `rlock --url N1 --url N2 …`: Redlock over `nodes`.
@@ -325,6 +348,18 @@ fn cluster_commands() -> Vec<&'static str> {
     LOCK_COMMANDS
         .iter()
         .chain(&CLUSTER_COMMANDS)
+        .copied()
+        .collect()
+}
+
+/// What a Redlock master's user needs besides: INFO (server and replication, from a script),
+/// with which each master says which server it is and that it is no replica.
+const REDLOCK_COMMANDS: [&str; 1] = ["info"];
+
+fn redlock_commands() -> Vec<&'static str> {
+    LOCK_COMMANDS
+        .iter()
+        .chain(&REDLOCK_COMMANDS)
         .copied()
         .collect()
 }

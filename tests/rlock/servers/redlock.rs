@@ -172,11 +172,13 @@ fn redlock_is_busy_when_another_client_holds_a_majority_and_not_for_a_minority()
     assert_eq!(info["held"], true, "{out}");
     assert_eq!(info["token"], "foreign", "{out}");
 
-    // Held on two of five only: the other three are a majority.
+    // Held on two of five only: the other three are a majority (once they have run for the
+    // TTL asked for: a master that may have restarted empty under the holder does not vote).
     nodes[0].cmd(&["DEL", LOCK]);
+    ran_for(&nodes, 3);
     let out = expect(
         0,
-        redlock(&nodes).args(["acquire", "-n", "--json", "-k", KEY]),
+        redlock(&nodes).args(["acquire", "-n", "--json", "-k", KEY, "--ttl", "3s"]),
     );
     let token = token_of(&out);
     assert_eq!(
@@ -418,3 +420,36 @@ fn redlock_needs_an_odd_number_of_urls() {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+#[test]
+fn redlock_a_wait_with_a_blackholed_master_ends_at_its_bound() {
+    let nodes = start_nodes(3);
+    // The lock is busy: another client's lock on two of three.
+    for n in &nodes[..2] {
+        n.cmd(&["SET", LOCK, "foreign", "PX", "60000"]);
+    }
+    // The third master answers nothing: connections are accepted and every byte dropped.
+    let proxy = crate::common::Proxy::start(nodes[2].port());
+    proxy.set(crate::common::Mode::Blackhole);
+    let urls = [
+        "-u",
+        &nodes[0].url(),
+        "-u",
+        &nodes[1].url(),
+        "-u",
+        &proxy.url(),
+    ];
+    for (args, bound) in [
+        (&["exec", "-w", "2.5s", "-k", KEY, "--", "true"][..], 2500),
+        (&["acquire", "-w", "3s", "-k", KEY][..], 3000),
+    ] {
+        let started = Instant::now();
+        let out = run(rlock().args(urls).args(args));
+        let took = started.elapsed();
+        assert_eq!(out.code, 75, "{out}");
+        assert!(
+            took >= Duration::from_millis(bound) && took < Duration::from_millis(bound + 200),
+            "{args:?} ended after {took:?}"
+        );
+    }
+}

@@ -77,6 +77,18 @@ fn cluster_against_a_redis_that_is_not_a_cluster_is_78_at_once() {
 }
 
 #[test]
+fn cluster_against_a_sentinel_is_78_at_once() {
+    let set = Sentinels::start("locks");
+    for args in WAITING {
+        refused_at_once(
+            rlock().args(["--cluster", "-u", &set.urls()[0]]).args(args),
+            &["not a node of a Redis Cluster", "--sentinel"],
+        );
+    }
+    assert_eq!(set.server(0).get(LOCK), None);
+}
+
+#[test]
 fn a_cluster_node_without_cluster_is_78_at_once() {
     let cluster = RedisCluster::start();
     // A lock whose slot another master serves: the node answers MOVED.
@@ -91,15 +103,15 @@ fn a_cluster_node_without_cluster_is_78_at_once() {
             &["MOVED", "add --cluster"],
         );
     }
-    // Every node of the cluster given as a Redlock master: the two that do not serve the slot
-    // answer MOVED, a mistake, not two masters down.
+    // Every node of the cluster given as a Redlock master: each says it is a node of a
+    // cluster, a mistake, not two masters down.
     let mut redlock = rlock();
     for url in cluster.urls() {
         redlock.arg("-u").arg(url);
     }
     refused_at_once(
         redlock.args(["acquire", "-k", &name]),
-        &["MOVED", "add --cluster"],
+        &["node of a Redis Cluster", "add --cluster"],
     );
     assert!(
         !here(cluster.node(1), &format!("rlock:{name}")),

@@ -210,3 +210,80 @@ fn sentinel_forced_failover_never_lets_a_second_holder_in_while_exec_runs() {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+/// Rlock over `urls` as Sentinels of the master named `name`.
+fn via(name: &str, urls: &[String]) -> Command {
+    let mut cmd = rlock();
+    cmd.arg("--sentinel").arg(name);
+    for url in urls {
+        cmd.arg("--url").arg(url);
+    }
+    cmd
+}
+
+#[test]
+fn sentinels_that_disagree_never_send_two_runs_to_two_masters() {
+    let set = Sentinels::start("locks");
+    // A fourth Sentinel, which names another master under the same name.
+    let other = RedisServer::start();
+    let lone = crate::common::LoneSentinel::start("locks", other.port());
+    let mut first = vec![lone.url()];
+    first.extend(set.urls());
+    let mut last = set.urls();
+    last.push(lone.url());
+    // Whatever the order, the master is the one three of four name: a holder found through one
+    // order makes the other order busy, never a second holder elsewhere.
+    for run in 0..20 {
+        let (mine, theirs) = if run % 2 == 0 {
+            (&first, &last)
+        } else {
+            (&last, &first)
+        };
+        let dir = tempdir();
+        let d = dir.path();
+        let mut a = Bg::spawn_group(
+            "a",
+            d,
+            via("locks", mine)
+                .args(["exec", "-k", KEY, "--ttl", "10s", "--", "sh", "-c"])
+                .arg(HOLD_UNTIL_STOP),
+        );
+        let token = a.ready();
+        assert_eq!(
+            set.server(0).get(LOCK).as_deref(),
+            Some(token.as_str()),
+            "run {run}"
+        );
+        let out = expect(75, via("locks", theirs).args(["acquire", "-n", "-k", KEY]));
+        assert!(out.stderr.contains("busy"), "run {run}: {out}");
+        assert!(
+            !other.exists(LOCK),
+            "run {run}: the outvoted Sentinel's master was used"
+        );
+        touch(d.join("stop"));
+        let (out, _) = a.finish(FINISH);
+        assert_eq!(out.code, 0, "run {run}: {out}");
+    }
+    // One against one: no majority. -n fails with 69 naming who said what; -w waits, then 69.
+    let split = [lone.url(), set.urls()[0].clone()];
+    let out = expect(69, via("locks", &split).args(["acquire", "-n", "-k", KEY]));
+    assert!(
+        out.stderr.contains("disagree")
+            && out.stderr.contains(&format!("127.0.0.1:{}", other.port()))
+            && out
+                .stderr
+                .contains(&format!("127.0.0.1:{}", set.server(0).port())),
+        "{out}"
+    );
+    let started = Instant::now();
+    let out = expect(
+        69,
+        via("locks", &split).args(["exec", "-w", "2s", "-k", KEY, "--", "true"]),
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+        "waited {took:?} within -w 2s: {out}"
+    );
+    assert!(!other.exists(LOCK) && !set.server(0).exists(LOCK));
+}

@@ -214,3 +214,23 @@ fn tls_client_certificates_for_a_server_that_requires_them() {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+#[test]
+fn tls_no_wait_against_a_frozen_server_ends_within_twice_the_op_timeout() {
+    if !crate::common::tls_or_skip() {
+        return;
+    }
+    let certs = TestCerts::new();
+    let tls = TlsServer::start(&certs, "no");
+    tls.server.freeze();
+    let started = Instant::now();
+    let out = run(over_tls(&tls, &certs).args(["acquire", "-n", "-k", KEY]));
+    let took = started.elapsed();
+    tls.server.thaw();
+    assert_eq!(out.code, 69, "{out}");
+    // The documented bound: the try and its give-back, one --op-timeout (2 s) each.
+    assert!(
+        took < Duration::from_millis(4000),
+        "-n against a frozen TLS server took {took:?}: {out}"
+    );
+}

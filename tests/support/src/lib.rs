@@ -46,7 +46,7 @@ pub use self::{
     features::{proxied_cluster_or_skip, tls_or_skip, tryagain_counted_or_skip},
     proxy::{Dir, Mode, Proxy},
     rng::Rng,
-    sentinel::Sentinels,
+    sentinel::{LoneSentinel, Sentinels},
     server::RedisServer,
     spawn::{free_port, redis_version},
     tls::{TestCerts, TlsServer},

@@ -88,6 +88,21 @@ impl Drop for SentinelProcess {
     }
 }
 
+/// One Sentinel of its own, watching the master on `master_port` under `name`: beside a set of
+/// [`Sentinels`] under the same name, a Sentinel that names another master. Killed on drop.
+pub struct LoneSentinel(SentinelProcess);
+
+impl LoneSentinel {
+    pub fn start(name: &str, master_port: u16) -> Self {
+        LoneSentinel(SentinelProcess::start(name, master_port))
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.0.port)
+    }
+}
+
 /// A master, one replica (`--replicaof`) and three Sentinels watching the master under `name`
 /// with quorum 2, `down-after-milliseconds 1000` and `failover-timeout 5000`. Every process is
 /// killed on drop.
