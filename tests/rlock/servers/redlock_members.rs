@@ -5,27 +5,8 @@
 //! `+info`) are refused with 78 before anything is written. A final release that reaches only a
 //! minority exits 69.
 
+use super::scale_out_mistakes::web_server;
 use super::*;
-use std::io::{Read, Write};
-use std::net::TcpListener;
-
-/// A web server on a free port that answers every connection `400 Bad Request`.
-fn web_server() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    let port = listener.local_addr().expect("local_addr").port();
-    thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut request = [0u8; 4096];
-            let _ = conn.read(&mut request);
-            let _ = conn.write_all(
-                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            );
-        }
-    });
-    format!("redis://127.0.0.1:{port}")
-}
 
 /// Keys in the server's database.
 fn dbsize(node: &RedisServer) -> i64 {

@@ -9,7 +9,7 @@ use std::net::TcpListener;
 
 /// A web server on a free port that answers every connection `400 Bad Request`. Its thread
 /// serves until the test binary ends.
-fn web_server() -> String {
+pub(super) fn web_server() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     let port = listener.local_addr().expect("local_addr").port();
     thread::spawn(move || {
