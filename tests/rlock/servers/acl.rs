@@ -630,11 +630,13 @@ fn acl_every_documented_line_is_a_working_user() {
         apply_documented(m, &documented_acl(AclLine::History));
         apply_documented(m, addition);
     }
-    let urls: Vec<String> = masters
-        .iter()
-        .map(|m| crate::common::acl::acl_url(m, "locker"))
-        .collect();
-    let out = run(rlock().args(["-u", &urls.join(","), "exec", "-k", KEY, "--", "true"]));
+    let mut redlock = rlock();
+    for m in &masters {
+        redlock
+            .arg("-u")
+            .arg(format!("redis://locker:{SECRET}@127.0.0.1:{}", m.port()));
+    }
+    let out = run(redlock.args(["exec", "-k", KEY, "--", "true"]));
     assert_eq!(out.code, 0, "{addition}: {out}");
     for m in &masters {
         assert_eq!(acl_denials(m, "locker"), Vec::<String>::new(), "{addition}");
