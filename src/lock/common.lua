@@ -214,7 +214,7 @@ local function tell_first_alive(queue, state, channel, from, message)
     if not t or redis.call("PUBLISH", channel .. ":" .. t, message) > 0 then
       return t
     end
-    redis.call("ZREM", queue, t)
+    leave_line(queue, state, t)
     redis.call("HDEL", state, "go:" .. t)
   end
 end

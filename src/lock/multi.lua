@@ -103,7 +103,7 @@ local function wake_admissible(queue, state, channel, now, go, blocked)
         redis.call("HSET", state, "go:" .. t, now + CLAIM_MS)
         heard = true
       else
-        redis.call("ZREM", queue, t)
+        leave_line(queue, state, t)
       end
     end
   end
