@@ -21,5 +21,7 @@ if role ~= "master" then
   master = (string.match(replication, "master_host:([^\r\n]+)") or "?") .. ":" ..
     (string.match(replication, "master_port:(%d+)") or "?")
 end
-local mode = string.match(server, "redis_mode:(%a+)") or "standalone"
+-- Valkey names the field server_mode.
+local mode = string.match(server, "redis_mode:(%a+)") or string.match(server, "server_mode:(%a+)") or
+  "standalone"
 return {run_id, uptime, role, master, mode}
