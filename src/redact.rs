@@ -2,7 +2,9 @@
 //! users put on command lines (the holder's command that `inspect` shows).
 
 mod command;
+mod programs;
 mod shell;
+mod words;
 
 pub use command::{cap_field, looks_secret, record_args, redact_command};
 

@@ -7,9 +7,14 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::programs::{
+    HARMLESS, PROGRAM_SECRET_LETTERS, PROGRAM_SECRET_REST, SHELLS, SLASH_LOGINS, WRAPPERS, knows,
+    remote,
+};
 use super::shell;
+use super::words::{mask_json, mask_urls, mask_user_at_host};
 
-const MASK: &str = "***";
+pub(super) const MASK: &str = "***";
 
 /// Parts of a name that make it name a secret (in any case, anywhere in the name).
 const SECRET_PARTS: [&str; 12] = [
@@ -30,107 +35,6 @@ const SECRET_PARTS: [&str; 12] = [
 /// Short options that take a secret attached or as the next word: mysql's and sshpass's `-p`,
 /// redis-cli's `-a`, zip's `-P`.
 const SECRET_LETTERS: [char; 3] = ['p', 'a', 'P'];
-
-/// Programs for which those letters mean something harmless (`mkdir -p`, `ls -a`, `ssh -p`).
-const HARMLESS: &[(&str, &str)] = &[
-    ("mkdir", "p"),
-    ("cp", "apP"),
-    ("mv", "p"),
-    ("install", "p"),
-    ("ls", "aP"),
-    ("rsync", "apP"),
-    ("tar", "apP"),
-    ("ssh", "p"),
-    ("scp", "pP"),
-    ("git", "ap"),
-    ("docker", "a"),
-    ("terraform", "apP"),
-    ("kubectl", "ap"),
-    ("psql", "p"),
-    ("pg_dump", "p"),
-    ("pg_restore", "p"),
-    ("grep", "aP"),
-    ("ps", "ap"),
-    ("pgrep", "a"),
-    ("df", "aP"),
-    ("du", "aP"),
-    ("uname", "ap"),
-    ("netstat", "ap"),
-    ("ss", "ap"),
-    ("lsof", "ap"),
-    ("patch", "p"),
-    ("diff", "ap"),
-    ("tee", "a"),
-    ("xargs", "pP"),
-    ("find", "P"),
-    ("openssl", "paP"),
-];
-
-/// Short options that take a secret, for one program: `openssl enc -k X`, `ldapsearch -w X`.
-const PROGRAM_SECRET_LETTERS: &[(&str, &str)] = &[
-    ("openssl", "k"),
-    ("ldapsearch", "w"),
-    ("ldapmodify", "w"),
-    ("ldapadd", "w"),
-    ("ldapdelete", "w"),
-    ("ldapwhoami", "w"),
-    ("ldappasswd", "wsa"),
-    ("ldapcompare", "w"),
-    ("ldapmodrdn", "w"),
-    ("ldapexop", "w"),
-    ("ldapurl", "w"),
-];
-
-/// Short options after which every word is a secret: `htpasswd -b FILE USER PASSWORD`.
-const PROGRAM_SECRET_REST: &[(&str, &str)] = &[("htpasswd", "b")];
-
-/// Programs that run a command somewhere else, named after a host, container or pod (itself
-/// after options): the letters of their options that take a value, and the long ones. The
-/// command is read again as a command line of its own (`ssh db1 mysql -pX`).
-const REMOTES: &[(&str, &str, &[&str])] = &[
-    ("ssh", "bcDEeFIiJLlmOoPpQRSWw", &[]),
-    (
-        "docker exec",
-        "euw",
-        &["env", "env-file", "user", "workdir", "detach-keys"],
-    ),
-    (
-        "podman exec",
-        "euw",
-        &[
-            "env",
-            "env-file",
-            "user",
-            "workdir",
-            "detach-keys",
-            "preserve-fds",
-        ],
-    ),
-    (
-        "kubectl exec",
-        "cnf",
-        &[
-            "container",
-            "namespace",
-            "filename",
-            "context",
-            "cluster",
-            "kubeconfig",
-            "pod-running-timeout",
-        ],
-    ),
-];
-
-/// Programs that take `user/password@db` as a word: Oracle's.
-const SLASH_LOGINS: [&str; 7] = ["sqlplus", "rman", "exp", "imp", "expdp", "impdp", "sqlldr"];
-
-/// Words that run the word after them as a program.
-const WRAPPERS: [&str; 9] = [
-    "env", "sudo", "exec", "nohup", "time", "nice", "command", "xargs", "doas",
-];
-
-/// Shells, whose `-c` word is a command line.
-const SHELLS: [&str; 6] = ["sh", "bash", "dash", "zsh", "ksh", "ash"];
 
 /// Words a masked value may begin with, which are not the secret: `Bearer` in
 /// `Authorization: Bearer X`.
@@ -585,28 +489,6 @@ fn user_pass(value: &str) -> String {
     }
 }
 
-/// A program with rules of its own here (secret letters, a command it runs elsewhere, Oracle's
-/// logins, Redis's AUTH).
-fn knows(word: &str) -> bool {
-    PROGRAM_SECRET_LETTERS.iter().any(|(p, _)| *p == word)
-        || PROGRAM_SECRET_REST.iter().any(|(p, _)| *p == word)
-        || REMOTES.iter().any(|(p, _, _)| *p == word)
-        || SLASH_LOGINS.contains(&word)
-        || matches!(
-            word,
-            "docker" | "podman" | "kubectl" | "redis-cli" | "valkey-cli"
-        )
-}
-
-/// The program that runs a command elsewhere (`ssh`, `docker exec`), with the options of its
-/// that take a value.
-fn remote(program: &str) -> Option<(&'static str, &'static [&'static str])> {
-    REMOTES
-        .iter()
-        .find(|(name, _, _)| *name == program)
-        .map(|(_, letters, longs)| (*letters, *longs))
-}
-
 /// Oracle's `user/password@db` as `user/***@db`; None for a word of another shape.
 fn slash_login(word: &str) -> Option<String> {
     let (user, rest) = word.split_once('/')?;
@@ -627,98 +509,4 @@ fn is_name(word: &str) -> bool {
 
 fn is_header_name(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-}
-
-/// `user:pass@host` without a scheme (scp, some clients) as `user:***@host`.
-fn mask_user_at_host(word: &str) -> String {
-    if let Some(at) = word.find('@')
-        && let Some(colon) = word[..at].find(':')
-        && !word[..at].contains('/')
-        && colon + 1 < at
-    {
-        return format!("{}:{MASK}{}", &word[..colon], &word[at..]);
-    }
-    word.to_string()
-}
-
-/// The credentials of every URL in `word` masked: `https://u:***@h`, `https://***@h` (a token
-/// as the user name), `redis://:***` (what is left of a broken one).
-pub fn mask_urls(word: &str) -> String {
-    let mut out = String::new();
-    let mut rest = word;
-    while let Some(i) = rest.find("://") {
-        out.push_str(&rest[..i + 3]);
-        rest = &rest[i + 3..];
-        // The URL runs to a blank or a quote; its authority to the first '/', '?' or '#'.
-        let url_end = rest
-            .find(|c: char| c.is_whitespace() || "\"'<>".contains(c))
-            .unwrap_or(rest.len());
-        let authority_end = rest[..url_end].find(['/', '?', '#']).unwrap_or(url_end);
-        let authority = &rest[..authority_end];
-        let userinfo_end = match authority.rfind('@') {
-            Some(at) => Some(at),
-            // A password holding '/' unencoded: `u:pa/ss@h`.
-            None if authority.contains(':') && !port_follows(authority) => {
-                rest[..url_end].rfind('@')
-            }
-            None => None,
-        };
-        match userinfo_end {
-            Some(at) => {
-                match rest[..at].split_once(':') {
-                    Some((user, _)) => out.push_str(&format!("{user}:{MASK}")),
-                    None => out.push_str(MASK),
-                }
-                rest = &rest[at..];
-            }
-            None if authority.contains(':') && !port_follows(authority) => {
-                let colon = authority.rfind(':').unwrap_or(0);
-                out.push_str(&authority[..=colon]);
-                out.push_str(MASK);
-                rest = &rest[authority_end..];
-            }
-            None => {}
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The authority ends in a port (or an IPv6 address): `h:6379`, `[::1]`, `[::1]:1`.
-fn port_follows(authority: &str) -> bool {
-    let after = authority.rsplit(':').next().unwrap_or_default();
-    after.ends_with(']') || after.chars().all(|c| c.is_ascii_digit())
-}
-
-/// JSON fields whose name looks secret masked: `{"password":"x"}` as `{"password":"***"}`.
-fn mask_json(word: &str) -> String {
-    if !word.contains('"') {
-        return word.to_string();
-    }
-    let mut out = String::new();
-    let mut rest = word;
-    // Each quoted string followed by ':' is a field name.
-    while let Some(open) = rest.find('"') {
-        let Some(len) = rest[open + 1..].find('"') else {
-            break;
-        };
-        let name = &rest[open + 1..open + 1 + len];
-        let after = &rest[open + len + 2..];
-        out.push_str(&rest[..open + len + 2]);
-        rest = after;
-        let trimmed = after.trim_start();
-        if let Some(value) = trimmed.strip_prefix(':')
-            && looks_secret(name)
-        {
-            let value = value.trim_start();
-            let end = match value.strip_prefix('"') {
-                Some(s) => s.find('"').map_or(value.len(), |i| i + 2),
-                None => value.find([',', '}', ']']).unwrap_or(value.len()),
-            };
-            out.push_str(&format!(":\"{MASK}\""));
-            rest = &value[end..];
-        }
-    }
-    out.push_str(rest);
-    out
 }
