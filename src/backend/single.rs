@@ -1,5 +1,8 @@
 //! One Redis server, reached over one reused connection.
 
+mod cluster_node;
+mod pipeline;
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -479,87 +482,6 @@ fn run_script(
     }
 }
 
-impl Single {
-    /// `first` and `second` in one write (EVALSHA each), their replies read in order; a script
-    /// the server has no copy of is sent whole after them (if only the first was missing, the
-    /// second ran before it). None when the pair cannot go as one (a write that must WAIT for
-    /// replicas, a script always sent whole), and `eval_then` sends them one after the other.
-    fn pipelined(
-        &self,
-        first: Eval<'_>,
-        second: Eval<'_>,
-        timeout: Duration,
-    ) -> Option<Result<Replies, NodeError>> {
-        let waits = |e: &Eval<'_>| e.script.replicated.is_some() && self.replicas > 0;
-        if waits(&first) || waits(&second) || first.script.always_eval || second.script.always_eval
-        {
-            return None;
-        }
-        let packed = |e: &Eval<'_>, verb: &str, body: &str| {
-            redis::cmd(verb)
-                .arg(body)
-                .arg(e.keys.len())
-                .arg(e.keys)
-                .arg(e.args)
-                .get_packed_command()
-        };
-        let ran = self.call(timeout, |c| {
-            let mut both = packed(&first, "EVALSHA", first.script.sha);
-            both.extend(packed(&second, "EVALSHA", second.script.sha));
-            let sent = c.send_packed_command(&both);
-            if let Some(work) = WHILE_ASKED.take() {
-                work();
-            }
-            sent?;
-            let mut replies = Vec::with_capacity(2);
-            while replies.len() < 2 {
-                match c.recv_response()? {
-                    Value::Push { .. } => continue,
-                    value => replies.push(value.extract_error()),
-                }
-            }
-            let no_script = |r: &RedisResult<Value>| {
-                matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
-            };
-            // Sent whole, in order, when the server has no copy (a flush, a restart).
-            if no_script(&replies[0]) {
-                replies[0] = redis::cmd("EVAL")
-                    .arg(first.script.source)
-                    .arg(first.keys.len())
-                    .arg(first.keys)
-                    .arg(first.args)
-                    .query(c);
-            }
-            if no_script(&replies[1]) {
-                replies[1] = redis::cmd("EVAL")
-                    .arg(second.script.source)
-                    .arg(second.keys.len())
-                    .arg(second.keys)
-                    .arg(second.args)
-                    .query(c);
-            }
-            let second = replies.pop().expect("two replies");
-            let first = replies.pop().expect("two replies");
-            Ok((first, second))
-        });
-        let (first_reply, second_reply) = match ran {
-            Ok(Ok(replies)) => replies,
-            Ok(Err(e)) => return Some(Err(self.err(&e))),
-            Err(e) => return Some(Err(e)),
-        };
-        let second_reply = second_reply.map_err(|e| self.err(&e));
-        match first_reply {
-            Ok(value) => Some(Ok((value, second_reply))),
-            // An error reply (a redirection, a refusal): the first alone again, for `eval`'s
-            // reading of it (a script that fails writes nothing); the second stands as it ran.
-            Err(_) => Some(
-                self.eval(first.script, first.keys, first.args, timeout)
-                    .map(|value| (value, second_reply)),
-            ),
-        }
-    }
-}
-
 impl Node for Single {
     fn eval_then(
         &self,
@@ -620,72 +542,5 @@ impl Node for Single {
 
     fn hang_up(&self) {
         *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-}
-
-impl Single {
-    /// Fails when the server is a node of a Redis Cluster (`INFO cluster` says
-    /// `cluster_enabled:1`); asked before a listing, until a server answers that it is on its
-    /// own. A server that will not answer INFO (an ACL without it: see cluster_info.lua) is
-    /// taken for what it most likely is, a server on its own.
-    fn refuse_cluster_node(&self, timeout: Duration) -> Result<(), NodeError> {
-        if self.standalone.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        let info = match self.eval_routed(&CLUSTER_INFO, &[], &[], timeout, false) {
-            Ok(Routed::Done(Value::BulkString(text))) => {
-                String::from_utf8_lossy(&text).into_owned()
-            }
-            Ok(Routed::Done(Value::VerbatimString { text, .. })) => text,
-            // A server before Redis 7 whose ACL refuses INFO, even from a script.
-            Err(e) if e.kind == Fault::Denied => String::new(),
-            // No answer (down, frozen, loading, a wrong password): nothing is known, so nothing
-            // is remembered; the listing fails as its SCAN would.
-            Err(e) => return Err(e),
-            // nil: the ACL user may not run INFO.
-            Ok(_) => String::new(),
-        };
-        if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
-            return Err(NodeError {
-                kind: Fault::ClusterNode,
-                node: self.name.clone(),
-                detail:
-                    "the server is a node of a Redis Cluster and holds only its own slots' keys"
-                        .into(),
-            });
-        }
-        self.standalone.store(true, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Every key matching `pattern` on this server alone (SCAN, never KEYS).
-    pub(crate) fn scan_keys(
-        &self,
-        pattern: &str,
-        timeout: Duration,
-    ) -> Result<Vec<String>, NodeError> {
-        let mut keys = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<Vec<u8>>) = self.query(
-                redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(1000),
-                timeout,
-            )?;
-            // A key name that is not UTF-8 cannot be named with -k either: it is left out
-            // rather than failing the whole listing.
-            keys.extend(batch.into_iter().filter_map(|k| String::from_utf8(k).ok()));
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        keys.sort();
-        keys.dedup();
-        Ok(keys)
     }
 }

@@ -12,9 +12,7 @@ use super::programs::{
     remote,
 };
 use super::shell;
-use super::words::{mask_json, mask_urls, mask_user_at_host};
-
-pub(super) const MASK: &str = "***";
+use super::words::{MASK, mask_urls, mask_user_at_host};
 
 /// Parts of a name that make it name a secret (in any case, anywhere in the name).
 const SECRET_PARTS: [&str; 12] = [
@@ -509,4 +507,37 @@ fn is_name(word: &str) -> bool {
 
 fn is_header_name(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+/// JSON fields whose name looks secret masked: `{"password":"x"}` as `{"password":"***"}`.
+fn mask_json(word: &str) -> String {
+    if !word.contains('"') {
+        return word.to_string();
+    }
+    let mut out = String::new();
+    let mut rest = word;
+    // Each quoted string followed by ':' is a field name.
+    while let Some(open) = rest.find('"') {
+        let Some(len) = rest[open + 1..].find('"') else {
+            break;
+        };
+        let name = &rest[open + 1..open + 1 + len];
+        let after = &rest[open + len + 2..];
+        out.push_str(&rest[..open + len + 2]);
+        rest = after;
+        let trimmed = after.trim_start();
+        if let Some(value) = trimmed.strip_prefix(':')
+            && looks_secret(name)
+        {
+            let value = value.trim_start();
+            let end = match value.strip_prefix('"') {
+                Some(s) => s.find('"').map_or(value.len(), |i| i + 2),
+                None => value.find([',', '}', ']']).unwrap_or(value.len()),
+            };
+            out.push_str(&format!(":\"{MASK}\""));
+            rest = &value[end..];
+        }
+    }
+    out.push_str(rest);
+    out
 }

@@ -1,7 +1,9 @@
 //! Secrets inside one word, whatever program it is given to: the password of a URL's or a
-//! `user:pass@host`'s credentials, and the secret fields of a JSON object.
+//! `user:pass@host`'s credentials. (A JSON word's secret fields are the command module's: they
+//! need its notion of a secret name.)
 
-use super::command::{MASK, looks_secret};
+/// What a secret is replaced with.
+pub(super) const MASK: &str = "***";
 
 /// `user:pass@host` without a scheme (scp, some clients) as `user:***@host`.
 pub(super) fn mask_user_at_host(word: &str) -> String {
@@ -62,37 +64,4 @@ pub(super) fn mask_urls(word: &str) -> String {
 fn port_follows(authority: &str) -> bool {
     let after = authority.rsplit(':').next().unwrap_or_default();
     after.ends_with(']') || after.chars().all(|c| c.is_ascii_digit())
-}
-
-/// JSON fields whose name looks secret masked: `{"password":"x"}` as `{"password":"***"}`.
-pub(super) fn mask_json(word: &str) -> String {
-    if !word.contains('"') {
-        return word.to_string();
-    }
-    let mut out = String::new();
-    let mut rest = word;
-    // Each quoted string followed by ':' is a field name.
-    while let Some(open) = rest.find('"') {
-        let Some(len) = rest[open + 1..].find('"') else {
-            break;
-        };
-        let name = &rest[open + 1..open + 1 + len];
-        let after = &rest[open + len + 2..];
-        out.push_str(&rest[..open + len + 2]);
-        rest = after;
-        let trimmed = after.trim_start();
-        if let Some(value) = trimmed.strip_prefix(':')
-            && looks_secret(name)
-        {
-            let value = value.trim_start();
-            let end = match value.strip_prefix('"') {
-                Some(s) => s.find('"').map_or(value.len(), |i| i + 2),
-                None => value.find([',', '}', ']']).unwrap_or(value.len()),
-            };
-            out.push_str(&format!(":\"{MASK}\""));
-            rest = &value[end..];
-        }
-    }
-    out.push_str(rest);
-    out
 }
