@@ -46,21 +46,15 @@ impl Single {
                 matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
             };
             // Sent whole, in order, when the server has no copy (a flush, a restart).
-            if no_script(&replies[0]) {
-                replies[0] = redis::cmd("EVAL")
-                    .arg(first.script.source)
-                    .arg(first.keys.len())
-                    .arg(first.keys)
-                    .arg(first.args)
-                    .query(c);
-            }
-            if no_script(&replies[1]) {
-                replies[1] = redis::cmd("EVAL")
-                    .arg(second.script.source)
-                    .arg(second.keys.len())
-                    .arg(second.keys)
-                    .arg(second.args)
-                    .query(c);
+            for (reply, eval) in replies.iter_mut().zip([&first, &second]) {
+                if no_script(reply) {
+                    *reply = redis::cmd("EVAL")
+                        .arg(eval.script.source)
+                        .arg(eval.keys.len())
+                        .arg(eval.keys)
+                        .arg(eval.args)
+                        .query(c);
+                }
             }
             let second = replies.pop().expect("two replies");
             let first = replies.pop().expect("two replies");
