@@ -54,12 +54,27 @@ local function take_slot(r, kind)
       redis.call("ZADD", lock, math.max(tonumber(mine), now + r.ttl), token)
       expire_with_last(lock, now)
       local h = record_of(state, token)
-      -- A give-back sent after an earlier try must not undo what this one confirms.
-      if h and (tonumber(h.try) or 0) < r.try then
-        h.try = r.try
-        redis.call("HSET", state, "h:" .. token, cjson.encode(h))
+      local fence = h and tonumber(h.fence) or 0
+      if h then
+        local changed = false
+        -- The key granted to others since that first grant: the fence this try is told rises
+        -- over theirs, as every grant's does (found by the simulation, tests/sim).
+        if fence < r.fence then
+          fence = math.max(r.fence + 1, r.now_us)
+          h.fence = string.format("%.0f", fence)
+          redis.call("HSET", state, "fence", fence)
+          changed = true
+        end
+        -- A give-back sent after an earlier try must not undo what this one confirms.
+        if (tonumber(h.try) or 0) < r.try then
+          h.try = r.try
+          changed = true
+        end
+        if changed then
+          redis.call("HSET", state, "h:" .. token, cjson.encode(h))
+        end
       end
-      return reply("ok", "fence", h and tonumber(h.fence) or 0, "ttl", r.ttl)
+      return reply("ok", "fence", fence, "ttl", r.ttl)
     end
   end
   local shared, held = r.mode == "shared", kind == "zset" and redis.call("ZCARD", lock) or 0
