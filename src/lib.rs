@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod cli;
+pub mod clock;
 pub mod cmd;
 pub mod exit;
 pub mod identity;
@@ -16,6 +17,7 @@ pub mod redact;
 pub mod signals;
 pub mod supervise;
 pub mod watchdog;
+
 
 use anyhow::Result;
 

@@ -1,7 +1,7 @@
 //! The renewal thread and the lease deadline. No process code here: the watchdog only says
 //! when the lease ends; `supervise` decides what that means for the child.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Fault, NodeError};
@@ -49,6 +49,7 @@ pub fn renew_loop(
     report: impl Fn(Report),
 ) {
     // When the last renewal that succeeded was sent: the lease counts from there.
+    let clock = locker.clock();
     let mut last_sent = grant.sent;
     let mut spread = locker.holding();
     let after = |sent: Instant| match locker.missing_some() {
@@ -56,15 +57,14 @@ pub fn renew_loop(
         false => sent + lease.renew_every,
     };
     let mut next = match locker.missing_some() {
-        true => Instant::now(),
+        true => clock.now(),
         false => grant.sent + lease.renew_every,
     };
     loop {
-        match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
-            Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
+        if clock.wait(&stop, next) {
+            return;
         }
-        let sent = Instant::now();
+        let sent = clock.now();
         match locker.renew(
             &grant.key,
             &grant.token,
@@ -97,8 +97,8 @@ pub fn renew_loop(
             Err(error) => {
                 report(Report::Failed(RenewError::Node(error)));
                 next = match locker.missing_some() {
-                    true => Instant::now() + lease.push_every().min(lease.retry_every()),
-                    false => Instant::now() + lease.retry_every(),
+                    true => clock.now() + lease.push_every().min(lease.retry_every()),
+                    false => clock.now() + lease.retry_every(),
                 };
             }
         }

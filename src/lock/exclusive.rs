@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::clock::Job;
+
 use super::call;
 use super::call::acquire::Acquire;
 use super::call::acquire::Attempt;
@@ -30,16 +32,16 @@ impl Locker {
     ///
     /// `within`: what is left of a bounded wait. The try, and the give-back after a try whose
     /// reply never came, each end within it (at most --op-timeout each).
-    pub(super) fn attempt(
+    pub(crate) fn attempt(
         &self,
         req: &Request,
         join_queue: bool,
         within: Option<Duration>,
     ) -> Result<Attempt, Error> {
-        let began = Instant::now();
+        let began = self.now();
         let (key, token, ttl) = (req.key, req.token, req.ttl);
         // What is left of the wait, after what this try has taken so far.
-        let left = || within.map(|w| w.saturating_sub(began.elapsed()));
+        let left = || within.map(|w| w.saturating_sub(self.now() - began));
         // Redlock: one vote per server, whatever names reach it, and never a replica's
         // (redlock.rs).
         let identified = match self.is_quorum() {
@@ -49,7 +51,7 @@ impl Locker {
         let timeout = capped(self.node_timeout(ttl), left());
         // A Redlock waiter does not queue: queues on independent masters could disagree on
         // who is first. It waits for the release's "anyone" wake-up instead.
-        let call = Acquire::new(req, join_queue && !self.is_quorum());
+        let call = Acquire::new(req, join_queue && !self.is_quorum(), self.now());
         let results = self.on_each(|i, n| match identified.get(i) {
             Some(Err(e)) => Err(e.clone()),
             _ => call::run(n, &call, timeout),
@@ -107,7 +109,7 @@ impl Locker {
         let timeout = self.node_timeout(ttl);
         let votes = votes(&results, recent);
         if let Some(fence) = majority_fence(self.quorum(), &results, &votes)
-            && let Some(validity) = validity(ttl, sent.elapsed())
+            && let Some(validity) = validity(ttl, self.now().saturating_duration_since(sent))
         {
             self.raise_fences(key, token, fence, &results, timeout);
             self.set_missing(
@@ -150,23 +152,22 @@ impl Locker {
             token,
             floor: fence,
         };
-        std::thread::scope(|s| {
-            let raising: Vec<_> = self
-                .nodes
-                .iter()
-                .zip(results)
-                .filter(|(_, result)| {
-                    matches!(result, Ok(Attempt::Granted(mine)) if mine.fence < fence)
+        let raising: Vec<Job<'_>> = self
+            .nodes
+            .iter()
+            .zip(results)
+            .filter(
+                |(_, result)| matches!(result, Ok(Attempt::Granted(mine)) if mine.fence < fence),
+            )
+            .map(|(node, _)| -> Job<'_> {
+                Box::new(move || {
+                    let _ = call::run(node.as_ref(), raise, timeout);
                 })
-                .map(|(node, _)| s.spawn(move || call::run(node.as_ref(), raise, timeout)))
-                .collect();
-            // Joined, not only waited for: a thread the scope merely waits for may still be
-            // ending (freeing what it held, under the allocator's lock) when rlock forks the
-            // guardian next (supervise/spawn.rs: no other thread exists at spawn).
-            for thread in raising {
-                let _ = thread.join();
-            }
-        });
+            })
+            .collect();
+        if !raising.is_empty() {
+            self.clock().fan_out(raising);
+        }
     }
 
     /// Leaves the wait queue, giving back a grant that raced with giving up. Best effort.

@@ -13,7 +13,7 @@ pub struct LockKey {
     pub redis_key: String,
     pub(super) state: String,
     pub(super) queue: String,
-    pub(super) channel: String,
+    pub(crate) channel: String,
     /// The runs on record (a stream, `history.rs`), in the lock's slot.
     pub(super) history: String,
 }

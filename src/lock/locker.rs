@@ -2,13 +2,14 @@
 //! quorum of independent masters, with what every kind of lock needs of it: running a script on
 //! every node (in parallel), counting a majority, and subscribing to a wake channel.
 
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::Sharing;
 use super::error::{About, Error};
 use super::key::LockKey;
 use crate::backend::{Fault, Node, NodeError, Subscriber};
+use crate::clock::{self, Clock, Job};
 use crate::identity::Identity;
 
 /// The lock operations on one deployment. The operations themselves live beside this file, one
@@ -24,6 +25,9 @@ pub struct Locker {
     /// Redlock: which masters miss this process's lock, as the last grant or renewal found
     /// (see `redlock.rs`: a renewal comes early while some master misses it).
     missing: Mutex<Vec<bool>>,
+    /// The clock every lease and try counts by, and the threads of a fan-out (the machine's;
+    /// a simulation's in tests/sim).
+    clock: Arc<dyn Clock>,
 }
 
 /// What a renewal needs to write a lock again where it is gone: the grant's request (its key
@@ -81,7 +85,23 @@ impl Locker {
             first_contact: FIRST_CONTACT,
             relock: Mutex::new(None),
             missing: Mutex::new(Vec::new()),
+            clock: Arc::new(clock::System),
         }
+    }
+
+    /// The same, counting time and running fan-outs by `clock`.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        Locker { clock, ..self }
+    }
+
+    /// The clock this locker counts by.
+    pub fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
+    }
+
+    /// Now, by this locker's clock.
+    pub fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     /// The same, trying for `first_contact` at most to reach Redis a first time.
@@ -155,18 +175,17 @@ impl Locker {
             return vec![f(0, self.nodes[0].as_ref())];
         }
         let f = &f;
-        std::thread::scope(|s| {
-            let handles: Vec<_> = self
-                .nodes
-                .iter()
-                .enumerate()
-                .map(|(i, n)| s.spawn(move || f(i, n.as_ref())))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a node worker panicked"))
-                .collect()
-        })
+        let mut out: Vec<Option<T>> = self.nodes.iter().map(|_| None).collect();
+        let jobs: Vec<Job<'_>> = out
+            .iter_mut()
+            .zip(&self.nodes)
+            .enumerate()
+            .map(|(i, (slot, n))| -> Job<'_> { Box::new(move || *slot = Some(f(i, n.as_ref()))) })
+            .collect();
+        self.clock.fan_out(jobs);
+        out.into_iter()
+            .map(|slot| slot.expect("every node's job ran"))
+            .collect()
     }
 
     /// Connections subscribed to the waiter `token`'s wake channel: one per node that answers

@@ -35,6 +35,8 @@ mod key;
 mod lease;
 mod locker;
 mod observe;
+#[cfg(test)]
+pub(crate) mod planted;
 mod read;
 mod redlock;
 mod reply;
@@ -49,6 +51,8 @@ use crate::identity::Identity;
 
 pub use crate::output::{human_duration, human_ms};
 pub use call::acquire::ACQUIRE;
+#[cfg(test)]
+pub(crate) use call::acquire::Attempt;
 pub use call::inspect::{INSPECT, LockInfo};
 pub use call::release::RELEASE;
 pub use call::renew::{FENCE, LEAVE, RENEW};

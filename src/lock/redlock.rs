@@ -48,6 +48,14 @@ impl Locker {
             let name = self.nodes[i].name();
             match id {
                 Ok(Some(id)) => {
+                    #[cfg(test)]
+                    let id = match super::planted::on(super::planted::Bug::CountTwice) {
+                        true => ServerId {
+                            run_id: format!("{}/{i}", id.run_id),
+                            ..id
+                        },
+                        false => id,
+                    };
                     if let Some(first) = seen.insert(id.run_id.clone(), i) {
                         return Err(Error::Config(format!(
                             "'{}' and '{name}' are the same Redis server (it gives both the same run_id): Redlock needs independent masters, one vote each",
@@ -152,7 +160,7 @@ impl Locker {
             hold: None,
         };
         // A Redlock grant never waits in line.
-        let acquire = Acquire::new(&req, false);
+        let acquire = Acquire::new(&req, false, self.now());
         self.on_each(|i, n| {
             gone(i) && matches!(call::run(n, &acquire, timeout), Ok(Attempt::Granted(_)))
         })

@@ -16,7 +16,7 @@ pub static ACQUIRE: Script =
 
 /// One try at taking the lock: acquire.lua's reply.
 #[derive(Debug)]
-pub(in crate::lock) enum Attempt {
+pub(crate) enum Attempt {
     Granted(Grant),
     Busy {
         pttl: i64,
@@ -59,12 +59,12 @@ pub(in crate::lock) struct Acquire<'a> {
 }
 
 impl<'a> Acquire<'a> {
-    /// The next try for `req`, sent now.
-    pub fn new(req: &'a Request<'a>, join: bool) -> Self {
+    /// The next try for `req`, sent at `sent` (now, by the locker's clock).
+    pub fn new(req: &'a Request<'a>, join: bool, sent: Instant) -> Self {
         Acquire {
             req,
             join,
-            sent: Instant::now(),
+            sent,
             nth: TRIES.fetch_add(1, Ordering::Relaxed) + 1,
         }
     }
@@ -189,8 +189,8 @@ mod tests {
     #[test]
     fn an_acquire_sends_its_arguments_by_name() {
         with_request(|req| {
-            let call = Acquire::new(req, true);
-            let later = Acquire::new(req, true);
+            let call = Acquire::new(req, true, Instant::now());
+            let later = Acquire::new(req, true, Instant::now());
             assert!(later.nth > call.nth, "tries are numbered, rising");
             // (Other tests, on other threads, may have tried since.)
             assert!(tries_so_far() >= later.nth);

@@ -33,7 +33,7 @@ fn key() -> LockKey {
 }
 
 fn attempt(r: &[Value]) -> Decoded<Attempt> {
-    with_request(|req| Acquire::new(req, false).decode(r))
+    with_request(|req| Acquire::new(req, false, std::time::Instant::now()).decode(r))
 }
 
 fn release(r: &[Value]) -> Decoded<ReleaseReply> {

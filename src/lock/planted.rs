@@ -1,0 +1,34 @@
+//! Known bugs, planted on purpose by the simulation's `planted_` tests (tests/sim), each of
+//! which the simulation must find. Test builds only, and per thread: the simulation sets the
+//! switch on the threads it runs a client on, so no other test sees a bug.
+
+use std::cell::Cell;
+
+/// A bug of the client side that a test can plant. (The bugs of the scripts are planted by the
+/// simulation in the script text it runs.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// The lease deadline without the drift allowance (`lease::drift` is zero).
+    NoDrift,
+    /// Redlock counts a server named twice twice (`Locker::identify` lets it through).
+    CountTwice,
+}
+
+thread_local! {
+    static PLANTED: Cell<Option<Bug>> = const { Cell::new(None) };
+}
+
+/// Plants `bug` (or none) on this thread.
+pub fn plant(bug: Option<Bug>) {
+    PLANTED.with(|p| p.set(bug));
+}
+
+/// The bug planted on this thread, if any.
+pub fn which() -> Option<Bug> {
+    PLANTED.with(Cell::get)
+}
+
+/// Whether `bug` is planted on this thread.
+pub fn on(bug: Bug) -> bool {
+    which() == Some(bug)
+}
