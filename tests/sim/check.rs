@@ -1,0 +1,270 @@
+//! The invariants, checked as the run goes: never more holders than the lock allows at one true
+//! instant, fences that only rise, a line served in its order, and nothing left behind.
+//!
+//! A holder is a client that has been granted the lock and whose command has not been made to
+//! stop: it stops when the client ends it (before its release), or at the lease deadline its
+//! rlock last knew of (the guardian's SIGKILL), whichever comes first. A command that ignores
+//! SIGTERM runs to that deadline, so the deadline is what counts.
+
+use super::store::{Data, Resp, Store};
+use super::world::{Call, Micros};
+
+/// What the lock allows at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allows {
+    /// One holder.
+    One,
+    /// Up to N holders (`--limit N`).
+    Up(usize),
+    /// Shared holders together, or one exclusive holder alone (`--shared` beside plain).
+    Readers,
+}
+
+#[derive(Debug)]
+struct Holder {
+    client: usize,
+    token: String,
+    shared: bool,
+    fence: i64,
+    start: Micros,
+    /// The lease deadline the client last knew of (true time).
+    deadline: Micros,
+    /// When its command ended before that.
+    end: Option<Micros>,
+    /// When its lock was deleted behind its back (it no longer counts as a holder: a forced
+    /// break lets the next one in by design; but its renewals must fail from then on).
+    broken: Option<Micros>,
+}
+
+impl Holder {
+    /// When its command was stopped (or will be, at the latest).
+    fn stopped(&self) -> Micros {
+        self.deadline.min(self.end.unwrap_or(Micros::MAX))
+    }
+
+    fn holds_at(&self, t: Micros) -> bool {
+        self.start <= t
+            && t < self.deadline
+            && self.end.is_none_or(|e| t < e)
+            && self.broken.is_none_or(|b| t < b)
+    }
+}
+
+#[derive(Debug)]
+pub struct Checker {
+    pub allows: Allows,
+    holders: Vec<Holder>,
+    /// Tokens whose lock was deleted behind their backs, and when.
+    broken: std::collections::HashMap<String, Micros>,
+    /// Whether the line's order is checked (one Redis, exclusive).
+    pub line: bool,
+    pub violation: Option<String>,
+}
+
+impl Checker {
+    pub fn new(allows: Allows, line: bool) -> Self {
+        Checker {
+            allows,
+            holders: Vec::new(),
+            broken: Default::default(),
+            line,
+            violation: None,
+        }
+    }
+
+    pub fn grants(&self) -> usize {
+        self.holders.len()
+    }
+
+    /// Client `client` was granted the lock for `token` at `now`, by a try it sent at `sent`,
+    /// its command stopped at `deadline` at the latest. Its number, or the invariant it breaks.
+    /// (A grant that arrives after its deadline starts no command: the guardian kills it at
+    /// once.)
+    #[allow(clippy::too_many_arguments)]
+    pub fn granted(
+        &mut self,
+        now: Micros,
+        sent: Micros,
+        client: usize,
+        token: &str,
+        shared: bool,
+        fence: i64,
+        deadline: Micros,
+    ) -> (usize, Option<String>) {
+        let beside: Vec<&Holder> = self
+            .holders
+            .iter()
+            .filter(|h| h.holds_at(now) && h.client != client && now < deadline)
+            .collect();
+        let names = || {
+            beside
+                .iter()
+                .map(|h| {
+                    format!(
+                        "c{} ({}, fence {}, until {} us)",
+                        h.client,
+                        h.token,
+                        h.fence,
+                        h.deadline.min(h.end.unwrap_or(Micros::MAX))
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut broken = match self.allows {
+            Allows::One if !beside.is_empty() => Some(format!(
+                "two holders: c{client} ({token}) was granted while {} held the lock",
+                names()
+            )),
+            Allows::Up(n) if beside.len() >= n => Some(format!(
+                "more than {n} holders: c{client} ({token}) was granted beside {}",
+                names()
+            )),
+            Allows::Readers if beside.iter().any(|h| !h.shared || !shared) => Some(format!(
+                "a writer beside a reader: c{client} ({token}, {}) was granted beside {}",
+                if shared { "shared" } else { "exclusive" },
+                names()
+            )),
+            _ => None,
+        };
+        // Fencing: a grant asked for after a hold ended carries a higher fence than it.
+        if broken.is_none()
+            && let Some(before) = self
+                .holders
+                .iter()
+                .filter(|h| h.stopped() <= sent && h.fence >= fence)
+                .max_by_key(|h| h.fence)
+        {
+            broken = Some(format!(
+                "the fence went back: c{client} ({token}) got {fence}, asked for after {} ({}) had held with {}",
+                before.client, before.token, before.fence
+            ));
+        }
+        self.holders.push(Holder {
+            client,
+            token: token.to_string(),
+            shared,
+            fence,
+            start: now,
+            deadline,
+            end: (now >= deadline).then_some(now),
+            broken: self.broken.get(token).copied(),
+        });
+        (self.holders.len() - 1, broken)
+    }
+
+    /// The holder's rlock renewed, by a renewal sent at `sent`: its command now runs until
+    /// `deadline`, unless it was stopped already (a renewal that comes after the deadline finds
+    /// the command killed). A renewal sent after the lock was deleted behind the holder's back
+    /// must not succeed: the invariant it breaks.
+    pub fn renewed(
+        &mut self,
+        holder: usize,
+        now: Micros,
+        sent: Micros,
+        deadline: Micros,
+    ) -> Option<String> {
+        let h = &mut self.holders[holder];
+        if let Some(b) = h.broken
+            && sent > b
+            && h.end.is_none()
+        {
+            return Some(format!(
+                "c{} ({}) renewed a lock deleted behind its back at {b} us",
+                h.client, h.token
+            ));
+        }
+        if h.end.is_none() && now < h.deadline {
+            h.deadline = deadline;
+        }
+        None
+    }
+
+    /// The lock `token` held was deleted behind its back at `now` (whether or not its client
+    /// has heard of its grant yet).
+    pub fn broken(&mut self, token: &str, now: Micros) {
+        self.broken.insert(token.to_string(), now);
+        for h in self.holders.iter_mut().filter(|h| h.token == token) {
+            h.broken.get_or_insert(now);
+        }
+    }
+
+    /// The server granted `token` again (a duplicate of its try, arriving late): it holds.
+    pub fn regranted(&mut self, token: &str) {
+        self.broken.remove(token);
+        for h in self.holders.iter_mut().filter(|h| h.token == token) {
+            h.broken = None;
+        }
+    }
+
+    /// The holder's command ended at `now` (or earlier, at its deadline).
+    pub fn ended(&mut self, holder: usize, now: Micros) {
+        let h = &mut self.holders[holder];
+        if h.end.is_none() {
+            h.end = Some(now.min(h.deadline));
+        }
+    }
+
+    /// The deadline holder `holder` runs until now.
+    pub fn deadline(&self, holder: usize) -> Micros {
+        self.holders[holder].deadline
+    }
+
+    /// After an acquire ran: a grant goes to the first of the line, or to a client when no one
+    /// waits ahead of it. (Tokens that the script dropped from the line, dead or too late to
+    /// claim, no longer wait.)
+    pub fn line_order(
+        &self,
+        call: &Call,
+        before: &Store,
+        after: &Store,
+        reply: &Resp,
+        _now_ms: i64,
+    ) -> Option<String> {
+        if !self.line || call.name != "acquire" {
+            return None;
+        }
+        let Resp::Array(items) = reply else {
+            return None;
+        };
+        if items.first() != Some(&Resp::Bulk("ok".into())) {
+            return None;
+        }
+        let token = arg(&call.args, "token")?;
+        let queue = call.keys.get(2)?;
+        // A try that finds the lock its own already (a retry, a duplicate) is no new grant.
+        if matches!(before.data.get(call.keys.first()?), Some(Data::Str(held)) if held == token) {
+            return None;
+        }
+        let line = |s: &Store| match s.data.get(queue) {
+            Some(Data::ZSet(z)) => z.clone(),
+            _ => Vec::new(),
+        };
+        let (was, is) = (line(before), line(after));
+        let mine = was.iter().find(|(_, m)| m == token).map(|(s, _)| *s);
+        let ahead: Vec<&String> = was
+            .iter()
+            .filter(|(score, m)| m != token && mine.is_none_or(|me| *score < me))
+            .map(|(_, m)| m)
+            .filter(|m| is.iter().any(|(_, still)| still == *m))
+            .collect();
+        (!ahead.is_empty())
+            .then(|| format!("out of line: {token} was granted while {ahead:?} waited ahead of it"))
+    }
+
+    /// What is left in a store once every client has left and every lease and record could
+    /// have expired: nothing but the history.
+    pub fn leftovers(store: &Store) -> Option<String> {
+        let left: Vec<&String> = store
+            .data
+            .keys()
+            .filter(|k| !k.ends_with(":history"))
+            .collect();
+        (!left.is_empty()).then(|| format!("left in the store after every client left: {left:?}"))
+    }
+}
+
+/// The value of argument `name` of a call (ARGV by name).
+pub fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a String> {
+    args.chunks(2).find(|p| p[0] == name).and_then(|p| p.get(1))
+}

@@ -1,0 +1,242 @@
+//! The faults a run can meet, and how a seed plans them: servers frozen, crashed and restarted
+//! (with their data or empty), failed over to a replica, links cut or slowed, clients paused.
+//! Message delay, loss and duplication are the weather (`world::Weather`).
+
+use super::store::Data;
+use super::world::{Kind, Micros, World};
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    Freeze(usize),
+    Thaw(usize),
+    Crash(usize),
+    /// Someone deletes the lock's key behind rlock's back (`DEL`, `rlock release --force`).
+    Delete(usize),
+    /// A crashed server starts again, with its data (`keep`) or empty.
+    Restart {
+        server: usize,
+        keep: bool,
+    },
+    Cut {
+        client: usize,
+        server: usize,
+    },
+    Heal {
+        client: usize,
+        server: usize,
+    },
+    Slow {
+        client: usize,
+        server: usize,
+        extra: Micros,
+    },
+    Pause {
+        client: usize,
+        until: Micros,
+    },
+    Resume(usize),
+    /// Node `node`'s master crashes and its replica becomes the master, with what it has.
+    Failover(usize),
+    /// The old master comes back as a replica of the new one (empty, then synced).
+    Rejoin {
+        server: usize,
+        master: usize,
+    },
+}
+
+/// Which faults a run may plan: the fault model of a mode, or more.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Model {
+    pub freezes: bool,
+    /// Restarts that keep the data (persistence).
+    pub restarts: bool,
+    /// Empty restarts: at most this many in one run, never two within three TTLs.
+    pub empty_restarts: u32,
+    pub partitions: bool,
+    pub slow_links: bool,
+    /// The lock's key deleted behind rlock's back (one Redis).
+    pub deletes: bool,
+    pub pauses: bool,
+    pub failovers: bool,
+}
+
+pub fn apply(w: &mut World, f: Fault) {
+    w.note(format!("FAULT {f:?}"));
+    match f {
+        Fault::Freeze(s) => w.servers[s].frozen = w.servers[s].up,
+        Fault::Delete(s) => {
+            if w.servers[s].up && !w.servers[s].frozen && w.servers[s].master.is_none() {
+                let key = w.lock_key.clone();
+                let now = w.now;
+                let held: Vec<String> = match w.servers[s].store.data.remove(&key) {
+                    Some(Data::Str(token)) => vec![token],
+                    Some(Data::ZSet(holders)) => holders.into_iter().map(|(_, t)| t).collect(),
+                    _ => Vec::new(),
+                };
+                w.servers[s].store.expires.remove(&key);
+                for token in held {
+                    w.check.broken(&token, now);
+                }
+            }
+        }
+        Fault::Thaw(s) => w.thaw(s),
+        Fault::Crash(s) => w.crash(s),
+        Fault::Restart { server, keep } => w.restart(server, keep),
+        Fault::Cut { client, server } => w.link(client, server).cut = true,
+        Fault::Heal { client, server } => w.link(client, server).cut = false,
+        Fault::Slow {
+            client,
+            server,
+            extra,
+        } => w.link(client, server).extra = extra,
+        Fault::Pause { client, until } => w.pause(client, until),
+        Fault::Resume(client) => w.unpause(client),
+        Fault::Failover(node) => {
+            let master = w.nodes[node];
+            let Some(&replica) = w.servers[master].replicas.first() else {
+                return;
+            };
+            w.crash(master);
+            w.servers[master].replicas.clear();
+            w.servers[replica].master = None;
+            w.nodes[node] = replica;
+            w.note(format!(
+                "{} is the master now (it has write {} of {})",
+                w.servers[replica].name, w.servers[replica].applied, w.servers[master].offset
+            ));
+        }
+        Fault::Rejoin { server, master } => {
+            w.restart(server, false);
+            w.servers[server].master = Some(master);
+            w.servers[server].applied = w.servers[master].offset;
+            w.servers[server].store = w.servers[master].store.clone();
+            w.servers[server].offset = 0;
+            w.servers[master].replicas.push(server);
+        }
+    }
+}
+
+/// Plans the faults of one run of `length` over `servers` servers and `clients` clients, as
+/// `model` allows; `ttl` scales how long each lasts.
+pub fn plan(w: &mut World, model: Model, length: Micros, ttl: Micros) {
+    let servers = w.servers.len();
+    let clients = w.clients.len();
+    // Faults on a server (freeze, restart) come one at a time, never overlapping.
+    let mut t = w.rng.range(0, ttl);
+    let mut last_empty: Option<Micros> = None;
+    let mut empties = 0;
+    while t < length {
+        let s = w.rng.range(0, servers as u64 - 1) as usize;
+        let d = w.rng.range(ttl / 20, ttl * 2);
+        match w.rng.range(0, 4) {
+            0 if model.freezes => {
+                w.at(t, Kind::Fault(Fault::Freeze(s)));
+                w.at(t + d, Kind::Fault(Fault::Thaw(s)));
+            }
+            1 if model.empty_restarts > empties && last_empty.is_none_or(|l| t > l + 3 * ttl) => {
+                empties += 1;
+                last_empty = Some(t);
+                let down = w.rng.range(1_000, ttl / 2);
+                w.at(t, Kind::Fault(Fault::Crash(s)));
+                w.at(
+                    t + down,
+                    Kind::Fault(Fault::Restart {
+                        server: s,
+                        keep: false,
+                    }),
+                );
+            }
+            2 if model.restarts => {
+                let down = w.rng.range(1_000, ttl);
+                w.at(t, Kind::Fault(Fault::Crash(s)));
+                w.at(
+                    t + down,
+                    Kind::Fault(Fault::Restart {
+                        server: s,
+                        keep: true,
+                    }),
+                );
+            }
+            3 if model.failovers => {
+                let master = w.nodes[0];
+                if let Some(&replica) = w.servers[master].replicas.first() {
+                    w.at(t, Kind::Fault(Fault::Failover(0)));
+                    w.at(
+                        t + d,
+                        Kind::Fault(Fault::Rejoin {
+                            server: master,
+                            master: replica,
+                        }),
+                    );
+                    // One failover a run: the plan cannot know who is master after it.
+                    t = length;
+                    continue;
+                }
+            }
+            4 if model.deletes => {
+                let master = w.nodes[0];
+                w.at(t, Kind::Fault(Fault::Delete(master)));
+            }
+            _ => {}
+        }
+        t += d + w.rng.range(ttl / 10, 2 * ttl);
+    }
+    // Link faults, each on one client's link to one server.
+    let mut t = w.rng.range(0, ttl);
+    while t < length && (model.partitions || model.slow_links) {
+        let c = w.rng.range(0, clients as u64 - 1) as usize;
+        let s = w.rng.range(0, servers as u64 - 1) as usize;
+        let d = w.rng.range(ttl / 10, ttl * 3);
+        if model.partitions && w.rng.chance(0.6) {
+            w.at(
+                t,
+                Kind::Fault(Fault::Cut {
+                    client: c,
+                    server: s,
+                }),
+            );
+            w.at(
+                t + d,
+                Kind::Fault(Fault::Heal {
+                    client: c,
+                    server: s,
+                }),
+            );
+        } else if model.slow_links {
+            let extra = w.rng.range(ttl / 50, ttl / 4);
+            w.at(
+                t,
+                Kind::Fault(Fault::Slow {
+                    client: c,
+                    server: s,
+                    extra,
+                }),
+            );
+            w.at(
+                t + d,
+                Kind::Fault(Fault::Slow {
+                    client: c,
+                    server: s,
+                    extra: 0,
+                }),
+            );
+        }
+        t += w.rng.range(ttl / 4, ttl * 3);
+    }
+    if model.pauses {
+        let mut t = w.rng.range(0, ttl * 2);
+        while t < length {
+            let c = w.rng.range(0, clients as u64 - 1) as usize;
+            let d = w.rng.range(ttl / 10, ttl * 2);
+            w.at(
+                t,
+                Kind::Fault(Fault::Pause {
+                    client: c,
+                    until: t + d,
+                }),
+            );
+            w.at(t + d, Kind::Fault(Fault::Resume(c)));
+            t += d + w.rng.range(ttl, ttl * 4);
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! The scripts' side of a simulated server: Lua 5.1 (Redis's version, built from source by
+//! mlua), with the `redis` object, `cjson` and the reply conversions Redis makes, over a
+//! `Store`. The scripts run are rlock's own, the very text build.rs puts together.
+
+use std::collections::{BTreeMap, HashMap};
+
+use mlua::{Function, Lua, Table, Value, Variadic};
+
+use super::store::{Resp, Server, Store};
+
+/// What one script call sees of its server: its data, its clock, who listens on which channel
+/// (for PUBLISH), and what INFO says. Handed to Lua for the call and taken back after.
+pub struct Exec {
+    pub store: Store,
+    pub env: Env,
+}
+
+/// The server around the data.
+pub struct Env {
+    pub now_us: i64,
+    /// Subscribers per channel.
+    pub listeners: BTreeMap<String, i64>,
+    /// What was published, in order, to a channel someone listens on.
+    pub published: Vec<(String, String)>,
+    pub info_server: String,
+    pub info_replication: String,
+}
+
+impl Server for Env {
+    fn publish(&mut self, channel: &str, message: &str) -> i64 {
+        let heard = self.listeners.get(channel).copied().unwrap_or(0);
+        if heard > 0 {
+            self.published.push((channel.into(), message.into()));
+        }
+        heard
+    }
+
+    fn info(&self, section: &str) -> String {
+        match section.to_ascii_lowercase().as_str() {
+            "server" => self.info_server.clone(),
+            "replication" => self.info_replication.clone(),
+            _ => String::new(),
+        }
+    }
+}
+
+/// One server's Lua, its scripts compiled once (as Redis keeps them by SHA1).
+pub struct Scripting {
+    lua: Lua,
+    compiled: HashMap<String, Function>,
+}
+
+fn text(s: &mlua::String) -> String {
+    String::from_utf8_lossy(&s.as_bytes()).into_owned()
+}
+
+/// A number as Redis passes it to a command: a whole number as its digits.
+fn number_arg(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e17 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n}")
+    }
+}
+
+/// C's `%.14g`: how Redis's cjson writes a number.
+fn g14(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e14 {
+        return format!("{}", n as i64);
+    }
+    let sci = format!("{n:.13e}");
+    let (mantissa, exp) = sci.split_once('e').expect("an exponent");
+    let exp: i32 = exp.parse().expect("a number");
+    let trim = |s: String| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
+    if !(-4..14).contains(&exp) {
+        format!(
+            "{}e{}{:02}",
+            trim(mantissa.to_string()),
+            if exp < 0 { '-' } else { '+' },
+            exp.abs()
+        )
+    } else {
+        trim(format!("{n:.*}", (13 - exp) as usize))
+    }
+}
+
+fn argv(args: Variadic<Value>) -> mlua::Result<Vec<String>> {
+    args.iter()
+        .map(|v| match v {
+            Value::String(s) => Ok(text(s)),
+            Value::Integer(i) => Ok(i.to_string()),
+            Value::Number(n) => Ok(number_arg(*n)),
+            _ => Err(mlua::Error::RuntimeError(
+                "ERR Lua redis lib command arguments must be strings or integers".into(),
+            )),
+        })
+        .collect()
+}
+
+/// A reply as a script sees it.
+fn to_lua(lua: &Lua, r: Resp) -> mlua::Result<Value> {
+    Ok(match r {
+        Resp::Nil => Value::Boolean(false),
+        Resp::Int(i) => Value::Number(i as f64),
+        Resp::Bulk(s) => Value::String(lua.create_string(&s)?),
+        Resp::Status(s) => {
+            let t = lua.create_table()?;
+            t.set("ok", s)?;
+            Value::Table(t)
+        }
+        Resp::Err(e) => {
+            let t = lua.create_table()?;
+            t.set("err", e)?;
+            Value::Table(t)
+        }
+        Resp::Array(items) => {
+            let t = lua.create_table()?;
+            for (i, item) in items.into_iter().enumerate() {
+                t.raw_set(i + 1, to_lua(lua, item)?)?;
+            }
+            Value::Table(t)
+        }
+    })
+}
+
+/// A script's return value as Redis turns it into a reply.
+fn to_resp(v: &Value) -> Resp {
+    match v {
+        Value::Nil | Value::Boolean(false) => Resp::Nil,
+        Value::Boolean(true) => Resp::Int(1),
+        Value::Integer(i) => Resp::Int(*i),
+        Value::Number(n) => Resp::Int(n.trunc() as i64),
+        Value::String(s) => Resp::Bulk(text(s)),
+        Value::Table(t) => {
+            if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
+                return Resp::Err(text(&e));
+            }
+            if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
+                return Resp::Status(text(&s));
+            }
+            let mut out = Vec::new();
+            for i in 1.. {
+                match t.raw_get::<Value>(i) {
+                    Ok(Value::Nil) | Err(_) => break,
+                    Ok(item) => out.push(to_resp(&item)),
+                }
+            }
+            Resp::Array(out)
+        }
+        _ => Resp::Nil,
+    }
+}
+
+fn json_encode(v: &Value, out: &mut String) -> mlua::Result<()> {
+    match v {
+        Value::Nil => out.push_str("null"),
+        Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Integer(i) => out.push_str(&i.to_string()),
+        Value::Number(n) => out.push_str(&g14(*n)),
+        Value::String(s) => out.push_str(&serde_json::to_string(&text(s)).expect("a string")),
+        Value::Table(t) => {
+            let len = t.raw_len();
+            let pairs = t.clone().pairs::<Value, Value>().count();
+            if len > 0 && pairs == len {
+                out.push('[');
+                for i in 1..=len {
+                    if i > 1 {
+                        out.push(',');
+                    }
+                    json_encode(&t.raw_get::<Value>(i)?, out)?;
+                }
+                out.push(']');
+            } else {
+                out.push('{');
+                let mut first = true;
+                for pair in t.clone().pairs::<Value, Value>() {
+                    let (k, v) = pair?;
+                    let key = match &k {
+                        Value::String(s) => text(s),
+                        Value::Integer(i) => i.to_string(),
+                        Value::Number(n) => g14(*n),
+                        _ => {
+                            return Err(mlua::Error::RuntimeError(
+                                "Cannot serialise table: key".into(),
+                            ));
+                        }
+                    };
+                    if !first {
+                        out.push(',');
+                    }
+                    first = false;
+                    out.push_str(&serde_json::to_string(&key).expect("a string"));
+                    out.push(':');
+                    json_encode(&v, out)?;
+                }
+                out.push('}');
+            }
+        }
+        _ => return Err(mlua::Error::RuntimeError("Cannot serialise value".into())),
+    }
+    Ok(())
+}
+
+fn json_decode(lua: &Lua, v: &serde_json::Value) -> mlua::Result<Value> {
+    use serde_json::Value as J;
+    Ok(match v {
+        J::Null => Value::Nil,
+        J::Bool(b) => Value::Boolean(*b),
+        J::Number(n) => Value::Number(n.as_f64().unwrap_or(0.0)),
+        J::String(s) => Value::String(lua.create_string(s)?),
+        J::Array(items) => {
+            let t = lua.create_table()?;
+            for (i, item) in items.iter().enumerate() {
+                t.raw_set(i + 1, json_decode(lua, item)?)?;
+            }
+            Value::Table(t)
+        }
+        J::Object(fields) => {
+            let t = lua.create_table()?;
+            for (k, item) in fields {
+                t.raw_set(k.as_str(), json_decode(lua, item)?)?;
+            }
+            Value::Table(t)
+        }
+    })
+}
+
+/// `redis.call` (errors raised) or `redis.pcall` (errors returned as `{err = ...}`).
+fn command(lua: &Lua, args: Variadic<Value>, raise: bool) -> mlua::Result<Value> {
+    let argv = argv(args)?;
+    let reply = {
+        let mut exec = lua.app_data_mut::<Exec>().expect("a call in progress");
+        let Exec { store, env } = &mut *exec;
+        let now = env.now_us;
+        store.command(&argv, now, env)
+    };
+    match reply {
+        Resp::Err(e) if raise => Err(mlua::Error::RuntimeError(e)),
+        r => to_lua(lua, r),
+    }
+}
+
+impl Scripting {
+    pub fn new() -> Self {
+        let lua = Lua::new();
+        let set_up = || -> mlua::Result<()> {
+            let redis: Table = lua.create_table()?;
+            redis.set(
+                "call",
+                lua.create_function(|lua, args: Variadic<Value>| command(lua, args, true))?,
+            )?;
+            redis.set(
+                "pcall",
+                lua.create_function(|lua, args: Variadic<Value>| command(lua, args, false))?,
+            )?;
+            redis.set(
+                "sha1hex",
+                lua.create_function(|_, s: mlua::String| {
+                    Ok(sha1_smol::Sha1::from(&s.as_bytes()[..])
+                        .digest()
+                        .to_string())
+                })?,
+            )?;
+            lua.globals().set("redis", redis)?;
+            let cjson: Table = lua.create_table()?;
+            cjson.set(
+                "encode",
+                lua.create_function(|_, v: Value| {
+                    let mut out = String::new();
+                    json_encode(&v, &mut out)?;
+                    Ok(out)
+                })?,
+            )?;
+            cjson.set(
+                "decode",
+                lua.create_function(|lua, s: mlua::String| {
+                    let parsed: serde_json::Value = serde_json::from_slice(&s.as_bytes())
+                        .map_err(|e| mlua::Error::RuntimeError(format!("Expected value: {e}")))?;
+                    json_decode(lua, &parsed)
+                })?,
+            )?;
+            lua.globals().set("cjson", cjson)?;
+            Ok(())
+        };
+        set_up().expect("the scripting environment");
+        Scripting {
+            lua,
+            compiled: HashMap::new(),
+        }
+    }
+
+    /// Runs `source` (known by `sha`) with `keys` and `args` against `exec`; the reply, or the
+    /// script's error, and `exec` back.
+    pub fn eval(
+        &mut self,
+        sha: &str,
+        source: &str,
+        keys: &[String],
+        args: &[String],
+        exec: Exec,
+    ) -> (Resp, Exec) {
+        let function = match self.compiled.get(sha) {
+            Some(f) => f.clone(),
+            None => {
+                let f = self
+                    .lua
+                    .load(source)
+                    .set_name(format!("@user_script_{sha}"))
+                    .into_function()
+                    .expect("rlock's scripts compile");
+                self.compiled.insert(sha.to_string(), f.clone());
+                f
+            }
+        };
+        let globals = self.lua.globals();
+        let seq = |items: &[String]| -> Table {
+            let t = self.lua.create_table().expect("a table");
+            for (i, item) in items.iter().enumerate() {
+                t.raw_set(i + 1, self.lua.create_string(item).expect("a string"))
+                    .expect("set");
+            }
+            t
+        };
+        globals.set("KEYS", seq(keys)).expect("KEYS");
+        globals.set("ARGV", seq(args)).expect("ARGV");
+        self.lua.set_app_data(exec);
+        let result = function.call::<Value>(());
+        let exec = self
+            .lua
+            .remove_app_data::<Exec>()
+            .expect("the call's server");
+        let reply = match result {
+            Ok(v) => to_resp(&v),
+            Err(e) => Resp::Err(error_text(&e)),
+        };
+        (reply, exec)
+    }
+}
+
+/// A script's error as Redis reports it: its own message, without Lua's wrapping.
+fn error_text(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::RuntimeError(m) => m.clone(),
+        mlua::Error::CallbackError { cause, .. } => error_text(cause),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_written_as_redis_writes_them() {
+        assert_eq!(g14(30000.0), "30000");
+        assert_eq!(g14(1_780_000_000_000_001.0), "1.78e+15");
+        assert_eq!(g14(0.5), "0.5");
+        assert_eq!(g14(123_456_789_012_345.0), "1.2345678901234e+14");
+        assert_eq!(number_arg(1_780_000_000_000_001.0), "1780000000000001");
+        assert_eq!(number_arg(1.5), "1.5");
+    }
+}

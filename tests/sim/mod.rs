@@ -1,0 +1,339 @@
+//! A deterministic simulation of rlock's lock protocol, with its real scripts and its own
+//! client code (see docs/tests.md, "The simulation", and docs/safety.md, "The fault model").
+//!
+//! One seed is one run: a few clients taking, renewing and releasing one lock on one Redis, a
+//! Redlock of three or five masters, or a master with a replica (`--replicas`), while the seed's
+//! faults happen: messages delayed, lost and duplicated, links cut and slowed, servers frozen,
+//! crashed and restarted (with their data or empty), a failover, clients paused, clocks that
+//! run at slightly different rates. Every script is the text build.rs sends, run in Lua 5.1
+//! against a model of the Redis commands it calls; every decision of the client side (the
+//! try, its give-back, the Redlock vote and validity, the renewal schedule, the deadline) is
+//! the library's own code, run on simulated time (`crate::clock`). The invariants
+//! (`check.rs`) are checked at every grant and after every script; the first broken one ends
+//! the run with its seed and the events that led to it.
+//!
+//! Compiled into the library's unit tests (its seams and planted bugs are test-only), from
+//! here in the test tree.
+
+mod check;
+mod client;
+mod faults;
+mod lua;
+mod seams;
+mod store;
+mod world;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::Node;
+use crate::lock::planted::Bug;
+use crate::lock::{Locker, Sharing};
+
+use check::{Allows, Checker};
+use faults::Model;
+use seams::{SimClock, SimNode, spawn};
+use world::{Micros, Server, Sim, Weather, World};
+
+/// The deployment a run simulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One Redis.
+    Single,
+    /// A Redlock of N independent masters.
+    Redlock(usize),
+    /// One master with one replica, every grant and renewal acknowledged by it (WAIT).
+    Replicas,
+    /// A master with a replica, failed over, without `--replicas`: outside the model.
+    Unreplicated,
+    /// A Redlock of three names of which two are one server: refused (78), or, with the planted
+    /// bug, counted twice.
+    TwoNamesOneServer,
+}
+
+/// What a run is made of.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub mode: Mode,
+    pub sharing: Sharing,
+    /// Clients of the run, and whether each of them takes the lock shared (for a mix).
+    pub clients: usize,
+    pub mixed: bool,
+    pub rounds: u32,
+    pub model: Model,
+    pub weather: Weather,
+    /// Clock rates differ from true time by up to this much (0.004: 0.4 %).
+    pub rate_error: f64,
+    /// A bug planted in the client's code.
+    pub bug: Option<Bug>,
+    /// A bug planted in the scripts (their text on the way to the servers).
+    pub script_bug: Option<fn(&mut world::Call)>,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct Outcome {
+    pub seed: u64,
+    pub violation: Option<String>,
+    /// The last events before the end (all of a short run).
+    pub trace: Vec<String>,
+    pub grants: usize,
+    /// Events handled (messages, timers, faults).
+    pub steps: u64,
+    /// How much true time the run simulated.
+    pub simulated: Micros,
+}
+
+impl Outcome {
+    /// The seed, the broken invariant and the trace, for a failure message.
+    pub fn report(&self) -> String {
+        format!(
+            "seed {}: {}\n{}",
+            self.seed,
+            self.violation.as_deref().unwrap_or("no violation"),
+            self.trace.join("\n")
+        )
+    }
+}
+
+/// The fault model each mode is proven safe in (docs/safety.md, "The fault model").
+pub fn model_of(mode: Mode) -> Model {
+    let common = Model {
+        freezes: true,
+        restarts: true,
+        partitions: true,
+        slow_links: true,
+        pauses: true,
+        ..Model::default()
+    };
+    match mode {
+        Mode::Single => Model {
+            deletes: true,
+            ..common
+        },
+        Mode::Redlock(_) => common,
+        // Refused whatever happens; with the count that counts it twice, a server that
+        // forgets takes two votes with it.
+        Mode::TwoNamesOneServer => Model {
+            empty_restarts: 3,
+            ..common
+        },
+        Mode::Replicas | Mode::Unreplicated => Model {
+            failovers: true,
+            deletes: true,
+            ..common
+        },
+    }
+}
+
+/// Redlock's other fault model: masters restarted empty one at a time (never two within three
+/// TTLs), while every master the holder's grant reached stays reachable (no frozen or cut
+/// master, no lost message, no delay near the timeout); clients may pause.
+pub fn empty_restarts() -> (Model, Weather) {
+    let model = Model {
+        empty_restarts: 3,
+        pauses: true,
+        ..Model::default()
+    };
+    let weather = Weather {
+        spike: 0,
+        spike_chance: 0.0,
+        loss: 0.0,
+        ..weather()
+    };
+    (model, weather)
+}
+
+/// The weather of every run: sub-millisecond delays, now and then a spike, some loss.
+pub fn weather() -> Weather {
+    Weather {
+        base: (50, 800),
+        spike: 150_000,
+        spike_chance: 0.02,
+        loss: 0.01,
+        duplicate: 0.005,
+        replication: (100, 5_000),
+    }
+}
+
+impl Setup {
+    pub fn new(mode: Mode, sharing: Sharing) -> Self {
+        Setup {
+            mode,
+            sharing,
+            clients: 3,
+            mixed: sharing == Sharing::Shared,
+            rounds: 4,
+            model: model_of(mode),
+            weather: weather(),
+            rate_error: 0.004,
+            bug: None,
+            script_bug: None,
+        }
+    }
+}
+
+/// Runs seed `seed` of `setup`.
+pub fn run(setup: &Setup, seed: u64) -> Outcome {
+    let allows = match setup.sharing {
+        Sharing::Exclusive => Allows::One,
+        Sharing::Limit(n) => Allows::Up(n as usize),
+        Sharing::Shared => Allows::Readers,
+    };
+    let single = !matches!(setup.mode, Mode::Redlock(_) | Mode::TwoNamesOneServer);
+    let check = Checker::new(allows, single && allows == Allows::One);
+    let mut world = World::new(seed, setup.weather, check);
+    world.script_plant = setup.script_bug;
+    let e = setup.rate_error;
+    // The servers, their wall clocks apart by up to a second, their rates within the bound.
+    let (servers, names): (usize, usize) = match setup.mode {
+        Mode::Single => (1, 1),
+        Mode::Redlock(n) => (n, n),
+        Mode::Replicas | Mode::Unreplicated => (2, 1),
+        Mode::TwoNamesOneServer => (2, 3),
+    };
+    for s in 0..servers {
+        let offset = world.rng.range(0, 1_000_000) as i64;
+        let rate = world.rng.real(1.0 - e, 1.0 + e);
+        let run_id = world.rng.next();
+        world.servers.push(Server::new(
+            format!("redis://127.0.0.1:{}", 7000 + s),
+            1_780_000_000_000_000 + offset,
+            rate,
+            run_id,
+        ));
+    }
+    match setup.mode {
+        Mode::Replicas | Mode::Unreplicated => {
+            // The replica: the master's clock (replication carries absolute expiry times).
+            world.servers[1].epoch_us = world.servers[0].epoch_us;
+            world.servers[1].rate = world.servers[0].rate;
+            world.servers[1].master = Some(0);
+            world.servers[0].replicas.push(1);
+            world.nodes = vec![0];
+            world.replicas = u32::from(setup.mode == Mode::Replicas);
+        }
+        Mode::TwoNamesOneServer => world.nodes = vec![0, 1, 1],
+        _ => world.nodes = (0..names).collect(),
+    }
+    let ttl = Duration::from_millis(world.rng.range(600, 3_000));
+    let op_timeout = Duration::from_millis(world.rng.range(50, 400));
+    for _ in 0..setup.clients {
+        let rate = world.rng.real(1.0 - e, 1.0 + e);
+        world.clients.push(world::ClientState {
+            rate,
+            ..Default::default()
+        });
+    }
+    let ttl_us = ttl.as_micros() as Micros;
+    let length = ttl_us * 4 * u64::from(setup.rounds);
+    faults::plan(&mut world, setup.model, length, ttl_us);
+    world.note(format!(
+        "seed {seed}: {:?} {:?}, ttl {ttl:?}, op timeout {op_timeout:?}, {} clients",
+        setup.mode, setup.sharing, setup.clients
+    ));
+
+    let sim = Arc::new(Sim::new(world));
+    let origin = Instant::now();
+    let mut handles = Vec::new();
+    for c in 0..setup.clients {
+        let rate = sim.lock().clients[c].rate;
+        let clock = Arc::new(SimClock {
+            sim: sim.clone(),
+            origin,
+            rate,
+            plant: setup.bug,
+        });
+        let nodes: Vec<Box<dyn Node>> = (0..names)
+            .map(|n| -> Box<dyn Node> {
+                Box::new(SimNode {
+                    sim: sim.clone(),
+                    node: n,
+                    name: format!("redis://127.0.0.1:{}", 7000 + n),
+                })
+            })
+            .collect();
+        let locker = Arc::new(Locker::new(nodes, op_timeout).with_clock(clock.clone()));
+        let sharing = match (setup.mixed, c % 2) {
+            (true, 0) => Sharing::Exclusive,
+            _ => setup.sharing,
+        };
+        let plan = client::Plan {
+            client: c,
+            nodes: names,
+            rounds: setup.rounds,
+            ttl,
+            op_timeout,
+            sharing,
+            join: single,
+            max_wait: ttl * 4,
+            plant: setup.bug,
+        };
+        let s = sim.clone();
+        handles.push(
+            spawn(&sim, c, setup.bug, move || {
+                client::run(s, locker, clock, plan)
+            })
+            .1,
+        );
+    }
+    // Long enough for every round, however the faults delay it.
+    sim.run(length * 4 + 60_000_000);
+    for h in handles {
+        let _ = h.join();
+    }
+    let all_left = sim.all_done();
+    let mut w = sim.lock();
+    if w.check.violation.is_none() && all_left {
+        // Every client has left: once every lease and record could have expired, nothing but
+        // the history is left.
+        let later = w.now + 200_000_000;
+        for s in 0..w.servers.len() {
+            if !w.servers[s].up || w.servers[s].master.is_some() {
+                continue;
+            }
+            let now_ms = w.servers[s].clock_us(later) / 1000;
+            w.servers[s].store.expire_all(now_ms);
+            if let Some(v) = Checker::leftovers(&w.servers[s].store) {
+                let name = w.servers[s].name.clone();
+                w.violation(format!("{name}: {v}"));
+            }
+        }
+    }
+    Outcome {
+        seed,
+        violation: w.check.violation.clone(),
+        trace: w.trace.iter().cloned().collect(),
+        grants: w.check.grants(),
+        steps: w.steps,
+        simulated: w.now,
+    }
+}
+
+/// What a clean exploration covered.
+#[derive(Debug, Default)]
+pub struct Covered {
+    pub runs: u64,
+    pub grants: usize,
+    pub steps: u64,
+    pub simulated: Micros,
+}
+
+/// Runs seeds `seeds` of `setup`: the first that breaks an invariant, or what all covered.
+pub fn explore(setup: &Setup, seeds: std::ops::Range<u64>) -> Result<Covered, Box<Outcome>> {
+    let mut covered = Covered::default();
+    for seed in seeds {
+        let outcome = run(setup, seed);
+        if outcome.violation.is_some() {
+            return Err(Box::new(outcome));
+        }
+        covered.runs += 1;
+        covered.grants += outcome.grants;
+        covered.steps += outcome.steps;
+        covered.simulated += outcome.simulated;
+    }
+    Ok(covered)
+}

@@ -1,0 +1,190 @@
+//! rlock's seams, as the simulation fills them: a `Node` whose requests travel the simulated
+//! network to a simulated server, and a `Clock` whose time is the simulation's (at the client's
+//! own rate) and whose threads take turns.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+use crate::backend::{Fault, Node, NodeError, Script, Subscriber};
+use crate::clock::{Clock, Job};
+use crate::lock::planted::{self, Bug};
+
+use super::world::{Call, Micros, Sim, me, node_error, set_me};
+
+/// One node of a deployment, as one client names it.
+pub struct SimNode {
+    pub sim: Arc<Sim>,
+    pub node: usize,
+    pub name: String,
+}
+
+impl Node for SimNode {
+    fn eval(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        timeout: Duration,
+    ) -> Result<redis::Value, NodeError> {
+        let me = me();
+        let mut w = self.sim.lock();
+        if w.shutdown {
+            return Err(node_error(Fault::Io, &self.name, "the simulation is over"));
+        }
+        let rate = w.clients[w.client_of(me)].rate;
+        let timeout = (timeout.as_micros() as f64 / rate) as Micros;
+        let call = Call {
+            name: script.name,
+            source: script.source.to_string(),
+            sha: script.sha.to_string(),
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            replicated: script.replicated.map(|(_, when)| when),
+        };
+        let req = w.send(me, self.node, call, timeout.max(1));
+        let mut w = self.sim.park(w, me);
+        w.result(req)
+            .unwrap_or_else(|| Err(node_error(Fault::Io, &self.name, "the simulation is over")))
+    }
+
+    fn scan(&self, _pattern: &str, _timeout: Duration) -> Result<Vec<String>, NodeError> {
+        Err(node_error(
+            Fault::Other,
+            &self.name,
+            "no SCAN in the simulation",
+        ))
+    }
+
+    fn subscriber(
+        &self,
+        _key: &str,
+        _channel: &str,
+        _timeout: Duration,
+    ) -> Result<Subscriber, NodeError> {
+        Err(node_error(
+            Fault::Other,
+            &self.name,
+            "the simulation's clients listen through the world",
+        ))
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// One client's clock: true time at the client's rate, from a fixed origin.
+pub struct SimClock {
+    pub sim: Arc<Sim>,
+    pub origin: Instant,
+    pub rate: f64,
+    pub plant: Option<Bug>,
+}
+
+impl SimClock {
+    /// The client's reading at true time `t`.
+    pub fn at(&self, t: Micros) -> Instant {
+        self.origin + Duration::from_nanos((t as f64 * 1000.0 * self.rate) as u64)
+    }
+
+    /// The true time at which the client reads `i`.
+    pub fn true_of(&self, i: Instant) -> Micros {
+        let ns = i.saturating_duration_since(self.origin).as_nanos() as f64;
+        (ns / 1000.0 / self.rate).ceil() as Micros
+    }
+
+    /// True time now.
+    pub fn now_true(&self) -> Micros {
+        self.sim.lock().now
+    }
+
+    /// The client's reading now.
+    pub fn now_instant(&self) -> Instant {
+        self.at(self.now_true())
+    }
+
+    /// Sleeps the calling thread until the client reads `until`, or until it is poked.
+    pub fn sleep(&self, until: Instant) {
+        let me = me();
+        let mut w = self.sim.lock();
+        if w.shutdown || self.at(w.now) >= until {
+            return;
+        }
+        let t = self.true_of(until);
+        w.timer(me, t);
+        drop(self.sim.park(w, me));
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Instant {
+        let w = self.sim.lock();
+        self.at(w.now)
+    }
+
+    fn wait(&self, stop: &Receiver<()>, until: Instant) -> bool {
+        loop {
+            if !matches!(stop.try_recv(), Err(TryRecvError::Empty)) {
+                return true;
+            }
+            {
+                let w = self.sim.lock();
+                if w.shutdown {
+                    return true;
+                }
+                if self.at(w.now) >= until {
+                    return false;
+                }
+            }
+            self.sleep(until);
+        }
+    }
+
+    fn fan_out(&self, jobs: Vec<Job<'_>>) {
+        let me = me();
+        let ids = self.sim.fan_out_begin(me, jobs.len());
+        let sim = &self.sim;
+        let plant = self.plant;
+        std::thread::scope(|s| {
+            for (id, job) in ids.into_iter().zip(jobs) {
+                s.spawn(move || {
+                    set_me(id);
+                    planted::plant(plant);
+                    drop(sim.wait_go(sim.lock(), id));
+                    job();
+                    sim.exit(id);
+                });
+            }
+            sim.fan_out_wait(me);
+        });
+    }
+}
+
+/// Starts `f` on a new simulation thread of client `client`, ready to run at once.
+pub fn spawn(
+    sim: &Arc<Sim>,
+    client: usize,
+    plant: Option<Bug>,
+    f: impl FnOnce() + Send + 'static,
+) -> (usize, std::thread::JoinHandle<()>) {
+    let id = {
+        let mut w = sim.lock();
+        let id = w.new_thread(client, None);
+        w.ready(id);
+        id
+    };
+    let sim = sim.clone();
+    let handle = std::thread::Builder::new()
+        .name(format!("sim-c{client}-t{id}"))
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            set_me(id);
+            planted::plant(plant);
+            drop(sim.wait_go(sim.lock(), id));
+            f();
+            sim.exit(id);
+        })
+        .expect("a thread");
+    (id, handle)
+}
