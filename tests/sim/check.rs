@@ -94,7 +94,10 @@ impl Checker {
         let beside: Vec<&Holder> = self
             .holders
             .iter()
-            .filter(|h| h.holds_at(now) && h.client != client && now < deadline)
+            .filter(|h| h.holds_at(now) && h.client != client)
+            // A grant that arrives after its deadline starts no command; one whose lock was
+            // deleted before it arrived holds nothing.
+            .filter(|_| now < deadline && !self.broken.contains_key(token))
             .collect();
         let names = || {
             beside

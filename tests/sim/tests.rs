@@ -272,6 +272,8 @@ const REGRESSIONS: &[(Mode, Sharing, u64, &str)] = &[
     // knows a deletion breaks the grant the key held, whether or not its client has heard of
     // it yet (no fault of rlock's: a forced break lets the next holder in by design).
     (Mode::Single, Sharing::Exclusive, 1249, "two holders"),
+    // The same, the grant's client learning of it only after another was granted.
+    (Mode::Single, Sharing::Exclusive, 5510, "two holders"),
 ];
 
 #[test]
@@ -284,5 +286,47 @@ fn regressions_hold() {
             outcome.report()
         );
         assert!(outcome.grants > 0, "seed {seed} granted nothing");
+    }
+}
+
+/// docs/safety.md's fault model names its tests: each is one of these, and every test of a
+/// mode's invariants or of a fault outside the model is named there.
+#[test]
+fn the_fault_model_in_the_docs_names_these_tests() {
+    let docs = include_str!("../../docs/safety.md");
+    let section = docs
+        .split("## The fault model")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/safety.md has a fault model");
+    let here = include_str!("tests.rs");
+    let named: Vec<&str> = section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| {
+            w.contains("every_invariant")
+                || w.starts_with("outside_")
+                || w.contains("survives_")
+                || w.ends_with("_refused")
+        })
+        .collect();
+    for name in &named {
+        assert!(
+            here.contains(&format!("fn {name}(")),
+            "docs/safety.md names {name}, which is no test here"
+        );
+    }
+    for line in here.lines() {
+        if let Some(name) = line.strip_prefix("fn ").and_then(|l| l.split('(').next())
+            && (name.contains("every_invariant")
+                || name.starts_with("outside_")
+                || name.contains("survives_"))
+        {
+            assert!(
+                named.contains(&name),
+                "docs/safety.md's fault model does not name {name}"
+            );
+        }
     }
 }
