@@ -3,6 +3,7 @@
 //! answers, read back merged).
 
 use super::*;
+use crate::common::acl::{Deployment, suite_login_behind_sentinels, suite_url};
 use crate::common::{RedisCluster, Sentinels, rlock};
 
 fn clustered(cluster: &RedisCluster) -> Command {
@@ -14,10 +15,21 @@ fn clustered(cluster: &RedisCluster) -> Command {
     cmd
 }
 
+/// Three independent masters for Redlock.
+fn masters() -> Vec<RedisServer> {
+    (0..3)
+        .map(|_| {
+            let mut node = RedisServer::start();
+            node.join(Deployment::Redlock);
+            node
+        })
+        .collect()
+}
+
 fn redlock(nodes: &[RedisServer]) -> Command {
     let mut cmd = rlock();
     for n in nodes {
-        cmd.arg("--url").arg(n.url());
+        cmd.arg("--url").arg(suite_url(n.port()));
     }
     cmd
 }
@@ -73,7 +85,7 @@ fn on_a_cluster_the_history_is_on_the_locks_master_and_listed_across_masters() {
 
 #[test]
 fn on_redlock_every_master_that_answers_keeps_the_run_and_a_reading_merges_them() {
-    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let mut nodes: Vec<RedisServer> = masters();
     let out = run(redlock(&nodes).args(["exec", "-k", "k", "--", "true"]));
     assert_eq!(out.code, 0, "{out}");
     for n in &nodes {
@@ -132,7 +144,7 @@ fn on_a_cluster_a_release_records_the_hold_on_the_locks_master() {
 
 #[test]
 fn on_redlock_a_release_records_the_hold_on_every_master_and_a_reading_shows_it_once() {
-    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let mut nodes: Vec<RedisServer> = masters();
     let release_of = |nodes: &[RedisServer], label: &str| {
         let out = run(redlock(nodes).args(["acquire", "--json", "-k", "k", "--label", label]));
         assert_eq!(out.code, 0, "{out}");
@@ -175,6 +187,7 @@ fn behind_sentinels_the_history_is_on_the_master_they_name() {
     let set = Sentinels::start("locks");
     let via_sentinels = || {
         let mut cmd = rlock();
+        suite_login_behind_sentinels(&mut cmd);
         cmd.arg("--sentinel").arg(set.name());
         for url in set.urls() {
             cmd.arg("--url").arg(url);
@@ -191,7 +204,7 @@ fn behind_sentinels_the_history_is_on_the_master_they_name() {
 
 #[test]
 fn on_redlock_a_frozen_master_costs_the_record_a_tenth_of_the_ttl_not_the_op_timeout() {
-    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let nodes: Vec<RedisServer> = masters();
     // Every script cached on every master first, so that the frozen one fails by its timeout.
     let out = run(redlock(&nodes).args(["exec", "-k", "k", "--", "true"]));
     assert_eq!(out.code, 0, "{out}");
@@ -224,7 +237,7 @@ fn on_redlock_a_frozen_master_costs_the_record_a_tenth_of_the_ttl_not_the_op_tim
 /// end on the master where the release went through.
 #[test]
 fn on_redlock_a_run_lost_at_its_release_is_on_record_once() {
-    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let nodes: Vec<RedisServer> = masters();
     // The command overwrites the lock on two masters: at its end the majority is someone else's.
     let overwrite: Vec<String> = nodes[1..]
         .iter()

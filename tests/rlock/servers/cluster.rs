@@ -108,7 +108,7 @@ fn cluster_locks_keys_on_every_master_with_the_helper_keys_in_the_lock_slot() {
 #[test]
 fn cluster_one_seed_is_enough_and_rlock_cluster_env_is_the_flag() {
     let cluster = RedisCluster::start();
-    let seed = cluster.node(0).url();
+    let seed = cluster.urls().swap_remove(0);
     for owner in [1, 2] {
         let name = key_on(&cluster, owner);
         let lock = format!("rlock:{name}");

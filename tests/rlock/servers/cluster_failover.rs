@@ -4,6 +4,7 @@
 //! (76). Waiters are served afterwards. Real cluster: three masters, three replicas,
 //! cluster-node-timeout 1000.
 
+use crate::common::acl::suite_url;
 use crate::common::{Background as Bg, RedisCluster, rlock, run, wait_until};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -194,7 +195,7 @@ fn a_holder_follows_the_failover_of_the_first_node_named() {
     let mut cmd = rlock();
     cmd.arg("--cluster");
     for &i in &by_port {
-        cmd.args(["-u", &cluster.node(i).url()]);
+        cmd.args(["-u", &suite_url(cluster.node(i).port())]);
     }
     cmd.args(["exec", "-k", &key, "--ttl", "10s", "--", "sh", "-c"])
         .arg(r#"echo "$RLOCK_TOKEN" > "$D/token"; sleep 12; echo done > "$D/ran""#);

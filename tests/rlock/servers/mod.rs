@@ -20,8 +20,10 @@ mod replicas;
 mod scale_out_mistakes;
 mod sentinel;
 mod sentinel_faults;
+mod suite_user;
 mod tls;
 
+use crate::common::acl::{Deployment, suite_login_behind_sentinels, suite_url};
 use crate::common::{
     Background as Bg, Output, RedisCluster, RedisServer, Sentinels, TestCerts, TlsServer,
     pid_alive, rlock, run, wait_for_file, wait_until,
@@ -58,15 +60,28 @@ fn tempdir() -> tempfile::TempDir {
         .expect("create temp dir")
 }
 
-/// `n` plain servers, started in parallel.
+/// `n` independent masters for Redlock, started in parallel.
 fn start_nodes(n: usize) -> Vec<RedisServer> {
     thread::scope(|s| {
-        let handles: Vec<_> = (0..n).map(|_| s.spawn(RedisServer::start)).collect();
+        let handles: Vec<_> = (0..n)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut node = RedisServer::start();
+                    node.join(Deployment::Redlock);
+                    node
+                })
+            })
+            .collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("start a redis-server"))
             .collect()
     })
+}
+
+/// The URL rlock reaches `port` by: with `RLOCK_TEST_ACL`, as the documented user.
+fn url_of(port: u16) -> String {
+    suite_url(port)
 }
 
 /// Runs every rlock script once on each of `nodes` (Redlock over all of them), so their script
@@ -110,7 +125,7 @@ fn ran_for(nodes: &[RedisServer], secs: u64) {
 fn redlock(nodes: &[RedisServer]) -> Command {
     let mut cmd = rlock();
     for n in nodes {
-        cmd.arg("--url").arg(n.url());
+        cmd.arg("--url").arg(url_of(n.port()));
     }
     cmd
 }
@@ -136,9 +151,11 @@ fn clustered_as(cluster: &RedisCluster, user: &str) -> Command {
     cmd
 }
 
-/// `rlock --sentinel NAME --url S1 --url S2 --url S3`.
+/// `rlock --sentinel NAME --url S1 --url S2 --url S3`; with `RLOCK_TEST_ACL`, logged in to the
+/// master as the documented user.
 fn via_sentinels(set: &Sentinels) -> Command {
     let mut cmd = rlock();
+    suite_login_behind_sentinels(&mut cmd);
     cmd.arg("--sentinel").arg(set.name());
     for url in set.urls() {
         cmd.arg("--url").arg(url);

@@ -433,11 +433,11 @@ fn redlock_a_wait_with_a_blackholed_master_ends_at_its_bound() {
     proxy.set(crate::common::Mode::Blackhole);
     let urls = [
         "-u",
-        &nodes[0].url(),
+        &url_of(nodes[0].port()),
         "-u",
-        &nodes[1].url(),
+        &url_of(nodes[1].port()),
         "-u",
-        &proxy.url(),
+        &url_of(proxy.port()),
     ];
     for (args, bound) in [
         (&["exec", "-w", "2.5s", "-k", KEY, "--", "true"][..], 2500),

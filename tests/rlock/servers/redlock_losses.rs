@@ -287,11 +287,11 @@ fn redlock_a_master_slow_at_the_grant_and_one_empty_restart_never_make_two_holde
             rlock()
                 .args([
                     "-u",
-                    &nodes[0].url(),
+                    &url_of(nodes[0].port()),
                     "-u",
-                    &nodes[1].url(),
+                    &url_of(nodes[1].port()),
                     "-u",
-                    &proxy.url(),
+                    &url_of(proxy.port()),
                 ])
                 .args(["exec", "-k", KEY, "--ttl", "3s", "--"])
                 .args(beating_until_stopped("a")),

@@ -21,7 +21,7 @@ fn dbsize(node: &RedisServer) -> i64 {
 fn refused(good: &[&RedisServer], bad: &str, within: Duration, needles: &[&str]) {
     let mut cmd = rlock();
     for g in good {
-        cmd.arg("-u").arg(g.url());
+        cmd.arg("-u").arg(url_of(g.port()));
     }
     cmd.arg("-u").arg(bad);
     let started = Instant::now();
@@ -85,14 +85,15 @@ fn redlock_members_that_are_no_usable_redis_are_78_within_a_second() {
 fn redlock_a_replica_member_is_78_naming_its_master() {
     let nodes = start_nodes(2);
     let master = RedisServer::start();
-    let replica =
+    let mut replica =
         RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    replica.join(Deployment::Redlock);
     // Writable or not, a replica loses its master's locks with it.
     for read_only in ["yes", "no"] {
         replica.cmd(&["CONFIG", "SET", "replica-read-only", read_only]);
         refused(
             &[&nodes[0], &nodes[1]],
-            &replica.url(),
+            &url_of(replica.port()),
             Duration::from_secs(5),
             &["is a replica of", &format!("127.0.0.1:{}", master.port())],
         );

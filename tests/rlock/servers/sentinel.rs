@@ -44,7 +44,7 @@ fn sentinel_discovery_locks_on_the_master_the_sentinels_name() {
     urls.extend(set.urls());
     let out = expect(
         0,
-        rlock()
+        suite_login_behind_sentinels(&mut rlock())
             .env("RLOCK_SENTINEL", set.name())
             .env("RLOCK_URL", urls.join(","))
             .args(["exec", "-k", KEY, "--", "sh", "-c", "echo $RLOCK_FENCE"]),
@@ -214,6 +214,7 @@ fn sentinel_forced_failover_never_lets_a_second_holder_in_while_exec_runs() {
 /// Rlock over `urls` as Sentinels of the master named `name`.
 fn via(name: &str, urls: &[String]) -> Command {
     let mut cmd = rlock();
+    suite_login_behind_sentinels(&mut cmd);
     cmd.arg("--sentinel").arg(name);
     for url in urls {
         cmd.arg("--url").arg(url);

@@ -2,6 +2,13 @@
 //! them: verbatim, the password aside. With `RLOCK_TEST_ACL` set, every `rlock_at` connects as the
 //! documented user instead of the default one, so that a whole module runs with only the rights
 //! the docs give (`RLOCK_TEST_ACL=history`: the lock and its history; `lock`: the lock only).
+//!
+//! The scale-out set-ups (`RedisCluster`, `Sentinels`, Redlock masters) add, on each of their
+//! servers, the line the page gives for their deployment, and take rlock's scripts away from the
+//! default user there: a test that reached such a server as the default user, not as the
+//! documented one, fails (77) instead of passing with rights the docs do not give.
+
+use std::process::Command;
 
 use crate::server::RedisServer;
 
@@ -42,6 +49,44 @@ pub fn documented_acl(which: AclLine) -> String {
     line.clone()
 }
 
+/// A deployment whose servers need more than the first line: the additions of the ACL section,
+/// in the page's order (after its first two lines), each run after the first line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deployment {
+    /// `--cluster`, on every node: `+cluster|slots +asking`.
+    Cluster,
+    /// The master behind Sentinels (on every server a failover may promote): `+role`.
+    Sentinel,
+    /// `--replicas`: `+wait`.
+    Replicas,
+    /// Several independent masters (Redlock), on every master: `+info`.
+    Redlock,
+}
+
+impl Deployment {
+    /// The documented addition for this deployment, as written. Panics if the page no longer
+    /// gives that right on that line.
+    pub fn addition(self) -> String {
+        let (index, right) = match self {
+            Deployment::Cluster => (2, "+cluster|slots"),
+            Deployment::Sentinel => (3, "+role"),
+            Deployment::Replicas => (4, "+wait"),
+            Deployment::Redlock => (5, "+info"),
+        };
+        let line = documented_acl_lines().swap_remove(index);
+        assert!(
+            line.split_whitespace().any(|w| w == right),
+            "docs/connecting.md's ACL line {index} should add {right} for {self:?}: {line}"
+        );
+        line
+    }
+}
+
+/// What the default user loses on a server of a scale-out deployment under `RLOCK_TEST_ACL`:
+/// the commands rlock runs its scripts with, and nothing the harness, replication, Sentinel or
+/// `redis-cli --cluster` use.
+const DEFAULT_WITHOUT_SCRIPTS: [&str; 5] = ["ACL", "SETUSER", "default", "-eval", "-evalsha"];
+
 /// Runs the documented `line` on `server`, verbatim but for the password.
 pub fn apply_acl_line(server: &RedisServer, line: &str) {
     let line = line.replace(">PASSWORD", &format!(">{ACL_PASSWORD}"));
@@ -59,11 +104,74 @@ pub fn acl_url(server: &RedisServer, user: &str) -> String {
     format!("redis://{user}:{ACL_PASSWORD}@127.0.0.1:{}", server.port())
 }
 
-/// Makes the user `RLOCK_TEST_ACL` asks for on `server`, if any (as the server starts).
-pub fn make_suite_user(server: &RedisServer) {
+/// `redis://127.0.0.1:PORT`, or with `RLOCK_TEST_ACL` the documented user's
+/// `redis://USER:PASSWORD@127.0.0.1:PORT`: how the tests' rlock reaches a server on `port`.
+pub fn suite_url(port: u16) -> String {
+    match suite_acl() {
+        Some(which) => {
+            let line = documented_acl(which);
+            let user = acl_user_of(&line);
+            format!("redis://{user}:{ACL_PASSWORD}@127.0.0.1:{port}")
+        }
+        None => format!("redis://127.0.0.1:{port}"),
+    }
+}
+
+/// With `RLOCK_TEST_ACL`, logs `cmd` (an rlock `--sentinel` run) in to the master as the
+/// documented user, the way docs/connecting.md says (`--user NAME`, the password from
+/// `$RLOCK_PASSWORD`): the Sentinels themselves have no users.
+pub fn suite_login_behind_sentinels(cmd: &mut Command) -> &mut Command {
+    if let Some(which) = suite_acl() {
+        let line = documented_acl(which);
+        cmd.arg("--user")
+            .arg(acl_user_of(&line))
+            .env("RLOCK_PASSWORD", ACL_PASSWORD);
+    }
+    cmd
+}
+
+/// Makes the user `RLOCK_TEST_ACL` asks for on `server`, if any, with the additions of the
+/// `deployments` it belongs to; on a server of any deployment, the default user loses rlock's
+/// scripts (as the server starts, and again after each restart).
+pub fn make_suite_user(server: &RedisServer, deployments: &[Deployment]) {
     if let Some(which) = suite_acl() {
         apply_acl_line(server, &documented_acl(which));
+        for deployment in deployments {
+            apply_acl_line(server, &deployment.addition());
+        }
+        if !deployments.is_empty() {
+            assert_eq!(
+                server.cmd(&DEFAULT_WITHOUT_SCRIPTS),
+                redis::Value::Okay,
+                "{DEFAULT_WITHOUT_SCRIPTS:?}"
+            );
+        }
     }
+}
+
+/// The users `make_suite_user` makes, as `redis-server` arguments: `--user NAME` and the rules of
+/// each line in the order they are run (a server's configuration defines a user once), and the
+/// default user likewise. For a server restarted under a running rlock, which between its start
+/// and an `ACL SETUSER` would refuse the documented user's login (WRONGPASS, 77), never a
+/// deployment's.
+pub fn suite_user_args(deployments: &[Deployment]) -> Vec<String> {
+    let Some(which) = suite_acl() else {
+        return Vec::new();
+    };
+    let first = documented_acl(which).replace(">PASSWORD", &format!(">{ACL_PASSWORD}"));
+    let user = acl_user_of(&first).to_string();
+    let mut args: Vec<String> = vec!["--user".into()];
+    args.extend(first.split_whitespace().skip(2).map(String::from));
+    for deployment in deployments {
+        let addition = deployment.addition();
+        assert_eq!(acl_user_of(&addition), user, "{addition}");
+        args.extend(addition.split_whitespace().skip(3).map(String::from));
+    }
+    if !deployments.is_empty() {
+        args.extend(["--user", "default", "on", "nopass", "~*", "&*", "+@all"].map(String::from));
+        args.extend(DEFAULT_WITHOUT_SCRIPTS[3..].iter().map(|r| r.to_string()));
+    }
+    args
 }
 
 /// The line `RLOCK_TEST_ACL` asks every test to connect with, if any.

@@ -61,16 +61,7 @@ pub fn rlock() -> Command {
 /// the documented ACL user (which `RedisServer` makes as it starts).
 pub fn rlock_at(server: &RedisServer) -> Command {
     let mut cmd = rlock();
-    match crate::acl::suite_acl() {
-        Some(which) => {
-            let line = crate::acl::documented_acl(which);
-            let user = crate::acl::acl_user_of(&line);
-            cmd.arg("--url").arg(crate::acl::acl_url(server, user));
-        }
-        None => {
-            cmd.arg("--url").arg(server.url());
-        }
-    }
+    cmd.arg("--url").arg(crate::acl::suite_url(server.port()));
     cmd
 }
 

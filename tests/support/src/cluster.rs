@@ -3,6 +3,7 @@
 use std::process::Command;
 use std::time::Duration;
 
+use crate::acl::Deployment;
 use crate::binary::run;
 use crate::cli::redis_cli_bin;
 use crate::proxy::{Mode, Proxy};
@@ -82,7 +83,8 @@ impl RedisCluster {
                     args.extend(["--cluster-port".to_string(), bus.to_string()]);
                 }
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let node = RedisServer::start_with(&args);
+                let mut node = RedisServer::start_with(&args);
+                node.join(Deployment::Cluster);
                 let bus = named_bus.unwrap_or(node.port() + 10000);
                 if behind_proxies {
                     let (client, bus) = (Proxy::start(node.port()), Proxy::start(bus));
@@ -196,10 +198,10 @@ impl RedisCluster {
     }
 
     /// `redis://127.0.0.1:PORT` of every node (of its proxy, behind proxies), the seed list for
-    /// `rlock --cluster`.
+    /// `rlock --cluster`; with `RLOCK_TEST_ACL`, as the documented user (`acl::suite_url`).
     pub fn urls(&self) -> Vec<String> {
         (0..self.nodes.len())
-            .map(|i| format!("redis://127.0.0.1:{}", self.client_port(i)))
+            .map(|i| crate::acl::suite_url(self.client_port(i)))
             .collect()
     }
 

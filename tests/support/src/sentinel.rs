@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 
+use crate::acl::Deployment;
 use crate::cli::info_on;
 use crate::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
 use crate::proxy::{Mode, Proxy};
@@ -122,9 +123,11 @@ impl Sentinels {
     /// working link) and the two other Sentinels, so a failover can be voted on.
     pub fn start(name: &str) -> Self {
         let heavy = crate::heavy();
-        let master = RedisServer::start();
-        let replica =
+        let mut master = RedisServer::start();
+        master.join(Deployment::Sentinel);
+        let mut replica =
             RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+        replica.join(Deployment::Sentinel);
         let sentinels = (0..3)
             .map(|_| SentinelProcess::start(name, master.port()))
             .collect();
@@ -146,7 +149,10 @@ impl Sentinels {
     /// `proxy(i).set_for(pids, …)`.
     pub fn start_behind_proxies(name: &str) -> Self {
         let heavy = crate::heavy();
-        let servers = [RedisServer::start(), RedisServer::start()];
+        let mut servers = [RedisServer::start(), RedisServer::start()];
+        for server in &mut servers {
+            server.join(Deployment::Sentinel);
+        }
         let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
         for (server, proxy) in servers.iter().zip(&proxies) {
             server.cmd(&["CONFIG", "SET", "replica-announce-ip", "127.0.0.1"]);

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 
+use crate::acl::Deployment;
 use crate::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
 use crate::spawn::{
     base_args, connect, free_port, kill_and_reap, proc_state, spawn_redis, wait_ready,
@@ -25,6 +26,8 @@ pub struct RedisServer {
     port: u16,
     extra: Vec<String>,
     password: Option<String>,
+    /// The scale-out deployments this server is part of (`join`).
+    deployments: Vec<Deployment>,
     dir: tempfile::TempDir,
 }
 
@@ -63,9 +66,10 @@ impl RedisServer {
                         port,
                         extra,
                         password,
+                        deployments: Vec::new(),
                         dir,
                     };
-                    crate::acl::make_suite_user(&server);
+                    crate::acl::make_suite_user(&server, &[]);
                     return server;
                 }
                 Err(e) => {
@@ -79,6 +83,18 @@ impl RedisServer {
             failures.join("\n  "),
             read_logs(dir.path())
         );
+    }
+
+    /// Makes this server part of `deployment`. With `RLOCK_TEST_ACL`, the documented user gets
+    /// the rights docs/connecting.md adds for it, and the default user may no longer run rlock's
+    /// scripts, so a test that reached this server as the default user fails; both again after
+    /// every `restart`. Without it, nothing changes.
+    pub fn join(&mut self, deployment: Deployment) -> &mut Self {
+        if !self.deployments.contains(&deployment) {
+            self.deployments.push(deployment);
+            crate::acl::make_suite_user(self, &self.deployments);
+        }
+        self
     }
 
     pub fn port(&self) -> u16 {
@@ -133,19 +149,20 @@ impl RedisServer {
     }
 
     /// Starts the server again on the same port with the same arguments (killing it first if it
-    /// still runs). Nothing persists, so it comes back empty. Returns once it answers PING.
+    /// still runs). Nothing persists, so it comes back empty, but for the users of
+    /// `RLOCK_TEST_ACL`, which it has from its first reply. Returns once it answers PING.
     pub fn restart(&mut self) {
         self.kill9();
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut args = base_args(self.port, self.dir.path());
         args.extend(self.extra.iter().cloned());
+        args.extend(crate::acl::suite_user_args(&self.deployments));
         loop {
             let mut child = spawn_redis(&args, self.dir.path());
             match wait_ready(&mut child, self.port, self.password.as_deref(), deadline) {
                 Ok(()) => {
                     self.pid = child.id() as i32;
                     self.child = Some(child);
-                    crate::acl::make_suite_user(self);
                     return;
                 }
                 Err(e) => {

@@ -3,6 +3,7 @@
 //! running and releasing as before.
 
 use super::*;
+use crate::common::acl::Deployment;
 
 /// Runs docs/connecting.md's `line` on `server` as written, the password aside (SECRET).
 fn apply_documented(server: &RedisServer, line: &str) {
@@ -43,8 +44,7 @@ fn acl_every_documented_line_is_a_working_user() {
     }
     // The additions, each after the first line, on the deployment it is for.
     let cluster = RedisCluster::start();
-    let addition = &lines[2];
-    assert!(addition.contains("+cluster|slots"), "{addition}");
+    let addition = &Deployment::Cluster.addition();
     for node in cluster.nodes() {
         apply_documented(node, &documented_acl(AclLine::History));
         apply_documented(node, addition);
@@ -57,8 +57,7 @@ fn acl_every_documented_line_is_a_working_user() {
         assert_eq!(acl_denials(node, "locker"), Vec::<String>::new());
     }
     // --replicas, against a real replica.
-    let addition = &lines[4];
-    assert!(addition.contains("+wait"), "{addition}");
+    let addition = &Deployment::Replicas.addition();
     let master = RedisServer::start();
     let _replica = super::replicas::replica_of(&master);
     apply_documented(&master, &documented_acl(AclLine::History));
@@ -68,8 +67,7 @@ fn acl_every_documented_line_is_a_working_user() {
     assert_eq!(out.code, 0, "{addition}: {out}");
     assert_eq!(acl_denials(&master, "locker"), Vec::<String>::new());
     // Redlock: three masters, each with the first line and the addition.
-    let addition = &lines[5];
-    assert!(addition.contains("+info"), "{addition}");
+    let addition = &Deployment::Redlock.addition();
     let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     for m in &masters {
         apply_documented(m, &documented_acl(AclLine::History));
@@ -86,16 +84,31 @@ fn acl_every_documented_line_is_a_working_user() {
     for m in &masters {
         assert_eq!(acl_denials(m, "locker"), Vec::<String>::new(), "{addition}");
     }
-    // Behind Sentinels: the right to ask the master its role (ACL DRYRUN: Redis 7).
-    let addition = &lines[3];
-    assert!(addition.contains("+role"), "{addition}");
-    let server = RedisServer::start();
-    apply_documented(&server, &documented_acl(AclLine::History));
-    apply_documented(&server, addition);
-    if crate::common::redis_version().0 >= 7 {
+    // Behind Sentinels, on both servers (a failover promotes the replica): the right to ask the
+    // master its role. The Sentinels have no users; the master's login is --user and the password.
+    let addition = &Deployment::Sentinel.addition();
+    let set = Sentinels::start("locks");
+    for i in 0..2 {
+        apply_documented(set.server(i), &documented_acl(AclLine::History));
+        apply_documented(set.server(i), addition);
+        // What locks is the user: the default one may not run rlock's scripts here.
+        set.server(i)
+            .cmd(&["ACL", "SETUSER", "default", "-eval", "-evalsha"]);
+    }
+    let mut behind = rlock();
+    behind
+        .args(["--sentinel", set.name(), "--user", "locker"])
+        .env("RLOCK_PASSWORD", SECRET);
+    for url in set.urls() {
+        behind.arg("--url").arg(url);
+    }
+    let out = run(behind.args(["exec", "-k", KEY, "--", "true"]));
+    assert_eq!(out.code, 0, "{addition}: {out}");
+    assert!(!set.server(0).exists(LOCK), "{addition}: released");
+    for i in 0..2 {
         assert_eq!(
-            server.cmd(&["ACL", "DRYRUN", "locker", "ROLE"]),
-            redis::Value::Okay,
+            acl_denials(set.server(i), "locker"),
+            Vec::<String>::new(),
             "{addition}"
         );
     }
