@@ -330,3 +330,21 @@ fn the_fault_model_in_the_docs_names_these_tests() {
         }
     }
 }
+
+/// One seed is one run: the same events in the same order, whatever the machine's threads do
+/// (a Redlock fans out to a thread per master).
+#[test]
+fn a_seed_replays_exactly() {
+    for setup in [
+        Setup::new(Mode::Single, Sharing::Exclusive),
+        Setup::new(Mode::Redlock(3), Sharing::Exclusive),
+    ] {
+        let (a, b) = (run(&setup, 7), run(&setup, 7));
+        assert!(a.grants > 0, "{}", a.report());
+        assert_eq!(
+            (a.steps, a.simulated, a.grants),
+            (b.steps, b.simulated, b.grants)
+        );
+        assert_eq!(a.trace, b.trace);
+    }
+}
