@@ -32,7 +32,7 @@ pub struct Plan {
     pub join: bool,
     /// How long a round waits for the lock at most.
     pub max_wait: Duration,
-    /// Gaps between rounds and command lengths, drawn by the world's seed.
+    /// A bug planted in the client's code (on every thread it runs on).
     pub plant: Option<Bug>,
 }
 
@@ -206,7 +206,8 @@ fn hold(
     drop(stop);
     sim.lock().poke(renewer.0);
     sim.join(me(), renewer.0);
-    let _ = renewer.1;
+    // (Its OS thread has nothing left to do once the simulation says it ended.)
+    drop(renewer.1);
     let released = locker.release(&grant.key, &grant.token);
     sim.lock()
         .note(format!("c{c} release of {}: {released:?}", grant.token));

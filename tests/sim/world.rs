@@ -352,7 +352,7 @@ impl World {
         Some(d + link.extra)
     }
 
-    /// A new thread for `client`, ready now (or at `start`).
+    /// A new thread for `client` (a job of `parent`'s fan-out, if any); not yet ready.
     pub fn new_thread(&mut self, client: usize, parent: Option<usize>) -> usize {
         self.threads.push(Thread {
             client,
@@ -910,8 +910,8 @@ impl Sim {
         drop(self.park(w, me));
     }
 
-    /// Runs the world until `until` (true time) or until nothing is left to do; then ends
-    /// every thread. Whether anything was left when it stopped.
+    /// Runs the world until `until` (true time), until nothing is left to do or until an
+    /// invariant breaks; then lets every thread run to its end (each wait returns at once).
     pub fn run(&self, until: Micros) {
         let mut w = self.lock();
         loop {
