@@ -69,16 +69,25 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
             true => key.channel.clone(),
             false => format!("{}:{token}", key.channel),
         };
+        // As wait.rs: a try takes a place in line only once its client listens for its wake-up;
+        // the first busy answer subscribes, and the next try follows at once.
+        let mut listening = false;
         loop {
             if sim.lock().shutdown {
                 return;
             }
             let left = give_up.saturating_duration_since(clock.now_instant());
-            let answer = locker.attempt(&req, plan.join, Some(left));
+            let answer = locker.attempt(&req, plan.join && listening, Some(left));
             let pause = match answer {
                 Ok(Attempt::Granted(grant)) => {
+                    listen(&sim, plan.nodes, c, &channel, false);
                     hold(&sim, &locker, &clock, &plan, lease, grant);
                     break;
+                }
+                Ok(Attempt::Busy { .. } | Attempt::Queued { .. }) if !listening => {
+                    listening = true;
+                    listen(&sim, plan.nodes, c, &channel, true);
+                    continue;
                 }
                 Ok(Attempt::Busy { pttl, .. }) => match pttl {
                     p if p >= 0 => Duration::from_millis(p as u64 + 1),
@@ -88,6 +97,7 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
                 Err(e) => {
                     sim.lock().note(format!("c{c} {token}: {e:?}"));
                     if !e.is_transient() {
+                        listen(&sim, plan.nodes, c, &channel, false);
                         break;
                     }
                     lease.retry_every()
@@ -96,13 +106,14 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
             let jitter = Duration::from_micros(sim.lock().rng.range(0, 5_000));
             let until = (clock.now_instant() + pause + jitter).min(give_up);
             if clock.now_instant() >= give_up {
+                listen(&sim, plan.nodes, c, &channel, false);
                 let _ = locker.leave(&key, &token);
                 sim.lock().note(format!("c{c} {token}: gave up waiting"));
                 break;
             }
+            // (A server restarted meanwhile lost the subscription: subscribe again.)
             listen(&sim, plan.nodes, c, &channel, true);
             clock.sleep(until);
-            listen(&sim, plan.nodes, c, &channel, false);
         }
     }
 }
@@ -139,6 +150,9 @@ fn hold(
     let first = clock.true_of(crate::lock::deadline(grant.sent, lease.ttl));
     let holder = {
         let mut w = sim.lock();
+        if w.shutdown {
+            return;
+        }
         let now = w.now;
         let shared = plan.sharing == Sharing::Shared;
         let sent = clock.true_of(grant.sent);
@@ -204,10 +218,8 @@ fn hold(
         w.note(format!("c{c} command of {} ended", grant.token));
     }
     drop(stop);
-    sim.lock().poke(renewer.0);
-    sim.join(me(), renewer.0);
-    // (Its OS thread has nothing left to do once the simulation says it ended.)
-    drop(renewer.1);
+    sim.lock().poke(renewer);
+    sim.join(me(), renewer);
     let released = locker.release(&grant.key, &grant.token);
     sim.lock()
         .note(format!("c{c} release of {}: {released:?}", grant.token));

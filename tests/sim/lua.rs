@@ -161,7 +161,8 @@ fn json_encode(v: &Value, out: &mut String) -> mlua::Result<()> {
     match v {
         Value::Nil => out.push_str("null"),
         Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Integer(i) => out.push_str(&i.to_string()),
+        // (mlua hands Lua 5.1's whole numbers over as integers: cjson writes them as any.)
+        Value::Integer(i) => out.push_str(&g14(*i as f64)),
         Value::Number(n) => out.push_str(&g14(*n)),
         Value::String(s) => out.push_str(&serde_json::to_string(&text(s)).expect("a string")),
         Value::Table(t) => {
@@ -355,6 +356,24 @@ fn error_text(e: &mlua::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cjson_writes_numbers_as_redis_does() {
+        let mut lua = Scripting::new();
+        let exec = Exec {
+            store: Store::default(),
+            env: Env {
+                now_us: 0,
+                listeners: BTreeMap::new(),
+                published: Vec::new(),
+                info_server: String::new(),
+                info_replication: String::new(),
+            },
+        };
+        let source = "return cjson.encode({1780000000123456, 30000, 0.5})";
+        let (reply, _) = lua.eval("x", source, &[], &[], exec);
+        assert_eq!(reply, Resp::Bulk("[1.7800000001235e+15,30000,0.5]".into()));
+    }
 
     #[test]
     fn numbers_are_written_as_redis_writes_them() {

@@ -238,7 +238,6 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
 
     let sim = Arc::new(Sim::new(world));
     let origin = Instant::now();
-    let mut handles = Vec::new();
     for c in 0..setup.clients {
         let rate = sim.lock().clients[c].rate;
         let clock = Arc::new(SimClock {
@@ -273,19 +272,13 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
             plant: setup.bug,
         };
         let s = sim.clone();
-        handles.push(
-            spawn(&sim, c, setup.bug, move || {
-                client::run(s, locker, clock, plan)
-            })
-            .1,
-        );
+        spawn(&sim, c, setup.bug, move || {
+            client::run(s, locker, clock, plan)
+        });
     }
     // Long enough for every round, however the faults delay it.
-    sim.run(length * 4 + 60_000_000);
-    for h in handles {
-        let _ = h.join();
-    }
-    let all_left = sim.all_done();
+    let all_left = sim.run(length * 4 + 60_000_000);
+    sim.join_all();
     let mut w = sim.lock();
     if w.check.violation.is_none() && all_left {
         // Every client has left: once every lease and record could have expired, nothing but

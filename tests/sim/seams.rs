@@ -111,7 +111,12 @@ impl SimClock {
         if w.shutdown || self.at(w.now) >= until {
             return;
         }
-        let t = self.true_of(until);
+        // The first true instant at which the client reads `until` or later (rounding must not
+        // leave it a nanosecond short, or the wait would never end).
+        let mut t = self.true_of(until);
+        while self.at(t) < until {
+            t += 1;
+        }
         w.timer(me, t);
         drop(self.sim.park(w, me));
     }
@@ -151,9 +156,9 @@ impl Clock for SimClock {
                 s.spawn(move || {
                     set_me(id);
                     planted::plant(plant);
+                    let _ends = Ending(sim, id);
                     drop(sim.wait_go(sim.lock(), id));
                     job();
-                    sim.exit(id);
                 });
             }
             sim.fan_out_wait(me);
@@ -161,30 +166,46 @@ impl Clock for SimClock {
     }
 }
 
-/// Starts `f` on a new simulation thread of client `client`, ready to run at once.
+/// Ends a simulation thread when it returns or panics: the scheduler must never wait on a
+/// thread that is gone, and a panic is a failure of the run, not a hang.
+struct Ending<'a>(&'a Sim, usize);
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut w = self.0.lock();
+            w.violation(format!("thread {} panicked", self.1));
+        }
+        self.0.exit(self.1);
+    }
+}
+
+/// Starts `f` on a new simulation thread of client `client`, ready to run at once; the world
+/// keeps its handle, to join it once the run is over.
 pub fn spawn(
     sim: &Arc<Sim>,
     client: usize,
     plant: Option<Bug>,
     f: impl FnOnce() + Send + 'static,
-) -> (usize, std::thread::JoinHandle<()>) {
+) -> usize {
     let id = {
         let mut w = sim.lock();
         let id = w.new_thread(client, None);
         w.ready(id);
         id
     };
-    let sim = sim.clone();
+    let sim2 = sim.clone();
     let handle = std::thread::Builder::new()
         .name(format!("sim-c{client}-t{id}"))
         .stack_size(256 * 1024)
         .spawn(move || {
             set_me(id);
             planted::plant(plant);
-            drop(sim.wait_go(sim.lock(), id));
+            let _ends = Ending(&sim2, id);
+            drop(sim2.wait_go(sim2.lock(), id));
             f();
-            sim.exit(id);
         })
         .expect("a thread");
-    (id, handle)
+    sim.keep(handle);
+    id
 }

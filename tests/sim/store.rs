@@ -104,7 +104,7 @@ impl Store {
         let gone: Vec<String> = self
             .expires
             .iter()
-            .filter(|(_, at)| **at <= now_ms)
+            .filter(|(_, at)| **at < now_ms)
             .map(|(k, _)| k.clone())
             .collect();
         for key in gone {
@@ -119,7 +119,8 @@ impl Store {
 
     /// The key's value, unless it has expired by `now_ms` (it is then dropped).
     fn live(&mut self, key: &str, now_ms: i64) -> Option<&mut Data> {
-        if self.expires.get(key).is_some_and(|at| *at <= now_ms) {
+        // Redis: a key is gone once now is past its expiry.
+        if self.expires.get(key).is_some_and(|at| *at < now_ms) {
             self.remove(key);
         }
         self.data.get_mut(key)

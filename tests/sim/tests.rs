@@ -205,7 +205,15 @@ fn planted_a_release_without_the_owner_check_is_found() {
         script_bug: Some(plant),
         ..Setup::new(Mode::Single, Sharing::Exclusive)
     });
-    assert!(outcome.violation.is_some());
+    assert!(
+        outcome
+            .violation
+            .as_deref()
+            .unwrap_or_default()
+            .contains("two holders"),
+        "{}",
+        outcome.report()
+    );
 }
 
 #[test]
@@ -222,7 +230,15 @@ fn planted_a_renewal_without_the_token_check_is_found() {
         script_bug: Some(plant),
         ..Setup::new(Mode::Single, Sharing::Exclusive)
     });
-    assert!(outcome.violation.is_some());
+    assert!(
+        outcome
+            .violation
+            .as_deref()
+            .unwrap_or_default()
+            .contains("renewed a lock deleted behind its back"),
+        "{}",
+        outcome.report()
+    );
 }
 
 #[test]
@@ -231,7 +247,15 @@ fn planted_a_deadline_without_the_drift_allowance_is_found() {
         bug: Some(Bug::NoDrift),
         ..Setup::new(Mode::Single, Sharing::Exclusive)
     });
-    assert!(outcome.violation.is_some());
+    assert!(
+        outcome
+            .violation
+            .as_deref()
+            .unwrap_or_default()
+            .contains("two holders"),
+        "{}",
+        outcome.report()
+    );
 }
 
 #[test]
@@ -250,7 +274,15 @@ fn planted_a_give_back_without_its_try_number_is_found() {
         script_bug: Some(plant),
         ..Setup::new(Mode::Single, Sharing::Exclusive)
     });
-    assert!(outcome.violation.is_some());
+    assert!(
+        outcome
+            .violation
+            .as_deref()
+            .unwrap_or_default()
+            .contains("two holders"),
+        "{}",
+        outcome.report()
+    );
 }
 
 #[test]
@@ -259,7 +291,15 @@ fn planted_a_redlock_count_that_counts_one_server_twice_is_found() {
         bug: Some(Bug::CountTwice),
         ..Setup::new(Mode::TwoNamesOneServer, Sharing::Exclusive)
     });
-    assert!(outcome.violation.is_some());
+    assert!(
+        outcome
+            .violation
+            .as_deref()
+            .unwrap_or_default()
+            .contains("two holders"),
+        "{}",
+        outcome.report()
+    );
 }
 
 /// Seeds that once broke an invariant, each with what it found; every one must hold now.

@@ -112,8 +112,8 @@ pub struct Server {
     /// Increases at every restart: connections from before are gone.
     pub generation: u64,
     pub run_id: String,
-    /// When it last started (true time).
-    pub started: Micros,
+    /// When it last started (true time; before the run began, at first).
+    pub started: i64,
     /// Its wall clock: microseconds at true time 0, and its rate.
     pub epoch_us: i64,
     pub rate: f64,
@@ -143,7 +143,7 @@ impl Server {
             backlog: Vec::new(),
             generation: 0,
             run_id: format!("{run:040x}"),
-            started: 0,
+            started: -3_600_000_000,
             epoch_us,
             rate,
             master: None,
@@ -270,6 +270,8 @@ pub struct World {
 pub struct Sim {
     world: Mutex<World>,
     cv: Condvar,
+    /// The threads' handles, joined once the run is over.
+    handles: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 thread_local! {
@@ -316,7 +318,11 @@ impl World {
     }
 
     /// Notes a line in the trace (the last few hundred are kept).
+    /// Nothing is noted once the run is over: the threads then end side by side, in any order.
     pub fn note(&mut self, line: impl AsRef<str>) {
+        if self.shutdown {
+            return;
+        }
         if self.trace.len() == TRACE_LINES {
             self.trace.pop_front();
         }
@@ -460,7 +466,10 @@ impl World {
             if self.rng.chance(self.weather.duplicate)
                 && let Some(d2) = self.delay(client, server)
             {
-                self.at(at + d2, Kind::Deliver { req, copy: true });
+                // Replayed on the same connection, in its order.
+                let again = (at + d2).max(self.conns[conn].last_deliver);
+                self.conns[conn].last_deliver = again;
+                self.at(again, Kind::Deliver { req, copy: true });
             }
         }
         self.at(self.now + timeout, Kind::Timeout { req });
@@ -572,7 +581,7 @@ impl World {
         let s = &mut self.servers[server];
         s.up = true;
         s.run_id = format!("{run:040x}");
-        s.started = now;
+        s.started = now as i64;
         s.scripting = Scripting::new();
         if !keep {
             s.store = Store::default();
@@ -581,7 +590,7 @@ impl World {
 
     fn info(&self, server: usize) -> (String, String) {
         let s = &self.servers[server];
-        let uptime = (self.now - s.started) / 1_000_000;
+        let uptime = (self.now as i64 - s.started) / 1_000_000;
         let info_server = format!(
             "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nrun_id:{}\r\nuptime_in_seconds:{uptime}\r\n",
             s.run_id
@@ -776,6 +785,9 @@ impl World {
 
     /// Records a broken invariant (the first one ends the run).
     pub fn violation(&mut self, what: String) {
+        if self.shutdown {
+            return;
+        }
         self.note(format!("VIOLATION: {what}"));
         if self.check.violation.is_none() {
             self.check.violation = Some(what);
@@ -835,6 +847,7 @@ impl Sim {
         Sim {
             world: Mutex::new(world),
             cv: Condvar::new(),
+            handles: Mutex::new(Vec::new()),
         }
     }
 
@@ -912,7 +925,8 @@ impl Sim {
 
     /// Runs the world until `until` (true time), until nothing is left to do or until an
     /// invariant breaks; then lets every thread run to its end (each wait returns at once).
-    pub fn run(&self, until: Micros) {
+    /// Whether every thread had ended by itself.
+    pub fn run(&self, until: Micros) -> bool {
         let mut w = self.lock();
         loop {
             while w.running.is_some() {
@@ -945,15 +959,32 @@ impl Sim {
             w.steps += 1;
             w.handle(event.kind);
         }
+        let all_ended = w.threads.iter().all(|t| t.done);
         w.shutdown = true;
         for t in &w.threads {
             t.cv.notify_all();
         }
+        all_ended
     }
 
-    /// Whether every thread has ended.
-    pub fn all_done(&self) -> bool {
-        let w = self.lock();
-        w.threads.iter().all(|t| t.done)
+    /// Keeps a thread's handle, to join it once the run is over.
+    pub fn keep(&self, handle: std::thread::JoinHandle<()>) {
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(handle);
+    }
+
+    /// Joins every thread (and those they start meanwhile).
+    pub fn join_all(&self) {
+        loop {
+            let next = self.handles.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            match next {
+                Some(h) => {
+                    let _ = h.join();
+                }
+                None => return,
+            }
+        }
     }
 }
