@@ -116,6 +116,12 @@ pub fn apply(w: &mut World, f: Fault) {
     }
 }
 
+/// Server `server` crashes at `t` and starts again `down` later, with its data or empty.
+fn crash(w: &mut World, server: usize, t: Micros, down: Micros, keep: bool) {
+    w.at(t, Kind::Fault(Fault::Crash(server)));
+    w.at(t + down, Kind::Fault(Fault::Restart { server, keep }));
+}
+
 /// Plans the faults of one run of `length` over `servers` servers and `clients` clients, as
 /// `model` allows; `ttl` scales how long each lasts.
 pub fn plan(w: &mut World, model: Model, length: Micros, ttl: Micros) {
@@ -137,25 +143,11 @@ pub fn plan(w: &mut World, model: Model, length: Micros, ttl: Micros) {
                 empties += 1;
                 last_empty = Some(t);
                 let down = w.rng.range(1_000, ttl / 2);
-                w.at(t, Kind::Fault(Fault::Crash(s)));
-                w.at(
-                    t + down,
-                    Kind::Fault(Fault::Restart {
-                        server: s,
-                        keep: false,
-                    }),
-                );
+                crash(w, s, t, down, false);
             }
             2 if model.restarts => {
                 let down = w.rng.range(1_000, ttl);
-                w.at(t, Kind::Fault(Fault::Crash(s)));
-                w.at(
-                    t + down,
-                    Kind::Fault(Fault::Restart {
-                        server: s,
-                        keep: true,
-                    }),
-                );
+                crash(w, s, t, down, true);
             }
             3 if model.failovers => {
                 let master = w.nodes[0];

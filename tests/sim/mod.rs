@@ -132,19 +132,21 @@ pub fn model_of(mode: Mode) -> Model {
 /// Redlock's other fault model: masters restarted empty one at a time (never two within three
 /// TTLs), while every master the holder's grant reached stays reachable (no frozen or cut
 /// master, no lost message, no delay near the timeout); clients may pause.
-pub fn empty_restarts() -> (Model, Weather) {
-    let model = Model {
-        empty_restarts: 3,
-        pauses: true,
-        ..Model::default()
-    };
-    let weather = Weather {
-        spike: 0,
-        spike_chance: 0.0,
-        loss: 0.0,
-        ..weather()
-    };
-    (model, weather)
+pub fn with_empty_restarts(mode: Mode) -> Setup {
+    Setup {
+        model: Model {
+            empty_restarts: 3,
+            pauses: true,
+            ..Model::default()
+        },
+        weather: Weather {
+            spike: 0,
+            spike_chance: 0.0,
+            loss: 0.0,
+            ..weather()
+        },
+        ..Setup::new(mode, Sharing::Exclusive)
+    }
 }
 
 /// The weather of every run: sub-millisecond delays, now and then a spike, some loss.

@@ -65,6 +65,13 @@ fn found(setup: Setup) -> Box<Outcome> {
     }
 }
 
+/// As `found`, and the violation found is `what`.
+fn finds(setup: Setup, what: &str) {
+    let outcome = found(setup);
+    let v = outcome.violation.as_deref().unwrap_or_default();
+    assert!(v.contains(what), "not {what:?}: {}", outcome.report());
+}
+
 #[test]
 fn one_redis_holds_every_invariant() {
     holds(Setup::new(Mode::Single, Sharing::Exclusive));
@@ -114,22 +121,12 @@ fn two_names_of_one_server_are_refused() {
 
 #[test]
 fn redlock_of_three_survives_empty_restarts_one_at_a_time() {
-    let (model, weather) = empty_restarts();
-    holds(Setup {
-        model,
-        weather,
-        ..Setup::new(Mode::Redlock(3), Sharing::Exclusive)
-    });
+    holds(with_empty_restarts(Mode::Redlock(3)));
 }
 
 #[test]
 fn redlock_of_five_survives_empty_restarts_one_at_a_time() {
-    let (model, weather) = empty_restarts();
-    holds(Setup {
-        model,
-        weather,
-        ..Setup::new(Mode::Redlock(5), Sharing::Exclusive)
-    });
+    holds(with_empty_restarts(Mode::Redlock(5)));
 }
 
 // Outside the fault model (docs/safety.md): the simulation shows each unsafe, with its seed.
@@ -154,26 +151,15 @@ fn outside_redlock_an_empty_restart_beside_unreachable_holders_makes_two_holders
 fn outside_one_redis_restarted_empty_makes_two_holders() {
     let mut setup = Setup::new(Mode::Single, Sharing::Exclusive);
     setup.model.empty_restarts = 3;
-    let outcome = found(setup);
-    assert!(
-        outcome
-            .violation
-            .as_deref()
-            .unwrap_or_default()
-            .starts_with("two holders")
-    );
+    finds(setup, "two holders");
 }
 
 /// A failover to a replica that missed the grant, without --replicas.
 #[test]
 fn outside_a_failover_without_replicas_makes_two_holders() {
-    let outcome = found(Setup::new(Mode::Unreplicated, Sharing::Exclusive));
-    assert!(
-        outcome
-            .violation
-            .as_deref()
-            .unwrap_or_default()
-            .starts_with("two holders")
+    finds(
+        Setup::new(Mode::Unreplicated, Sharing::Exclusive),
+        "two holders",
     );
 }
 
@@ -201,18 +187,12 @@ fn planted_a_release_without_the_owner_check_is_found() {
             "local current = redis.call(\"GET\", lock)\nif current then",
         );
     }
-    let outcome = found(Setup {
-        script_bug: Some(plant),
-        ..Setup::new(Mode::Single, Sharing::Exclusive)
-    });
-    assert!(
-        outcome
-            .violation
-            .as_deref()
-            .unwrap_or_default()
-            .contains("two holders"),
-        "{}",
-        outcome.report()
+    finds(
+        Setup {
+            script_bug: Some(plant),
+            ..Setup::new(Mode::Single, Sharing::Exclusive)
+        },
+        "two holders",
     );
 }
 
@@ -226,35 +206,23 @@ fn planted_a_renewal_without_the_token_check_is_found() {
             "local current = redis.call(\"GET\", lock)\nif not current then",
         );
     }
-    let outcome = found(Setup {
-        script_bug: Some(plant),
-        ..Setup::new(Mode::Single, Sharing::Exclusive)
-    });
-    assert!(
-        outcome
-            .violation
-            .as_deref()
-            .unwrap_or_default()
-            .contains("renewed a lock deleted behind its back"),
-        "{}",
-        outcome.report()
+    finds(
+        Setup {
+            script_bug: Some(plant),
+            ..Setup::new(Mode::Single, Sharing::Exclusive)
+        },
+        "renewed a lock deleted behind its back",
     );
 }
 
 #[test]
 fn planted_a_deadline_without_the_drift_allowance_is_found() {
-    let outcome = found(Setup {
-        bug: Some(Bug::NoDrift),
-        ..Setup::new(Mode::Single, Sharing::Exclusive)
-    });
-    assert!(
-        outcome
-            .violation
-            .as_deref()
-            .unwrap_or_default()
-            .contains("two holders"),
-        "{}",
-        outcome.report()
+    finds(
+        Setup {
+            bug: Some(Bug::NoDrift),
+            ..Setup::new(Mode::Single, Sharing::Exclusive)
+        },
+        "two holders",
     );
 }
 
@@ -270,35 +238,23 @@ fn planted_a_give_back_without_its_try_number_is_found() {
             call.args.drain(at..at + 2);
         }
     }
-    let outcome = found(Setup {
-        script_bug: Some(plant),
-        ..Setup::new(Mode::Single, Sharing::Exclusive)
-    });
-    assert!(
-        outcome
-            .violation
-            .as_deref()
-            .unwrap_or_default()
-            .contains("two holders"),
-        "{}",
-        outcome.report()
+    finds(
+        Setup {
+            script_bug: Some(plant),
+            ..Setup::new(Mode::Single, Sharing::Exclusive)
+        },
+        "two holders",
     );
 }
 
 #[test]
 fn planted_a_redlock_count_that_counts_one_server_twice_is_found() {
-    let outcome = found(Setup {
-        bug: Some(Bug::CountTwice),
-        ..Setup::new(Mode::TwoNamesOneServer, Sharing::Exclusive)
-    });
-    assert!(
-        outcome
-            .violation
-            .as_deref()
-            .unwrap_or_default()
-            .contains("two holders"),
-        "{}",
-        outcome.report()
+    finds(
+        Setup {
+            bug: Some(Bug::CountTwice),
+            ..Setup::new(Mode::TwoNamesOneServer, Sharing::Exclusive)
+        },
+        "two holders",
     );
 }
 
