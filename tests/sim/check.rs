@@ -6,8 +6,9 @@
 //! rlock last knew of (the guardian's SIGKILL), whichever comes first. A command that ignores
 //! SIGTERM runs to that deadline, so the deadline is what counts.
 
+use super::net::Call;
 use super::store::{Data, Resp, Store};
-use super::world::{Call, Micros};
+use super::world::Micros;
 
 /// What the lock allows at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

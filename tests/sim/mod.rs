@@ -19,6 +19,7 @@ mod check;
 mod client;
 mod faults;
 mod lua;
+mod net;
 mod seams;
 mod store;
 mod world;
@@ -35,8 +36,9 @@ use crate::lock::{Locker, Sharing};
 
 use check::{Allows, Checker};
 use faults::Model;
+use net::Server;
 use seams::{SimClock, SimNode, spawn};
-use world::{Micros, Server, Sim, Weather, World};
+use world::{Micros, Sim, Weather, World};
 
 /// The deployment a run simulates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +72,7 @@ pub struct Setup {
     /// A bug planted in the client's code.
     pub bug: Option<Bug>,
     /// A bug planted in the scripts (their text on the way to the servers).
-    pub script_bug: Option<fn(&mut world::Call)>,
+    pub script_bug: Option<fn(&mut net::Call)>,
 }
 
 /// How a run ended.

@@ -10,7 +10,8 @@ use crate::backend::{Fault, Node, NodeError, Script, Subscriber};
 use crate::clock::{Clock, Job};
 use crate::lock::planted::{self, Bug};
 
-use super::world::{Call, Micros, Sim, me, node_error, set_me};
+use super::net::{Call, node_error};
+use super::world::{Micros, Sim, me, set_me};
 
 /// One node of a deployment, as one client names it.
 pub struct SimNode {

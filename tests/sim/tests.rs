@@ -167,7 +167,7 @@ fn outside_a_failover_without_replicas_makes_two_holders() {
 
 /// Replaces `from` with `to` in the script `name`, which must contain it (so that a change of
 /// the script that moves the line fails here, not silently).
-fn replace(call: &mut world::Call, name: &str, from: &str, to: &str) {
+fn replace(call: &mut net::Call, name: &str, from: &str, to: &str) {
     if call.name == name {
         assert!(call.source.contains(from), "{name} no longer has {from:?}");
         call.source = call.source.replacen(from, to, 1);
@@ -179,7 +179,7 @@ fn replace(call: &mut world::Call, name: &str, from: &str, to: &str) {
 
 #[test]
 fn planted_a_release_without_the_owner_check_is_found() {
-    fn plant(call: &mut world::Call) {
+    fn plant(call: &mut net::Call) {
         replace(
             call,
             "release",
@@ -198,7 +198,7 @@ fn planted_a_release_without_the_owner_check_is_found() {
 
 #[test]
 fn planted_a_renewal_without_the_token_check_is_found() {
-    fn plant(call: &mut world::Call) {
+    fn plant(call: &mut net::Call) {
         replace(
             call,
             "renew",
@@ -228,7 +228,7 @@ fn planted_a_deadline_without_the_drift_allowance_is_found() {
 
 #[test]
 fn planted_a_give_back_without_its_try_number_is_found() {
-    fn plant(call: &mut world::Call) {
+    fn plant(call: &mut net::Call) {
         if call.name == "leave" {
             let at = call
                 .args
