@@ -1,6 +1,7 @@
 //! The exclusive lock: one holder at a time. Its operations on a `Locker`: one try at taking it
-//! (with Redlock's majority and validity check), giving up a place in line, release, forced
-//! release and renewal. Waiting is `wait.rs`; reading is `read.rs`.
+//! (with Redlock's majority and validity check), giving up a place in line, release and forced
+//! release. The renewal is `redlock.rs`'s (on one Redis it is one script call; the rest is the
+//! majority's); waiting is `wait.rs`; reading is `read.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,7 @@ use super::call;
 use super::call::acquire::Acquire;
 use super::call::acquire::Attempt;
 use super::call::release::{Release, ReleaseReply};
-use super::call::renew::{Fence, Leave, Renew};
+use super::call::renew::{Fence, Leave};
 use super::error::{About, Error, Refused};
 use super::history::{HoldRecord, Keep, Record, RunRecord};
 use super::key::LockKey;
@@ -18,7 +19,7 @@ use super::lease::drift;
 use super::locker::{Locker, Quorum, no_quorum};
 use super::redlock::release_verdict;
 use super::reply::{Holder, KeyType, Refusal};
-use super::{Grant, NotOwner, Released, Renewed, Request, Ttl};
+use super::{Grant, Released, Request, Ttl};
 use crate::backend::{Fault, Node, NodeError};
 
 /// What one node said to an acquire.
@@ -364,95 +365,6 @@ fn force_outcome(
     match results.into_iter().find_map(Result::err) {
         Some(e) => Err(Error::redis(key, e)),
         None => Ok(Released::Broken(None)),
-    }
-}
-
-impl Locker {
-    /// Extends the lock if `token` owns it; `ttl` None keeps the TTL it was given. In Redlock
-    /// mode a majority must renew; the lock is lost once a majority can no longer renew it. A
-    /// renewal that failed is one node's error (in Redlock mode the first of them): the
-    /// renewal thread retries it, and only the command layer makes a failure of it.
-    pub fn renew(
-        &self,
-        key: &LockKey,
-        token: &str,
-        ttl: Option<Duration>,
-        timeout: Duration,
-    ) -> Result<Renewed, NodeError> {
-        let timeout = ttl.map_or(timeout, |t| timeout.min(self.node_timeout(t)));
-        let renew = Renew { key, token, ttl };
-        if !self.is_quorum() {
-            return call::run(self.nodes[0].as_ref(), &renew, timeout);
-        }
-        // A master that missed the lock (slow at the grant, restarted empty) is not asked to
-        // renew what it does not have: it is written there once a majority renewed (`repair`).
-        // Without that majority, it is asked after all: its answer may say the lock is lost.
-        let skip = if self.repairs(token) {
-            self.missing()
-        } else {
-            Vec::new()
-        };
-        let ask = |skipping: bool| {
-            self.on_each(|i, n| match skip.get(i) {
-                Some(true) if skipping => Err(NodeError {
-                    kind: Fault::Connect,
-                    node: n.name().to_string(),
-                    detail: "does not hold the lock (it missed the grant or lost it)".into(),
-                }),
-                Some(false) | None if !skipping => Err(NodeError {
-                    kind: Fault::Connect,
-                    node: n.name().to_string(),
-                    detail: "asked already".into(),
-                }),
-                _ => call::run(n, &renew, timeout),
-            })
-        };
-        let yes = |results: &[Result<Renewed, NodeError>]| -> Vec<Duration> {
-            results
-                .iter()
-                .filter_map(|r| match r {
-                    Ok(Renewed::Yes(d)) => Some(*d),
-                    _ => None,
-                })
-                .collect()
-        };
-        let mut results = ask(true);
-        let mut renewed = yes(&results);
-        if !self.quorum().reached_by(renewed.len()) && skip.contains(&true) {
-            for (i, late) in ask(false).into_iter().enumerate() {
-                if skip[i] {
-                    results[i] = late;
-                }
-            }
-            renewed = yes(&results);
-        }
-        if self.quorum().reached_by(renewed.len()) {
-            let repaired = self.repair(key, token, ttl, &results, timeout);
-            let missing = (0..results.len())
-                .map(|i| !matches!(results[i], Ok(Renewed::Yes(_))) && !repaired[i])
-                .collect();
-            self.set_missing(missing);
-            return Ok(Renewed::Yes(renewed.into_iter().min().unwrap_or_default()));
-        }
-        let not_owner = results
-            .iter()
-            .filter(|r| {
-                matches!(r, Ok(Renewed::NotOwner(_)))
-                    || matches!(r, Err(e) if e.kind == Fault::WrongType)
-            })
-            .count();
-        if self.quorum().lost_with(not_owner) {
-            return Ok(Renewed::NotOwner(NotOwner::NoMajority));
-        }
-        let error = results
-            .into_iter()
-            .find_map(Result::err)
-            .unwrap_or_else(|| NodeError {
-                kind: Fault::Timeout,
-                node: "Redlock".into(),
-                detail: "too few nodes renewed in time".into(),
-            });
-        Err(error)
     }
 }
 

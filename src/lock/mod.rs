@@ -17,7 +17,7 @@
 //! (fan-out to every node, the Redlock majority), `lease.rs` the lease arithmetic, `display.rs`
 //! the text, `error.rs` the layer's errors (fields; their words and exit codes are `exit`'s),
 //! `observe.rs` what the layers report as they work. The operations sit on the `Locker`:
-//! `exclusive.rs` (one try at taking, release, renewal), `redlock.rs` (one vote per server, a
+//! `exclusive.rs` (one try at taking, release), `redlock.rs` (the renewal; one vote per server, a
 //! release by majority, a renewal that repairs a master restarted empty), `read.rs` (inspect,
 //! list), `wait.rs` (waiting without polling), `history.rs` (the runs on record).
 //!

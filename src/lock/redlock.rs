@@ -1,4 +1,4 @@
-//! What a Redlock quorum needs beyond asking every master at once:
+//! The renewal, and what a Redlock quorum needs beyond asking every master at once:
 //! - **one server, one vote**: before every grant each master says which server it is (its
 //!   `run_id`) and what it is; two URLs that reach the same server, a replica, a Cluster node,
 //!   something that is no usable Redis, or a user without the right to say (`+info`) are
@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use super::call::acquire::{Acquire, Attempt};
 use super::call::release::ReleaseReply;
+use super::call::renew::Renew;
 use super::call::{self, Identify, ServerId};
 use super::error::{About, Error, Refused};
 use super::key::LockKey;
@@ -230,4 +231,93 @@ pub(super) fn release_verdict(
         return Ok(Released::Done);
     }
     Err(no_quorum(about(), quorum.nodes(), errors))
+}
+
+impl Locker {
+    /// Extends the lock if `token` owns it; `ttl` None keeps the TTL it was given. In Redlock
+    /// mode a majority must renew; the lock is lost once a majority can no longer renew it. A
+    /// renewal that failed is one node's error (in Redlock mode the first of them): the
+    /// renewal thread retries it, and only the command layer makes a failure of it.
+    pub fn renew(
+        &self,
+        key: &LockKey,
+        token: &str,
+        ttl: Option<Duration>,
+        timeout: Duration,
+    ) -> Result<Renewed, NodeError> {
+        let timeout = ttl.map_or(timeout, |t| timeout.min(self.node_timeout(t)));
+        let renew = Renew { key, token, ttl };
+        if !self.is_quorum() {
+            return call::run(self.nodes[0].as_ref(), &renew, timeout);
+        }
+        // A master that missed the lock (slow at the grant, restarted empty) is not asked to
+        // renew what it does not have: it is written there once a majority renewed (`repair`).
+        // Without that majority, it is asked after all: its answer may say the lock is lost.
+        let skip = if self.repairs(token) {
+            self.missing()
+        } else {
+            Vec::new()
+        };
+        let ask = |skipping: bool| {
+            self.on_each(|i, n| match skip.get(i) {
+                Some(true) if skipping => Err(NodeError {
+                    kind: Fault::Connect,
+                    node: n.name().to_string(),
+                    detail: "does not hold the lock (it missed the grant or lost it)".into(),
+                }),
+                Some(false) | None if !skipping => Err(NodeError {
+                    kind: Fault::Connect,
+                    node: n.name().to_string(),
+                    detail: "asked already".into(),
+                }),
+                _ => call::run(n, &renew, timeout),
+            })
+        };
+        let yes = |results: &[Result<Renewed, NodeError>]| -> Vec<Duration> {
+            results
+                .iter()
+                .filter_map(|r| match r {
+                    Ok(Renewed::Yes(d)) => Some(*d),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut results = ask(true);
+        let mut renewed = yes(&results);
+        if !self.quorum().reached_by(renewed.len()) && skip.contains(&true) {
+            for (i, late) in ask(false).into_iter().enumerate() {
+                if skip[i] {
+                    results[i] = late;
+                }
+            }
+            renewed = yes(&results);
+        }
+        if self.quorum().reached_by(renewed.len()) {
+            let repaired = self.repair(key, token, ttl, &results, timeout);
+            let missing = (0..results.len())
+                .map(|i| !matches!(results[i], Ok(Renewed::Yes(_))) && !repaired[i])
+                .collect();
+            self.set_missing(missing);
+            return Ok(Renewed::Yes(renewed.into_iter().min().unwrap_or_default()));
+        }
+        let not_owner = results
+            .iter()
+            .filter(|r| {
+                matches!(r, Ok(Renewed::NotOwner(_)))
+                    || matches!(r, Err(e) if e.kind == Fault::WrongType)
+            })
+            .count();
+        if self.quorum().lost_with(not_owner) {
+            return Ok(Renewed::NotOwner(NotOwner::NoMajority));
+        }
+        let error = results
+            .into_iter()
+            .find_map(Result::err)
+            .unwrap_or_else(|| NodeError {
+                kind: Fault::Timeout,
+                node: "Redlock".into(),
+                detail: "too few nodes renewed in time".into(),
+            });
+        Err(error)
+    }
 }

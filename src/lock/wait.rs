@@ -28,13 +28,14 @@
 //! deployment; its unit tests give it listed answers. What the waiter tells while it waits is
 //! `progress.rs`.
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 
+use self::once::try_once;
 use self::progress::Progress;
+use self::sleep::{Slept, sleep, sleep_or_report};
 use super::call::acquire::Attempt;
 use super::error::{About, Error, Interruption, Seen, Waited};
 use super::exclusive::capped;
@@ -68,7 +69,7 @@ pub struct Hooks<'a> {
 }
 
 /// The longest pause between two tries while Redis is out.
-const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub(super) const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// How late after a claim window's end a waiter tries: enough for the window to be over by the
 /// server's clock.
@@ -184,75 +185,6 @@ pub(super) fn wait_for<T: Tries>(
     waiter.wait()
 }
 
-/// One try at the lock, no wait (`-n`): `-n` concerns the lock, not the server, so a Redis that
-/// cannot be reached yet, or has no room for another client (maxclients), is tried again for the
-/// first contact, as any run does, and the first answer decides. A signal that came during the
-/// request is answered once it returns (signals are not let interrupt rlock's system calls): a
-/// failure then reports the signal.
-fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Result<Grant, Error> {
-    let busy = |seen: Seen| Error::Busy {
-        about: About::from(key),
-        seen,
-        waited: Waited::NotAtAll,
-    };
-    let start = Instant::now();
-    let mut backoff = Duration::from_millis(50);
-    let mut said = false;
-    let attempt = loop {
-        match tries.attempt(false, None) {
-            Err(failure) if failure.is_transient() => {
-                if let Some(signal) = hooks.interrupt.take() {
-                    return Err(interrupted(key, signal));
-                }
-                let Some(end) = start
-                    .checked_add(tries.first_contact())
-                    .filter(|&end| Instant::now() < end)
-                else {
-                    return Err(Error::NeverReached {
-                        last: Box::new(failure),
-                        tried_for: start.elapsed(),
-                    });
-                };
-                if !said {
-                    said = true;
-                    hooks.observer.observe(Note::OutageBegan {
-                        key: &key.name,
-                        failure: &failure,
-                        first_contact: Some(tries.first_contact()),
-                    });
-                }
-                let pause = backoff.mul_f64(0.75) + jitter().min(backoff / 4);
-                let until = (Instant::now() + pause).min(end);
-                if let Slept::Interrupted(signal) = sleep(&mut [], until, "", hooks.interrupt) {
-                    return Err(interrupted(key, signal));
-                }
-                backoff = (backoff * 2).min(OUTAGE_BACKOFF_MAX);
-            }
-            attempt => break attempt,
-        }
-    };
-    match attempt {
-        Err(e) => Err(hooks
-            .interrupt
-            .take()
-            .map_or(e, |sig| interrupted(key, sig))),
-        Ok(Attempt::Granted(grant)) => Ok(grant),
-        Ok(Attempt::Busy {
-            pttl,
-            now_ms,
-            holder,
-            crowd,
-            ..
-        }) => Err(busy(Seen::Held {
-            pttl,
-            now_ms,
-            holder: Box::new(holder),
-            crowd,
-        })),
-        Ok(Attempt::Queued { .. }) => Err(busy(Seen::Handed)),
-    }
-}
-
 /// A wait for a lock: its tries, how long it may last, the outage it is riding out, and its
 /// subscriptions to the wake channel.
 struct Waiter<'a, T> {
@@ -281,16 +213,6 @@ enum Step {
     GaveUp(Error),
     /// Try again.
     Again,
-}
-
-/// How a sleep ended.
-enum Slept {
-    Woken,
-    TimedOut,
-    /// A progress line is due before the sleep should end.
-    Report,
-    SubscriberBroken,
-    Interrupted(Signal),
 }
 
 impl<T: Tries> Waiter<'_, T> {
@@ -555,7 +477,7 @@ impl<T: Tries> Waiter<'_, T> {
     }
 }
 
-fn interrupted(key: &LockKey, signal: Signal) -> Error {
+pub(super) fn interrupted(key: &LockKey, signal: Signal) -> Error {
     Error::Interrupted {
         about: About::from(key),
         signal,
@@ -564,74 +486,13 @@ fn interrupted(key: &LockKey, signal: Signal) -> Error {
 }
 
 /// Up to 20 ms, different in every process.
-fn jitter() -> Duration {
+pub(super) fn jitter() -> Duration {
     let bytes = uuid::Uuid::new_v4().into_bytes();
     Duration::from_micros(u64::from(u16::from_le_bytes([bytes[0], bytes[1]])) % 20_000)
 }
 
-/// Sleeps until `until`, a wake-up ("go" on the waiter's own channel, "*" on the shared one), or
-/// a signal. A number of milliseconds on the waiter's channel says when the waiter ahead of it
-/// loses its chance to claim the lock: the sleep ends then, if not before.
-///
-/// The waiter sleeps in one `poll` over its subscriptions and the signal descriptor, with the
-/// time left as the timeout: it wakes when something arrives, a signal comes or the time is
-/// up, and for nothing else.
-fn sleep(subs: &mut [Subscriber], until: Instant, token: &str, interrupt: &dyn Interrupt) -> Slept {
-    sleep_or_report(subs, until, None, token, interrupt)
-}
-
-/// As `sleep`, and ending with `Slept::Report` at `report`, if that comes first.
-fn sleep_or_report(
-    subs: &mut [Subscriber],
-    mut until: Instant,
-    report: Option<Instant>,
-    token: &str,
-    interrupt: &dyn Interrupt,
-) -> Slept {
-    loop {
-        if let Some(signal) = interrupt.take() {
-            return Slept::Interrupted(signal);
-        }
-        // What has arrived: at a wake-up, or already read with a subscription's confirmation.
-        for sub in subs.iter_mut() {
-            let Ok(payloads) = sub.messages() else {
-                return Slept::SubscriberBroken;
-            };
-            for payload in payloads {
-                if payload == b"go" || payload == b"*" || payload == token.as_bytes() {
-                    return Slept::Woken;
-                }
-                if let Some(ms) = std::str::from_utf8(&payload)
-                    .ok()
-                    .and_then(|p| p.parse::<u64>().ok())
-                {
-                    let then = Instant::now() + Duration::from_millis(ms) + CLAIM_SLACK;
-                    until = until.min(then);
-                }
-            }
-        }
-        let now = Instant::now();
-        if now >= until {
-            return Slept::TimedOut;
-        }
-        let wake = report.map_or(until, |r| r.min(until));
-        let left = wake.saturating_duration_since(now);
-        if left.is_zero() {
-            return Slept::Report;
-        }
-        let mut fds: Vec<PollFd<'_>> = subs
-            .iter()
-            .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN))
-            .collect();
-        fds.extend(interrupt.fd().map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
-        // Rounded up to whole milliseconds, so that the sleep never ends before `until`.
-        let ms = left.as_nanos().div_ceil(1_000_000);
-        let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
-        // EINTR (a stop and continue) only means: look again.
-        let _ = poll(&mut fds, timeout);
-    }
-}
-
+mod once;
 mod progress;
+mod sleep;
 #[cfg(test)]
 mod tests;

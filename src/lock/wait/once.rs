@@ -1,0 +1,79 @@
+//! One try at the lock, no wait (`-n`).
+
+use std::time::{Duration, Instant};
+
+use super::sleep::{Slept, sleep};
+use super::{Hooks, OUTAGE_BACKOFF_MAX, Tries, interrupted, jitter};
+use crate::lock::call::acquire::Attempt;
+use crate::lock::error::{About, Error, Seen, Waited};
+use crate::lock::observe::Note;
+use crate::lock::{Grant, LockKey};
+
+/// One try at the lock, no wait (`-n`): `-n` concerns the lock, not the server, so a Redis that
+/// cannot be reached yet, or has no room for another client (maxclients), is tried again for the
+/// first contact, as any run does, and the first answer decides. A signal that came during the
+/// request is answered once it returns (signals are not let interrupt rlock's system calls): a
+/// failure then reports the signal.
+pub(super) fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Result<Grant, Error> {
+    let busy = |seen: Seen| Error::Busy {
+        about: About::from(key),
+        seen,
+        waited: Waited::NotAtAll,
+    };
+    let start = Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    let mut said = false;
+    let attempt = loop {
+        match tries.attempt(false, None) {
+            Err(failure) if failure.is_transient() => {
+                if let Some(signal) = hooks.interrupt.take() {
+                    return Err(interrupted(key, signal));
+                }
+                let Some(end) = start
+                    .checked_add(tries.first_contact())
+                    .filter(|&end| Instant::now() < end)
+                else {
+                    return Err(Error::NeverReached {
+                        last: Box::new(failure),
+                        tried_for: start.elapsed(),
+                    });
+                };
+                if !said {
+                    said = true;
+                    hooks.observer.observe(Note::OutageBegan {
+                        key: &key.name,
+                        failure: &failure,
+                        first_contact: Some(tries.first_contact()),
+                    });
+                }
+                let pause = backoff.mul_f64(0.75) + jitter().min(backoff / 4);
+                let until = (Instant::now() + pause).min(end);
+                if let Slept::Interrupted(signal) = sleep(&mut [], until, "", hooks.interrupt) {
+                    return Err(interrupted(key, signal));
+                }
+                backoff = (backoff * 2).min(OUTAGE_BACKOFF_MAX);
+            }
+            attempt => break attempt,
+        }
+    };
+    match attempt {
+        Err(e) => Err(hooks
+            .interrupt
+            .take()
+            .map_or(e, |sig| interrupted(key, sig))),
+        Ok(Attempt::Granted(grant)) => Ok(grant),
+        Ok(Attempt::Busy {
+            pttl,
+            now_ms,
+            holder,
+            crowd,
+            ..
+        }) => Err(busy(Seen::Held {
+            pttl,
+            now_ms,
+            holder: Box::new(holder),
+            crowd,
+        })),
+        Ok(Attempt::Queued { .. }) => Err(busy(Seen::Handed)),
+    }
+}
