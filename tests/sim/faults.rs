@@ -37,6 +37,11 @@ pub enum Fault {
     Resume(usize),
     /// Node `node`'s master crashes and its replica becomes the master, with what it has.
     Failover(usize),
+    /// A replica's link to its master is cut (or mended): it falls behind.
+    Replication {
+        replica: usize,
+        cut: bool,
+    },
     /// The old master comes back as a replica of the new one (empty, then synced).
     Rejoin {
         server: usize,
@@ -105,6 +110,7 @@ pub fn apply(w: &mut World, f: Fault) {
                 w.servers[replica].name, w.servers[replica].applied, w.servers[master].offset
             ));
         }
+        Fault::Replication { replica, cut } => w.servers[replica].repl_cut = cut,
         Fault::Rejoin { server, master } => {
             w.restart(server, false);
             w.servers[server].master = Some(master);
@@ -214,6 +220,23 @@ pub fn plan(w: &mut World, model: Model, length: Micros, ttl: Micros) {
             );
         }
         t += w.rng.range(ttl / 4, ttl * 3);
+    }
+    if model.failovers
+        && let Some(&replica) = w.servers[w.nodes[0]].replicas.first()
+    {
+        let mut t = w.rng.range(0, ttl * 2);
+        while t < length {
+            let d = w.rng.range(ttl / 10, ttl * 2);
+            w.at(t, Kind::Fault(Fault::Replication { replica, cut: true }));
+            w.at(
+                t + d,
+                Kind::Fault(Fault::Replication {
+                    replica,
+                    cut: false,
+                }),
+            );
+            t += d + w.rng.range(ttl, ttl * 4);
+        }
     }
     if model.pauses {
         let mut t = w.rng.range(0, ttl * 2);
