@@ -12,7 +12,11 @@ use crate::wait::wait_until;
 
 /// `cluster-node-timeout` of the Clusters with replicas: how long a master is silent before its
 /// replica may take over, and how long a master cut off from the majority takes writes.
-pub const FAILOVER_NODE_TIMEOUT: Duration = Duration::from_millis(1000);
+const FAILOVER_NODE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// `cluster-node-timeout` of the Clusters behind fault proxies: every message of their bus goes
+/// through threads of the test process, which a loaded two-core machine delays enough that at
+/// one second the nodes took each other for failed, and no election won its votes in time.
+pub const PROXIED_NODE_TIMEOUT: Duration = Duration::from_millis(3000);
 /// How many tries of an election a failover may need on a loaded machine, where the masters'
 /// votes can come too late for one try after another.
 const ELECTIONS: u32 = 15;
@@ -23,6 +27,8 @@ pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     /// With `start_behind_proxies`: per node, the proxy of its client port and of its bus port.
     proxies: Vec<(Proxy, Proxy)>,
+    /// Its `cluster-node-timeout`.
+    node_timeout: Duration,
     /// With replicas (failovers): no other heavy set-up runs meanwhile (dropped last).
     _heavy: Option<std::sync::MutexGuard<'static, ()>>,
 }
@@ -35,26 +41,27 @@ impl RedisCluster {
     }
 
     /// Three masters with one replica each (six nodes), failing over once a master has not
-    /// answered for [`FAILOVER_NODE_TIMEOUT`] (`cluster-node-timeout`).
+    /// answered for `FAILOVER_NODE_TIMEOUT` (`cluster-node-timeout`).
     pub fn start_with_replicas() -> Self {
         Self::settled(Self::start_nodes(1, FAILOVER_NODE_TIMEOUT, false))
     }
 
-    /// As `start_with_replicas`, with every link through a fault proxy: each node announces
+    /// As `start_with_replicas` (but with [`PROXIED_NODE_TIMEOUT`]), with every link through a
+    /// fault proxy: each node announces
     /// its client proxy's port and its bus proxy's port (`cluster-announce-port`,
     /// `cluster-announce-bus-port`), so clients, replicas and the other nodes all reach it
     /// through them. `partition` cuts a node off.
     pub fn start_behind_proxies() -> Self {
-        Self::settled(Self::start_nodes(1, FAILOVER_NODE_TIMEOUT, true))
+        Self::settled(Self::start_nodes(1, PROXIED_NODE_TIMEOUT, true))
     }
 
     /// How long a replica may take to be promoted once its master is gone or cut off: the node
     /// timeout for the master to be failed (twice, for the reports to meet), then up to a few
     /// elections. Each try waits for votes twice the node timeout (2 s at least) and the next
     /// one starts twice that after it began (Redis Cluster's rule).
-    pub fn failover_bound() -> Duration {
-        let auth_timeout = (2 * FAILOVER_NODE_TIMEOUT).max(Duration::from_secs(2));
-        2 * FAILOVER_NODE_TIMEOUT + 2 * auth_timeout * ELECTIONS
+    pub fn failover_bound(&self) -> Duration {
+        let auth_timeout = (2 * self.node_timeout).max(Duration::from_secs(2));
+        2 * self.node_timeout + 2 * auth_timeout * ELECTIONS
     }
 
     fn settled(cluster: Self) -> Self {
@@ -117,6 +124,7 @@ impl RedisCluster {
         let cluster = RedisCluster {
             nodes,
             proxies,
+            node_timeout,
             _heavy: heavy,
         };
         let mut create = Command::new(redis_cli_bin());
