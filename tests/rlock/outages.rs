@@ -262,7 +262,7 @@ fn a_waiter_rides_out_a_sentinel_failover() {
     // The master dies while the waiter waits; the Sentinels promote the replica.
     let new_master = set.server(1).port();
     set.server_mut(0).kill9();
-    set.wait_master(new_master, Duration::from_secs(30));
+    set.wait_master(new_master, crate::common::Sentinels::failover_bound());
     let (out, _) = w.finish(Duration::from_secs(30));
     assert_eq!(out.code, 0, "the waiter gave up during the failover: {out}");
     assert_eq!(

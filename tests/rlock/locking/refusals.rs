@@ -328,11 +328,15 @@ fn every_acl_refusal_exits_77_and_points_at_the_rights() {
         // Another user holds a lock, so that waiting and busy paths run too.
         let held = acquire(&server, "1h");
         let _ = held;
+        // The waits give up on the held lock. A wait bounds every request in it, the first
+        // contact (connect, AUTH, the script loaded anew) included, which a loaded machine can
+        // take more than 200 ms over: then the run ends 69, unavailable, before any refusal.
+        const WAIT: &str = "1s";
         let steps: [&[&str]; 8] = [
             &["acquire", "-n", "-k", "mine", "--ttl", "1h"],
-            &["acquire", "-w", "200ms", "-k", KEY],
+            &["acquire", "-w", WAIT, "-k", KEY],
             &["exec", "-n", "-k", "mine2", "--", "true"],
-            &["exec", "-w", "200ms", "-k", KEY, "--", "true"],
+            &["exec", "-w", WAIT, "-k", KEY, "--", "true"],
             &["inspect", "-k", KEY],
             &["inspect"],
             &["renew", "-k", KEY, "--token", "not-mine"],

@@ -12,14 +12,21 @@ use crate::common::basic::{acquire, q, release};
 
 const KEY: &str = "late";
 
-/// How late the proxy lets through what it holds back: well past W's --op-timeout (300 ms).
+/// W's --op-timeout: long enough that no try of W times out on a loaded machine unless the
+/// proxy holds it back (a round trip through the proxy can take some 400 ms there).
+const W_OP_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How late the proxy lets through what it holds back: well past W's --op-timeout, so that
+/// W's next try is granted and reported before a held-back give-back reaches Redis, however
+/// slowly the test and W take their turns.
 const LATE: Mode = Mode::Delay {
-    base: Duration::from_secs(1),
+    base: W_OP_TIMEOUT.saturating_mul(3),
     jitter: Duration::ZERO,
 };
 
 /// The lock held directly for `ttl`, and W (with `extra`) waiting for it through a proxy, with
-/// --op-timeout 300ms, asleep in line: the proxy, the holder's token, W, and W's directory.
+/// --op-timeout `W_OP_TIMEOUT`, asleep in line: the proxy, the holder's token, W, and W's
+/// directory.
 fn waiting_behind(
     server: &RedisServer,
     ttl: &str,
@@ -29,7 +36,8 @@ fn waiting_behind(
     let dir = tempfile::tempdir().expect("temp dir");
     let holder = acquire(server, KEY, &["--ttl", ttl]);
     let mut w = rlock();
-    w.args(["-u", &proxy.url(), "--op-timeout", "300ms"])
+    let op_timeout = format!("{}ms", W_OP_TIMEOUT.as_millis());
+    w.args(["-u", &proxy.url(), "--op-timeout", &op_timeout])
         .args(["acquire", "-w", "30s", "-k", KEY])
         .args(extra);
     let mut w = Bg::spawn("W", dir.path(), &mut w);
@@ -74,16 +82,15 @@ fn after_the_give_back(proxy: &Proxy, w: &mut Bg) -> crate::common::Output {
     out
 }
 
-/// W (with `extra`) waits through the proxy (op-timeout 300 ms) for a lock held directly by an
-/// exclusive holder; the proxy then delays what W sends by 1 s, and the release hands the lock
-/// to W: W's try times out, its give-back goes out (delayed), and once the proxy has read that,
-/// the link passes again, so W's next try is granted at once, 1 s before the give-back reaches
-/// Redis. Returns W's output once the delayed requests have all reached Redis.
+/// W (with `extra`) waits through the proxy for a lock held directly by an exclusive holder;
+/// the proxy then delays what W sends by `LATE`, and the release hands the lock to W: W's try
+/// times out, its give-back goes out (delayed), and once the proxy has read that, the link
+/// passes again, so W's next try is granted at once, before the give-back reaches Redis. Returns W's output once the delayed requests have all reached Redis.
 fn late_give_back(server: &RedisServer, extra: &[&str]) -> crate::common::Output {
     let (proxy, holder, mut w, _dir) = waiting_behind(server, "60s", extra);
     proxy.set_dir(Dir::ToServer, LATE);
     release(server, KEY, &holder);
-    // W's try (on its first connection) times out after 300 ms.
+    // W's try (on its first connection) times out after its --op-timeout.
     after_the_give_back(&proxy, &mut w)
 }
 

@@ -20,15 +20,52 @@ mod sentinel_split_brain;
 mod slow_links;
 
 /// A command that stamps the time (ns) into `$D/<name>.beats` every ~20 ms for `secs` seconds,
-/// then writes `$D/<name>.done`.
+/// or until `$D/<name>.stop` exists, then writes `$D/<name>.done`.
 fn beating(name: &str, secs: u32) -> Vec<String> {
     vec![
         "sh".into(),
         "-c".into(),
         format!(
-            r#"end=$(( $(date +%s) + {secs} )); while [ "$(date +%s)" -lt "$end" ]; do date +%s%N >> "$D/{name}.beats"; sleep 0.02; done; touch "$D/{name}.done""#
+            r#"end=$(( $(date +%s) + {secs} )); while [ "$(date +%s)" -lt "$end" ] && [ ! -e "$D/{name}.stop" ]; do date +%s%N >> "$D/{name}.beats"; sleep 0.02; done; touch "$D/{name}.done""#
         ),
     ]
+}
+
+/// The lease of the split-brain holders (docs/safety.md's table is measured with it), and the
+/// bounds of each scenario are counted from it.
+const TTL: Duration = Duration::from_secs(3);
+const RENEW_EVERY: Duration = Duration::from_millis(500);
+const GRACE: Duration = Duration::from_millis(300);
+/// What one renewal may take. The lease stops a renewal at the lost-signal whatever this is, so
+/// it changes nothing in what a partition can do; it only has to let a renewal through on a
+/// loaded machine: a round trip through the fault proxies (threads of the test process) takes
+/// up to some 400 ms on two busy cores, and one on a fresh connection needs two, while a
+/// renewal through Sentinels gets half of this after asking them.
+const OP_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long after rlock's lost-signal the stopped command may still beat: the signal's way to
+/// its group, and a beat already under way.
+const STOPPED_WITHIN: Duration = Duration::from_millis(300);
+
+/// `--op-timeout … exec -k KEY --ttl … --renew-every … --grace … --` with the lease above.
+fn holder_args(key: &str) -> Vec<String> {
+    let ms = |d: Duration| format!("{}ms", d.as_millis());
+    [
+        "--op-timeout",
+        &ms(OP_TIMEOUT),
+        "exec",
+        "-k",
+        key,
+        "--ttl",
+        &ms(TTL),
+        "--renew-every",
+        &ms(RENEW_EVERY),
+        "--grace",
+        &ms(GRACE),
+        "--",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// A command that stamps its start into `$D/<name>.start` and ends.

@@ -20,9 +20,7 @@ fn holder(five: &Five, d: &Path) -> Bg {
     for p in &five.proxies {
         a.args(["-u", &p.url()]);
     }
-    a.args(["--op-timeout", "250ms", "exec", "-k", "rl", "--ttl", "3s"])
-        .args(["--renew-every", "500ms", "--grace", "300ms", "--"])
-        .args(beating("a", 5));
+    a.args(holder_args("rl")).args(beating("a", 5));
     let mut a = Bg::spawn_group("a", d, &mut a);
     a.wait_for("A's first heartbeat", Duration::from_secs(10), || {
         !stamps(d, "a.beats").is_empty()

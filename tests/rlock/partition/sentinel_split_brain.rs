@@ -6,6 +6,34 @@
 use super::*;
 use crate::common::Sentinels;
 
+/// A's command runs until the test tells it to stop (`end_of_holder`), or at most this long.
+const A_LIMIT_SECS: u32 = 120;
+/// `min-replicas-max-lag` (whole seconds) when the master has `min-replicas-to-write 1`.
+const MAX_LAG: Duration = Duration::from_secs(1);
+/// How long the lock may take to reach a replica.
+const REPLICATED: Duration = Duration::from_secs(20);
+
+/// A's end: a holder cut off with the old master is either stopped by rlock within about one
+/// TTL, or goes on renewing there for as long as the partition lasts; the test lets it beat
+/// for two TTLs past B's start (or exit) and then tells its command to stop.
+fn end_of_holder(a: &mut Bg, d: &Path) -> crate::common::Output {
+    let b_start = stamps(d, "b.start").first().copied();
+    let two_ttls = 2 * TTL.as_nanos() as i128;
+    // Without B's start there is nothing to wait for: B's failure is the test's.
+    let past_b = |d: &Path| match (stamps(d, "a.beats").last(), b_start) {
+        (Some(last), Some(start)) => *last >= start + two_ttls,
+        (_, None) => true,
+        (None, Some(_)) => false,
+    };
+    wait_until(
+        "A to exit, or to beat two TTLs past B's start",
+        2 * TTL + Duration::from_secs(30),
+        || !a.running() || past_b(d),
+    );
+    std::fs::write(d.join("a.stop"), "").expect("write a.stop");
+    a.finish(Duration::from_secs(30)).0
+}
+
 struct Outcome {
     a: crate::common::Output,
     b: crate::common::Output,
@@ -18,8 +46,12 @@ fn split(replicas: bool, min_replicas_to_write: bool) -> Outcome {
     if min_replicas_to_write {
         s.server(0)
             .cmd(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
-        s.server(0)
-            .cmd(&["CONFIG", "SET", "min-replicas-max-lag", "1"]);
+        s.server(0).cmd(&[
+            "CONFIG",
+            "SET",
+            "min-replicas-max-lag",
+            &MAX_LAG.as_secs().to_string(),
+        ]);
         // The replica counts once it has acknowledged within the lag: until then M refuses
         // every write, A's grant included (NOREPLICAS, which rlock does not wait out).
         wait_until("M to count its replica", Duration::from_secs(10), || {
@@ -42,32 +74,33 @@ fn split(replicas: bool, min_replicas_to_write: bool) -> Outcome {
     if replicas {
         a.args(["--replicas", "1"]);
     }
-    a.args(["--op-timeout", "250ms", "exec", "-k", "sb", "--ttl", "3s"])
-        .args(["--renew-every", "500ms", "--grace", "300ms", "--"])
-        .args(beating("a", 12));
+    a.args(holder_args("sb")).args(beating("a", A_LIMIT_SECS));
     let mut a = Bg::spawn_group("a", d, &mut a);
     a.wait_for("A's first heartbeat", Duration::from_secs(10), || {
         !stamps(d, "a.beats").is_empty()
     });
-    wait_until("the lock to reach R", Duration::from_secs(5), || {
+    wait_until("the lock to reach R", REPLICATED, || {
         s.server(1).get("rlock:sb").is_some()
     });
     s.partition(0, &[a.pid()]);
     let r_port = s.proxy(1).port();
-    wait_until("the majority to promote R", Duration::from_secs(60), || {
-        (1..3).all(|i| s.master_port_by(i) == Some(r_port))
-    });
+    wait_until(
+        "the majority to promote R",
+        Sentinels::failover_bound(),
+        || (1..3).all(|i| s.master_port_by(i) == Some(r_port)),
+    );
     assert_eq!(
         s.master_port_by(0),
         Some(s.proxy(0).port()),
-        "the Sentinel on M's side still names M"
+        "the Sentinel on M's side still names M\n{}",
+        s.logs()
     );
     let mut b = through(&s.urls()[1..]);
     b.args(["exec", "-k", "sb", "-w", "30s", "--"])
         .args(starting("b"));
     let mut b = Bg::spawn_group("b", d, &mut b);
     let (b, _) = b.finish(Duration::from_secs(40));
-    let (a, _) = a.finish(Duration::from_secs(40));
+    let a = end_of_holder(&mut a, d);
     s.heal();
     let overlap_ms = overlap_ms(d, "a", "b");
     eprintln!(
@@ -99,7 +132,7 @@ fn with_replicas_the_cut_off_holder_never_overlaps_the_next() {
 
 /// What docs/safety.md states: without `--replicas`, the old master renews a
 /// lock the new master no longer has for as long as the partition lasts, so both commands
-/// run (here for about eight seconds: A's whole command after B got in).
+/// run (here for the two TTLs the test keeps A's command going after B got in).
 #[test]
 fn without_replicas_the_old_master_keeps_renewing_for_the_whole_partition() {
     let o = split(false, false);
@@ -117,7 +150,7 @@ fn without_replicas_the_old_master_keeps_renewing_for_the_whole_partition() {
             o.a
         );
         assert!(
-            o.overlap_ms < 3000.0,
+            o.overlap_ms < TTL.as_millis() as f64,
             "A, stopped by its deadline, beat {:.0} ms after B's start: more than one lease",
             o.overlap_ms
         );
@@ -129,8 +162,8 @@ fn without_replicas_the_old_master_keeps_renewing_for_the_whole_partition() {
         o.a
     );
     assert!(
-        o.overlap_ms > 2000.0,
-        "A and B must both have run, the documented split brain (A's last beat {:.0} ms after B's start)",
+        o.overlap_ms >= 2.0 * TTL.as_millis() as f64,
+        "A and B must both have run for two TTLs, the documented split brain (A's last beat {:.0} ms after B's start)",
         o.overlap_ms
     );
 }
@@ -144,6 +177,11 @@ fn min_replicas_to_write_narrows_the_window_to_about_the_lag() {
     let o = split(false, true);
     assert_eq!(o.b.code, 0, "B: {}", o.b);
     assert_eq!(o.a.code, 76, "{}", o.a);
+    // M takes renewals until its replica's last acknowledgement (sent every second) is more
+    // than the lag old by its whole-second clock, seen by its once-a-second count: up to the lag
+    // and 2 s into the partition. R's copy counts from the last renewal before it, at most
+    // one renewal earlier, and A is stopped `GRACE` before its own lease ends.
+    let window = MAX_LAG + Duration::from_secs(2) + RENEW_EVERY - GRACE + STOPPED_WITHIN;
     // The master's refusal (NOREPLICAS) is what stops A's renewals; under load the last
     // error A reports may be its cut-off Sentinels timing out on a later try instead.
     assert!(
@@ -153,8 +191,8 @@ fn min_replicas_to_write_narrows_the_window_to_about_the_lag() {
         o.a
     );
     assert!(
-        o.overlap_ms < 3500.0,
-        "the window must be bounded by the lag (1 s), Redis's one-second count and one renewal: A's last beat {:.0} ms after B's start",
+        o.overlap_ms < window.as_millis() as f64,
+        "the window must be bounded by the lag ({MAX_LAG:?}), Redis's whole-second clocks and one renewal ({window:?}): A's last beat {:.0} ms after B's start",
         o.overlap_ms
     );
 }

@@ -55,11 +55,12 @@ impl Session<'_> {
         if !out.stdout.contains(&token) {
             return Err(format!("the listing does not show the lock: {out}"));
         }
-        // First in line, gives up: it leaves the queue and, being first, checks the lock.
+        // First in line, gives up: it leaves the queue and, being first, checks the lock. (The
+        // wait bounds its first contact too, which a loaded machine can take 300 ms over.)
         self.step(
             "waiter that gives up",
             75,
-            &["acquire", "-w", "300ms", "-k", "life"],
+            &["acquire", "-w", "1s", "-k", "life"],
         )?;
         let mut waiter = Bg::spawn_group(
             "waiter",

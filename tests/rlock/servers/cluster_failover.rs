@@ -48,7 +48,7 @@ fn replica_get(node: &crate::common::RedisServer, key: &str) -> Option<String> {
 fn wait_promoted(cluster: &RedisCluster, slot: u16, dead: usize, by: usize) -> usize {
     wait_until(
         "the replica to be promoted",
-        Duration::from_secs(20),
+        cluster.failover_bound(),
         || cluster.owner_of_slot_by(by, slot) != dead,
     );
     cluster.owner_of_slot_by(by, slot)

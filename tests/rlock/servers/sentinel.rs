@@ -110,7 +110,7 @@ fn sentinel_failover_during_exec_keeps_a_replicated_lock() {
 
     // The master dies; the Sentinels agree and promote the replica, which has the lock.
     set.server_mut(0).kill9();
-    set.wait_master(new_master, Duration::from_secs(30));
+    set.wait_master(new_master, Sentinels::failover_bound());
     let promoted = set.server(1);
     let mut renewals = Renewals::new();
     rl.wait_for("two renewals on the promoted replica", SOON, || {
@@ -149,7 +149,7 @@ fn sentinel_failover_that_loses_the_lock_stops_exec_with_76() {
     assert_eq!(set.server(0).get(LOCK).as_deref(), Some(token.as_str()));
     let new_master = replica.port();
     set.server_mut(0).kill9();
-    set.wait_master(new_master, Duration::from_secs(30));
+    set.wait_master(new_master, Sentinels::failover_bound());
 
     let (out, _) = rl.finish(FINISH);
     assert_eq!(out.code, 76, "{out}\n{}", set.logs());
@@ -179,7 +179,7 @@ fn sentinel_forced_failover_never_lets_a_second_holder_in_while_exec_runs() {
     let new_master = set.server(1).port();
     set.sentinel_cmd(0, &["SENTINEL", "FAILOVER", set.name()])
         .expect("SENTINEL FAILOVER");
-    set.wait_master(new_master, SOON);
+    set.wait_master(new_master, Sentinels::failover_bound());
 
     // Another client asks the Sentinels for the lock, again and again, while exec's child
     // runs: rlock must keep the lock on the new master, or stop its child first.

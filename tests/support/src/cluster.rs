@@ -11,12 +11,25 @@ use crate::server::RedisServer;
 use crate::spawn::{free_port, redis_version};
 use crate::wait::wait_until;
 
+/// `cluster-node-timeout` of the Clusters with replicas: how long a master is silent before its
+/// replica may take over, and how long a master cut off from the majority takes writes.
+const FAILOVER_NODE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// `cluster-node-timeout` of the Clusters behind fault proxies: every message of their bus goes
+/// through threads of the test process, which a loaded two-core machine delays enough that at
+/// one second the nodes took each other for failed, and no election won its votes in time.
+pub const PROXIED_NODE_TIMEOUT: Duration = Duration::from_millis(3000);
+/// How many tries of an election a failover may need on a loaded machine, where the masters'
+/// votes can come too late for one try after another.
+const ELECTIONS: u32 = 15;
+
 /// Three `redis-server` masters (no replicas) made into one Redis Cluster with
 /// `redis-cli --cluster create`; every node is a [`RedisServer`], killed on drop.
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     /// With `start_behind_proxies`: per node, the proxy of its client port and of its bus port.
     proxies: Vec<(Proxy, Proxy)>,
+    /// Its `cluster-node-timeout`.
+    node_timeout: Duration,
     /// With replicas (failovers): no other heavy set-up runs meanwhile (dropped last).
     _heavy: Option<std::sync::MutexGuard<'static, ()>>,
 }
@@ -25,21 +38,31 @@ impl RedisCluster {
     /// Starts the three nodes, creates the cluster and returns once every node says
     /// `cluster_state:ok` and knows the owner of all 16384 slots.
     pub fn start() -> Self {
-        Self::start_nodes(0, "2000", false)
+        Self::start_nodes(0, Duration::from_millis(2000), false)
     }
 
-    /// Three masters with one replica each (six nodes), failing over one second after a master
-    /// stops answering (`cluster-node-timeout 1000`).
+    /// Three masters with one replica each (six nodes), failing over once a master has not
+    /// answered for `FAILOVER_NODE_TIMEOUT` (`cluster-node-timeout`).
     pub fn start_with_replicas() -> Self {
-        Self::settled(Self::start_nodes(1, "1000", false))
+        Self::settled(Self::start_nodes(1, FAILOVER_NODE_TIMEOUT, false))
     }
 
-    /// As `start_with_replicas`, with every link through a fault proxy: each node announces
+    /// As `start_with_replicas` (but with [`PROXIED_NODE_TIMEOUT`]), with every link through a
+    /// fault proxy: each node announces
     /// its client proxy's port and its bus proxy's port (`cluster-announce-port`,
     /// `cluster-announce-bus-port`), so clients, replicas and the other nodes all reach it
     /// through them. `partition` cuts a node off.
     pub fn start_behind_proxies() -> Self {
-        Self::settled(Self::start_nodes(1, "1000", true))
+        Self::settled(Self::start_nodes(1, PROXIED_NODE_TIMEOUT, true))
+    }
+
+    /// How long a replica may take to be promoted once its master is gone or cut off: the node
+    /// timeout for the master to be failed (twice, for the reports to meet), then up to a few
+    /// elections. Each try waits for votes twice the node timeout (2 s at least) and the next
+    /// one starts twice that after it began (Redis Cluster's rule).
+    pub fn failover_bound(&self) -> Duration {
+        let auth_timeout = (2 * self.node_timeout).max(Duration::from_secs(2));
+        2 * self.node_timeout + 2 * auth_timeout * ELECTIONS
     }
 
     fn settled(cluster: Self) -> Self {
@@ -61,7 +84,7 @@ impl RedisCluster {
         cluster
     }
 
-    fn start_nodes(replicas: usize, node_timeout: &str, behind_proxies: bool) -> Self {
+    fn start_nodes(replicas: usize, node_timeout: Duration, behind_proxies: bool) -> Self {
         let heavy = (replicas > 0).then(crate::heavy);
         let mut proxies = Vec::new();
         let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
@@ -72,7 +95,7 @@ impl RedisCluster {
                     "--cluster-config-file".into(),
                     "nodes.conf".into(),
                     "--cluster-node-timeout".into(),
-                    node_timeout.into(),
+                    node_timeout.as_millis().to_string(),
                 ];
                 // The bus port is named, so a client port above 55535 (no room for +10000)
                 // cannot stop a node from starting. Before Redis 7 it cannot be named: it is
@@ -103,6 +126,7 @@ impl RedisCluster {
         let cluster = RedisCluster {
             nodes,
             proxies,
+            node_timeout,
             _heavy: heavy,
         };
         let mut create = Command::new(redis_cli_bin());

@@ -42,7 +42,7 @@ pub use self::{
     background::Background,
     binary::{Drain, Output, drain, rlock, rlock_as_default, rlock_at, rlock_bin, run},
     cli::redis_cli_bin,
-    cluster::RedisCluster,
+    cluster::{PROXIED_NODE_TIMEOUT, RedisCluster},
     features::{proxied_cluster_or_skip, tls_or_skip, tryagain_counted_or_skip},
     proxy::{Dir, Mode, Proxy},
     rng::Rng,

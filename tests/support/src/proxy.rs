@@ -125,13 +125,21 @@ impl State {
         self.conns.retain(|c| !c.closed.load(Ordering::SeqCst));
     }
 
-    /// Finds the source pid of every open connection not yet placed, among `pids`.
+    /// Finds the source pid of every open connection not yet placed, among `pids`: the socket
+    /// table and each pid's descriptors are read once for them all, since every relay waits
+    /// for this lock (a proxy that stalls for long would look like a dead server to all).
     fn place(&self, pids: &HashSet<i32>, proxy_port: u16) {
-        for conn in &self.conns {
-            let mut source = conn.source.lock().unwrap();
-            if source.is_none() {
-                *source = source_pid(&conn.client, proxy_port, pids);
-            }
+        let unplaced: Vec<&Arc<Conn>> = self
+            .conns
+            .iter()
+            .filter(|c| c.source.lock().unwrap().is_none())
+            .collect();
+        if unplaced.is_empty() {
+            return;
+        }
+        let owners = Owners::read(proxy_port, pids);
+        for conn in unplaced {
+            *conn.source.lock().unwrap() = owners.of(&conn.client);
         }
     }
 
@@ -311,7 +319,7 @@ fn accept_loop(listener: TcpListener, port: u16, target: u16, shared: Arc<Shared
             let mut state = shared.state.lock().unwrap();
             let watched = state.watched();
             if !watched.is_empty() {
-                *conn.source.lock().unwrap() = source_pid(&conn.client, port, &watched);
+                *conn.source.lock().unwrap() = Owners::read(port, &watched).of(&conn.client);
             }
             if state.modes_of(&conn).contains(&Mode::Reset) {
                 conn.close();
@@ -399,32 +407,68 @@ fn random_upto(max: Duration) -> Duration {
     Duration::from_nanos(r % (max.as_nanos() as u64 + 1))
 }
 
-/// The pid, among `pids`, of the process that owns the client end of `accepted` (a socket the
-/// proxy accepted on `proxy_port`): the kernel's socket table names the client socket's inode,
-/// and that process's fd table holds it.
-fn source_pid(accepted: &TcpStream, proxy_port: u16, pids: &HashSet<i32>) -> Option<i32> {
-    let peer_port = accepted.peer_addr().ok()?.port();
-    let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .find_map(|table| {
-            let text = fs::read_to_string(table).ok()?;
-            text.lines().skip(1).find_map(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                let port_of = |addr: &str| {
-                    addr.rsplit_once(':')
-                        .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+/// Which of some processes own the client ends of the connections to a proxy: the kernel's
+/// socket table names each client socket's inode (by its port), and the owner's descriptor
+/// table holds it.
+struct Owners {
+    /// Client port → socket inode, for the connections to the proxy's port.
+    inodes: std::collections::HashMap<u16, String>,
+    /// Each process's socket descriptors (`socket:[INODE]`).
+    sockets: Vec<(i32, HashSet<String>)>,
+}
+
+impl Owners {
+    /// Reads the socket tables and the descriptors of `pids` once.
+    fn read(proxy_port: u16, pids: &HashSet<i32>) -> Owners {
+        let port_of = |addr: &str| {
+            addr.rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+        };
+        let mut inodes = std::collections::HashMap::new();
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let text = fs::read_to_string(table).unwrap_or_default();
+            for line in text.lines().skip(1) {
+                let mut fields = line.split_whitespace();
+                let (Some(local), Some(remote), Some(inode)) =
+                    (fields.nth(1), fields.next(), fields.nth(6))
+                else {
+                    continue;
                 };
-                (port_of(fields.get(1)?)? == peer_port && port_of(fields.get(2)?)? == proxy_port)
-                    .then(|| fields.get(9).map(|s| s.to_string()))
-                    .flatten()
+                // A socket in TIME_WAIT has inode 0 and no owner.
+                if port_of(remote) == Some(proxy_port)
+                    && inode != "0"
+                    && let Some(local) = port_of(local)
+                {
+                    inodes.entry(local).or_insert_with(|| inode.to_string());
+                }
+            }
+        }
+        let sockets = pids
+            .iter()
+            .map(|&pid| {
+                let fds = fs::read_dir(format!("/proc/{pid}/fd"))
+                    .map(|fds| {
+                        fds.flatten()
+                            .filter_map(|fd| fs::read_link(fd.path()).ok())
+                            .map(|t| t.to_string_lossy().into_owned())
+                            .filter(|t| t.starts_with("socket:"))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (pid, fds)
             })
-        })?;
-    let wanted = format!("socket:[{inode}]");
-    pids.iter().copied().find(|pid| {
-        fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-            fds.flatten().any(|fd| {
-                fs::read_link(fd.path()).is_ok_and(|target| target.to_string_lossy() == wanted)
-            })
-        })
-    })
+            .collect();
+        Owners { inodes, sockets }
+    }
+
+    /// The pid, among those read, of the process that owns the client end of `accepted` (a
+    /// socket the proxy accepted).
+    fn of(&self, accepted: &TcpStream) -> Option<i32> {
+        let inode = self.inodes.get(&accepted.peer_addr().ok()?.port())?;
+        let wanted = format!("socket:[{inode}]");
+        self.sockets
+            .iter()
+            .find(|(_, fds)| fds.contains(&wanted))
+            .map(|(pid, _)| *pid)
+    }
 }

@@ -16,6 +16,15 @@ use crate::server::{RedisServer, read_logs};
 use crate::spawn::{connect, free_port, kill_and_reap, proc_state, spawn_redis, wait_ready};
 use crate::wait::wait_until;
 
+/// `down-after-milliseconds` of every Sentinel: how long a master is silent before it is down.
+const DOWN_AFTER: Duration = Duration::from_millis(1000);
+/// `failover-timeout` of every Sentinel: a failover not done by then is given up, and the next
+/// try may start twice this after the last one began.
+const FAILOVER_TIMEOUT: Duration = Duration::from_millis(5000);
+/// How many tries of an election a failover may need on a loaded machine, where votes and the
+/// promoted replica's answers can come too late for one try after another.
+const ELECTIONS: u32 = 6;
+
 /// One `redis-server --sentinel` process with its own config file (Sentinel rewrites it) in its
 /// own temporary directory. Killed on drop.
 struct SentinelProcess {
@@ -44,10 +53,12 @@ impl SentinelProcess {
             let mut text = format!(
                 "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n\
                  sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
-                 sentinel down-after-milliseconds {name} 1000\n\
-                 sentinel failover-timeout {name} 5000\n",
+                 sentinel down-after-milliseconds {name} {down_after}\n\
+                 sentinel failover-timeout {name} {failover_timeout}\n",
                 dir = dir.path().display(),
                 log = dir.path().join("redis.log").display(),
+                down_after = DOWN_AFTER.as_millis(),
+                failover_timeout = FAILOVER_TIMEOUT.as_millis(),
             );
             if let Some(p) = &proxy {
                 text.push_str(&format!(
@@ -105,8 +116,8 @@ impl LoneSentinel {
 }
 
 /// A master, one replica (`--replicaof`) and three Sentinels watching the master under `name`
-/// with quorum 2, `down-after-milliseconds 1000` and `failover-timeout 5000`. Every process is
-/// killed on drop.
+/// with quorum 2, `down-after-milliseconds` (`DOWN_AFTER`) and `failover-timeout`
+/// (`FAILOVER_TIMEOUT`). Every process is killed on drop.
 pub struct Sentinels {
     name: String,
     /// `[first master, first replica]`; after a failover their roles may have changed.
@@ -177,6 +188,13 @@ impl Sentinels {
         };
         s.wait_settled(s.proxies[0].port(), Duration::from_secs(20));
         s
+    }
+
+    /// How long the Sentinels may take to promote the replica once the master is gone or cut
+    /// off from them: `down-after-milliseconds`, then up to a few elections, each started
+    /// twice `failover-timeout` after the one before.
+    pub fn failover_bound() -> Duration {
+        DOWN_AFTER + 2 * FAILOVER_TIMEOUT * ELECTIONS
     }
 
     /// The proxy in front of server `i` (after `start_behind_proxies`).
