@@ -109,12 +109,11 @@ fg %1 2>/dev/null || wait $!
         .find(|&p: &i32| read(format!("/proc/{p}/comm")).trim() == "rlock")
         .unwrap_or_else(|| panic!("no inner rlock under {outer}; terminal:\n{}", shown()));
     let outer_pgrp = proc_state(outer).1;
-    assert_eq!(
-        nix::unistd::tcgetpgrp(master.as_fd()).unwrap(),
-        Pid::from_raw(child),
-        "the innermost command does not have the terminal; terminal:\n{}",
-        shown()
-    );
+    // The terminal passes down the chain (outer rlock, inner rlock, command), each handing it
+    // on after its child starts: the command can write its pid before the last handover.
+    session.wait_for("the innermost command to have the terminal", SOON, || {
+        nix::unistd::tcgetpgrp(master.as_fd()).ok() == Some(Pid::from_raw(child))
+    });
 
     master.write_all(b"\x1a").expect("type Ctrl-Z");
     session.wait_for("the child and both rlocks to stop", SOON, || {
