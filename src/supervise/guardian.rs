@@ -13,7 +13,8 @@
 //!
 //! **It holds the deadline.** rlock tells it the lease's deadline at the grant and after every
 //! successful renewal; the guardian keeps its own timer: the lost-signal at deadline − grace,
-//! SIGKILL at the deadline, whether rlock is stopped, killed or stuck. rlock does the same
+//! SIGKILL at the deadline, whether rlock is stopped, killed or stuck. The command's time limit
+//! (`--timeout`) likewise: the lost-signal at it, SIGKILL the grace after. rlock does the same
 //! itself; whichever acts first wins. A watchdog that depended on the process it watches would
 //! be none.
 //!
@@ -333,6 +334,12 @@ impl Guardian {
     /// The lease's deadline, now `at` (at the grant, and after every successful renewal).
     pub fn deadline(&mut self, at: Instant) {
         let _ = nix::unistd::write(&self.requests, &protocol::deadline(at));
+    }
+
+    /// The command's time limit (`--timeout`), after `hold`: the guardian sends the lost-signal
+    /// at `at` and SIGKILL the grace after it, should rlock be stopped then.
+    pub fn time_limit(&mut self, at: Instant) {
+        let _ = nix::unistd::write(&self.requests, &protocol::time_limit(at));
     }
 
     /// The next event, if one came, or that the guardian is gone (end of file, or killed).

@@ -95,10 +95,16 @@ pub fn supervise(
     observer: &dyn Observer,
 ) -> Outcome {
     let LeaseKeeper { renewer, reports } = keeper;
-    // The guardian enforces the lease on its own clock from the grant on.
-    if let Some(deadline) = enforce.deadline {
+    // The guardian enforces the lease on its own clock from the grant on, and the time limit
+    // from the command's start: neither rests on rlock running.
+    if enforce.deadline.is_some() || enforce.time_limit.is_some() {
         guardian.hold(enforce.lost_signal, enforce.grace);
+    }
+    if let Some(deadline) = enforce.deadline {
         guardian.deadline(deadline);
+    }
+    if let Some(limit) = enforce.time_limit {
+        guardian.time_limit(limit);
     }
     let world = live::Live {
         pgid: guardian.pgid(),

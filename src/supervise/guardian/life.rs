@@ -17,7 +17,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpid, setpgid};
 
 use super::NAME;
-use super::protocol::{DEADLINE, DONE, Event, LEASE, SIGNAL, deadline_of, decode, tell};
+use super::protocol::{DEADLINE, DONE, Event, LEASE, SIGNAL, TIME_LIMIT, decode, moment_of, tell};
 use crate::supervise::contain::{self, Cgroup};
 use crate::supervise::spawn::{Prepared, start};
 use crate::supervise::terminal::Terminal;
@@ -51,6 +51,7 @@ pub(super) fn guard(
         said_done: false,
         lease: None,
         deadline: None,
+        time_limit: None,
         lost_sent: false,
     }
     .run()
@@ -179,6 +180,8 @@ struct Life {
     lease: Option<(Signal, Duration)>,
     /// The lease's deadline, as rlock last told it.
     deadline: Option<Instant>,
+    /// The command's time limit (`--timeout`), if rlock told one.
+    time_limit: Option<Instant>,
     /// The lost-signal went to everything below (on the deadline's account or rlock's): once.
     lost_sent: bool,
 }
@@ -339,7 +342,8 @@ impl Life {
                 let grace = Duration::from_millis(u64::try_from(b).unwrap_or(0));
                 self.lease = Signal::try_from(a).ok().map(|sig| (sig, grace));
             }
-            DEADLINE if !self.lost_sent => self.deadline = Some(deadline_of(a, b)),
+            DEADLINE if !self.lost_sent => self.deadline = Some(moment_of(a, b)),
+            TIME_LIMIT => self.time_limit = Some(moment_of(a, b)),
             SIGNAL => {
                 if let Ok(sig) = Signal::try_from(a)
                     && !self.killing
@@ -362,18 +366,24 @@ impl Life {
     }
 
     /// The lease's next moment on this process's own clock: deadline − grace for the
-    /// lost-signal, then the deadline for SIGKILL; None once killing, or with no deadline.
+    /// lost-signal, then the deadline for SIGKILL; None once killing, or with no deadline. The
+    /// time limit counts as a deadline `grace` after it: the lost-signal at the limit, SIGKILL
+    /// `grace` later, as rlock sends them.
     fn next_due(&self) -> Option<Instant> {
-        let deadline = self.deadline.filter(|_| !self.killing)?;
-        let (_, grace) = self.lease?;
+        let (_, grace) = self.lease.filter(|_| !self.killing)?;
+        let limit = self
+            .time_limit
+            .map(|at| at.checked_add(grace).unwrap_or(at));
+        let deadline = [self.deadline, limit].into_iter().flatten().min()?;
         match self.lost_sent {
             false => Some(deadline.checked_sub(grace).unwrap_or(deadline)),
             true => Some(deadline),
         }
     }
 
-    /// What the lease's deadline says now, whatever rlock is doing (stopped, killed, stuck):
-    /// the lost-signal to everything below at deadline − grace, SIGKILL at the deadline.
+    /// What the lease's deadline (and the time limit) says now, whatever rlock is doing
+    /// (stopped, killed, stuck): the lost-signal to everything below at deadline − grace,
+    /// SIGKILL at the deadline.
     fn enforce_deadline(&mut self) {
         while let Some(at) = self.next_due()
             && Instant::now() >= at

@@ -1,7 +1,7 @@
 //! The guardian's messages: fixed 12-byte records (a tag and two numbers), well under
 //! PIPE_BUF, so each is written and read whole. Events go up to rlock; requests come down: a
 //! signal for everything the command started, the lease (its lost-signal and grace, and each
-//! new deadline), and rlock's farewell.
+//! new deadline), the command's time limit, and rlock's farewell.
 
 use std::os::fd::OwnedFd;
 
@@ -51,6 +51,9 @@ pub(super) const LEASE: i32 = 10;
 /// The lease's deadline (at the grant, and after every successful renewal), on the monotonic
 /// milliseconds after `base`: the high and the low 32 bits.
 pub(super) const DEADLINE: i32 = 11;
+/// The command's time limit (`--timeout`), as `DEADLINE` says a moment: the lost-signal at it,
+/// SIGKILL the lease's grace after it. Sent once, after `LEASE`.
+pub(super) const TIME_LIMIT: i32 = 12;
 
 /// The moment deadlines are counted from: taken before the guardian is forked, so that both
 /// sides hold the same one (`Instant` has no number of its own to send).
@@ -64,12 +67,28 @@ pub(super) fn base() -> std::time::Instant {
 /// The deadline request for `at`.
 pub(super) fn deadline(at: std::time::Instant) -> [u8; 12] {
     // Rounded down: a deadline told a little early is safe, a little late is not.
-    let ms = u64::try_from(at.saturating_duration_since(base()).as_millis()).unwrap_or(u64::MAX);
-    encode(DEADLINE, (ms >> 32) as i32, ms as u32 as i32)
+    moment(DEADLINE, at.saturating_duration_since(base()).as_millis())
 }
 
-/// The deadline a `DEADLINE` request's two numbers say.
-pub(super) fn deadline_of(high: i32, low: i32) -> std::time::Instant {
+/// The time limit request for `at`.
+pub(super) fn time_limit(at: std::time::Instant) -> [u8; 12] {
+    // Rounded up: the guardian stops the command at rlock's limit or after it, never before,
+    // so that rlock, if it is running, sees its limit come before the command's end.
+    let ms = at
+        .saturating_duration_since(base())
+        .as_nanos()
+        .div_ceil(1_000_000);
+    moment(TIME_LIMIT, ms)
+}
+
+/// A request for a moment `ms` after `base`: its high and low 32 bits.
+fn moment(tag: i32, ms: u128) -> [u8; 12] {
+    let ms = u64::try_from(ms).unwrap_or(u64::MAX);
+    encode(tag, (ms >> 32) as i32, ms as u32 as i32)
+}
+
+/// The moment a `DEADLINE` or `TIME_LIMIT` request's two numbers say.
+pub(super) fn moment_of(high: i32, low: i32) -> std::time::Instant {
     let ms = (u64::from(high as u32) << 32) | u64::from(low as u32);
     base() + std::time::Duration::from_millis(ms)
 }

@@ -1,11 +1,13 @@
 //! `--timeout`: at the limit everything the command started gets --lost-signal, SIGKILL --grace
 //! later, the lock is given back and rlock exits 124, as timeout(1) does; the history says
-//! "timed out". Judged by the escaped processes' own heartbeats.
+//! "timed out". The guardian holds the limit too, so a stopped rlock does not stretch it.
+//! Judged by the escaped processes' own heartbeats.
 
-use super::containment::{Escape, KEY, LOCK, Reaper, assert_silent_after};
-use super::process_group::now_ns;
+use super::containment::{Escape, KEY, LOCK, Reaper, assert_silent_after, loop_alive};
+use super::process_group::{heartbeat, now_ns};
 use super::tempdir;
-use crate::common::{Background as Bg, RedisServer, rlock_at, run};
+use crate::common::{Background as Bg, RedisServer, rlock_at, run, wait_until};
+use nix::sys::signal::Signal;
 use std::time::{Duration, Instant};
 
 /// `--timeout 1s` over a command whose leader sleeps and whose loop, in a session of its own,
@@ -86,4 +88,41 @@ fn a_timeout_that_terms_everything_ends_at_the_limit_and_a_quick_command_is_unaf
         .env("RLOCK_TIMEOUT", "1ms")
         .args(["exec", "-k", KEY, "--", "sleep", "5"]));
     assert_eq!(out.code, 124, "RLOCK_TIMEOUT is read: {out}");
+}
+
+/// rlock stopped (SIGSTOP) once its command runs cannot act at the limit, and its lease of a
+/// minute is far off; the guardian, told the limit, TERMs the command at 1 s and SIGKILLs what
+/// ignores TERM a grace of 500 ms later, the lock still held. Continued, rlock exits 124.
+#[test]
+fn the_guardian_keeps_the_time_limit_while_rlock_is_stopped() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    let script = format!("{} sleep 60", Escape::Setsid.start());
+    let mut cmd = rlock_at(&server);
+    cmd.args(["exec", "-k", KEY, "--ttl", "60s", "--grace", "500ms"])
+        .args(["--timeout", "1s", "--", "sh", "-c", &script]);
+    let started = now_ns();
+    let mut rl = Bg::spawn_group("rlock", d, &mut cmd);
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(d).is_some()
+    });
+    rl.kill(Signal::SIGSTOP);
+    wait_until(
+        "the guardian to stop the escaped loop, rlock stopped",
+        Duration::from_secs(10),
+        || d.join("esc.pid").exists() && loop_alive(d).is_none(),
+    );
+    let last = heartbeat(d).expect("heartbeats");
+    let after = Duration::from_nanos((last - started) as u64);
+    assert!(
+        after < Duration::from_millis(3000),
+        "SIGKILL is due 1.5 s after the start; the last heartbeat came {after:?} after it"
+    );
+    assert!(server.exists(LOCK), "the lock is still held, rlock stopped");
+    rl.kill(Signal::SIGCONT);
+    let (out, _) = rl.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 124, "{out}");
+    assert!(!server.exists(LOCK), "the lock was given back");
 }
