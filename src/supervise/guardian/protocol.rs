@@ -146,3 +146,29 @@ pub(super) fn tell(events: &OwnedFd, news: &[Event]) {
     let bytes: Vec<u8> = news.iter().flat_map(|e| e.encode()).collect();
     let _ = nix::unistd::write(events, &bytes);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The deadline is told rounded down (early is safe), the time limit rounded up (the
+    /// guardian must not stop the command before rlock's own limit, or rlock would see the
+    /// command die of its signal instead of a timeout, 124).
+    #[test]
+    fn a_deadline_is_told_early_and_a_time_limit_late_never_the_other_way() {
+        let at = base() + Duration::from_micros(1_500);
+        let (tag, high, low) = decode(&deadline(at));
+        assert_eq!(tag, DEADLINE);
+        assert_eq!(moment_of(high, low), base() + Duration::from_millis(1));
+        let (tag, high, low) = decode(&time_limit(at));
+        assert_eq!(tag, TIME_LIMIT);
+        assert_eq!(moment_of(high, low), base() + Duration::from_millis(2));
+        // A whole millisecond is told as it is, either way.
+        let at = base() + Duration::from_millis(5_000_000_000);
+        let (_, high, low) = decode(&time_limit(at));
+        assert_eq!(moment_of(high, low), at, "past 32 bits of milliseconds");
+        let (_, high, low) = decode(&deadline(at));
+        assert_eq!(moment_of(high, low), at);
+    }
+}
