@@ -15,6 +15,7 @@ mod cron;
 mod exit_codes;
 mod recipes;
 mod redact;
+mod shell_recipe;
 
 use std::fs;
 use std::path::{Path, PathBuf};
