@@ -19,12 +19,19 @@ fn example(name: &str) -> String {
     fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The one line of `text` that runs rlock, after `prefix`.
+/// The one line of `text` that runs rlock, after `prefix`: the line whose first word is rlock
+/// (not a line that installs it).
 fn line_after(text: &str, prefix: &str) -> String {
+    let runs_rlock = |line: &str| {
+        line.split_whitespace()
+            .next()
+            .map(|w| w.trim_matches(|c| matches!(c, '[' | '"' | ',')))
+            .is_some_and(|w| w == "rlock" || w.ends_with("/rlock"))
+    };
     let lines: Vec<&str> = text
         .lines()
         .filter_map(|l| l.trim_start().strip_prefix(prefix))
-        .filter(|l| l.contains("rlock"))
+        .filter(|l| runs_rlock(l))
         .collect();
     assert_eq!(
         lines.len(),
