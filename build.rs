@@ -24,6 +24,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ("FENCE", &["common.lua", "fence.lua"]),
     ("RECORD", &["record.lua"]),
     ("HISTORY", &["common.lua", "history.lua"]),
+    ("ONCE", &["common.lua", "once.lua"]),
     ("IDENTITY", &["identity.lua"]),
 ];
 

@@ -145,7 +145,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__acquire)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --record-args --program-only --hold-at-least --export --json --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --record-args --program-only --hold-at-least --once-per --export --json --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -215,6 +215,13 @@ _rlock__options() {
                     return 0
                     ;;
                 --hold-at-least)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --once-per)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -301,7 +308,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__exec)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --timeout --hold-at-least --label --record-args --program-only --contain --history-limit --history-ttl --metrics-file --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --timeout --hold-at-least --once-per --label --record-args --program-only --contain --history-limit --history-ttl --metrics-file --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -389,6 +396,13 @@ _rlock__options() {
                     return 0
                     ;;
                 --hold-at-least)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --once-per)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -1001,7 +1015,7 @@ _rlock() {
         else
             case $word in
                 --) (( w < COMP_CWORD )) && start=$i; break ;;
-                --conflict-exit-code|--connect-timeout|--contain|--grace|--history-limit|--history-ttl|--hold-at-least|--key|--label|--limit|--lost-signal|--metrics-file|--op-timeout|--password-file|--prefix|--renew-every|--replicas|--sentinel|--timeout|--tls-ca|--tls-cert|--tls-key|--ttl|--url|--user|--wait|-E|-k|-u|-w) (( eq )) || skip=1 ;;
+                --conflict-exit-code|--connect-timeout|--contain|--grace|--history-limit|--history-ttl|--hold-at-least|--key|--label|--limit|--lost-signal|--metrics-file|--once-per|--op-timeout|--password-file|--prefix|--renew-every|--replicas|--sentinel|--timeout|--tls-ca|--tls-cert|--tls-key|--ttl|--url|--user|--wait|-E|-k|-u|-w) (( eq )) || skip=1 ;;
                 -[!-]?*) _rlock__cluster "$word" Ekuw || skip=1 ;;
                 -*) ;;
                 *) start=$w; break ;;

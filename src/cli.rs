@@ -14,7 +14,10 @@ pub mod usage;
 mod values;
 pub use global::{DEFAULT_PREFIX, DEFAULT_URL, Global};
 pub use parse::{SUBCOMMANDS, parse, subcommand_names};
-use values::{SignalParser, duration, non_empty, positive_duration, ttl_duration, watch_interval};
+use values::{
+    SignalParser, duration, non_empty, once_window, once_without_command, positive_duration,
+    ttl_duration, watch_interval,
+};
 
 /// A Redis-backed distributed lock for shell scripts, cron jobs and CI pipelines.
 ///
@@ -73,18 +76,25 @@ pub struct WaitArgs {
     #[arg(short = 'n', long, conflicts_with = "wait")]
     pub no_wait: bool,
 
-    /// Exit code when the lock is busy.
+    /// Exit code when the lock is busy [default: 75]; with `exec --once-per`, also when the
+    /// window's run is already done [default there: 0].
     #[arg(
         short = 'E',
         long,
         value_name = "CODE",
         value_hint = ValueHint::Other,
-        default_value_t = 75,
         value_parser = clap::value_parser!(u8),
         // `-E -1` is a value out of range, not a stray flag.
         allow_negative_numbers = true
     )]
-    pub conflict_exit_code: u8,
+    pub conflict_exit_code: Option<u8>,
+}
+
+impl WaitArgs {
+    /// The exit code of a busy lock: -E, or 75.
+    pub fn busy_code(&self) -> u8 {
+        self.conflict_exit_code.unwrap_or(75)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -107,6 +117,10 @@ pub struct AcquireArgs {
 
     #[command(flatten)]
     pub hold: HoldArg,
+
+    /// Refused: a window is done when its command succeeds (`rlock exec --once-per`).
+    #[arg(long, value_name = "DUR", hide = true, value_parser = once_without_command, allow_hyphen_values = true, value_hint = ValueHint::Other)]
+    pub once_per: Option<Duration>,
 
     /// Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`.
     #[arg(long, conflicts_with = "json")]
@@ -166,8 +180,10 @@ pub struct LabelArg {
 #[derive(Debug, Args, Clone)]
 pub struct HoldArg {
     /// Nobody else gets the lock until DUR after the grant, by Redis's clock, even if the holder
-    /// releases it sooner: the same cron line on several hosts runs once per schedule. `release
-    /// --force` still frees it.
+    /// releases it sooner. Keep DUR below the schedule's period less the hosts' largest firing
+    /// skew: a hold as long as the period makes the next firing find it held, and skip. To run
+    /// the same cron line on several hosts once per period, --once-per counts windows and drops
+    /// none. `release --force` still frees it.
     #[arg(
         long,
         value_name = "DUR",
@@ -351,6 +367,24 @@ pub struct ExecArgs {
 
     #[command(flatten)]
     pub hold: HoldArg,
+
+    /// At most one successful run per window of DUR, and a run in every window in which any
+    /// host fired: windows are counted by Redis's clock from the Unix epoch (every host agrees
+    /// which window "now" is), and a run that finds its window's work done exits 0 at once
+    /// (-E chooses another code) without running CMD. A failed run leaves its window to the
+    /// next firing. For the same crontab line on several hosts: see `--hold-at-least` for why
+    /// not that.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "RLOCK_ONCE_PER",
+        hide_env_values = true,
+        conflicts_with_all = ["limit", "shared"],
+        value_parser = once_window,
+        allow_hyphen_values = true,
+        value_hint = ValueHint::Other
+    )]
+    pub once_per: Option<Duration>,
 
     #[command(flatten)]
     pub label: LabelArg,

@@ -33,8 +33,8 @@ use exit::Exit;
 /// the exit code is chosen (`exit::code_of`), never carried down into the wait.
 pub fn busy_code(cli: &Cli) -> u8 {
     match &cli.command {
-        Command::Acquire(args) => args.wait.conflict_exit_code,
-        Command::Exec(args) => args.wait.conflict_exit_code,
+        Command::Acquire(args) => args.wait.busy_code(),
+        Command::Exec(args) => args.wait.busy_code(),
         _ => exit::Code::Busy as u8,
     }
 }

@@ -57,6 +57,25 @@ pub fn ttl_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A window of `exec --once-per`: at least a second (a window shorter than a round trip and a
+/// run has no sense), at most 365 days.
+pub fn once_window(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("'{s}' is too short for --once-per: at least 1s"));
+    }
+    if d > Duration::from_secs(365 * 86_400) {
+        return Err(format!("'{s}' is too long for --once-per: at most 365d"));
+    }
+    Ok(d)
+}
+
+/// `acquire --once-per`: refused, whatever its value. A window is done when its command
+/// succeeded, and `acquire` runs none.
+pub fn once_without_command(_: &str) -> Result<Duration, String> {
+    Err("--once-per is for `rlock exec --once-per DUR -- CMD`: a window is done when its command succeeds, and acquire runs none".into())
+}
+
 /// A connect and command timeout: at least 1ms, at most an hour.
 pub fn op_timeout(s: &str) -> Result<Duration, String> {
     let d = positive_duration(s)?;

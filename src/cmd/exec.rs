@@ -9,6 +9,7 @@ use nix::unistd::Pid;
 
 use super::Context;
 use super::nested::{self, inherited, inside_exec};
+use super::once;
 use super::record::Recorder;
 use super::take::{Ask, exec_holder, take};
 use crate::cli::ExecArgs;
@@ -20,6 +21,10 @@ use crate::signals::{Signals, stop_self};
 use crate::supervise::{
     self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
 };
+
+/// `--once-per`: the start of the window the command does, seconds since the epoch by Redis's
+/// clock.
+const WINDOW_VAR: &str = "RLOCK_WINDOW";
 
 /// How long rlock waits for the guardian's word that the command started, at least: it comes at
 /// once, unless the machine is very busy or the guardian is stuck (then it is killed).
@@ -41,16 +46,41 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let locker = ctx.locker()?;
     // The run on record (history, metrics): written once it has ended, never before the start.
     let mut record = Recorder::asked(ctx, &locker, &key, args);
+    // --once-per: the window this run fired in; a window already done ends the run here.
+    let window = match once::fired(ctx, &locker, &key, args, &mut record) {
+        Ok(window) => window,
+        Err(done) => return Ok(done?),
+    };
 
     let held = hold(ctx, &locker, &key, args, &signals, asked);
-    let held = held.inspect_err(|e| record.failed(e))?;
+    let mut held = held.inspect_err(|e| record.failed(e))?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
+    if let Some(window) = window {
+        // A run that held the lock while this one waited may have done the window's work.
+        match once::done_meanwhile(ctx, &locker, &key, args, window, &mut record) {
+            Ok(None) => held.window = Some(window),
+            Ok(Some(done)) => {
+                release(ctx, &locker, &held);
+                return Ok(done);
+            }
+            Err(e) => {
+                release(ctx, &locker, &held);
+                record.failed(&e);
+                return Err(e.into());
+            }
+        }
+    }
     if let Some((on, of)) = locker.holding() {
         ctx.say(format_args!("the lock is on {on} of {of} masters"));
     }
     let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
     let died_of = outcome.signal;
+    if let Some(window) = held.window
+        && once::succeeded(&outcome)
+    {
+        once::mark(ctx, &locker, &held.grant, window, args, record.run_id());
+    }
     // The lock first: the next holder waits for nothing else. The run goes on record right
     // after, by a script of its own, should the release give the lock back.
     let run = if outcome.lost.is_none() && !outcome.leftovers {
@@ -85,6 +115,8 @@ struct Held {
     grant: Grant,
     owner: Owner,
     lease: Lease,
+    /// `--once-per`: the window this run does.
+    window: Option<crate::lock::Window>,
 }
 
 /// The command, running in a process group of its own.
@@ -160,6 +192,7 @@ fn hold(
         grant,
         owner,
         lease,
+        window: None,
     };
     // A signal that came between the grant and the spawn ends the run before it starts.
     if let Some(signal) = interrupt(signals) {
@@ -257,7 +290,10 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
         Owner::OuterExec => nested::enclosing_exec(&grant.token).unwrap_or(0),
         _ => std::process::id(),
     };
-    let env = nested::child_env(ctx, grant, renewer_pid.to_string());
+    let mut env = nested::child_env(ctx, grant, renewer_pid.to_string()).to_vec();
+    if let Some(window) = held.window {
+        env.push((WINDOW_VAR, (window.start_ms() / 1000).to_string()));
+    }
     // The renewal thread's reports (it starts once the first renewal is due).
     let reports = match Reports::new() {
         Ok(reports) => reports,

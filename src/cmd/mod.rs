@@ -5,6 +5,7 @@ pub mod exec;
 mod hint;
 pub mod inspect;
 pub mod nested;
+mod once;
 pub mod record;
 pub mod release;
 pub mod renew;

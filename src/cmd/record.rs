@@ -40,11 +40,13 @@ pub enum Outcome {
     Unavailable,
     /// The command could not be run (126) or found (127).
     NotRun,
+    /// `--once-per`: the window's run was already done (by whom: the record's `by`).
+    Skipped,
 }
 
 impl Outcome {
     /// Every outcome, in the order the metrics list them.
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Ok,
         Outcome::Failed,
         Outcome::Signal,
@@ -55,10 +57,11 @@ impl Outcome {
         Outcome::GaveUp,
         Outcome::Unavailable,
         Outcome::NotRun,
+        Outcome::Skipped,
     ];
 
     /// Every outcome's name.
-    pub fn names() -> [&'static str; 10] {
+    pub fn names() -> [&'static str; 11] {
         Outcome::ALL.map(Outcome::as_str)
     }
 
@@ -74,6 +77,7 @@ impl Outcome {
             Outcome::GaveUp => "gave-up",
             Outcome::Unavailable => "unavailable",
             Outcome::NotRun => "not-run",
+            Outcome::Skipped => "skipped",
         }
     }
 
@@ -116,6 +120,8 @@ pub struct Recorder<'a> {
     unanswered: bool,
     /// The release recorded the run in the history (`at_release`).
     recorded: bool,
+    /// `--once-per`: the run that already did this run's window (`skipped`).
+    skipped_by: Option<String>,
 }
 
 impl<'a> Recorder<'a> {
@@ -138,7 +144,20 @@ impl<'a> Recorder<'a> {
             ours: true,
             unanswered: false,
             recorded: false,
+            skipped_by: None,
         }
+    }
+
+    /// This run's ID.
+    pub fn run_id(&self) -> &str {
+        &self.run
+    }
+
+    /// `--once-per`: the run ended without running its command, its window done `by` another
+    /// run; `code` is its exit code.
+    pub fn skipped(&mut self, by: String, code: i64) {
+        self.skipped_by = Some(by);
+        self.keep(Outcome::Skipped, code, None, true);
     }
 
     /// Redis did not answer the final release: the run goes to the metrics file only.
@@ -169,7 +188,7 @@ impl<'a> Recorder<'a> {
         if let Some((outcome, signal)) = Outcome::of_failure(failure) {
             self.keep(
                 outcome,
-                i64::from(failure.exit_code(self.args.wait.conflict_exit_code)),
+                i64::from(failure.exit_code(self.args.wait.busy_code())),
                 signal,
                 !broken,
             );
@@ -208,7 +227,7 @@ impl<'a> Recorder<'a> {
             Err(e) => {
                 let failure = e.downcast_ref::<Failure>()?;
                 let (outcome, signal) = Outcome::of_failure(failure)?;
-                let code = failure.exit_code(self.args.wait.conflict_exit_code);
+                let code = failure.exit_code(self.args.wait.busy_code());
                 (outcome, i64::from(code), signal)
             }
         })
@@ -326,7 +345,7 @@ impl<'a> Recorder<'a> {
             outcome: Some(outcome.as_str().into()),
             code: Some(code),
             signal: signal.map(|s| s.as_str().trim_start_matches("SIG").to_string()),
-            by: None,
+            by: self.skipped_by.clone(),
             held_until_ms: None,
         }
     }

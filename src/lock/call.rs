@@ -234,7 +234,16 @@ mod tests {
     #[test]
     fn script_hashes_are_what_redis_computes() {
         for script in [
-            &ACQUIRE, &RELEASE, &RENEW, &LEAVE, &INSPECT, &FENCE, &RECORD, &HISTORY, &IDENTITY,
+            &ACQUIRE,
+            &RELEASE,
+            &RENEW,
+            &LEAVE,
+            &INSPECT,
+            &FENCE,
+            &RECORD,
+            &HISTORY,
+            &IDENTITY,
+            &crate::lock::ONCE,
         ] {
             let sha = redis::Script::new(script.source).get_hash().to_string();
             assert_eq!(script.sha, sha, "SHA1 of {}", script.name);
@@ -288,6 +297,7 @@ mod tests {
             include_str!("fence.lua"),
             include_str!("inspect.lua"),
             include_str!("history.lua"),
+            include_str!("once.lua"),
             include_str!("multi.lua"),
             include_str!("slot.lua"),
         ] {

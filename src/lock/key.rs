@@ -19,7 +19,7 @@ pub struct LockKey {
 }
 
 /// What rlock appends to a lock's key for its helper keys (see `LockKey::is_helper`).
-const HELPER_SUFFIXES: [&str; 3] = [":state", ":q", ":history"];
+const HELPER_SUFFIXES: [&str; 4] = [":state", ":q", ":history", ":once"];
 
 impl LockKey {
     pub fn new(prefix: &str, name: &str) -> Result<Self, Error> {
@@ -80,18 +80,25 @@ impl LockKey {
         })
     }
 
+    /// The window record of `exec --once-per` (a hash, `once.rs`), beside the state in the
+    /// lock's slot: made when asked for, as only `--once-per` needs it.
+    pub(super) fn once(&self) -> String {
+        match self.state.strip_suffix(":state") {
+            Some(base) => format!("{base}:once"),
+            None => format!("{}:once", self.redis_key),
+        }
+    }
+
     pub(super) fn keys(&self) -> [&str; 3] {
         [&self.redis_key, &self.state, &self.queue]
     }
 
     /// True for rlock's own helper keys, which a listing must not show as locks: `{K}:state`,
-    /// `{K}:q` and `{K}:history`, or `K:state`, `K:q` and `K:history` for a K with a hash tag of
-    /// its own.
+    /// `{K}:q`, `{K}:history` and `{K}:once`, or the same after a K with a hash tag of its own.
     pub fn is_helper(redis_key: &str) -> bool {
-        let Some(base) = redis_key
-            .strip_suffix(":state")
-            .or_else(|| redis_key.strip_suffix(":q"))
-            .or_else(|| redis_key.strip_suffix(":history"))
+        let Some(base) = HELPER_SUFFIXES
+            .iter()
+            .find_map(|suffix| redis_key.strip_suffix(suffix))
         else {
             return false;
         };
@@ -125,23 +132,30 @@ mod tests {
         let k = LockKey::new("", "{user1}.jobs").unwrap();
         assert_eq!(k.state, "{user1}.jobs:state");
         assert_eq!(k.history, "{user1}.jobs:history");
+        assert_eq!(k.once(), "{user1}.jobs:once");
+        assert_eq!(
+            LockKey::new("rlock:", "jobs").unwrap().once(),
+            "{rlock:jobs}:once"
+        );
         assert!(LockKey::new("", "a}b").is_err());
         let k = LockKey::new("", "a{b").unwrap();
         assert_eq!(hash_tag(&k.state), Some("a{b"));
         assert!(LockKey::is_helper("{rlock:jobs}:state"));
         assert!(LockKey::is_helper("rlock:{grp}jobs:q"));
         assert!(LockKey::is_helper("{rlock:jobs}:history"));
+        assert!(LockKey::is_helper("{rlock:jobs}:once"));
         assert!(!LockKey::is_helper("rlock:jobs"));
     }
 
     #[test]
     fn a_name_that_is_another_locks_helper_is_refused() {
-        for name in ["{t}a:history", "{t}a:state", "{b}:q"] {
+        for name in ["{t}a:history", "{t}a:state", "{b}:q", "{t}a:once"] {
             assert!(LockKey::new("rlock:", name).is_err(), "{name}");
             let owner = LockKey::new("rlock:", &name[..name.rfind(':').unwrap()]).unwrap();
             assert!(
                 owner.keys().contains(&format!("rlock:{name}").as_str())
                     || owner.history == format!("rlock:{name}")
+                    || owner.once() == format!("rlock:{name}")
             );
         }
         // Without a hash tag of its own the helper keys are `{…}`-wrapped: no collision.

@@ -35,6 +35,7 @@ mod key;
 mod lease;
 mod locker;
 mod observe;
+mod once;
 #[cfg(test)]
 pub(crate) mod planted;
 mod read;
@@ -63,6 +64,7 @@ pub use key::LockKey;
 pub use lease::{Lease, deadline, drift};
 pub use locker::Locker;
 pub use observe::{Note, Observer, Silent};
+pub use once::{Look, ONCE, Window, WindowDone};
 pub use reply::{Crowd, Holder, HolderLease, HolderPid, KeyType};
 pub use wait::{Hooks, Interrupt, WaitPolicy};
 

@@ -2,8 +2,9 @@
 //! GitLab's `script:`, the service's `ExecStart=`, the CronJob's `command:`, the crontab line) is
 //! taken from the file as it is and run against a real Redis, with the reader's script replaced
 //! by a stand-in that shows the lock's record. Free, it runs the script; busy, a CI recipe says
-//! whom it waits for (-v) and runs once the lock is free, and a cron-like recipe ends at once, in
-//! silence, with 0.
+//! whom it waits for (-v) and runs once the lock is free, the crontab (once per window) waits in
+//! silence and runs, then skips its window's other firings in silence, and the other cron-like
+//! recipes end at once, in silence, with 0.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -49,6 +50,9 @@ struct Recipe {
     line: String,
     /// A CI job (waits, -v) rather than a cron-like one (-n -E 0, silent).
     ci: bool,
+    /// A cron job once per window (--once-per): waits its turn in silence, then runs, or exits 0
+    /// in silence when its window is done.
+    once: bool,
 }
 
 fn recipes() -> Vec<Recipe> {
@@ -76,30 +80,35 @@ fn recipes() -> Vec<Recipe> {
             key: "deploy-production",
             line: line_after(&example("github-actions.yml"), "run: "),
             ci: true,
+            once: false,
         },
         Recipe {
             name: "gitlab-ci.yml",
             key: "deploy-production",
             line: line_after(&example("gitlab-ci.yml"), "- "),
             ci: true,
+            once: false,
         },
         Recipe {
             name: "crontab",
             key: "report",
             line: stand_in(cron_command[5].to_string()),
             ci: false,
+            once: true,
         },
         Recipe {
             name: "rlock-report.service",
             key: "nightly-report",
             line: stand_in(line_after(&example("rlock-report.service"), "ExecStart=")),
             ci: false,
+            once: false,
         },
         Recipe {
             name: "kubernetes-cronjob.yaml",
             key: "report",
             line: stand_in(k8s_line),
             ci: false,
+            once: false,
         },
     ]
 }
@@ -222,6 +231,36 @@ fn a_busy_lock_is_waited_for_in_ci_and_skipped_in_silence_by_cron() {
             let (out, _) = job.finish(Duration::from_secs(10));
             assert_eq!(out.code, 0, "{}: {out}", recipe.name);
             assert!(out.stdout.contains("under fence"), "{out}");
+        } else if recipe.once {
+            let mut job = Background::spawn(
+                recipe.name,
+                dir.path(),
+                &mut shell(&server, dir.path(), &recipe.line),
+            );
+            let queue = crate::common::basic::queue_key(recipe.key);
+            job.wait_for(
+                "the firing to wait its turn",
+                Duration::from_secs(5),
+                || server.exists(&queue),
+            );
+            let out = run(rlock_at(&server).args(["release", "-k", recipe.key, "--token", &token]));
+            assert_eq!(out.code, 0, "{out}");
+            let (out, _) = job.finish(Duration::from_secs(10));
+            assert_eq!(
+                (out.code, out.stderr.as_str()),
+                (0, ""),
+                "{}: silent: {out}",
+                recipe.name
+            );
+            assert!(out.stdout.contains("under fence"), "{out}");
+            // Another host's firing in the same window: its work is done.
+            let out = run(&mut shell(&server, dir.path(), &recipe.line));
+            assert_eq!(
+                (out.code, out.stdout.as_str(), out.stderr.as_str()),
+                (0, "", ""),
+                "{}: a window already done is a silent success: {out}",
+                recipe.name
+            );
         } else {
             let out = run(&mut shell(&server, dir.path(), &recipe.line));
             assert_eq!(

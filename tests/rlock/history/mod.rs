@@ -7,6 +7,7 @@
 
 mod holds;
 mod metrics;
+mod once_per;
 mod outcomes;
 mod retention;
 mod servers;

@@ -145,6 +145,16 @@ pub(super) const ENVIRONMENT: Section = Section {
              Redis's clock, even once it is released.",
         ),
         Item(
+            "`RLOCK_ONCE_PER`",
+            "As `exec --once-per`: at most one successful run per window of this length, by \
+             Redis's clock, and a run in every window in which any host fired.",
+        ),
+        Item(
+            "`RLOCK_WINDOW`",
+            "Set by `exec --once-per` in the command's environment: the start of the window the \
+             run does, in seconds since the epoch by Redis's clock.",
+        ),
+        Item(
             "`RLOCK_TOKEN`",
             "The owner token `release` and `renew` use when `--token` is not given.",
         ),
