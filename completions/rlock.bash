@@ -59,7 +59,7 @@ _rlock__options() {
 
     case "${cmd}" in
         rlock)
-            opts="-u -v -q -h -V --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help --version acquire release renew inspect exec help"
+            opts="-u -v -q -h -V --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help --version acquire release renew inspect exec help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -137,6 +137,25 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --events)
+                    COMPREPLY=($(compgen -W "json" -- "${cur}"))
+                    return 0
+                    ;;
+                --events-to)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -145,7 +164,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__acquire)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --record-args --program-only --hold-at-least --once-per --export --json --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --record-args --program-only --hold-at-least --once-per --export --json --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -300,6 +319,25 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --events)
+                    COMPREPLY=($(compgen -W "json" -- "${cur}"))
+                    return 0
+                    ;;
+                --events-to)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -308,7 +346,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__exec)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --timeout --hold-at-least --once-per --label --record-args --program-only --contain --history-limit --history-ttl --metrics-file --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --timeout --hold-at-least --once-per --label --record-args --program-only --contain --history-limit --history-ttl --metrics-file --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -521,6 +559,25 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --events)
+                    COMPREPLY=($(compgen -W "json" -- "${cur}"))
+                    return 0
+                    ;;
+                --events-to)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -627,7 +684,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__inspect)
-            opts="-k -n -u -v -q -h --key --json --watch --history --count --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
+            opts="-k -n -u -v -q -h --key --json --watch --history --count --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -740,6 +797,25 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --events)
+                    COMPREPLY=($(compgen -W "json" -- "${cur}"))
+                    return 0
+                    ;;
+                --events-to)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -748,7 +824,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__release)
-            opts="-k -u -v -q -h --key --token --force --history-limit --history-ttl --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
+            opts="-k -u -v -q -h --key --token --force --history-limit --history-ttl --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -861,6 +937,25 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --events)
+                    COMPREPLY=($(compgen -W "json" -- "${cur}"))
+                    return 0
+                    ;;
+                --events-to)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -869,7 +964,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__renew)
-            opts="-k -u -v -q -h --key --token --ttl --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --help"
+            opts="-k -u -v -q -h --key --token --ttl --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -975,6 +1070,25 @@ _rlock__options() {
                     fi
                     return 0
                     ;;
+                --events)
+                    COMPREPLY=($(compgen -W "json" -- "${cur}"))
+                    return 0
+                    ;;
+                --events-to)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1006,7 +1120,7 @@ _rlock() {
         fi
         if [[ -z $sub ]]; then
             case $word in
-                -u|--url|--sentinel|--password-file|--user|--tls-ca|--tls-cert|--tls-key|--prefix|--op-timeout|--connect-timeout|--replicas) (( eq )) || skip=1 ;;
+                -u|--url|--sentinel|--password-file|--user|--tls-ca|--tls-cert|--tls-key|--prefix|--op-timeout|--connect-timeout|--replicas|--events|--events-to) (( eq )) || skip=1 ;;
                 -[!-]?*) _rlock__cluster "$word" u || skip=1 ;;
                 -*) ;;
                 exec) sub=$word ;;
@@ -1015,7 +1129,7 @@ _rlock() {
         else
             case $word in
                 --) (( w < COMP_CWORD )) && start=$i; break ;;
-                --conflict-exit-code|--connect-timeout|--contain|--grace|--history-limit|--history-ttl|--hold-at-least|--key|--label|--limit|--lost-signal|--metrics-file|--once-per|--op-timeout|--password-file|--prefix|--renew-every|--replicas|--sentinel|--timeout|--tls-ca|--tls-cert|--tls-key|--ttl|--url|--user|--wait|-E|-k|-u|-w) (( eq )) || skip=1 ;;
+                --conflict-exit-code|--connect-timeout|--contain|--events|--events-to|--grace|--history-limit|--history-ttl|--hold-at-least|--key|--label|--limit|--lost-signal|--metrics-file|--once-per|--op-timeout|--password-file|--prefix|--renew-every|--replicas|--sentinel|--timeout|--tls-ca|--tls-cert|--tls-key|--ttl|--url|--user|--wait|-E|-k|-u|-w) (( eq )) || skip=1 ;;
                 -[!-]?*) _rlock__cluster "$word" Ekuw || skip=1 ;;
                 -*) ;;
                 *) start=$w; break ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_rlock_global_optspecs
-    string join \n u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet h/help V/version
+    string join \n u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet events= events-to= h/help V/version
 end
 
 function __fish_rlock_needs_command
@@ -35,6 +35,8 @@ complete -c rlock -n "__fish_rlock_needs_command" -l prefix -d 'Prefix of every 
 complete -c rlock -n "__fish_rlock_needs_command" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
 complete -c rlock -n "__fish_rlock_needs_command" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_needs_command" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
+complete -c rlock -n "__fish_rlock_needs_command" -l events -d 'Also write each step of a lock as one JSON object a line, for a log pipeline: waiting, acquired, renewal failed, and how the run ended (docs/inspect.md, "Events"). To stderr, beside the usual lines, or to --events-to' -r -f -a "json\t''"
+complete -c rlock -n "__fish_rlock_needs_command" -l events-to -d 'Where --events go instead of stderr: a file, appended to (created if missing; never through a symbolic link), or /dev/fd/N for a descriptor the caller opened' -r -F
 complete -c rlock -n "__fish_rlock_needs_command" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_needs_command" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_needs_command" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
@@ -65,6 +67,8 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l prefix -d 'Prefi
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l events -d 'Also write each step of a lock as one JSON object a line, for a log pipeline: waiting, acquired, renewal failed, and how the run ended (docs/inspect.md, "Events"). To stderr, beside the usual lines, or to --events-to' -r -f -a "json\t''"
+complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l events-to -d 'Where --events go instead of stderr: a file, appended to (created if missing; never through a symbolic link), or /dev/fd/N for a descriptor the caller opened' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l record-args -d 'Record the holder\'s whole command line, its secrets masked, rather than only its program\'s name (`mysql`), the default: any user of the same Redis can read what is recorded with `rlock inspect`. --label still wins'
@@ -90,6 +94,8 @@ complete -c rlock -n "__fish_rlock_using_subcommand release" -l prefix -d 'Prefi
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l events -d 'Also write each step of a lock as one JSON object a line, for a log pipeline: waiting, acquired, renewal failed, and how the run ended (docs/inspect.md, "Events"). To stderr, beside the usual lines, or to --events-to' -r -f -a "json\t''"
+complete -c rlock -n "__fish_rlock_using_subcommand release" -l events-to -d 'Where --events go instead of stderr: a file, appended to (created if missing; never through a symbolic link), or /dev/fd/N for a descriptor the caller opened' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l force -d 'Break the lock whoever holds it, and say who did'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand release" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
@@ -109,6 +115,8 @@ complete -c rlock -n "__fish_rlock_using_subcommand renew" -l prefix -d 'Prefix 
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l events -d 'Also write each step of a lock as one JSON object a line, for a log pipeline: waiting, acquired, renewal failed, and how the run ended (docs/inspect.md, "Events"). To stderr, beside the usual lines, or to --events-to' -r -f -a "json\t''"
+complete -c rlock -n "__fish_rlock_using_subcommand renew" -l events-to -d 'Where --events go instead of stderr: a file, appended to (created if missing; never through a symbolic link), or /dev/fd/N for a descriptor the caller opened' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_using_subcommand renew" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
@@ -127,6 +135,8 @@ complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l prefix -d 'Prefi
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l events -d 'Also write each step of a lock as one JSON object a line, for a log pipeline: waiting, acquired, renewal failed, and how the run ended (docs/inspect.md, "Events"). To stderr, beside the usual lines, or to --events-to' -r -f -a "json\t''"
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l events-to -d 'Where --events go instead of stderr: a file, appended to (created if missing; never through a symbolic link), or /dev/fd/N for a descriptor the caller opened' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l json -d 'Print JSON: one object for a single -k, an array of objects otherwise'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l history -d 'Show the runs on record instead, newest first: the KEYs\' last runs (-n of them), or, without -k, the last run of every lock under the prefix'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l cluster -d 'The URLs are Redis Cluster seed nodes'
@@ -169,6 +179,8 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_e
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l op-timeout -d 'Connect and per-command timeout: a dead server costs at most this per attempt' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l connect-timeout -d 'How long a run that has not reached Redis yet keeps trying to, before it exits 69: a mistake in a URL never hangs a cron job. Once Redis has answered, a wait rides out outages for as long as the wait lasts' -r -f
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l replicas -d 'After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a renewal fewer acknowledged counts as failed, and the lease deadline rules' -r -f
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l events -d 'Also write each step of a lock as one JSON object a line, for a log pipeline: waiting, acquired, renewal failed, and how the run ended (docs/inspect.md, "Events"). To stderr, beside the usual lines, or to --events-to' -r -f -a "json\t''"
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l events-to -d 'Where --events go instead of stderr: a file, appended to (created if missing; never through a symbolic link), or /dev/fd/N for a descriptor the caller opened' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l record-args -d 'Record the holder\'s whole command line, its secrets masked, rather than only its program\'s name (`mysql`), the default: any user of the same Redis can read what is recorded with `rlock inspect`. --label still wins'
@@ -186,13 +198,13 @@ complete -c rlock -n "__fish_rlock_using_subcommand help; and not __fish_seen_su
 
 # No file names for the value of a global option that is not a path, before the subcommand too.
 # (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
-complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew inspect exec; and contains -- (commandline -opc)[-1] -u --url --sentinel --user --prefix --op-timeout --connect-timeout --replicas" -f
+complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew inspect exec; and contains -- (commandline -opc)[-1] -u --url --sentinel --user --prefix --op-timeout --connect-timeout --replicas --events" -f
 
 # `rlock exec` runs a command line of its own: from its first word that is not an option (or
 # an option's value), or after `--`, complete it as that command's, as `complete -C` of the
 # command's words would. (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
 function __fish_rlock_exec_optspecs
-    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= timeout= hold-at-least= once-per= label= record-args program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet h/help
+    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= timeout= hold-at-least= once-per= label= record-args program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet events= events-to= h/help
 end
 
 # Prints the command's words before the one being completed; fails outside the command.

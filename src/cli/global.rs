@@ -169,4 +169,30 @@ pub struct Global {
     /// Say nothing but errors (inspect: print nothing, answer with the exit code).
     #[arg(short, long, global = true)]
     pub quiet: bool,
+
+    /// Also write each step of a lock as one JSON object a line, for a log pipeline: waiting,
+    /// acquired, renewal failed, and how the run ended (docs/inspect.md, "Events"). To stderr,
+    /// beside the usual lines, or to --events-to.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        env = "RLOCK_EVENTS",
+        hide_env_values = true,
+        global = true,
+        value_parser = ["json"]
+    )]
+    pub events: Option<String>,
+
+    /// Where --events go instead of stderr: a file, appended to (created if missing; never
+    /// through a symbolic link), or /dev/fd/N for a descriptor the caller opened.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "RLOCK_EVENTS_TO",
+        hide_env_values = true,
+        value_hint = ValueHint::FilePath,
+        requires = "events",
+        global = true
+    )]
+    pub events_to: Option<PathBuf>,
 }

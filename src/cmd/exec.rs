@@ -36,6 +36,9 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // on to it.
     let signals = Signals::for_exec()?;
     let key = ctx.key(&args.key.key)?;
+    if let Some(events) = &ctx.events {
+        events.working_on(&key.name);
+    }
     super::nested::check_env_fits(ctx, &key)?;
     // A metrics file rlock could not write safely is refused before anything runs.
     if let Some(path) = &args.record.metrics_file {

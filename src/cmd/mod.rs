@@ -1,6 +1,7 @@
 //! One file per subcommand; this one holds what they share.
 
 pub mod acquire;
+pub mod events;
 pub mod exec;
 mod hint;
 pub mod inspect;
@@ -21,6 +22,8 @@ use crate::lock::{LockKey, Locker, Note, Observer, Sharing, human_ms};
 pub struct Context {
     pub global: Global,
     pub settings: Settings,
+    /// `--events`: each step as a JSON line.
+    pub events: Option<events::Events>,
 }
 
 impl Context {
@@ -47,7 +50,12 @@ impl Context {
             },
             op_timeout: global.op_timeout,
         };
-        Ok(Context { global, settings })
+        let events = events::Events::new(global.events.as_deref(), global.events_to.as_deref());
+        Ok(Context {
+            global,
+            settings,
+            events,
+        })
     }
 
     pub fn key(&self, name: &str) -> Result<LockKey, Failure> {
@@ -97,6 +105,9 @@ impl Context {
 /// how a wait goes and failed renewals (with -v).
 impl Observer for Context {
     fn observe(&self, note: Note<'_>) {
+        if let Some(events) = &self.events {
+            event_of(events, &note);
+        }
         match note {
             Note::WaitBegins { key, seen, place } => {
                 self.say(format_args!("{}", waiting::begins(key, seen, place)))
@@ -151,6 +162,42 @@ impl Observer for Context {
 
     fn hears_progress(&self) -> bool {
         self.global.verbose
+    }
+}
+
+/// The event a note makes, if any (`--events`).
+fn event_of(events: &events::Events, note: &Note<'_>) {
+    use serde_json::json;
+    match note {
+        Note::WaitBegins { key, seen, place } => {
+            let holder = match seen {
+                crate::lock::Seen::Held { holder, pttl, .. } => json!({
+                    "host": holder.host,
+                    "pid": holder.pid.as_ref().and_then(|p| p.number()),
+                    "user": holder.user,
+                    "command": holder.command,
+                    "expires_ms": (*pttl >= 0).then_some(*pttl),
+                }),
+                crate::lock::Seen::Handed => serde_json::Value::Null,
+            };
+            events.emit("waiting", key, json!({ "holder": holder, "place": place }));
+        }
+        Note::OutageBegan { key, failure, .. } => events.emit(
+            "outage_began",
+            key,
+            json!({ "error.type": Failure::from((*failure).clone()).to_string() }),
+        ),
+        Note::OutageEnded { key, after } => events.emit(
+            "outage_ended",
+            key,
+            json!({ "outage_ms": after.as_millis() as u64 }),
+        ),
+        Note::RenewalFailed { error } => events.emit(
+            "renewal_failed",
+            "",
+            json!({ "error.type": error.to_string() }),
+        ),
+        _ => {}
     }
 }
 

@@ -169,6 +169,18 @@ impl<'a> Recorder<'a> {
     pub fn granted(&mut self, grant: &Grant, ours: bool) {
         self.granted = Some((Instant::now(), grant.fence));
         self.ours = ours;
+        if let Some(events) = &self.ctx.events {
+            events.emit(
+                "acquired",
+                &self.key.name,
+                serde_json::json!({
+                    "run": self.run,
+                    "fence": grant.fence,
+                    "waited_ms": self.asked.elapsed().as_millis() as u64,
+                    "ttl_ms": self.args.ttl.as_millis() as u64,
+                }),
+            );
+        }
     }
 
     /// The run ended with `failure` before its command ran (or, for a lost lock, while it ran).
@@ -264,6 +276,9 @@ impl<'a> Recorder<'a> {
 
     /// Writes the run: to the history, then to the metrics file.
     fn keep(&self, outcome: Outcome, code: i64, signal: Option<Signal>, in_history: bool) {
+        if let Some(events) = &self.ctx.events {
+            self.emit_end(events, outcome, code, signal);
+        }
         let record = &self.args.record;
         if !self.ours || (record.history.history_limit == 0 && record.metrics_file.is_none()) {
             return;
@@ -313,6 +328,37 @@ impl<'a> Recorder<'a> {
                 )),
             }
         }
+    }
+
+    /// The event of how the run ended (`--events`): `released` for a command that ran to its
+    /// end (its status in `process.exit.code`), or the outcome's own name.
+    fn emit_end(
+        &self,
+        events: &super::events::Events,
+        outcome: Outcome,
+        code: i64,
+        signal: Option<Signal>,
+    ) {
+        let run = self.record(outcome, code, signal);
+        let name = match outcome {
+            Outcome::Ok | Outcome::Failed | Outcome::Signal => "released",
+            other => other.as_str(),
+        };
+        events.emit(
+            &name.replace('-', "_"),
+            &self.key.name,
+            serde_json::json!({
+                "run": run.run,
+                "outcome": run.outcome,
+                "process.exit.code": code,
+                "signal": run.signal,
+                "fence": run.fence,
+                "waited_ms": run.wait_ms,
+                "held_ms": run.held_ms,
+                "command": run.command,
+                "by": run.by,
+            }),
+        );
     }
 
     /// What the history keeps of this run: the holder record's fields (the label or the
