@@ -684,7 +684,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__inspect)
-            opts="-k -n -u -v -q -h --key --json --watch --history --count --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
+            opts="-k -n -u -v -q -h --key --json --watch --history --timeline --count --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -139,6 +139,7 @@ complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l events -d 'Also 
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l events-to -d 'Where --events go instead of stderr: a file, appended to (created if missing; never through a symbolic link), or /dev/fd/N for a descriptor the caller opened' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l json -d 'Print JSON: one object for a single -k, an array of objects otherwise'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l history -d 'Show the runs on record instead, newest first: the KEYs\' last runs (-n of them), or, without -k, the last run of every lock under the prefix'
+complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l timeline -d 'With --history: draw the runs along time, one row per host, in 80 columns (runs, waits, skipped windows, busy and failed runs), so a gap or a pile-up shows at a glance'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_using_subcommand inspect" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'

@@ -262,6 +262,11 @@ pub struct InspectArgs {
     #[arg(long, conflicts_with = "watch")]
     pub history: bool,
 
+    /// With --history: draw the runs along time, one row per host, in 80 columns (runs, waits,
+    /// skipped windows, busy and failed runs), so a gap or a pile-up shows at a glance.
+    #[arg(long, requires = "history", conflicts_with = "json")]
+    pub timeline: bool,
+
     /// How many runs of each KEY --history shows.
     #[arg(
         short = 'n',

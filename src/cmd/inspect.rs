@@ -2,6 +2,7 @@
 
 mod history;
 mod table;
+mod timeline;
 mod watch;
 
 use std::io::Write;

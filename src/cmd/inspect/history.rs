@@ -58,7 +58,11 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         ));
     } else if !runs.is_empty() {
         let mut out = crate::output::stdout()?;
-        write_table(&mut out, &runs, args.keys.len() != 1, epoch_ms())?;
+        if args.timeline {
+            super::timeline::write_timeline(&mut out, &runs, epoch_ms())?;
+        } else {
+            write_table(&mut out, &runs, args.keys.len() != 1, epoch_ms())?;
+        }
         out.flush()?;
     }
     Ok(Exit::Code(0))

@@ -244,3 +244,96 @@ fn three_hosts_with_skew_and_long_jobs_run_once_in_every_window() {
     );
     assert!(started.elapsed() < Duration::from_secs(60));
 }
+
+/// `rlock ARGS` as host `host` (a UTS namespace of its own), run to its end.
+fn as_host(server: &RedisServer, host: &str, args: &[&str]) -> Output {
+    let bin = env!("CARGO_BIN_EXE_rlock");
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args([
+        "--uts",
+        "sh",
+        "-c",
+        "hostname \"$0\" && exec \"$@\"",
+        host,
+        bin,
+    ])
+    .args(args)
+    .env("RLOCK_URL", crate::common::acl::suite_url(server.port()))
+    .env_remove("RLOCK_ONCE_PER");
+    run(&mut cmd)
+}
+
+#[test]
+fn the_timeline_draws_each_hosts_runs_skipped_windows_and_failures() {
+    let server = RedisServer::start();
+    let ok = as_host(
+        &server,
+        "host-a",
+        &["exec", "-k", "t", "--once-per", "1h", "--", "sleep", "0.3"],
+    );
+    assert_eq!(ok.code, 0, "{ok}");
+    let skipped = as_host(
+        &server,
+        "host-b",
+        &["exec", "-k", "t", "--once-per", "1h", "--", "true"],
+    );
+    assert_eq!(skipped.code, 0, "{skipped}");
+    let token = crate::common::basic::acquire(&server, "t", &["--ttl", "60s"]);
+    let busy = as_host(&server, "host-b", &["exec", "-k", "t", "-n", "--", "true"]);
+    assert_eq!(busy.code, 75, "{busy}");
+    crate::common::basic::release(&server, "t", &token);
+    let failed = as_host(
+        &server,
+        "host-c",
+        &["exec", "-k", "t", "--", "sh", "-c", "sleep 0.2; exit 2"],
+    );
+    assert_eq!(failed.code, 2, "{failed}");
+
+    let out =
+        run(rlock_at(&server).args(["inspect", "-k", "t", "--history", "--timeline", "-n", "20"]));
+    assert_eq!(out.code, 0, "{out}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines.iter().all(|l| l.chars().count() <= 80),
+        "80 columns:\n{}",
+        out.stdout
+    );
+    let row = |host: &str| -> &str {
+        lines
+            .iter()
+            .find(|l| l.starts_with(host))
+            .unwrap_or_else(|| panic!("a row for {host}:\n{}", out.stdout))
+    };
+    let cells = |host: &str| row(host).split('|').nth(1).unwrap_or_default().to_string();
+    assert!(
+        cells("host-a").contains('='),
+        "host-a held:\n{}",
+        out.stdout
+    );
+    assert!(
+        cells("host-b").contains('s') && cells("host-b").contains('b'),
+        "host-b skipped its window, then found it busy:\n{}",
+        out.stdout
+    );
+    assert!(
+        cells("host-c").contains("=F") || cells("host-c").ends_with('F'),
+        "host-c held, then failed:\n{}",
+        out.stdout
+    );
+    let a = cells("host-a").find('=').unwrap();
+    let c = cells("host-c").find('=').unwrap();
+    assert!(
+        a < c,
+        "along time: host-a's run before host-c's:\n{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("s skipped"),
+        "a legend:\n{}",
+        out.stdout
+    );
+    assert_usage(
+        &run(rlock_at(&server).args(["inspect", "-k", "t", "--timeline"])),
+        "--history",
+    );
+}
