@@ -76,7 +76,14 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     if let Some((on, of)) = locker.holding() {
         ctx.say(format_args!("the lock is on {on} of {of} masters"));
     }
-    let child = start(ctx, &locker, &held, args).inspect_err(|e| record.failed(e))?;
+    // On record from its grant, written while the command starts.
+    let child = std::thread::scope(|s| {
+        let on_record = s.spawn(|| record.running());
+        let child = start(ctx, &locker, &held, args);
+        let _ = on_record.join();
+        child
+    })
+    .inspect_err(|e| record.failed(e))?;
     let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
     let died_of = outcome.signal;
     if let Some(window) = held.window

@@ -183,6 +183,29 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    /// The run is on record from its grant: an entry `running`, which the entry of how it ends
+    /// replaces (record.lua). A run whose rlock dies without that end stays `running` while its
+    /// lease lasts, and `inspect --history` shows it `abandoned` after (`cmd/inspect/history.rs`).
+    /// A write that fails changes nothing and is not said: the run's end is written the same
+    /// way and says it (one line, not two).
+    pub fn running(&self) {
+        let history = &self.args.record.history;
+        if !self.ours || history.history_limit == 0 || self.granted.is_none() {
+            return;
+        }
+        let mut run = self.record(Outcome::Ok, 0, None);
+        run.outcome = Some("running".into());
+        run.code = None;
+        run.ended_ms = None;
+        run.held_ms = None;
+        let keep = Keep {
+            runs: history.history_limit,
+            ttl: history.history_ttl,
+        };
+        let timeout = self.locker.node_timeout(self.args.ttl);
+        let _ = self.locker.record(self.key, keep, &run, timeout);
+    }
+
     /// The run ended with `failure` before its command ran (or, for a lost lock, while it ran).
     pub fn failed(&self, failure: &Failure) {
         // A lock `release --force` broke: that release recorded the hold, as broken and by

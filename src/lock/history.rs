@@ -326,7 +326,9 @@ impl Locker {
     /// answers holds, each once (by its run ID), newest first by the time it ended: a master
     /// that missed a run (down then) leaves no gap, and no majority is needed to read.
     pub fn history(&self, key: &LockKey, count: usize) -> Result<Vec<RunRecord>, Error> {
-        let results = self.on_all(|n| read_history(n, key, count, self.op_timeout));
+        // A run may have two entries (its start, where its end could not replace it): read
+        // twice as many, keep one per run.
+        let results = self.on_all(|n| read_history(n, key, count * 2, self.op_timeout));
         let mut runs: Vec<RunRecord> = Vec::new();
         let mut errors = Vec::new();
         for r in results {
@@ -343,12 +345,11 @@ impl Locker {
                 Error::redis(about, errors.remove(0))
             });
         }
+        let mut runs = one_per_run(runs);
         if self.is_quorum() {
-            let mut seen = std::collections::HashSet::new();
-            runs.retain(|r| r.run.as_ref().is_none_or(|id| seen.insert(id.clone())));
-            runs.sort_by_key(|r| std::cmp::Reverse((r.ended_ms, r.asked_ms)));
-            runs.truncate(count);
+            runs.sort_by_key(|r| std::cmp::Reverse((r.ended_ms.or(r.granted_ms), r.asked_ms)));
         }
+        runs.truncate(count);
         Ok(runs)
     }
 
@@ -393,6 +394,26 @@ impl Locker {
         }
         Ok(out)
     }
+}
+
+/// One entry per run (by its run ID), in the order given: the one that says how it ended over
+/// the one written at its grant (`running`), which a user who may not XDEL leaves behind.
+fn one_per_run(runs: Vec<RunRecord>) -> Vec<RunRecord> {
+    let ended: std::collections::HashSet<String> = runs
+        .iter()
+        .filter(|r| r.outcome.as_deref() != Some("running"))
+        .filter_map(|r| r.run.clone())
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    runs.into_iter()
+        .filter(|r| match &r.run {
+            None => true,
+            Some(id) => {
+                (r.outcome.as_deref() != Some("running") || !ended.contains(id))
+                    && seen.insert(id.clone())
+            }
+        })
+        .collect()
 }
 
 /// The lock name whose history `history_key` is, under `prefix`: None for a key that only looks

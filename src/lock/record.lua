@@ -64,8 +64,39 @@ if redis.acl_check_cmd then
     end
   end
 end
+-- A run's entry of its grant ("running", src/cmd/record.rs) gives way to the entry of how it
+-- ended, found by its run ID or its grant's fence (a hold `release --force` broke is on record
+-- under the release's run): the newest keep_runs entries are looked through for it. Neither a
+-- refused read nor a refused XDEL stops the record (pcall): the readers keep one entry per run.
+local function drop_running(run, fence)
+  local ok, recent = pcall(redis.call, "XREVRANGE", history, "+", "-", "COUNT", a.keep_runs)
+  if not ok or type(recent) ~= "table" then
+    return
+  end
+  for _, e in ipairs(recent) do
+    local f, mine, running = e[2], false, false
+    for i = 1, #f, 2 do
+      if (f[i] == "run" and f[i + 1] == run) or (f[i] == "fence" and fence and f[i + 1] == fence) then
+        mine = true
+      end
+      if f[i] == "outcome" and f[i + 1] == "running" then running = true end
+    end
+    if mine and running then
+      redis.pcall("XDEL", history, e[1])
+    end
+  end
+end
 local id = nil
 for _, entry in ipairs(cjson.decode(a.entries)) do
+  local run, outcome, fence = nil, nil, nil
+  for i = 1, #entry, 2 do
+    if entry[i] == "run" then run = entry[i + 1] end
+    if entry[i] == "outcome" then outcome = entry[i + 1] end
+    if entry[i] == "fence" then fence = entry[i + 1] end
+  end
+  if run and outcome ~= "running" then
+    drop_running(run, fence)
+  end
   if held_until then
     entry[#entry + 1] = "held_until_ms"
     entry[#entry + 1] = held_until

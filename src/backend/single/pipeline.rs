@@ -5,8 +5,8 @@ use super::*;
 
 impl Single {
     /// `first` and `second` in one write (EVALSHA each), their replies read in order; a script
-    /// the server has no copy of is sent whole after them (if only the first was missing, the
-    /// second ran before it). None when the pair cannot go as one (a write that must WAIT for
+    /// the server has no copy of is sent whole after them, and the second again after the first
+    /// when only the first was missing (the second had run before it). None when the pair cannot go as one (a write that must WAIT for
     /// replicas, a script always sent whole), and `eval_then` sends them one after the other.
     pub(super) fn pipelined(
         &self,
@@ -45,9 +45,12 @@ impl Single {
             let no_script = |r: &RedisResult<Value>| {
                 matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
             };
-            // Sent whole, in order, when the server has no copy (a flush, a restart).
-            for (reply, eval) in replies.iter_mut().zip([&first, &second]) {
-                if no_script(reply) {
+            // Sent whole, in order, when the server has no copy (a flush, a restart). When only
+            // the first was missing, the second ran before it, and the second is one that
+            // depends on the first (the record of what the release did): it runs again after.
+            let first_missing = no_script(&replies[0]);
+            for (n, (reply, eval)) in replies.iter_mut().zip([&first, &second]).enumerate() {
+                if no_script(reply) || (n == 1 && first_missing) {
                     *reply = redis::cmd("EVAL")
                         .arg(eval.script.source)
                         .arg(eval.keys.len())

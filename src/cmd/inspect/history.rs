@@ -20,10 +20,13 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     let locker = ctx.locker()?;
     let mut runs: Vec<(String, RunRecord)> = Vec::new();
     if args.keys.is_empty() {
-        for last in locker
+        for mut last in locker
             .histories(&ctx.global.prefix)
             .map_err(Failure::from)?
         {
+            if let Ok(key) = ctx.key(&last.name) {
+                mark_abandoned(&locker, &key, std::slice::from_mut(&mut last.run));
+            }
             runs.push((last.name, last.run));
         }
         // The lock whose last run ended last, first.
@@ -31,9 +34,10 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     } else {
         for name in &args.keys {
             let key = ctx.key(name)?;
-            let found = locker
+            let mut found = locker
                 .history(&key, args.count as usize)
                 .map_err(Failure::from)?;
+            mark_abandoned(&locker, &key, &mut found);
             if found.is_empty() && !args.json {
                 ctx.note(format_args!(
                     "no runs on record for lock '{}'",
@@ -66,6 +70,35 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         out.flush()?;
     }
     Ok(Exit::Code(0))
+}
+
+/// The runs on record as `running` whose lease is no longer the lock's are `abandoned`: their
+/// rlock ended without its end on record (SIGKILL of rlock and its guardian, a host that went
+/// down), and the lease ran out or was broken. While the lease lasts they are `running`.
+fn mark_abandoned(
+    locker: &crate::lock::Locker,
+    key: &crate::lock::LockKey,
+    runs: &mut [RunRecord],
+) {
+    if !runs.iter().any(|r| r.outcome.as_deref() == Some("running")) {
+        return;
+    }
+    let Ok(info) = locker.inspect(key) else {
+        return;
+    };
+    let live: Vec<i64> = info
+        .fence
+        .into_iter()
+        .chain(info.holders.iter().filter_map(|h| h.fence))
+        .collect();
+    for r in runs
+        .iter_mut()
+        .filter(|r| r.outcome.as_deref() == Some("running"))
+    {
+        if !(info.held() && r.fence.is_some_and(|f| live.contains(&f))) {
+            r.outcome = Some("abandoned".into());
+        }
+    }
 }
 
 /// One run as JSON. The fields are stable; a field the entry lacks is null.

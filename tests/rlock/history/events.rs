@@ -69,7 +69,7 @@ fn every_way_an_exec_ends_is_one_json_event() {
     let token = acquire(&server, "k", &["--ttl", "60s"]);
     let (code, events, out) = ev(&["-n", "--", "true"]);
     assert_eq!((code, names(&events)), (75, vec!["busy"]), "{out}");
-    let (code, events, out) = ev(&["-w", "300ms", "--", "true"]);
+    let (code, events, out) = ev(&["-w", "1s", "--", "true"]);
     assert_eq!(code, 75, "{out}");
     assert_eq!(names(&events), ["waiting", "gave_up"], "{out}");
     assert_eq!(events[0]["place"], 1, "{out}");

@@ -5,6 +5,7 @@
 //! `--metrics-file` writes Prometheus text that a real parser reads, keeping the other keys'
 //! lines, never seen half-written.
 
+mod abandoned;
 mod events;
 mod holds;
 mod metrics;

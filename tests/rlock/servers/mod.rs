@@ -327,7 +327,7 @@ fn here(node: &RedisServer, key: &str) -> bool {
 /// The commands rlock sends to one Redis, its own (EVALSHA, EVAL on NOSCRIPT, SCAN for the
 /// listing, SUBSCRIBE for waiting) and those its scripts call, which ACLs check too.
 /// docs/connecting.md documents the same list.
-const LOCK_COMMANDS: [&str; 28] = [
+const LOCK_COMMANDS: [&str; 29] = [
     "evalsha",
     "eval",
     "scan",
@@ -357,6 +357,8 @@ const LOCK_COMMANDS: [&str; 28] = [
     // The history of runs (exec writes it, inspect --history reads it).
     "xadd",
     "xrevrange",
+    // A run's entry of its start gives way to the entry of its end.
+    "xdel",
 ];
 
 /// The keys (lock, `{lock}:state`, `{lock}:q`, `{lock}:history`) and the wake channel under the default prefix.

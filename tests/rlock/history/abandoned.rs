@@ -1,0 +1,84 @@
+//! Every run is on record from its grant: `running` while it runs, replaced by how it ended; a
+//! run whose rlock was SIGKILLed (alone, or with its guardian, as a host that goes down) shows as
+//! `abandoned` once its lease has run out, and the next run's entry comes above it.
+
+use super::*;
+use crate::common::basic::lock_key;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The pids of `root`'s children, from /proc.
+fn children(root: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{root}/task/{root}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+fn killed_run_is_abandoned(with_guardian: bool) {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let lock = lock_key("k");
+    let mut rl = Background::spawn(
+        "holder",
+        dir.path(),
+        rlock_at(&server).args(["exec", "-k", "k", "--ttl", "1s", "--", "sleep", "30"]),
+    );
+    wait_held(&server, &lock, &mut rl);
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(
+        outcomes(&runs),
+        ["running"],
+        "on record from its grant: {runs:?}"
+    );
+    assert!(
+        runs[0]["fence"].is_i64() && runs[0]["granted_ms"].is_i64(),
+        "{runs:?}"
+    );
+
+    let guardian = children(rl.pid());
+    rl.kill(Signal::SIGKILL);
+    if with_guardian {
+        for pid in guardian {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    let _ = rl.finish(SOON);
+    wait_until("the killed run's lease to run out", SOON, || {
+        !server.exists(&lock)
+    });
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["abandoned"], "{runs:?}");
+
+    assert_eq!(exec(&server, "k", &["--", "true"]).code, 0);
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["ok", "abandoned"], "{runs:?}");
+    let table = run(rlock_at(&server).args(["inspect", "-k", "k", "--history"]));
+    assert!(table.stdout.contains("abandoned"), "{table}");
+}
+
+#[test]
+fn a_sigkilled_rlocks_run_shows_as_abandoned() {
+    killed_run_is_abandoned(false);
+}
+
+#[test]
+fn a_run_whose_host_went_down_shows_as_abandoned() {
+    killed_run_is_abandoned(true);
+}
+
+#[test]
+fn a_run_that_ended_is_on_record_once() {
+    let server = RedisServer::start();
+    for _ in 0..3 {
+        assert_eq!(exec(&server, "k", &["--", "true"]).code, 0);
+    }
+    assert_eq!(
+        xlen(&server, "{rlock:k}:history"),
+        3,
+        "its start gave way to its end"
+    );
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["ok", "ok", "ok"], "{runs:?}");
+}
