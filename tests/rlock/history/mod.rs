@@ -7,6 +7,7 @@
 
 mod holds;
 mod metrics;
+mod metrics_links;
 mod outcomes;
 mod retention;
 mod servers;
