@@ -240,6 +240,17 @@ impl Fault {
 }
 
 impl NodeError {
+    /// A redirection (`what` is MOVED or ASK, as the server said) without --cluster.
+    pub fn cluster_node(node: &str, what: &str, to: &str) -> Self {
+        NodeError {
+            kind: Fault::WrongMode,
+            node: node.to_string(),
+            detail: format!(
+                "the server answered {what} {to}: it is a node of a Redis Cluster; add --cluster (or set RLOCK_CLUSTER=1)"
+            ),
+        }
+    }
+
     pub fn from_redis(node: &str, err: &RedisError) -> Self {
         let text = err.to_string();
         let kind = Fault::of(err, &text);
