@@ -267,7 +267,7 @@ impl NodeError {
             Fault::NoPassword => "the server needs a password: give it with --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or in the URL (redis://:PASS@host)".to_string(),
             // The client library reports every refused AUTH alike, whatever the server said.
             Fault::Auth => "the server refused the password (a wrong password, an unknown or disabled user, or a server that has no password set)".to_string(),
-            _ => redact_text(&plain(&text)),
+            _ => cut(&redact_text(&plain(&text))),
         };
         NodeError {
             kind,
@@ -343,6 +343,18 @@ pub(crate) const NOT_REDIS: &str = "does not look like a Redis server";
 /// What to do about a port that does not speak Redis (and does not speak TLS either).
 pub(crate) const CHECK_ADDRESS: &str = "check the host and port in --url";
 
+/// The most of a server's error text a message shows, in characters: a line a person reads,
+/// whatever length a server sends.
+const MAX_DETAIL: usize = 200;
+
+/// `text` cut at `MAX_DETAIL` characters, marked `…` when it was longer.
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(MAX_DETAIL) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
 /// The text of a Redis error without what the client library and Redis add around it: the
 /// library's `"CODE": ` or `Kind: ` in front, and the ` script: SHA, on @user_script:N.` that
 /// Redis 7 appends to an error raised inside a script.
@@ -380,7 +392,7 @@ fn plain(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Fault, NodeError, SetupError, plain};
+    use super::{Fault, MAX_DETAIL, NodeError, SetupError, cut, plain};
 
     #[test]
     fn a_settings_mistake_met_at_a_new_master_stays_a_settings_mistake() {
@@ -457,6 +469,15 @@ mod tests {
         let err = NodeError::from_redis("redis://127.0.0.1:6379", &err);
         assert_eq!(err.kind, Fault::TooOld);
         assert!(!err.is_transient(), "no wait cures an old server");
+    }
+
+    #[test]
+    fn a_long_error_is_cut_at_a_line_a_person_reads() {
+        let long = "é".repeat(10_000);
+        let got = cut(&long);
+        assert_eq!(got.chars().count(), MAX_DETAIL + 1);
+        assert!(got.ends_with('…'));
+        assert_eq!(cut("short"), "short");
     }
 
     #[test]
