@@ -133,6 +133,16 @@ pub(super) fn refused(about: &About, refused: Refused) -> String {
     }
 }
 
+/// The final release refused by the ACL: what Redis said, and until when the lock may stay.
+pub(super) fn release_refused(error: &Failure, ttl: Duration) -> String {
+    let until = std::time::SystemTime::now() + ttl;
+    format!(
+        "{error}; the command has ended, but the lock may still be held until its lease ends, at most {} after its last renewal (by {}); a user the ACL lets release it can free it sooner",
+        crate::lock::human_duration(ttl),
+        humantime::format_rfc3339_seconds(until)
+    )
+}
+
 /// A wait that ended while Redis was out: the last try's failure, and for how long.
 pub(super) fn outage(last: &Failure, waited: Duration, down_for: Duration) -> String {
     // The outage is counted from the start of the try that first failed: from the wait's
