@@ -47,10 +47,9 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         return Ok(Exit::Code(0));
     }
     if args.json {
+        // Escaped as the table is: a terminal must not act on a field another user wrote.
         let items: Vec<Value> = runs.iter().map(|(k, r)| to_json(k, r)).collect();
-        let mut out = crate::output::stdout()?;
-        writeln!(out, "{}", Value::Array(items))?;
-        out.flush()?;
+        crate::output::json(&Value::Array(items))?;
     } else if runs.is_empty() && args.keys.is_empty() {
         ctx.note(format_args!(
             "no runs on record under prefix '{}'",
