@@ -167,7 +167,8 @@ pub struct LabelArg {
 pub struct HoldArg {
     /// Nobody else gets the lock until DUR after the grant, by Redis's clock, even if the holder
     /// releases it sooner: the same cron line on several hosts runs once per schedule. `release
-    /// --force` still frees it.
+    /// --force` still frees it. The hold is kept in Redis: a single Redis that restarts empty
+    /// forgets it, and the next firing runs the job again.
     #[arg(
         long,
         value_name = "DUR",
@@ -267,7 +268,8 @@ pub struct RecordArgs {
     pub history: HistoryArgs,
 
     /// At the end of the run, write this key's last run as Prometheus text (node_exporter's
-    /// textfile collector), keeping the other keys' lines in the file.
+    /// textfile collector), keeping the other keys' lines in the file. PATH must be a regular
+    /// file or none: a link is never followed.
     #[arg(
         long,
         value_name = "PATH",
