@@ -29,7 +29,8 @@ pub enum LostHow {
     Unstoppable(std::time::Duration),
 }
 
-/// `lock 'jobs' is busy (held by build-7 pid 4411 for 2m13s, expires in 28s); gave up after 5s`
+/// `lock 'jobs' is busy (held by build-7 pid 4411 for 2m13s (deploy #42), expires in 28s); gave up
+/// after 5s`
 pub(super) fn busy(about: &About, seen: &Seen, waited: Waited) -> String {
     let what = match (seen, waited) {
         (
@@ -61,7 +62,11 @@ fn held(about: &About, pttl: i64, now_ms: i64, holder: &Holder, crowd: Option<Cr
         -1 => "never expires".into(),
         _ => "just released".into(),
     };
-    let who = holder.describe(now_ms);
+    // The holder's label or command, as the waiter's -v line gives it: whose job it is.
+    let mut who = holder.describe(now_ms);
+    if let Some(what) = holder.command.as_deref().filter(|c| !c.is_empty()) {
+        who.push_str(&format!(" ({})", crate::output::escape_max(what, 80)));
+    }
     let others = |n: i64| match n {
         ..=1 => String::new(),
         2 => " and 1 other".to_string(),

@@ -49,6 +49,7 @@ fn a_label_is_masked_like_an_argument_everywhere() {
             // The busy waiter's message names the holder by its label, masked.
             let out = run(rlock_at(&server).args(["exec", "-n", "-k", &key, "--", "true"]));
             assert_eq!(out.code, 75, "{out}");
+            assert!(out.stderr.contains(shown), "{label}: {out}");
             assert_nowhere("the busy message", &format!("{out}"));
             let pid = nix::unistd::Pid::from_raw(child.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
