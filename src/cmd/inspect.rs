@@ -4,7 +4,7 @@ mod history;
 mod table;
 mod watch;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use anyhow::Result;
 use serde_json::{Value, json};
@@ -33,7 +33,8 @@ pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         ctx.note(format_args!("{}", nothing_held(ctx)));
     } else {
         let mut out = crate::output::stdout()?;
-        table::write(&mut out, &locks, !args.keys.is_empty())?;
+        let terminal = std::io::stdout().is_terminal();
+        table::write(&mut out, &locks, !args.keys.is_empty(), terminal)?;
         out.flush()?;
     }
     // Hints are not data: stdout carries the table alone, so `rlock inspect | tail -n +2`
