@@ -149,8 +149,7 @@ struct Line {
     remote: Option<(&'static str, &'static [&'static str])>,
     /// The word before, in lower case (`identified` before `by`).
     previous: String,
-    /// Every word that is neither an option nor `NAME=value` is a secret (`vault login TOKEN`),
-    /// to the end of the command.
+    /// To the end of the command, a word that is no option nor `NAME=value` is a secret.
     bare_secrets: bool,
 }
 
