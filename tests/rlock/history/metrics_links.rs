@@ -186,7 +186,7 @@ fn a_user_racing_links_against_roots_writers_never_gets_a_protected_line() {
     let runs: usize = std::env::var("RLOCK_TEST_METRICS_RACE_RUNS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(40);
+        .unwrap_or(100);
     let server = RedisServer::start();
     let dir = tempdir();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
