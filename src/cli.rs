@@ -13,7 +13,7 @@ mod parse;
 pub mod usage;
 mod values;
 pub use global::{DEFAULT_PREFIX, DEFAULT_URL, Global};
-pub use parse::{SUBCOMMANDS, parse, subcommand_names};
+pub use parse::{SUBCOMMANDS, forget_empty_variables, parse, subcommand_names};
 use values::{
     SignalParser, duration, non_empty, once_window, once_without_command, positive_duration,
     ttl_duration, watch_interval,
@@ -183,7 +183,8 @@ pub struct HoldArg {
     /// releases it sooner. Keep DUR below the schedule's period less the hosts' largest firing
     /// skew: a hold as long as the period makes the next firing find it held, and skip. To run
     /// the same cron line on several hosts once per period, --once-per counts windows and drops
-    /// none. `release --force` still frees it.
+    /// none. `release --force` still frees it. The hold is kept in Redis: a single Redis that
+    /// restarts empty forgets it, and the next firing runs the job again.
     #[arg(
         long,
         value_name = "DUR",
@@ -288,7 +289,8 @@ pub struct RecordArgs {
     pub history: HistoryArgs,
 
     /// At the end of the run, write this key's last run as Prometheus text (node_exporter's
-    /// textfile collector), keeping the other keys' lines in the file.
+    /// textfile collector), keeping the other keys' lines in the file. PATH must be a regular
+    /// file or none: a link is never followed.
     #[arg(
         long,
         value_name = "PATH",

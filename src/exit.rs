@@ -79,6 +79,10 @@ pub enum Failure {
         "{0}; the lock was not released on a majority of masters: where it was not, it stays until its lease ends"
     )]
     Unreleased(Box<Failure>),
+    /// The command ended and Redis refused its release (the ACL): the lock may stay held until
+    /// its lease ends, at most `ttl` after its last renewal.
+    #[error("{}", lines::release_refused(.error, *.ttl))]
+    ReleaseRefused { error: Box<Failure>, ttl: Duration },
     /// A wait for the lock ended while Redis was out: what the last try said, how long the
     /// wait lasted and for how long of it Redis had been out.
     #[error("{}", lines::outage(.last, *.waited, *.down_for))]
@@ -245,6 +249,7 @@ impl Failure {
             Failure::NoQuorum { .. } => Code::Unavailable,
             Failure::Outage { .. } => Code::Unavailable,
             Failure::Unreleased(_) => Code::Unavailable,
+            Failure::ReleaseRefused { .. } => Code::NotPermitted,
             Failure::NeverReached { .. } => Code::Unavailable,
             Failure::Busy { .. } => Code::Busy,
             Failure::Lost { .. } => Code::Lost,

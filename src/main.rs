@@ -17,6 +17,8 @@ extern "C" fn note_closed_descriptors() {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: the first thing rlock does; no other thread exists yet.
+    unsafe { rlock::cli::forget_empty_variables() };
     let args: Vec<OsString> = std::env::args_os().collect();
     ExitCode::from(run(&args))
 }

@@ -7,16 +7,20 @@
 //! over it, so that the collector never reads half of it. The temporary file and the lock file
 //! do not end in `.prom`, and the collector skips them.
 //!
-//! The path is not trusted: only a regular file, or none, is written (`check`, before the command
-//! starts); the file is read at most `MAX_READ` bytes, without waiting on what is no regular
-//! file; the temporary file is created exclusively (never through a link an attacker planted);
-//! the lock file is never followed either; and only rlock's own families (`rlock_*`) are ever
+//! The path is not trusted, as a careful daemon treats a file in a directory others may write:
+//! only a regular file, or none, is written (`check`, before the command starts); at the end the
+//! file is opened without following a link, the opened descriptor is what is checked (a regular
+//! file with one name), read (at most `MAX_READ` bytes, never waiting) and whose mode the new
+//! file gets, so a link or another file swapped in after the check never has a line copied; the
+//! temporary file is created exclusively (never through a link an attacker planted), its mode set
+//! on its descriptor, and renamed over PATH; the lock file is never followed either, and one that
+//! another user owns is not waited for; and only rlock's own families (`rlock_*`) are ever
 //! rewritten: another tool's samples with a `key` label stay.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -56,7 +60,9 @@ const FAMILIES: [(&str, &str); 7] = [
     ),
 ];
 
-/// How long a run waits for another rlock writing the same file before it gives up its write.
+/// How long a run waits for another rlock writing the same file before it gives up its write,
+/// when the lock file is its own user's: another user's lock file is tried once, since whoever
+/// holds it may hold it for ever, and a run's end is never delayed by another user.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// The most of an existing metrics file read: a textfile collector's file is a few KiB, and a
@@ -64,16 +70,16 @@ const LOCK_WAIT: Duration = Duration::from_secs(5);
 const MAX_READ: u64 = 4 << 20;
 
 /// Why `path` cannot be the metrics file (checked before the command starts): anything but a
-/// regular file, or none at all (a directory, a FIFO, a device, a dangling link).
+/// regular file, or none at all (a link, even to a regular file, a directory, a FIFO, a device).
 pub fn check(path: &Path) -> Result<(), String> {
-    let what = match std::fs::metadata(path) {
+    let what = match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.is_file() => return Ok(()),
+        Ok(meta) if meta.is_symlink() => {
+            "a symbolic link (rlock follows none: name the file itself)"
+        }
         Ok(meta) if meta.is_dir() => "a directory",
         Ok(_) => "not a regular file",
-        Err(e) if e.kind() == io::ErrorKind::NotFound => match std::fs::symlink_metadata(path) {
-            Ok(_) => "a link to nothing",
-            Err(_) => return Ok(()),
-        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(format!("--metrics-file {}: {e}", path.display())),
     };
     Err(format!(
@@ -92,12 +98,13 @@ pub fn write(
     run: &RunRecord,
     outcomes: &[&str],
 ) -> io::Result<Option<String>> {
-    check(path).map_err(io::Error::other)?;
     let _lock = lock(&side_file(path, ".lock"))?;
-    let (old, replaced) = match read(path) {
-        Ok(text) => (text, None),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => (String::new(), None),
-        Err(e) if e.kind() == io::ErrorKind::InvalidData => (String::new(), Some(e.to_string())),
+    let (old, mode, replaced) = match read(path) {
+        Ok((text, mode)) => (text, mode, None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (String::new(), NEW_MODE, None),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            (String::new(), NEW_MODE, Some(e.to_string()))
+        }
         Err(e) => return Err(e),
     };
     let mut families = parse(&old);
@@ -141,23 +148,42 @@ pub fn write(
             }
         }
     }
-    replace(path, &render(&families))?;
+    replace(path, &render(&families), mode)?;
     Ok(replaced)
 }
 
-/// The text of the metrics file at `path`: NotFound when there is none; InvalidData (it is then
-/// replaced whole) when it is longer than `MAX_READ` or not UTF-8. Never waits: a FIFO or a
-/// device put there since `check` is refused, not read.
-fn read(path: &Path) -> io::Result<String> {
+/// The mode of a new metrics file: the collector may run as another user.
+const NEW_MODE: u32 = 0o644;
+
+/// The text of the metrics file at `path` and its permission bits, both from the one descriptor
+/// opened (never through a link) and checked: NotFound when there is none; InvalidData (it is
+/// then replaced whole, its mode not kept) when it is longer than `MAX_READ`, not UTF-8, or has
+/// another name too (a hard link: whatever it is, its lines are not copied). Never waits: a
+/// FIFO or a device put there since `check` is refused, not read; so is a link.
+fn read(path: &Path) -> io::Result<(String, u32)> {
     let file = OpenOptions::new()
         .read(true)
-        .custom_flags(OFlag::O_NONBLOCK.bits())
-        .open(path)?;
-    if !file.metadata()?.is_file() {
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(code) if code == nix::errno::Errno::ELOOP as i32 => io::Error::other(format!(
+                "{} is a symbolic link now, and rlock follows none",
+                path.display()
+            )),
+            _ => e,
+        })?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
         return Err(io::Error::other(format!(
             "{} is not a regular file",
             path.display()
         )));
+    }
+    if meta.nlink() != 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("it has {} names (hard links)", meta.nlink()),
+        ));
     }
     let mut raw = Vec::new();
     file.take(MAX_READ + 1).read_to_end(&mut raw)?;
@@ -167,8 +193,9 @@ fn read(path: &Path) -> io::Result<String> {
             format!("it is longer than {MAX_READ} bytes"),
         ));
     }
-    String::from_utf8(raw)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "it is not UTF-8 text"))
+    let text = String::from_utf8(raw)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "it is not UTF-8 text"))?;
+    Ok((text, meta.mode() & 0o777))
 }
 
 /// The lines of one metric family in the file.
@@ -279,7 +306,8 @@ fn side_file(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// An exclusive flock of `path` (created if need be, never through a link, and only a regular
-/// file), waited for at most `LOCK_WAIT`.
+/// file), waited for at most `LOCK_WAIT` when the file is this user's, not at all when another
+/// user's (whose holder need never let go): that run's write is then given up.
 fn lock(path: &Path) -> io::Result<Flock<File>> {
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
@@ -291,14 +319,25 @@ fn lock(path: &Path) -> io::Result<Flock<File>> {
             .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
             .open(path)
             .map_err(|e| io::Error::other(format!("cannot open {}: {e}", path.display())))?;
-        if !file.metadata()?.is_file() {
+        let meta = file.metadata()?;
+        if !meta.is_file() {
             return Err(io::Error::other(format!(
                 "{} is not a regular file",
                 path.display()
             )));
         }
+        let owner = meta.uid();
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(locked) => return Ok(locked),
+            Err((_, nix::errno::Errno::EWOULDBLOCK))
+                if owner != nix::unistd::geteuid().as_raw() =>
+            {
+                return Err(io::Error::other(format!(
+                    "its lock file {} belongs to uid {owner} and is held: another user's lock \
+                     is not waited for",
+                    path.display()
+                )));
+            }
             Err((_, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -313,9 +352,9 @@ fn lock(path: &Path) -> io::Result<Flock<File>> {
 }
 
 /// Puts `text` at `path` at once: written to a new file beside it (same file system, a name of
-/// its own made with O_EXCL, so never a file or link already there), then renamed over it, with
-/// the mode of the file it replaces (0644 for a new one: the collector may run as another user).
-fn replace(path: &Path, text: &str) -> io::Result<()> {
+/// its own made with O_EXCL, so never a file or link already there), given `mode` on its
+/// descriptor, then renamed over PATH (a rename replaces a link, never writes through it).
+fn replace(path: &Path, text: &str, mode: u32) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -325,7 +364,6 @@ fn replace(path: &Path, text: &str) -> io::Result<()> {
         .prefix(&format!("{name}."))
         .suffix(".tmp")
         .tempfile_in(dir)?;
-    let mode = std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode());
     tmp.as_file()
         .set_permissions(std::fs::Permissions::from_mode(mode))?;
     tmp.write_all(text.as_bytes())?;

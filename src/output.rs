@@ -79,6 +79,26 @@ pub fn fit(text: &str, cols: usize) -> String {
     out
 }
 
+/// `texts` as `cut` shows them (a cell of a table on a terminal), except that two different
+/// texts are not shown the same: one whose cut another text shares gets `#` and a fingerprint
+/// of the whole text (eight hex digits), so that two keys cut alike cannot pass for one and a
+/// row stays bounded.
+pub fn distinct(texts: &[&str], cut: impl Fn(&str) -> String) -> Vec<String> {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let shown: Vec<String> = texts.iter().map(|t| cut(t)).collect();
+    (0..texts.len())
+        .map(|i| {
+            let shared = (0..texts.len()).any(|j| shown[j] == shown[i] && texts[j] != texts[i]);
+            if !shared {
+                return shown[i].clone();
+            }
+            let mut hasher = DefaultHasher::new();
+            texts[i].hash(&mut hasher);
+            format!("{}#{:08x}", shown[i], hasher.finish() as u32)
+        })
+        .collect()
+}
+
 /// How many columns `text` takes on a terminal.
 pub fn width(text: &str) -> usize {
     text.width()
@@ -189,8 +209,21 @@ pub fn human_duration(d: std::time::Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{escape, escape_max, human_duration, human_ms};
+    use super::{distinct, escape, escape_max, human_duration, human_ms};
     use std::time::Duration;
+
+    #[test]
+    fn texts_cut_alike_are_told_apart_and_others_kept() {
+        let cut = |t: &str| escape_max(t, 4);
+        let shown = distinct(&["abcdef", "abcdxy", "abcdef", "ab"], cut);
+        assert_eq!(shown[0], shown[2], "one text, one form");
+        assert_ne!(shown[0], shown[1]);
+        assert!(
+            shown[0].starts_with("abcd…#") && shown[0].len() < 20,
+            "{shown:?}"
+        );
+        assert_eq!(shown[3], "ab");
+    }
 
     #[test]
     fn control_characters_are_escaped() {

@@ -6,7 +6,7 @@ mod programs;
 mod shell;
 mod words;
 
-pub use command::{cap_field, looks_secret, record_args, redact_command};
+pub use command::{cap_field, looks_secret, mask_line, record_args, redact_command};
 
 /// A URL with its password replaced by `***`, fit for any message.
 pub fn redact(url: &str) -> String {
@@ -118,5 +118,50 @@ mod tests {
             redact_text("malformed URL 'redis://127.0.0.1:1 ' here"),
             "malformed URL 'redis://127.0.0.1:1 ' here"
         );
+    }
+
+    #[test]
+    fn labels_and_one_word_command_lines_are_masked_like_arguments() {
+        for (text, want) in [
+            (
+                "deploy https://ci.example/jobs/42",
+                "deploy https://ci.example/jobs/42",
+            ),
+            ("nightly (host a) it's fine", "nightly (host a) it's fine"),
+            (
+                "commit 3f2a9c0d1e2b3a4c5d6e7f8091a2b3c4d5e6f708",
+                "commit 3f2a9c0d1e2b3a4c5d6e7f8091a2b3c4d5e6f708",
+            ),
+            ("job https://u:S3C1@h/x", "job https://u:***@h/x"),
+            ("PASSWORD=S3C2 backup", "PASSWORD=*** backup"),
+            ("deploy --token S3C3", "deploy --token ***"),
+            ("PGPASSWORD=S3C4 psql -h db", "PGPASSWORD=*** psql -h db"),
+        ] {
+            assert_eq!(mask_line(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_three_forms_record_args_left_in_clear_are_masked() {
+        for line in [
+            "app --data S3CdXNlcjpwYXNzd29yZDEyMzQ1Njc4OQ==",
+            "curl -d eyJhbGciOiJIUzI1NiJ9.S3CeyJzdWIiOiIxIn0.abc https://h",
+            "vault login S3C5",
+            "vault login -method=token S3C6",
+            "sh -c 'echo S3C7 | docker login -u me --password-stdin reg'",
+            "sh -c 'printf %s S3C8 | gh auth login --with-token'",
+        ] {
+            let words = shell::words(line);
+            let got = command::masked(&words);
+            assert!(!got.contains("S3C"), "{line}: {got}");
+        }
+        // What is no secret stays.
+        let kept = "sh -c 'echo hello | tee out.txt'";
+        assert_eq!(
+            command::masked(&shell::words(kept)),
+            "sh -c echo hello | tee out.txt"
+        );
+        let kept = "vault kv get -field=x secret/app";
+        assert_eq!(command::masked(&shell::words(kept)), kept);
     }
 }

@@ -14,8 +14,9 @@ use crate::redact::redact_text;
 pub enum Fault {
     /// Could not connect, or the connection broke before the command was sent.
     Connect,
-    /// The host name in the URL does not resolve: a mistake in the URL, which no wait cures,
-    /// though it reads as an outage (the server cannot be reached).
+    /// The host name in the URL does not exist (the resolver said so): a mistake in the URL,
+    /// which no wait cures, though it reads as an outage. A resolver that cannot answer is
+    /// `Connect`.
     Unresolved,
     /// The command was sent and no reply came in time: it may or may not have run.
     Timeout,
@@ -214,8 +215,14 @@ impl Fault {
         } else if lower.contains("db index is out of range") {
             Fault::Config
         } else if err.is_io_error() && lower.contains("failed to lookup address") {
-            // The resolver's own words (std's, whatever the platform's resolver said).
-            Fault::Unresolved
+            // The resolver's own words (std's, whatever the platform's resolver said): a name
+            // the DNS says does not exist is a mistake in the URL; a resolver that could not
+            // answer (down, timed out, SERVFAIL) is an outage like a refused connection.
+            if name_unknown(&lower) {
+                Fault::Unresolved
+            } else {
+                Fault::Connect
+            }
         } else if err.is_timeout() {
             Fault::Timeout
         } else if err.is_connection_refusal() {
@@ -240,6 +247,17 @@ impl Fault {
 }
 
 impl NodeError {
+    /// A redirection (`what` is MOVED or ASK, as the server said) without --cluster.
+    pub fn cluster_node(node: &str, what: &str, to: &str) -> Self {
+        NodeError {
+            kind: Fault::WrongMode,
+            node: node.to_string(),
+            detail: format!(
+                "the server answered {what} {to}: it is a node of a Redis Cluster; add --cluster (or set RLOCK_CLUSTER=1)"
+            ),
+        }
+    }
+
     pub fn from_redis(node: &str, err: &RedisError) -> Self {
         let text = err.to_string();
         let kind = Fault::of(err, &text);
@@ -256,7 +274,7 @@ impl NodeError {
             Fault::NoPassword => "the server needs a password: give it with --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or in the URL (redis://:PASS@host)".to_string(),
             // The client library reports every refused AUTH alike, whatever the server said.
             Fault::Auth => "the server refused the password (a wrong password, an unknown or disabled user, or a server that has no password set)".to_string(),
-            _ => redact_text(&plain(&text)),
+            _ => cut(&redact_text(&plain(&text))),
         };
         NodeError {
             kind,
@@ -332,6 +350,31 @@ pub(crate) const NOT_REDIS: &str = "does not look like a Redis server";
 /// What to do about a port that does not speak Redis (and does not speak TLS either).
 pub(crate) const CHECK_ADDRESS: &str = "check the host and port in --url";
 
+/// A lookup that failed because the name does not exist (glibc's EAI_NONAME and EAI_NODATA,
+/// musl's words for them), not because the resolver could not answer (EAI_AGAIN, EAI_FAIL).
+fn name_unknown(lower: &str) -> bool {
+    [
+        "name or service not known",
+        "no address associated with hostname",
+        "name does not resolve",
+        "nodename nor servname provided",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+}
+
+/// The most of a server's error text a message shows, in characters: a line a person reads,
+/// whatever length a server sends.
+const MAX_DETAIL: usize = 200;
+
+/// `text` cut at `MAX_DETAIL` characters, marked `…` when it was longer.
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(MAX_DETAIL) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
 /// The text of a Redis error without what the client library and Redis add around it: the
 /// library's `"CODE": ` or `Kind: ` in front, and the ` script: SHA, on @user_script:N.` that
 /// Redis 7 appends to an error raised inside a script.
@@ -369,7 +412,7 @@ fn plain(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Fault, NodeError, SetupError, plain};
+    use super::{Fault, MAX_DETAIL, NodeError, SetupError, cut, plain};
 
     #[test]
     fn a_settings_mistake_met_at_a_new_master_stays_a_settings_mistake() {
@@ -388,6 +431,12 @@ mod tests {
         let err = NodeError::from_redis("redis://no-such-host.invalid:6379", &io.into());
         assert_eq!(err.kind, Fault::Unresolved);
         assert!(err.is_transport() && !err.is_transient());
+        // A resolver that cannot answer now is an outage, waited out like a refused connection.
+        let io = std::io::Error::other(
+            "failed to lookup address information: Temporary failure in name resolution",
+        );
+        let err = NodeError::from_redis("redis://db.example:6379", &io.into());
+        assert!(err.is_transient(), "{err:?}");
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         let err = NodeError::from_redis("redis://127.0.0.1:1", &refused.into());
         assert!(err.is_transient(), "{err:?}");
@@ -446,6 +495,15 @@ mod tests {
         let err = NodeError::from_redis("redis://127.0.0.1:6379", &err);
         assert_eq!(err.kind, Fault::TooOld);
         assert!(!err.is_transient(), "no wait cures an old server");
+    }
+
+    #[test]
+    fn a_long_error_is_cut_at_a_line_a_person_reads() {
+        let long = "é".repeat(10_000);
+        let got = cut(&long);
+        assert_eq!(got.chars().count(), MAX_DETAIL + 1);
+        assert!(got.ends_with('…'));
+        assert_eq!(cut("short"), "short");
     }
 
     #[test]

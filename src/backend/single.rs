@@ -508,13 +508,8 @@ impl Node for Single {
     ) -> Result<Value, NodeError> {
         match self.eval_routed(script, keys, args, timeout, false)? {
             Routed::Done(v) => Ok(v),
-            Routed::Moved(to) | Routed::Ask(to) => Err(NodeError {
-                kind: Fault::WrongMode,
-                node: self.name.clone(),
-                detail: format!(
-                    "the server answered MOVED {to}: it is a node of a Redis Cluster; add --cluster (or set RLOCK_CLUSTER=1)"
-                ),
-            }),
+            Routed::Moved(to) => Err(NodeError::cluster_node(&self.name, "MOVED", &to)),
+            Routed::Ask(to) => Err(NodeError::cluster_node(&self.name, "ASK", &to)),
         }
     }
 

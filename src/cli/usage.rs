@@ -70,7 +70,21 @@ fn tips(err: &clap::Error) -> Vec<String> {
     {
         tips.push("to give up waiting for a busy lock after DUR, use '-w DUR' ('--wait DUR'); --op-timeout bounds each request to Redis".into());
     }
-    if let Some(ContextValue::StyledStrs(more)) = err.get(ContextKind::Suggested) {
+    // flock's habits: its -c runs a shell command line and its -s takes a shared lock, which
+    // clap's "to pass '-c' as a value, use '-- -c'" would send the wrong way.
+    let flock = match err.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => match arg.split('=').next() {
+            Some("-c" | "--command") => {
+                Some("rlock runs a command without a shell, so flock's -c is: -- sh -c '…'")
+            }
+            Some("-s") => Some("for a shared lock (flock's -s), use --shared"),
+            _ => None,
+        },
+        _ => None,
+    };
+    if let Some(flock) = flock {
+        tips.push(flock.into());
+    } else if let Some(ContextValue::StyledStrs(more)) = err.get(ContextKind::Suggested) {
         tips.extend(more.iter().map(ToString::to_string));
     }
     tips
@@ -127,6 +141,14 @@ mod tests {
         assert_eq!(
             line(&["acquire", "--timeout", "5s", "-k", "x"]),
             "unexpected argument '--timeout' found; a similar argument exists: '--op-timeout'; to give up waiting for a busy lock after DUR, use '-w DUR' ('--wait DUR'); --op-timeout bounds each request to Redis (see 'rlock acquire --help')"
+        );
+        assert_eq!(
+            line(&["exec", "-k", "x", "-c", "make all"]),
+            "unexpected argument '-c' found; rlock runs a command without a shell, so flock's -c is: -- sh -c '…' (see 'rlock exec --help')"
+        );
+        assert_eq!(
+            line(&["acquire", "-s", "-k", "x"]),
+            "unexpected argument '-s' found; for a shared lock (flock's -s), use --shared (see 'rlock acquire --help')"
         );
         assert_eq!(
             line(&["exec", "-k", "x", "-1", "--", "true"]),

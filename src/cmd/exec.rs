@@ -478,7 +478,14 @@ fn give_back(
             }
             None
         }
-        Err(e) if e.code() == Some(Code::NotPermitted) => Some(LostHow::AtRelease),
+        Err(Failure::NotPermitted { .. }) => Some(LostHow::AtRelease),
+        // Refused by the ACL, not by the owner check: the lock may still be held.
+        Err(e) if e.code() == Some(Code::NotPermitted) => {
+            return Err(Failure::ReleaseRefused {
+                error: Box::new(e),
+                ttl: held.lease.ttl,
+            });
+        }
         // Redlock: too few masters answered to tell whether the lock is gone from a majority
         // (where it is, the release is done; where a majority says it is not this token's,
         // NotPermitted above): not a success, 69.

@@ -5,7 +5,7 @@ mod table;
 mod timeline;
 mod watch;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use anyhow::Result;
 use serde_json::{Value, json};
@@ -34,7 +34,8 @@ pub fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         ctx.note(format_args!("{}", nothing_held(ctx)));
     } else {
         let mut out = crate::output::stdout()?;
-        table::write(&mut out, &locks, !args.keys.is_empty())?;
+        let terminal = std::io::stdout().is_terminal();
+        table::write(&mut out, &locks, !args.keys.is_empty(), terminal)?;
         out.flush()?;
     }
     // Hints are not data: stdout carries the table alone, so `rlock inspect | tail -n +2`

@@ -10,7 +10,7 @@ use crate::identity::Identity;
 use crate::lock::{
     Grant, Hooks, Interrupt, LockKey, Locker, Observer, Request, Sharing, WaitPolicy,
 };
-use crate::redact::{cap_field, redact_command};
+use crate::redact::{cap_field, mask_line, redact_command};
 
 /// What a command asks for when it takes a lock.
 pub struct Ask<'a> {
@@ -56,9 +56,10 @@ pub fn take(
 }
 
 /// The holder a lock names: process `pid`, described by --label, else by `command` (its
-/// program's name, or with --record-args its command line, secrets masked); either capped.
+/// program's name, or with --record-args its command line); either with its secrets masked as
+/// a command line's are (a label is text a user typed, like an argument), and capped.
 pub fn holder(pid: u32, label: &LabelArg, command: impl FnOnce() -> String) -> Identity {
-    let label = label.label.clone().map(cap_field);
+    let label = label.label.as_deref().map(|l| cap_field(mask_line(l)));
     Identity::current(pid, label.unwrap_or_else(command))
 }
 

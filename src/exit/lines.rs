@@ -29,7 +29,8 @@ pub enum LostHow {
     Unstoppable(std::time::Duration),
 }
 
-/// `lock 'jobs' is busy (held by build-7 pid 4411 for 2m13s, expires in 28s); gave up after 5s`
+/// `lock 'jobs' is busy (held by build-7 pid 4411 for 2m13s (deploy #42), expires in 28s); gave up
+/// after 5s`
 pub(super) fn busy(about: &About, seen: &Seen, waited: Waited) -> String {
     let what = match (seen, waited) {
         (
@@ -61,7 +62,11 @@ fn held(about: &About, pttl: i64, now_ms: i64, holder: &Holder, crowd: Option<Cr
         -1 => "never expires".into(),
         _ => "just released".into(),
     };
-    let who = holder.describe(now_ms);
+    // The holder's label or command, as the waiter's -v line gives it: whose job it is.
+    let mut who = holder.describe(now_ms);
+    if let Some(what) = holder.command.as_deref().filter(|c| !c.is_empty()) {
+        who.push_str(&format!(" ({})", crate::output::escape_max(what, 80)));
+    }
     let others = |n: i64| match n {
         ..=1 => String::new(),
         2 => " and 1 other".to_string(),
@@ -131,6 +136,16 @@ pub(super) fn refused(about: &About, refused: Refused) -> String {
             format!("{about} is not held by this token ({why}); it was not extended")
         }
     }
+}
+
+/// The final release refused by the ACL: what Redis said, and until when the lock may stay.
+pub(super) fn release_refused(error: &Failure, ttl: Duration) -> String {
+    let until = std::time::SystemTime::now() + ttl;
+    format!(
+        "{error}; the command has ended, but the lock may still be held until its lease ends, at most {} after its last renewal (by {}); a user the ACL lets release it can free it sooner",
+        crate::lock::human_duration(ttl),
+        humantime::format_rfc3339_seconds(until)
+    )
 }
 
 /// A wait that ended while Redis was out: the last try's failure, and for how long.

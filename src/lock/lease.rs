@@ -19,6 +19,11 @@ pub fn deadline(sent: Instant, ttl: Duration) -> Instant {
     sent + ttl.saturating_sub(drift(ttl))
 }
 
+/// The least time a lease with the default timing leaves between the first renewal being due and
+/// the lost-signal (less when --op-timeout is shorter): one renewal's round trip on a busy host,
+/// with rlock's own start (guardian, command) before it.
+const RENEWAL_ROOM: Duration = Duration::from_millis(50);
+
 /// The timing of one lease.
 #[derive(Debug, Clone, Copy)]
 pub struct Lease {
@@ -43,11 +48,24 @@ impl Lease {
         let grace = grace.unwrap_or(ttl / 4);
         let usable = ttl.saturating_sub(drift(ttl));
         // Neither given: the TTL alone is at fault, and the message says so rather than blame
-        // options left at their defaults.
-        if defaults && (grace >= usable || renew_every >= usable - grace) {
+        // options left at their defaults. It must leave a renewal room to be sent and answered
+        // between the moment the first is due and the lost-signal.
+        let room = op_timeout.min(RENEWAL_ROOM);
+        let fits = |ttl: Duration| {
+            let usable = ttl.saturating_sub(drift(ttl));
+            usable.saturating_sub(ttl / 4) >= ttl / 3 + room
+        };
+        if defaults && !fits(ttl) {
+            let least = (1..)
+                .map(Duration::from_millis)
+                .find(|t| fits(*t))
+                .unwrap_or(ttl);
             return Err(Error::Usage(format!(
-                "--ttl {} is too short for exec: less the drift allowance (1% and 2ms) it leaves no room to renew before the lease ends; give a longer --ttl (seconds, in practice)",
-                crate::lock::human_duration(ttl)
+                "--ttl {} is too short for exec: less the drift allowance (1% and 2ms) and the --grace, it leaves less than {} (--op-timeout, at most {}) for a renewal after the first is due, so the lock would be lost; give --ttl {} or more (seconds, in practice)",
+                crate::lock::human_duration(ttl),
+                crate::lock::human_duration(room),
+                crate::lock::human_duration(RENEWAL_ROOM),
+                crate::lock::human_duration(least)
             )));
         }
         if grace >= usable {
@@ -155,7 +173,17 @@ mod tests {
         assert!(e.starts_with("--ttl 1ms is too short for exec"), "{e}");
         let e = usage(Duration::from_millis(4));
         assert!(e.starts_with("--ttl 4ms is too short"), "{e}");
-        assert!(Lease::new(Duration::from_millis(5), None, None, op).is_ok());
+        // One renewal's room (50 ms) after the first is due, before the lost-signal.
+        let e = usage(Duration::from_millis(127));
+        assert!(
+            e.contains("less than 50ms") && e.contains("--ttl 128ms or more"),
+            "{e}"
+        );
+        assert!(Lease::new(Duration::from_millis(128), None, None, op).is_ok());
+        // A shorter --op-timeout is the room a renewal needs.
+        let quick = Duration::from_millis(10);
+        assert!(Lease::new(Duration::from_millis(30), None, None, quick).is_ok());
+        assert!(Lease::new(Duration::from_millis(29), None, None, quick).is_err());
     }
 
     #[test]

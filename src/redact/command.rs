@@ -12,7 +12,9 @@ use super::programs::{
     remote,
 };
 use super::shell;
-use super::words::{MASK, mask_urls, mask_user_at_host};
+use super::words::{
+    MASK, is_blob, is_header_name, is_name, mask_urls, mask_user_at_host, slash_login, user_pass,
+};
 
 /// Parts of a name that make it name a secret (in any case, anywhere in the name).
 const SECRET_PARTS: [&str; 12] = [
@@ -96,6 +98,19 @@ pub fn redact_command<S: AsRef<str>>(words: &[S]) -> String {
     cap_field(masked(&words))
 }
 
+/// A free text (a label, a program's name that may be a whole command line) with its secrets
+/// masked, read as the shell would read it: the text as it is when it holds none, else its
+/// words masked and joined by blanks.
+pub fn mask_line(text: &str) -> String {
+    let words = shell::words(text);
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let masked = Line::default().words(&words, 0);
+    if masked.iter().zip(&words).all(|(m, w)| m == w) {
+        return text.to_string();
+    }
+    masked.join(" ")
+}
+
 /// The command line `words` with its secrets masked, its words joined by blanks.
 pub(super) fn masked<S: AsRef<str>>(words: &[S]) -> String {
     let words: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
@@ -134,12 +149,24 @@ struct Line {
     remote: Option<(&'static str, &'static [&'static str])>,
     /// The word before, in lower case (`identified` before `by`).
     previous: String,
+    /// To the end of the command, a word that is no option nor `NAME=value` is a secret.
+    bare_secrets: bool,
 }
 
 impl Line {
     fn words(&mut self, words: &[&str], depth: usize) -> Vec<String> {
         self.program_next = true;
-        words.iter().map(|w| self.word(w, depth)).collect()
+        let fed = shell::fed_to_secret_stdin(words);
+        let words = words.iter().zip(fed);
+        words
+            .map(|(w, fed)| {
+                if fed {
+                    MASK.into()
+                } else {
+                    self.word(w, depth)
+                }
+            })
+            .collect()
     }
 
     fn word(&mut self, word: &str, depth: usize) -> String {
@@ -178,6 +205,14 @@ impl Line {
         }
         if shell::ends_command(word) || word == "--" {
             self.program_next = true;
+            self.bare_secrets = false;
+            return word.to_string();
+        }
+        if self.bare_secrets && !is_option && !word.contains('=') {
+            return MASK.into();
+        }
+        if self.program == "vault" && word == "login" {
+            self.bare_secrets = true;
             return word.to_string();
         }
         let word = mask_urls(word);
@@ -394,6 +429,10 @@ impl Line {
     /// A value standing alone, or after `=`: `NAME=value`, `Name: value`, a word holding a
     /// command line, `user:pass@host`, JSON.
     fn value(&mut self, value: &str, depth: usize) -> String {
+        if is_blob(value) {
+            // Before `NAME=value`: base64 ends in `=`.
+            return MASK.into();
+        }
         let colon = value.find(':');
         let equals = value.find('=');
         if let Some(colon) = colon
@@ -475,38 +514,6 @@ fn is_switch(name: &str) -> bool {
 /// An option whose value is `user:password` (curl's `--cert FILE:PASSWORD` too).
 fn is_user_option(name: &str) -> bool {
     name == "user" || name.ends_with("-user") || name == "cert" || name.ends_with("-cert")
-}
-
-/// `user:password` as `user:***`; also `user%password` (smbclient) and `user,password` (lftp).
-fn user_pass(value: &str) -> String {
-    match value.find([':', '%', ',']) {
-        Some(at) if at + 1 < value.len() && !value.contains("://") => {
-            format!("{}{MASK}", &value[..=at])
-        }
-        _ => value.to_string(),
-    }
-}
-
-/// Oracle's `user/password@db` as `user/***@db`; None for a word of another shape.
-fn slash_login(word: &str) -> Option<String> {
-    let (user, rest) = word.split_once('/')?;
-    if user.is_empty() || !is_name(user) || rest.is_empty() {
-        return None;
-    }
-    let db = rest.find('@').map_or("", |at| &rest[at..]);
-    Some(format!("{user}/{MASK}{db}"))
-}
-
-/// A name as options, variables and keys have them: `db.password`, `API_TOKEN`, `x-api-key`.
-fn is_name(word: &str) -> bool {
-    !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-}
-
-fn is_header_name(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
 }
 
 /// JSON fields whose name looks secret masked: `{"password":"x"}` as `{"password":"***"}`.

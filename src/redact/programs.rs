@@ -105,7 +105,7 @@ pub(super) const WRAPPERS: [&str; 9] = [
 pub(super) const SHELLS: [&str; 6] = ["sh", "bash", "dash", "zsh", "ksh", "ash"];
 
 /// A program with rules of its own here (secret letters, a command it runs elsewhere, Oracle's
-/// logins, Redis's AUTH).
+/// logins, Redis's AUTH, `vault login TOKEN`).
 pub(super) fn knows(word: &str) -> bool {
     PROGRAM_SECRET_LETTERS.iter().any(|(p, _)| *p == word)
         || PROGRAM_SECRET_REST.iter().any(|(p, _)| *p == word)
@@ -113,7 +113,7 @@ pub(super) fn knows(word: &str) -> bool {
         || SLASH_LOGINS.contains(&word)
         || matches!(
             word,
-            "docker" | "podman" | "kubectl" | "redis-cli" | "valkey-cli"
+            "docker" | "podman" | "kubectl" | "redis-cli" | "valkey-cli" | "vault"
         )
 }
 

@@ -124,6 +124,33 @@ pub fn ends_command(word: &str) -> bool {
     !word.is_empty() && word.chars().all(|c| ";&|()".contains(c))
 }
 
+/// Which of `words` feed a secret to the next command of a pipe: the arguments of `echo TOKEN`
+/// in `echo TOKEN | docker login --password-stdin` (a command with an option that reads a
+/// secret from its standard input: `--password-stdin`, `--with-token`).
+pub fn fed_to_secret_stdin(words: &[&str]) -> Vec<bool> {
+    let mut fed = vec![false; words.len()];
+    let reads_secret = |w: &&str| {
+        let name = w.trim_start_matches('-').to_ascii_lowercase();
+        w.starts_with("--")
+            && (name == "with-token" || name.ends_with("-stdin"))
+            && super::command::looks_secret(&name)
+    };
+    let ends: Vec<usize> = (0..words.len())
+        .filter(|&i| ends_command(words[i]))
+        .collect();
+    let mut start = 0;
+    for (n, &end) in ends.iter().enumerate() {
+        let next_end = ends.get(n + 1).copied().unwrap_or(words.len());
+        if matches!(words[end], "|" | "|&") && words[end + 1..next_end].iter().any(reads_secret) {
+            for f in fed.iter_mut().take(end).skip(start + 1) {
+                *f = true;
+            }
+        }
+        start = end + 1;
+    }
+    fed
+}
+
 #[cfg(test)]
 mod tests {
     use super::words;

@@ -65,3 +65,53 @@ fn port_follows(authority: &str) -> bool {
     let after = authority.rsplit(':').next().unwrap_or_default();
     after.ends_with(']') || after.chars().all(|c| c.is_ascii_digit())
 }
+
+/// `user:password` as `user:***`; also `user%password` (smbclient) and `user,password` (lftp).
+pub(super) fn user_pass(value: &str) -> String {
+    match value.find([':', '%', ',']) {
+        Some(at) if at + 1 < value.len() && !value.contains("://") => {
+            format!("{}{MASK}", &value[..=at])
+        }
+        _ => value.to_string(),
+    }
+}
+
+/// Oracle's `user/password@db` as `user/***@db`; None for a word of another shape.
+pub(super) fn slash_login(word: &str) -> Option<String> {
+    let (user, rest) = word.split_once('/')?;
+    if user.is_empty() || !is_name(user) || rest.is_empty() {
+        return None;
+    }
+    let db = rest.find('@').map_or("", |at| &rest[at..]);
+    Some(format!("{user}/{MASK}{db}"))
+}
+
+/// A name as options, variables and keys have them: `db.password`, `API_TOKEN`, `x-api-key`.
+pub(super) fn is_name(word: &str) -> bool {
+    !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+pub(super) fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+/// A word that looks like an encoded secret (a base64 or base64url blob, a JWT): long, of the
+/// blob alphabet only, mixing capitals, small letters and digits. A commit id (small letters
+/// and digits) or a path with dots is none; where it cannot tell, it masks.
+pub(super) fn is_blob(word: &str) -> bool {
+    let body = word.trim_end_matches('=');
+    if word.starts_with("eyJ") && word.len() >= 20 {
+        return true;
+    }
+    body.len() >= 20
+        && !body.starts_with(['-', '/'])
+        && body
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+/_-".contains(c))
+        && body.chars().any(|c| c.is_ascii_uppercase())
+        && body.chars().any(|c| c.is_ascii_lowercase())
+        && body.chars().any(|c| c.is_ascii_digit())
+}

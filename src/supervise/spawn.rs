@@ -290,7 +290,7 @@ fn take_terminal(fd: i32, pgrp: Pid) {
 /// executable file; a bare name must be one in a directory of PATH. Err says why not.
 pub fn runnable(program: &OsString) -> Result<(), String> {
     use nix::unistd::{AccessFlags, access};
-    let name = program.to_string_lossy();
+    let name = crate::redact::mask_line(&program.to_string_lossy());
     let executable = |p: &std::path::Path| p.is_file() && access(p, AccessFlags::X_OK).is_ok();
     if program.as_bytes().contains(&b'/') {
         let path = std::path::Path::new(program);
@@ -313,7 +313,8 @@ pub fn runnable(program: &OsString) -> Result<(), String> {
 }
 
 pub(super) fn cannot_run(program: &OsString, e: &io::Error) -> LaunchError {
-    let name = program.to_string_lossy();
+    // A command line in one word (`'PGPASSWORD=x psql'`) is named with its secrets masked.
+    let name = crate::redact::mask_line(&program.to_string_lossy());
     match e.kind() {
         io::ErrorKind::NotFound if name.contains(char::is_whitespace) => LaunchError::CannotRun {
             message: format!(

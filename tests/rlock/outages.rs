@@ -1,7 +1,7 @@
 //! A wait rides out an outage: while rlock waits for a lock, Redis unreachable or frozen means
 //! "not yet"; rlock tries again at most 1 s apart until its wait ends, says once when the outage
 //! began and once when it ended, and a wait that ends during the outage exits 69 naming the last
-//! error. Unresolvable names fail at once. A run that has never reached Redis (a typo in the
+//! error. Names the DNS says do not exist fail at once; a resolver that cannot answer is retried. A run that has never reached Redis (a typo in the
 //! port, a restart under way) tries for --connect-timeout (30s by default), then exits 69 naming
 //! the address; with -n too, which concerns the lock, not the server.
 
@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 // What never heals (bad trust, credentials, not Redis at all) ends every wait at once.
 mod never_heals;
+
+// A resolver that cannot answer is waited out like a refused connection.
+mod resolver;
 
 const KEY: &str = "out";
 

@@ -1,7 +1,7 @@
 //! `rlock inspect --history`: the runs on record, newest first, as a table a person reads at 80
 //! columns or as JSON (one object per run).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
@@ -11,7 +11,7 @@ use crate::cli::InspectArgs;
 use crate::cmd::Context;
 use crate::exit::{Exit, Failure};
 use crate::lock::{RunRecord, human_ms};
-use crate::output::{escape_max as escaped, fit, width};
+use crate::output::{distinct, escape, escape_max as escaped, fit, width};
 
 /// The width the table fits in: the command, last, is cut to what is left of it.
 const WIDTH: usize = 80;
@@ -51,10 +51,9 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         return Ok(Exit::Code(0));
     }
     if args.json {
+        // Escaped as the table is: a terminal must not act on a field another user wrote.
         let items: Vec<Value> = runs.iter().map(|(k, r)| to_json(k, r)).collect();
-        let mut out = crate::output::stdout()?;
-        writeln!(out, "{}", Value::Array(items))?;
-        out.flush()?;
+        crate::output::json(&Value::Array(items))?;
     } else if runs.is_empty() && args.keys.is_empty() {
         ctx.note(format_args!(
             "no runs on record under prefix '{}'",
@@ -65,7 +64,9 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         if args.timeline {
             super::timeline::write_timeline(&mut out, &runs, epoch_ms())?;
         } else {
-            write_table(&mut out, &runs, args.keys.len() != 1, epoch_ms())?;
+            let terminal = std::io::stdout().is_terminal();
+            let with_key = args.keys.len() != 1;
+            write_table(&mut out, &runs, with_key, epoch_ms(), terminal)?;
         }
         out.flush()?;
     }
@@ -129,14 +130,16 @@ fn to_json(key: &str, r: &RunRecord) -> Value {
 /// first when the runs are of several locks. Every cell is escaped and measured in terminal
 /// columns (a wide character takes two); the host and the key are cut (to 20 columns, fewer if
 /// need be) so that the command keeps at least 16 of the 80 columns, and the command is cut to
-/// what is left, each with a `…`.
+/// what is left, each with a `…`; two keys are never cut alike. Off a `terminal` (a pipe, a
+/// file) nothing is cut.
 fn write_table(
     out: &mut impl Write,
     runs: &[(String, RunRecord)],
     with_key: bool,
     now_ms: i64,
+    terminal: bool,
 ) -> std::io::Result<()> {
-    let mut cap = 20;
+    let mut cap = if terminal { 20 } else { usize::MAX };
     loop {
         let rows = rows(runs, with_key, now_ms, cap);
         let last = rows[0].len() - 1;
@@ -147,7 +150,7 @@ fn write_table(
             }
         }
         let used: usize = widths.iter().map(|w| w + 2).sum();
-        if used + 16 > WIDTH && cap > 8 {
+        if terminal && used + 16 > WIDTH && cap > 8 {
             cap -= 1;
             continue;
         }
@@ -158,7 +161,10 @@ fn write_table(
                 line.push_str(cell);
                 line.extend(std::iter::repeat_n(' ', w - width(cell) + 2));
             }
-            line.push_str(&fit(&row[last], room));
+            match terminal {
+                true => line.push_str(&fit(&row[last], room)),
+                false => line.push_str(&escape(&row[last])),
+            }
             writeln!(out, "{}", line.trim_end())?;
         }
         return Ok(());
@@ -173,9 +179,11 @@ fn rows(runs: &[(String, RunRecord)], with_key: bool, now_ms: i64, cap: usize) -
             .map(String::from)
             .to_vec(),
     ];
-    for (key, r) in runs {
+    let keys: Vec<&str> = runs.iter().map(|(key, _)| key.as_str()).collect();
+    let keys = distinct(&keys, |key| fit(key, cap));
+    for ((_, r), key) in runs.iter().zip(keys) {
         rows.push(vec![
-            fit(key, cap),
+            key,
             r.ended_ms
                 .map_or_else(dash, |t| format!("{} ago", human_ms(now_ms - t))),
             fit(r.host.as_deref().unwrap_or("-"), cap),
@@ -246,7 +254,7 @@ mod tests {
             ("a\nb".to_string(), run("gave-up", 75, "sh -c 'a\u{1b}b'")),
         ];
         let mut out = Vec::new();
-        write_table(&mut out, &runs, true, 3_601_000).unwrap();
+        write_table(&mut out, &runs, true, 3_601_000, true).unwrap();
         let text = String::from_utf8(out).unwrap();
         for line in text.lines() {
             assert!(line.chars().count() <= 80, "{line:?}");
@@ -277,7 +285,7 @@ mod tests {
             ("plain".to_string(), run("ok", 0, &"x".repeat(300))),
         ];
         let mut out = Vec::new();
-        write_table(&mut out, &runs, true, 3_601_000).unwrap();
+        write_table(&mut out, &runs, true, 3_601_000, true).unwrap();
         let text = String::from_utf8(out).unwrap();
         let starts: Vec<usize> = text
             .lines()

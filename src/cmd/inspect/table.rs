@@ -7,7 +7,7 @@ use std::io::Write;
 use super::stale;
 use crate::cmd::hint::option;
 use crate::lock::{Holder, HolderLease, KeyType, LockInfo, human_ms};
-use crate::output::{escape, escape_max};
+use crate::output::{distinct, escape, escape_max};
 
 const COLUMNS: usize = 8;
 
@@ -15,11 +15,13 @@ const COLUMNS: usize = 8;
 /// are `notes`), so that `rlock inspect | tail -n +2` counts locks. With `waiters` (the locks
 /// were named with -k), each lock's waiters follow it, a row each, first first. A row of a lock with a
 /// short name, held on a host with a short name, fits 80 columns before its COMMAND; the fence
-/// and the token, which nobody reads at a glance, are in `--json`.
+/// and the token, which nobody reads at a glance, are in `--json`. Off a `terminal` (a pipe, a
+/// file) every cell is whole; on one, a long cell is cut, but two keys are never cut alike.
 pub(super) fn write(
     out: &mut impl Write,
     locks: &[LockInfo],
     waiters: bool,
+    terminal: bool,
 ) -> std::io::Result<()> {
     let mut rows = vec![
         [
@@ -39,9 +41,19 @@ pub(super) fn write(
     }
     // Whatever a key or a holder field holds (another client wrote it, or a user name had a
     // newline), a lock is one row of printable cells of bounded width.
+    let keys: Vec<&str> = rows.iter().map(|row| row[0].as_str()).collect();
+    let keys = distinct(&keys, cell);
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|row| row.iter().map(|c| cell(c)).collect())
+        .zip(keys)
+        .map(|(row, key)| {
+            let cells = row.iter().skip(1).map(|c| match terminal {
+                true => cell(c),
+                false => escape(c),
+            });
+            let key = if terminal { key } else { escape(&row[0]) };
+            std::iter::once(key).chain(cells).collect()
+        })
         .collect();
     let mut widths = [0usize; COLUMNS];
     for row in &rows {

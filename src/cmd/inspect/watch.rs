@@ -45,7 +45,7 @@ pub(super) fn run(ctx: &Context, args: &InspectArgs, every: Duration) -> Result<
                     } else {
                         // The screen is the watch's own, notes and all: a note written to
                         // stderr on the same terminal would be overwritten at the next frame.
-                        table::write(&mut body, &locks, !args.keys.is_empty())?;
+                        table::write(&mut body, &locks, !args.keys.is_empty(), true)?;
                         let notes = table::notes(&locks, &ctx.rlock_line());
                         if !notes.is_empty() {
                             writeln!(body)?;
@@ -101,7 +101,8 @@ fn print(
         if again {
             writeln!(out)?;
         }
-        table::write(&mut out, locks, !args.keys.is_empty())?;
+        let terminal = std::io::stdout().is_terminal();
+        table::write(&mut out, locks, !args.keys.is_empty(), terminal)?;
         out.flush()?;
     }
     if !args.json {

@@ -60,6 +60,28 @@ fn a_busy_lock_names_its_holder_and_how_long_the_wait_was() {
         busy(held(-1, None), Waited::NotAtAll),
         "lock 'jobs' is busy (held by build-7 pid 4411 for 2m13s, never expires); not waiting (-n)"
     );
+    // The holder's label (or command), as another user wrote it: escaped, and cut.
+    let Seen::Held { mut holder, .. } = held(28_000, None) else {
+        unreachable!()
+    };
+    holder.command = Some(format!("deploy #42\u{1b}[31m {}", "x".repeat(200)));
+    let seen = Seen::Held {
+        pttl: 28_000,
+        now_ms: 1_000_000,
+        holder,
+        crowd: None,
+    };
+    let line = busy(seen, Waited::NotAtAll);
+    assert!(
+        line.starts_with(
+            "lock 'jobs' is busy (held by build-7 pid 4411 for 2m13s (deploy #42\\x1b[31m xxx"
+        ),
+        "{line}"
+    );
+    assert!(
+        line.ends_with("x…), expires in 28s); not waiting (-n)"),
+        "{line}"
+    );
     assert_eq!(
         busy(Seen::Handed, Waited::NotAtAll),
         "lock 'jobs' is being handed to a process waiting for it; not waiting (-n)"

@@ -237,3 +237,55 @@ fn a_key_with_a_newline_is_refused_with_a_message_that_says_why() {
     let out = run(rlock_at(&server).args(["acquire", "-k", "a\nb"]));
     assert_fails(&out, 2, &["--key", "control characters", r"got 'a\nb'"]);
 }
+
+#[test]
+fn flocks_c_and_s_point_to_sh_c_and_shared_in_one_line() {
+    let server = RedisServer::start();
+    for (args, want) in [
+        (&["exec", "-k", "f", "-c", "make all"][..], "-- sh -c '…'"),
+        (
+            &["exec", "-k", "f", "--command", "make all"],
+            "-- sh -c '…'",
+        ),
+        (&["exec", "-s", "-k", "f", "--", "true"], "use --shared"),
+        (&["acquire", "-s", "-k", "f"], "use --shared"),
+    ] {
+        let out = run(rlock_at(&server).args(args));
+        assert_eq!(out.code, 2, "{args:?}: {out}");
+        assert_eq!(out.stderr.lines().count(), 1, "{args:?}: {out}");
+        assert!(out.stderr.contains(want), "{args:?}: {out}");
+        assert!(!out.stderr.contains("use '-- -"), "{args:?}: {out}");
+    }
+    assert!(!server.exists("rlock:f"));
+}
+
+#[test]
+fn an_empty_environment_variable_means_not_set() {
+    let server = RedisServer::start();
+    let empty = [
+        "RLOCK_CONNECT_TIMEOUT",
+        "RLOCK_OP_TIMEOUT",
+        "RLOCK_LABEL",
+        "RLOCK_TIMEOUT",
+        "RLOCK_HOLD_AT_LEAST",
+        "RLOCK_HISTORY_LIMIT",
+        "RLOCK_METRICS_FILE",
+        "RLOCK_PREFIX",
+        "RLOCK_CONTAIN",
+    ];
+    let mut exec = rlock_at(&server);
+    for name in empty {
+        exec.env(name, "");
+    }
+    // Beside an explicit option, and alone: the option, or the default.
+    let out = run(exec.args(["--connect-timeout", "3s", "exec", "-k", "e", "--", "true"]));
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""), "{out}");
+    let mut acquire = rlock_at(&server);
+    for name in empty {
+        acquire.env(name, "");
+    }
+    let out = run(acquire.args(["acquire", "-k", "e", "--ttl", "1h"]));
+    assert_eq!(out.code, 0, "{out}");
+    let state = server.hgetall("{rlock:e}:state");
+    assert!(!state.get("cmd").is_some_and(String::is_empty), "{state:?}");
+}

@@ -314,7 +314,7 @@ page_tests! {
 #[test]
 fn a_changed_example_fails_and_a_varying_one_does_not() {
     let server = RedisServer::start();
-    let page = "```console\n$ rlock acquire -k demo --ttl 5m\n65edee2b-a9cd-4bc8-8511-774a2470fff1\n$ rlock exec -k demo -n -- true\nrlock: lock 'demo' is busy (held by root@vm pid 1 for 9ms, expires in 4m59s); not waiting (-n)\n$ echo $?\n75\n```\n";
+    let page = "```console\n$ rlock acquire -k demo --ttl 5m\n65edee2b-a9cd-4bc8-8511-774a2470fff1\n$ rlock exec -k demo -n -- true\nrlock: lock 'demo' is busy (held by root@vm pid 1 for 9ms (bash), expires in 4m59s); not waiting (-n)\n$ echo $?\n75\n```\n";
     let block = &blocks("test", page)[0];
     let got = play(block, &server);
     for ((_, want), got) in block.steps.iter().zip(&got) {

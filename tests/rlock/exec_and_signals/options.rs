@@ -20,6 +20,10 @@ fn bad_exec_options_are_usage_errors() {
         (&["--ttl", "1s", "--grace", "1s"], "--grace"),
         (&["--ttl", "1s", "--grace", "990ms"], "--grace"),
         (&["--ttl", "1s", "--grace", "5s"], "--grace"),
+        // Too short to renew at all: no room for a renewal between the first one due and the
+        // lost-signal.
+        (&["--ttl", "30ms"], "--ttl 30ms is too short for exec"),
+        (&["--ttl", "100ms"], "give --ttl 128ms or more"),
         (&["--lost-signal", "BOGUS"], "BOGUS"),
         (&["--lost-signal", "0"], "--lost-signal"),
     ] {
@@ -37,6 +41,7 @@ fn bad_exec_options_are_usage_errors() {
         &["--lost-signal", "SIGUSR2"],
         &["--ttl", "1s", "--renew-every", "700ms"],
         &["--ttl", "1s", "--grace", "500ms"],
+        &["--ttl", "300ms"],
     ] {
         let out = run(rlock_at(&server)
             .args(["exec", "-k", "k"])

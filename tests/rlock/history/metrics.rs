@@ -59,7 +59,7 @@ fn parser_python() -> PathBuf {
 
 /// Every sample of a metrics file as prometheus_client's parser reads it: name, labels (sorted,
 /// `k=v,...`) and value; panics with the parser's error if the file is not valid text format.
-fn parse(path: &Path) -> BTreeMap<(String, String), f64> {
+pub(super) fn parse(path: &Path) -> BTreeMap<(String, String), f64> {
     const SCRIPT: &str = r#"
 import json, sys
 from prometheus_client.parser import text_string_to_metric_families
@@ -88,7 +88,11 @@ print(json.dumps(out))
     samples.into_iter().map(|(n, l, v)| ((n, l), v)).collect()
 }
 
-fn sample(samples: &BTreeMap<(String, String), f64>, name: &str, labels: &str) -> Option<f64> {
+pub(super) fn sample(
+    samples: &BTreeMap<(String, String), f64>,
+    name: &str,
+    labels: &str,
+) -> Option<f64> {
     samples
         .get(&(format!("rlock_{name}"), labels.to_string()))
         .copied()

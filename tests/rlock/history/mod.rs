@@ -9,6 +9,7 @@ mod abandoned;
 mod events;
 mod holds;
 mod metrics;
+mod metrics_links;
 mod once_per;
 mod outcomes;
 mod retention;

@@ -5,9 +5,9 @@
 use crate::common::basic::*;
 use crate::common::{RedisServer, rlock_at, run};
 
-/// OSC 52 (a clipboard write on some terminals), a colour, a bell, C1's CSI and a
+/// OSC 52 (a clipboard write on some terminals), a colour, a bell, C1's CSI, DEL and a
 /// bidirectional override.
-const HOSTILE: &str = "x\u{1b}]52;c;aGk=\u{7}\u{1b}[31m\u{9b}2J\u{202e}\r\ny";
+const HOSTILE: &str = "x\u{1b}]52;c;aGk=\u{7}\u{1b}[31m\u{9b}2J\u{7f}\u{202e}\r\ny";
 
 #[track_caller]
 fn assert_escaped(what: &str, text: &str) {
@@ -19,7 +19,8 @@ fn assert_escaped(what: &str, text: &str) {
 }
 
 /// What another user sees of the lock `key`: a busy acquire and exec (with -v), a refused
-/// release and renewal, inspect (table, JSON, -v), and last a `release --force`.
+/// release and renewal, inspect (table, JSON, -v), a `release --force`, and last the history
+/// that release left (table and JSON).
 fn assert_every_view_escaped(server: &RedisServer, key: &str) {
     for args in [
         &["acquire", "-n", "-k", key][..],
@@ -31,6 +32,8 @@ fn assert_every_view_escaped(server: &RedisServer, key: &str) {
         &["-v", "inspect", "-k", key],
         &["inspect", "--json"],
         &["-v", "release", "-k", key, "--force"],
+        &["inspect", "--history", "-k", key],
+        &["inspect", "--history", "--json", "-k", key],
     ] {
         let out = run(rlock_at(server).args(args));
         assert_escaped(

@@ -119,3 +119,45 @@ fn a_lock_named_like_another_locks_helper_key_is_refused() {
     let runs: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
     assert_eq!(runs.as_array().map(Vec::len), Some(1), "{out}");
 }
+
+#[test]
+fn a_servers_huge_error_line_is_cut_to_a_line_a_person_reads() {
+    use std::io::{Read, Write};
+    // A service that answers every request with an error of 1 MiB: its words are input like
+    // any other, and a message shows a line of them.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("local_addr").port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut request = [0u8; 4096];
+                let error = format!("-ERR {}\r\n", "x".repeat(1 << 20));
+                while conn.read(&mut request).is_ok_and(|n| n > 0) {
+                    if conn.write_all(error.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}");
+    let out = run(rlock().args([
+        "-u",
+        &url,
+        "--connect-timeout",
+        "0",
+        "acquire",
+        "-n",
+        "-k",
+        "e",
+    ]));
+    assert_ne!(out.code, 0, "{out}");
+    assert_eq!(out.stderr.lines().count(), 1, "{out}");
+    assert!(
+        out.stderr.len() < 1000,
+        "a line of {} bytes",
+        out.stderr.len()
+    );
+    assert!(out.stderr.contains("xxx…"), "{out}");
+}

@@ -7,6 +7,7 @@ mod cluster_listing;
 mod listing;
 mod odd_contents;
 mod output;
+mod piped;
 mod stale;
 mod waiters;
 mod watch;
@@ -19,6 +20,28 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const SOON: Duration = Duration::from_secs(10);
+
+/// What `cmd` prints on a terminal of 80 columns (its stdout a pseudo-terminal), run to its
+/// end, with the terminal's `\r\n` read back as `\n`.
+pub(crate) fn on_terminal(cmd: &mut Command) -> String {
+    let size = nix::pty::Winsize {
+        ws_row: 50,
+        ws_col: 80,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&size), None).expect("openpty");
+    cmd.stdout(std::process::Stdio::from(pty.slave))
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("spawn rlock");
+    let (screen, reader) = crate::common::drain(std::fs::File::from(pty.master));
+    let status = child.wait().expect("wait");
+    // The last copy of the terminal's far end was the child's: the reader ends with it.
+    drop(std::mem::replace(cmd, Command::new("true")));
+    reader.join().expect("the terminal's reader");
+    assert!(status.success(), "{status}");
+    String::from_utf8_lossy(&screen.lock().unwrap()).replace("\r\n", "\n")
+}
 
 fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()

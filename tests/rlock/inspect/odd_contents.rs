@@ -73,9 +73,12 @@ fn assert_table(server: &RedisServer, locks: usize) {
         !out.stdout.chars().any(|c| c.is_control() && c != '\n'),
         "a control character reached the terminal"
     );
+    // Into a pipe every key is whole; on a terminal a row is bounded.
+    let shown = super::on_terminal(rlock_at(server).arg("inspect"));
+    assert_eq!(shown.lines().count(), locks + 1, "{shown}");
     assert!(
-        out.stdout.lines().all(|l| l.chars().count() < 2_000),
-        "a row is unbounded"
+        shown.lines().all(|l| l.chars().count() < 2_000),
+        "a row on a terminal is unbounded"
     );
     let out = run(rlock_at(server).args(["inspect", "--json"]));
     assert_eq!(out.code, 0, "inspect --json failed:\n{}", out.stderr);

@@ -127,3 +127,37 @@ fn a_released_hold_stays_taken_until_forced() {
     ]));
     assert_eq!(out.code, 2, "a semaphore has no hold: {out}");
 }
+
+/// What the help of --hold-at-least and the README's cron recipe say: a single Redis that
+/// restarts empty forgets the hold, and the next firing runs the job again.
+#[test]
+fn a_single_redis_restarted_empty_forgets_the_hold_and_the_job_runs_again() {
+    let mut server = RedisServer::start();
+    let job = [
+        "exec",
+        "-k",
+        "r",
+        "-n",
+        "-E",
+        "0",
+        "--hold-at-least",
+        "1h",
+        "--",
+    ];
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runs = dir.path().join("runs");
+    let once = format!("echo ran >> {}", runs.display());
+    let out = run(rlock_at(&server).args(job).args(["sh", "-c", &once]));
+    assert_eq!(out.code, 0, "{out}");
+    let out = run(rlock_at(&server).args(job).args(["sh", "-c", &once]));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(std::fs::read_to_string(&runs).unwrap().lines().count(), 1);
+    server.restart();
+    let out = run(rlock_at(&server).args(job).args(["sh", "-c", &once]));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap().lines().count(),
+        2,
+        "the hold did not survive the empty restart, and the job ran again"
+    );
+}

@@ -394,3 +394,31 @@ fn a_brace_in_the_prefix_is_blamed_on_the_prefix() {
     assert_fails(&out, 2, &["--prefix 'x}'"]);
     assert!(!out.stderr.contains("key 'jobs'"), "{out}");
 }
+
+#[test]
+fn an_acl_refusal_of_execs_final_release_exits_77_and_says_the_lock_may_still_be_held() {
+    let server = RedisServer::start();
+    // The user may do everything until the command takes PUBLISH away, which the release
+    // needs (it wakes the waiters).
+    let url = user_without(&server, "flushall");
+    let port = server.port().to_string();
+    let out = run(rlock()
+        .args(["-u", &url, "exec", "-k", KEY, "--ttl", "1h", "--"])
+        .arg(crate::common::redis_cli_bin())
+        .args(["-p", &port, "ACL", "SETUSER", "no-flushall", "-publish"]));
+    assert_fails(
+        &out,
+        77,
+        &[
+            "'h'",
+            "publish",
+            "ACL",
+            "may still be held",
+            "at most 1h",
+            "(by 20",
+        ],
+    );
+    if checks_rights_first() {
+        assert!(server.exists(LOCK), "the refused release freed the lock");
+    }
+}

@@ -40,10 +40,14 @@ const FORMS: &[&str] = &[
     "sqlplus scott/S3C28@db",
     "app '--password S3C29'",
     "env X=1 sudo -u postgres sh -c 'mysql -pS3C30'",
+    // The forms --record-args left in clear in the fifth release.
+    "app --data S3CdXNlcjpwYXNzd29yZDEyMzQ1Njc4OQ==",
+    "vault login S3C66",
+    "sh -c 'echo S3C67 | docker login -u me --password-stdin reg'",
 ];
 
 /// Every key in the server, every field and member of it, as text.
-fn dump_everything(server: &RedisServer) -> String {
+pub(super) fn dump_everything(server: &RedisServer) -> String {
     let mut conn = server.conn();
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).expect("KEYS");
     let mut dump = String::new();
@@ -70,12 +74,12 @@ fn words(form: &str) -> Vec<String> {
 }
 
 #[track_caller]
-fn assert_nowhere(what: &str, text: &str) {
+pub(super) fn assert_nowhere(what: &str, text: &str) {
     assert!(!text.contains("S3C"), "{what} shows a secret:\n{text}");
 }
 
 /// Redis, inspect (table, JSON, -v) and a busy waiter's message, for the lock `key`.
-fn assert_no_secret_anywhere(server: &RedisServer, key: &str) {
+pub(super) fn assert_no_secret_anywhere(server: &RedisServer, key: &str) {
     assert_nowhere("Redis", &dump_everything(server));
     for args in [
         &["inspect"][..],
@@ -85,6 +89,8 @@ fn assert_no_secret_anywhere(server: &RedisServer, key: &str) {
         &["-v", "inspect", "-k", key],
         &["-v", "acquire", "-n", "-k", key],
         &["-v", "exec", "-n", "-k", key, "--", "true"],
+        &["inspect", "--history", "-k", key],
+        &["inspect", "--history", "--json", "-k", key],
     ] {
         let out = run(rlock_at(server).args(args));
         assert_nowhere(&format!("{args:?}"), &format!("{out}"));

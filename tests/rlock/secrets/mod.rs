@@ -2,6 +2,7 @@
 //! (with commas or slashes), in `--help`; a label replaces the command in inspect.
 
 mod forms;
+mod labels;
 
 use crate::common::basic::*;
 use crate::common::{RedisServer, rlock, rlock_at, run, wait_for_file};

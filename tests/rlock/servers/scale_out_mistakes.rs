@@ -118,3 +118,22 @@ fn a_cluster_node_without_cluster_is_78_at_once() {
         "given back"
     );
 }
+
+#[test]
+fn a_cluster_node_answering_ask_without_cluster_is_named_ask() {
+    let cluster = RedisCluster::start();
+    let name = key_on(&cluster, 0);
+    let slot = cluster.slot(&format!("rlock:{name}"));
+    // The lock's slot migrates away from node 0 and none of its keys is there: node 0 answers
+    // ASK, which is named as such, not as MOVED.
+    super::cluster::begin_migration(&cluster, slot, 0, 1);
+    let url = format!("redis://127.0.0.1:{}", cluster.node(0).port());
+    let mut acquire = rlock();
+    refused_at_once(
+        acquire.args(["-u", &url, "acquire", "-k", &name]),
+        &["answered ASK", "add --cluster"],
+    );
+    let out = run(rlock().args(["-u", &url, "acquire", "-k", &name]));
+    assert!(!out.stderr.contains("MOVED"), "{out}");
+    super::cluster::end_migration(&cluster, slot, 0);
+}
