@@ -94,6 +94,9 @@ struct Child {
     guardian: Guardian,
     /// The renewal thread's reports, made before the command starts.
     reports: Reports,
+    /// The grant's moments, made once: told to the guardian at its launch, and to the
+    /// supervisor.
+    timeline: Option<crate::lock::Timeline>,
 }
 
 /// The lease of a lock whose TTL is `ttl`, with the options' renewal timing, checked for sense.
@@ -296,21 +299,11 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
     // The guardian holds the lease from its first instant, so rlock may wait for its word that
     // the command started past the point where the lease needs enforcing: a grant that came late
     // (a slow server) leaves little of the lease, and the guardian stops the command by its
-    // deadline meanwhile. A guardian that says nothing within START_ANSWER is killed.
-    let lease = match held.owner {
-        Owner::OuterExec => None,
-        _ => Some((
-            args.lost_signal,
-            held.lease.grace,
-            crate::lock::deadline(grant.sent, held.lease.ttl),
-        )),
-    };
-    let answer_by = match lease {
+    // moments meanwhile. A guardian that says nothing within START_ANSWER is killed.
+    let timeline = timeline(held);
+    let answer_by = match timeline {
         None => Instant::now() + START_ANSWER,
-        Some((_, grace, deadline)) => deadline
-            .checked_sub(grace)
-            .unwrap_or(deadline)
-            .max(Instant::now() + START_ANSWER),
+        Some(t) => t.signal_at.max(Instant::now() + START_ANSWER),
     };
     let Launched {
         guardian,
@@ -323,7 +316,8 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
         cgroup,
         why_not,
         args.contain == Containment::Cgroup,
-        lease,
+        args.lost_signal,
+        timeline,
         answer_by,
     )
     .inspect_err(|_| release(ctx, locker, held))?;
@@ -333,7 +327,14 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
         terminal,
         guardian,
         reports,
+        timeline,
     })
+}
+
+/// The grant's moments (`Lease::timeline`), which the guardian is told at its launch and the
+/// supervisor enforces; None when an enclosing `rlock exec` enforces the lease.
+fn timeline(held: &Held) -> Option<crate::lock::Timeline> {
+    (held.owner != Owner::OuterExec).then(|| held.lease.timeline(held.grant.sent))
 }
 
 /// Step 3: the command's group runs to its end, the lock renewed from a thread of its own while
@@ -352,15 +353,16 @@ fn supervise(
         terminal,
         mut guardian,
         reports,
+        timeline,
     } = child;
     let renews = held.owner != Owner::OuterExec;
     let outcome = std::thread::scope(|s| {
         let keeper = LeaseKeeper::new(s, locker, &held.grant, held.lease, renews, reports);
-        let mut enforce = keeper.enforce(args.lost_signal);
+        let mut enforce = keeper.enforce(args.lost_signal, timeline);
         // Counted from the command's start, which is now: it has just been launched.
         enforce.time_limit = args
             .timeout
-            .and_then(|limit| Instant::now().checked_add(limit));
+            .and_then(|limit| held.lease.limit(Instant::now(), limit));
         supervise::supervise(&mut guardian, signals, keeper, enforce, terminal, ctx)
     });
     (

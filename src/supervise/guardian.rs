@@ -11,12 +11,12 @@
 //! what left the tree (`setsid` and a double fork), the tree what left the cgroup (a root
 //! command that moved a child elsewhere), and stopping the command stops both.
 //!
-//! **It holds the deadline.** rlock tells it the lease's deadline at the grant and after every
-//! successful renewal; the guardian keeps its own timer: the lost-signal at deadline − grace,
-//! SIGKILL at the deadline, whether rlock is stopped, killed or stuck. The command's time limit
-//! (`--timeout`) likewise: the lost-signal at it, SIGKILL the grace after. rlock does the same
-//! itself; whichever acts first wins. A watchdog that depended on the process it watches would
-//! be none.
+//! **It holds the deadline.** rlock tells it the lease's timeline (`Lease::timeline`: when the
+//! lost-signal goes, when SIGKILL does) once at the grant and once after every successful
+//! renewal; the guardian keeps its own timer, counting down to exactly those instants, whether
+//! rlock is stopped, killed or stuck. The command's time limit (`--timeout`) likewise, told
+//! once. rlock counts down to the same instants itself; whichever acts first wins. A watchdog
+//! that depended on the process it watches would be none.
 //!
 //! **Its own name.** The guardian is called `rl-guardian` (`PR_SET_NAME`), so that `killall
 //! rlock` and `pkill rlock`, which match the name, do not reach it: killing rlock by name leaves
@@ -45,6 +45,7 @@ use super::LaunchError;
 use super::contain::{self, Cgroup};
 use super::spawn::{Forked, Prepared, cannot_run, fork_guardian};
 use super::terminal::Terminal;
+use crate::lock::{Limit, Timeline};
 
 /// The name `ps`, `killall` and `pkill` see: without "rlock" in it.
 pub const NAME: &std::ffi::CStr = c"rl-guardian";
@@ -54,7 +55,7 @@ mod protocol;
 
 use life::guard;
 pub use protocol::Event;
-use protocol::{DONE, LEASE, SIGNAL, encode};
+use protocol::{DONE, KILL_AT, LIMIT_AT, LIMIT_KILL_AT, LOST_SIGNAL, SIGNAL, SIGNAL_AT, encode};
 
 /// How often rlock looks whether a guardian that has not said the command started was
 /// stopped (SIGCHLD is not read before the supervisor runs).
@@ -99,9 +100,10 @@ pub struct Launched {
 /// when it cannot be started in the cgroup and the cgroup is `required` (exit 78). rlock waits
 /// for the guardian's word that the command started until `answer_by` at most: a guardian
 /// that has not answered then is killed with what it started (exit 70), a stopped one is
-/// continued meanwhile. `lease` (the lost-signal, the grace and the lease's deadline) is the
-/// guardian's from its first instant, before rlock hears that the command started: a grant that
-/// came late leaves the lease short, and the guardian enforces it whatever rlock is doing.
+/// continued meanwhile. `lost_signal` and the lease's timeline are the guardian's from its first
+/// instant, before rlock hears that the command started: a grant that came late leaves the
+/// lease short, and the guardian enforces it whatever rlock is doing. This is the one time the
+/// grant's timeline is told; renewals are told by `Guardian::renewed`.
 #[allow(clippy::too_many_arguments)]
 pub fn launch(
     argv: &[OsString],
@@ -110,7 +112,8 @@ pub fn launch(
     cgroup: Option<Cgroup>,
     why_no_cgroup: Option<String>,
     required: bool,
-    lease: Option<(Signal, Duration, Instant)>,
+    lost_signal: Signal,
+    lease: Option<Timeline>,
     answer_by: Instant,
 ) -> Result<Launched, LaunchError> {
     let give_up = |failure: LaunchError| {
@@ -125,15 +128,15 @@ pub fn launch(
     let (ev_read, ev_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
         .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
     let rlock_pgrp = getpgrp();
-    // Both sides count the lease's deadlines from this moment.
+    // Both sides count the lease's moments from this moment.
     protocol::base();
     // Written before the fork, read by the guardian as soon as the command started: the pipe
     // holds them (a few messages, well under its capacity).
-    if let Some((lost_signal, grace, deadline)) = lease {
-        let grace = i32::try_from(grace.as_millis()).unwrap_or(i32::MAX);
-        let _ = nix::unistd::write(&req_write, &encode(LEASE, lost_signal as i32, grace));
-        let _ = nix::unistd::write(&req_write, &protocol::deadline(deadline));
+    let mut told = encode(LOST_SIGNAL, lost_signal as i32, 0).to_vec();
+    if let Some(lease) = lease {
+        told.extend_from_slice(&timeline(lease));
     }
+    let _ = nix::unistd::write(&req_write, &told);
     // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
     // no lock another thread had taken; the child runs `guard`, which never returns and uses
     // none of glibc's thread-id functions.
@@ -154,6 +157,14 @@ pub fn launch(
             guardian.wait_for_start(why_no_cgroup, terminal, rlock_pgrp, &argv[0], answer_by)
         }
     }
+}
+
+/// The requests that tell the guardian the lease's moments, in one write.
+fn timeline(lease: Timeline) -> [u8; 24] {
+    let mut both = [0u8; 24];
+    both[..12].copy_from_slice(&protocol::moment(SIGNAL_AT, lease.signal_at));
+    both[12..].copy_from_slice(&protocol::moment(KILL_AT, lease.kill_at));
+    both
 }
 
 /// The guardian could not be started, for want of `what` (a pipe, a fork), and so neither was
@@ -324,22 +335,19 @@ impl Guardian {
         let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
     }
 
-    /// Tells the guardian the lease it enforces on its own clock: the lost-signal at deadline −
-    /// `grace`, SIGKILL at the deadline (`deadline`, and again after every renewal).
-    pub fn hold(&mut self, lost_signal: Signal, grace: Duration) {
-        let grace = i32::try_from(grace.as_millis()).unwrap_or(i32::MAX);
-        let _ = nix::unistd::write(&self.requests, &encode(LEASE, lost_signal as i32, grace));
+    /// The lease's moments after a successful renewal: the guardian counts down to them from
+    /// now on (the grant's were told at the launch).
+    pub fn renewed(&mut self, lease: Timeline) {
+        let _ = nix::unistd::write(&self.requests, &timeline(lease));
     }
 
-    /// The lease's deadline, now `at` (at the grant, and after every successful renewal).
-    pub fn deadline(&mut self, at: Instant) {
-        let _ = nix::unistd::write(&self.requests, &protocol::deadline(at));
-    }
-
-    /// The command's time limit (`--timeout`), after `hold`: the guardian sends the lost-signal
-    /// at `at` and SIGKILL the grace after it, should rlock be stopped then.
-    pub fn time_limit(&mut self, at: Instant) {
-        let _ = nix::unistd::write(&self.requests, &protocol::time_limit(at));
+    /// The command's time limit (`--timeout`), told once: the guardian sends the lost-signal at
+    /// its moment and SIGKILL at its kill moment, should rlock be stopped then.
+    pub fn time_limit(&mut self, limit: Limit) {
+        let mut both = [0u8; 24];
+        both[..12].copy_from_slice(&protocol::moment(LIMIT_AT, limit.signal_at));
+        both[12..].copy_from_slice(&protocol::moment(LIMIT_KILL_AT, limit.kill_at));
+        let _ = nix::unistd::write(&self.requests, &both);
     }
 
     /// The next event, if one came, or that the guardian is gone (end of file, or killed).

@@ -23,7 +23,7 @@ pub use keeper::{LeaseKeeper, Renewal, Reports};
 pub use spawn::runnable;
 pub use terminal::Terminal;
 
-use crate::lock::Observer;
+use crate::lock::{Limit, Observer, Timeline};
 use crate::signals::Signals;
 use crate::watchdog::Loss;
 
@@ -55,17 +55,17 @@ pub enum LaunchError {
 
 /// What the supervisor needs to know to enforce the lease.
 pub struct Enforce {
-    /// When the lease must be assumed gone; None when another rlock enforces it (a nested
-    /// exec inside `rlock exec`).
-    pub deadline: Option<Instant>,
+    /// The lease's moments (`Lease::timeline`), the very ones the guardian was told at its
+    /// launch; None when another rlock enforces the lease (a nested exec inside `rlock exec`).
+    pub lease: Option<Timeline>,
     /// When the first renewal is due: the renewal thread is started then, so that a short
     /// command runs with no thread at all. None when nothing is to be renewed.
     pub renew_at: Option<Instant>,
     pub grace: Duration,
     pub lost_signal: Signal,
-    /// When the command's time is up (`--timeout`): it is stopped as for a lost lock, the lock
-    /// still held.
-    pub time_limit: Option<Instant>,
+    /// When the command's time is up (`--timeout`, `Lease::limit`): it is stopped as for a
+    /// lost lock, the lock still held.
+    pub time_limit: Option<Limit>,
 }
 
 /// How the child's run ended.
@@ -95,14 +95,8 @@ pub fn supervise(
     observer: &dyn Observer,
 ) -> Outcome {
     let LeaseKeeper { renewer, reports } = keeper;
-    // The guardian enforces the lease on its own clock from the grant on, and the time limit
-    // from the command's start: neither rests on rlock running.
-    if enforce.deadline.is_some() || enforce.time_limit.is_some() {
-        guardian.hold(enforce.lost_signal, enforce.grace);
-    }
-    if let Some(deadline) = enforce.deadline {
-        guardian.deadline(deadline);
-    }
+    // The guardian has enforced the lease on its own clock since its launch, and the time limit
+    // from the command's start, told here once: neither rests on rlock running.
     if let Some(limit) = enforce.time_limit {
         guardian.time_limit(limit);
     }
