@@ -26,6 +26,11 @@ use crate::supervise::{
 const START_ANSWER: Duration = Duration::from_secs(5);
 
 pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
+    // Not dumpable, as ssh-agent is: a process of the same user (the command, say) can neither
+    // open /proc/PID/fd nor ptrace this one, so it can neither talk to the guardian in rlock's
+    // name nor read the password in its memory. The guardian inherits it; the command, a new
+    // program, does not (execve makes it dumpable again).
+    supervise::not_dumpable();
     // Signals are caught from here on: while waiting they end the wait (leaving nothing in
     // Redis), except Ctrl-Z, which stops rlock as usual; once the command runs they are passed
     // on to it.

@@ -84,6 +84,9 @@ pub struct Guardian {
     /// How many signal requests were sent (the last one's number).
     asked: i32,
     cgroup: Option<std::path::PathBuf>,
+    /// rlock had no child before the guardian: once the guardian is gone, any child of rlock's
+    /// is something the command started (come to rlock, a subreaper).
+    alone: bool,
 }
 
 /// How the command was started.
@@ -128,6 +131,11 @@ pub fn launch(
     let (ev_read, ev_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
         .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
     let rlock_pgrp = getpgrp();
+    // Whether this process had children before (a shell that exec'd rlock may leave some).
+    let alone = matches!(
+        waitpid(None, Some(WaitPidFlag::WNOHANG)),
+        Err(Errno::ECHILD)
+    );
     // Both sides count the lease's moments from this moment.
     protocol::base();
     // Written before the fork, read by the guardian as soon as the command started: the pipe
@@ -153,7 +161,8 @@ pub fn launch(
             let (cgroup, why_no_cgroup) = born_in(cgroup, in_cgroup, why_no_cgroup);
             drop(req_read);
             drop(ev_write);
-            let guardian = Guardian::new(child, req_write, ev_read, cgroup.as_ref());
+            let mut guardian = Guardian::new(child, req_write, ev_read, cgroup.as_ref());
+            guardian.alone = alone;
             guardian.wait_for_start(why_no_cgroup, terminal, rlock_pgrp, &argv[0], answer_by)
         }
     }
@@ -227,6 +236,7 @@ impl Guardian {
             partial: Vec::new(),
             asked: 0,
             cgroup: cgroup.map(|c| c.dir().to_path_buf()),
+            alone: false,
         }
     }
 
@@ -388,6 +398,40 @@ impl Guardian {
             .map(|_| self.asked)
     }
 
+    /// Waits until the guardian has ended (and reaps it), `until` at most; true once it has.
+    /// It leaves as soon as nothing of the command runs, right after saying so: its end, which
+    /// only the kernel tells, is what rlock believes, not a message on a pipe.
+    pub fn wait_gone(&mut self, until: Instant) -> bool {
+        let mut hung_up = false;
+        loop {
+            if !matches!(
+                waitpid(self.pid, Some(WaitPidFlag::WNOHANG)),
+                Ok(WaitStatus::StillAlive | WaitStatus::Stopped(..) | WaitStatus::Continued(..))
+            ) {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            // Its end of the event pipe closes as it exits, and it is a zombie a moment later.
+            if hung_up {
+                std::thread::sleep(Duration::from_micros(50).min(left));
+                continue;
+            }
+            let mut buf = [0u8; 120];
+            match nix::unistd::read(&self.events, &mut buf) {
+                Ok(0) => hung_up = true,
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => {
+                    let wait =
+                        PollTimeout::try_from(left.min(LOOK_AGAIN)).unwrap_or(PollTimeout::MAX);
+                    let _ = nix::poll::poll(&mut [self.poll_fd()], wait);
+                }
+            }
+        }
+    }
+
     /// Reaps the guardian once it has left (right after saying that nothing of the command
     /// runs), waiting a little for it: a guardian left to init would be a zombie where init
     /// does not reap. Then removes the cgroup, which the guardian lived in. Saying farewell and
@@ -451,6 +495,11 @@ impl Guardian {
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
         remove();
+    }
+
+    /// Whether rlock had no child before the guardian.
+    pub fn alone(&self) -> bool {
+        self.alone
     }
 
     /// The cgroup the command was meant to run in, if one was made.

@@ -2,6 +2,7 @@
 //! stops everything the command started before the lease can run out, stops what the command
 //! left running, and reports how the run ended. Every `kill` rlock sends is in this module.
 
+mod confirm;
 mod contain;
 mod deadlines;
 mod guardian;
@@ -35,6 +36,13 @@ pub const AFTER_KILL: Duration = Duration::from_secs(2);
 /// stay below rlock, which then stops them itself.
 pub fn adopt_orphans() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
+}
+
+/// Makes this process not dumpable (`PR_SET_DUMPABLE` 0): no process of the same user can
+/// open its /proc/PID/fd or /proc/PID/mem or ptrace it (root still can). Nothing rlock reads of
+/// itself in /proc needs it dumpable: a process always reads its own.
+pub fn not_dumpable() {
+    let _ = nix::sys::prctl::set_dumpable(false);
 }
 
 /// Why the command was not started. Its words are said where it is made; its exit code is
@@ -114,5 +122,7 @@ pub fn supervise(
         },
         terminal,
     };
-    machine::Supervisor::new(world, enforce, observer, renewer).run()
+    let mut outcome = machine::Supervisor::new(world, enforce, observer, renewer).run();
+    confirm::nothing_left(guardian, &mut outcome);
+    outcome
 }

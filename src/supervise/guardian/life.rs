@@ -65,6 +65,8 @@ pub(super) fn guard(
 /// non-blocking. Returns the signalfd that SIGCHLD is read from, if one could be made.
 fn settle(requests: &OwnedFd) -> nix::Result<SignalFd> {
     let _ = nix::sys::prctl::set_name(NAME);
+    // Inherited from rlock already; said again, so that the guardian never rests on it.
+    crate::supervise::not_dumpable();
     forget_arguments();
     // Orphans of the command come here, whatever their group or session.
     let _ = nix::sys::prctl::set_child_subreaper(true);
@@ -433,7 +435,15 @@ impl Life {
                     sig => contain::signal_tree_outside(self.me, c, sig),
                 }
             }
-            _ => contain::signal_tree(self.me, sig),
+            _ => {
+                // The command's own group first, in one call, before the walk of /proc (which
+                // on a busy host takes long enough to matter): most of what it started is
+                // there. Its pid is not reused while it is unreaped, so the group is its own.
+                if sig == Signal::SIGKILL && !self.leader_done {
+                    let _ = nix::sys::signal::killpg(self.leader, sig);
+                }
+                contain::signal_tree(self.me, sig)
+            }
         }
     }
 }
