@@ -400,10 +400,12 @@ impl Guardian {
 
     /// Waits until the guardian has ended (and reaps it), `until` at most; true once it has.
     /// It leaves as soon as nothing of the command runs, right after saying so: its end, which
-    /// only the kernel tells, is what rlock believes, not a message on a pipe.
+    /// only the kernel tells, is what rlock believes, not a message on a pipe. A guardian that
+    /// was stopped is continued.
     pub fn wait_gone(&mut self, until: Instant) -> bool {
         let mut hung_up = false;
         loop {
+            self.continue_if_stopped();
             if !matches!(
                 waitpid(self.pid, Some(WaitPidFlag::WNOHANG)),
                 Ok(WaitStatus::StillAlive | WaitStatus::Stopped(..) | WaitStatus::Continued(..))
