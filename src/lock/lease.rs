@@ -23,11 +23,11 @@ pub fn deadline(sent: Instant, ttl: Duration) -> Instant {
 
 /// How long before the lease's end SIGKILL goes: room for the kill itself to land, which on
 /// a busy host takes the guardian's wake-up (it must be scheduled among everything else that
-/// runs) and, without a cgroup, a walk of /proc before the first signal leaves. A twentieth of
-/// the TTL, at least 50 ms, and never more than half the grace, so that the command keeps at
-/// least half of it to end by itself.
+/// runs) and, without a cgroup, a walk of /proc before the last signal leaves. A tenth of the
+/// TTL, at least 50 ms, and never more than half the grace, so that the command keeps at least
+/// half of it to end by itself.
 pub fn kill_margin(ttl: Duration, grace: Duration) -> Duration {
-    (ttl / 20).max(Duration::from_millis(50)).min(grace / 2)
+    (ttl / 10).max(Duration::from_millis(50)).min(grace / 2)
 }
 
 /// One lease's moments, made once from when its grant (or a renewal) was sent: when the
@@ -179,19 +179,19 @@ mod tests {
         assert_eq!(t.ends - t0, ms(30_000 - 302));
         assert_eq!(t.ends, deadline(t0, l.ttl));
         assert_eq!(t.signal_at - t0, ms(30_000 - 302 - 7_500));
-        assert_eq!(t.ends - t.kill_at, ms(1_500), "a twentieth of the TTL");
+        assert_eq!(t.ends - t.kill_at, ms(3_000), "a tenth of the TTL");
         // A later send moves every moment by as much.
         let later = l.timeline(t0 + ms(10_000));
         assert_eq!(later.signal_at - t.signal_at, ms(10_000));
         assert_eq!(later.kill_at - t.kill_at, ms(10_000));
     }
 
-    /// SIGKILL leaves room for the kill to land before the end: at least 50 ms, a twentieth of
-    /// the TTL, but never more than half the grace (the command keeps the rest of it).
+    /// SIGKILL leaves room for the kill to land before the end: at least 50 ms, a tenth of the
+    /// TTL, but never more than half the grace (the command keeps the rest of it).
     #[test]
-    fn the_kill_margin_is_a_twentieth_of_the_ttl_within_bounds() {
-        assert_eq!(kill_margin(ms(30_000), ms(7_500)), ms(1_500));
-        assert_eq!(kill_margin(ms(2_000), ms(500)), ms(100));
+    fn the_kill_margin_is_a_tenth_of_the_ttl_within_bounds() {
+        assert_eq!(kill_margin(ms(30_000), ms(7_500)), ms(3_000));
+        assert_eq!(kill_margin(ms(2_000), ms(500)), ms(200));
         assert_eq!(kill_margin(ms(400), ms(100)), ms(50), "at least 50 ms");
         assert_eq!(
             kill_margin(ms(30_000), ms(1_000)),

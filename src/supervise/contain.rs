@@ -17,7 +17,7 @@ use nix::sys::signal::Signal;
 mod tree;
 
 use tree::{Identity, send};
-pub use tree::{kill_tree, signal_tree, tree_alive};
+pub use tree::{Seen, kill_seen, kill_tree, signal_tree, tree_alive};
 
 /// `sig` to every process below `root` that left `cgroup` (the cgroup's own signal reached the
 /// others).

@@ -4,7 +4,7 @@
 //! and doing what rlock asks or the lease's deadline says, until nothing below runs. Why the
 //! guardian is the command's parent: guardian.rs.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Instant;
 
@@ -44,6 +44,7 @@ pub(super) fn guard(
         me: getpid().as_raw(),
         cgroup,
         left: Cell::new(false),
+        seen: RefCell::new(Vec::new()),
         requests,
         events,
         chld,
@@ -165,6 +166,8 @@ struct Life {
     cgroup: Option<Cgroup>,
     /// Whether the guardian has left the cgroup (to stop what is in it without stopping itself).
     left: Cell<bool>,
+    /// In the tree: what the walks for earlier signals saw, SIGKILLed first when the time comes.
+    seen: RefCell<contain::Seen>,
     /// Requests from rlock, non-blocking; end of file when rlock is gone (or done).
     requests: OwnedFd,
     /// Events up to rlock.
@@ -385,11 +388,15 @@ impl Life {
     fn next_due(&self) -> Option<Instant> {
         self.lost_signal.filter(|_| !self.killing)?;
         let signal = self.signal_due().filter(|_| !self.lost_sent);
-        let kill = [self.lease.kill_at, self.limit.kill_at]
+        [signal, self.kill_due()].into_iter().flatten().min()
+    }
+
+    /// The earlier of the lease's and the time limit's SIGKILL moments.
+    fn kill_due(&self) -> Option<Instant> {
+        [self.lease.kill_at, self.limit.kill_at]
             .into_iter()
             .flatten()
-            .min();
-        [signal, kill].into_iter().flatten().min()
+            .min()
     }
 
     /// The earlier of the lease's and the time limit's lost-signal moments.
@@ -435,14 +442,19 @@ impl Life {
                     sig => contain::signal_tree_outside(self.me, c, sig),
                 }
             }
-            _ => {
-                // The command's own group first, in one call, before the walk of /proc (which
-                // on a busy host takes long enough to matter): most of what it started is
-                // there. Its pid is not reused while it is unreaped, so the group is its own.
-                if sig == Signal::SIGKILL && !self.leader_done {
+            _ if sig == Signal::SIGKILL => {
+                // Before the walk of /proc (which on a busy host takes long enough to matter):
+                // the command's own group in one call (its pid is not reused while it is
+                // unreaped, so the group is its own), and what the lost-signal's walk saw.
+                if !self.leader_done {
                     let _ = nix::sys::signal::killpg(self.leader, sig);
                 }
-                contain::signal_tree(self.me, sig)
+                contain::kill_seen(&self.seen.borrow());
+                contain::kill_tree(self.me);
+            }
+            _ => {
+                let seen = contain::signal_tree(self.me, sig, self.kill_due());
+                self.seen.borrow_mut().extend(seen);
             }
         }
     }
