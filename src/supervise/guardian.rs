@@ -23,8 +23,8 @@
 //! the guardian to stop the command.
 //!
 //! rlock talks to the guardian over two pipes, in fixed 12-byte messages (well under PIPE_BUF,
-//! so each is written and read whole): requests down (the lease, signal the whole tree, kill
-//! it), events up (the command started or could not, stopped, continued, ended; everything it
+//! so each is written and read whole): requests down (the lease's moments, signal the whole
+//! tree, kill it), events up (the command started or could not, stopped, continued, ended; everything it
 //! started is gone).
 //!
 //! Here is rlock's side (`launch`, `Guardian`); the guardian's own, its loop, is in `life.rs`.

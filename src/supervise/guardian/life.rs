@@ -1,7 +1,7 @@
 //! The guardian's own side, once forked: it makes itself the guardian, starts the command, and
 //! then lives in one loop, each round reaping what changed below and passing the command's
 //! changes up, waiting (for a child, a request, or the lease's next moment on its own timer),
-//! and doing what rlock asks or the lease's deadline says, until nothing below runs. Why the
+//! and doing what rlock asks or the lease's moments say, until nothing below runs. Why the
 //! guardian is the command's parent: guardian.rs.
 
 use std::cell::{Cell, RefCell};
@@ -330,7 +330,7 @@ impl Life {
     }
 
     /// Reads rlock's requests, as many as came, and does them: a signal to everything below (a
-    /// SIGKILL is repeated every round from then on), the lease and its deadline noted, its
+    /// SIGKILL is repeated every round from then on), the lease's moments noted, its
     /// farewell noted; end of file, rlock gone.
     fn take_requests(&mut self) {
         let mut buf = [0u8; 12];

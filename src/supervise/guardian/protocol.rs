@@ -1,7 +1,10 @@
 //! The guardian's messages: fixed 12-byte records (a tag and two numbers), well under
 //! PIPE_BUF, so each is written and read whole. Events go up to rlock; requests come down: a
-//! signal for everything the command started, the lease (its lost-signal and grace, and each
-//! new deadline), the command's time limit, and rlock's farewell.
+//! signal for everything the command started, the lost-signal, the lease's moments (at the
+//! grant and after each renewal) and the time limit's, as exact instants, and rlock's farewell.
+//! A pipe only rlock and the guardian hold, in two processes that are not dumpable: no other
+//! process of the user can open it through /proc (root can; rlock believes no message of the
+//! guardian's "nothing left" without looking itself, `confirm.rs`).
 
 use std::os::fd::OwnedFd;
 
