@@ -400,12 +400,15 @@ impl Guardian {
 
     /// Waits until the guardian has ended (and reaps it), `until` at most; true once it has.
     /// It leaves as soon as nothing of the command runs, right after saying so: its end, which
-    /// only the kernel tells, is what rlock believes, not a message on a pipe. A guardian that
-    /// was stopped is continued.
+    /// only the kernel tells, is what rlock believes, not a message on a pipe. Woken by its
+    /// pidfd the moment it ends (Linux 5.3; else its event pipe's end of file tells). A guardian
+    /// that was stopped is continued.
     pub fn wait_gone(&mut self, until: Instant) -> bool {
+        use rustix::process::{PidfdFlags, pidfd_open};
+        let pidfd = rustix::process::Pid::from_raw(self.pid.as_raw())
+            .and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).ok());
         let mut hung_up = false;
         loop {
-            self.continue_if_stopped();
             if !matches!(
                 waitpid(self.pid, Some(WaitPidFlag::WNOHANG)),
                 Ok(WaitStatus::StillAlive | WaitStatus::Stopped(..) | WaitStatus::Continued(..))
@@ -416,7 +419,17 @@ impl Guardian {
             if left.is_zero() {
                 return false;
             }
-            // Its end of the event pipe closes as it exits, and it is a zombie a moment later.
+            let wait = PollTimeout::try_from(left.min(LOOK_AGAIN)).unwrap_or(PollTimeout::MAX);
+            if let Some(fd) = &pidfd {
+                let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+                if matches!(nix::poll::poll(&mut fds, wait), Ok(0)) {
+                    self.continue_if_stopped();
+                }
+                continue;
+            }
+            // Without pidfds: its end of the event pipe closes as it exits, and it is a zombie
+            // a moment later.
+            self.continue_if_stopped();
             if hung_up {
                 std::thread::sleep(Duration::from_micros(50).min(left));
                 continue;
@@ -426,8 +439,6 @@ impl Guardian {
                 Ok(0) => hung_up = true,
                 Ok(_) | Err(Errno::EINTR) => {}
                 Err(_) => {
-                    let wait =
-                        PollTimeout::try_from(left.min(LOOK_AGAIN)).unwrap_or(PollTimeout::MAX);
                     let _ = nix::poll::poll(&mut [self.poll_fd()], wait);
                 }
             }
