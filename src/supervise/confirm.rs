@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 
 use super::{AFTER_KILL, Guardian, Outcome, contain, stop_orphans};
@@ -34,8 +34,9 @@ pub(super) fn nothing_left(guardian: &mut Guardian, outcome: &mut Outcome) {
     {
         return;
     }
-    // Not so: everything the command started goes, from here and by the guardian.
-    let _ = killpg(guardian.pgid(), Signal::SIGKILL);
+    // Not so: everything the command started goes, by the guardian, or with it (the command by
+    // its parent-death signal, the rest by rlock, to whom it comes). No kill of the command's
+    // group from here: its leader may be reaped already, and its pid another group's.
     guardian.signal_all(Signal::SIGKILL);
     if !guardian.wait_gone(Instant::now() + AFTER_KILL) {
         guardian.kill();
