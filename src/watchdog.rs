@@ -5,13 +5,13 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Fault, NodeError};
-use crate::lock::{Grant, Lease, Locker, NotOwner, RenewError, Renewed, deadline};
+use crate::lock::{Grant, Lease, Locker, NotOwner, RenewError, Renewed, Timeline};
 
 /// What the renewal thread tells the supervisor.
 #[derive(Debug)]
 pub enum Report {
-    /// A renewal sent at some instant succeeded: the lease now ends at `deadline`.
-    Renewed { deadline: Instant },
+    /// A renewal sent at some instant succeeded: the lease's moments are now these.
+    Renewed { lease: Timeline },
     /// Redis says the lock is no longer this token's (`Loss::NotOwner` or `Loss::Replaced`).
     Lost(Loss),
     /// A renewal failed (timeout, connection): it will be retried.
@@ -72,8 +72,10 @@ pub fn renew_loop(
             lease.renew_timeout(last_sent, sent),
         ) {
             Ok(Renewed::Yes(_)) => {
+                // The one place a renewal's moments are made: the supervisor and the guardian
+                // both count down to them.
                 report(Report::Renewed {
-                    deadline: deadline(sent, lease.ttl),
+                    lease: lease.timeline(sent),
                 });
                 last_sent = sent;
                 if locker.holding() != spread {

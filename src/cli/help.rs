@@ -86,8 +86,9 @@ pub const EXEC: &str = "\
 The command runs in a process group of its own with RLOCK_KEY, RLOCK_TOKEN (the owner token)
 and RLOCK_FENCE (the fencing token: a number that rises with every grant) in its environment.
 TERM, INT, HUP, QUIT, USR1 and USR2 sent to rlock are passed on to it. If the lock cannot be
-renewed, the command gets --lost-signal by the lease deadline minus --grace and SIGKILL at the
-deadline, and rlock exits 76. Otherwise rlock exits with the command's status.
+renewed, the command gets --lost-signal by the lease deadline minus --grace and SIGKILL before
+the deadline (by a tenth of the TTL), and rlock exits 76. Otherwise rlock exits with the
+command's status.
 
 A duration (DUR) without a unit is seconds: -w 10 is -w 10s, as flock and timeout read it.
 

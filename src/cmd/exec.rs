@@ -31,6 +31,11 @@ const WINDOW_VAR: &str = "RLOCK_WINDOW";
 const START_ANSWER: Duration = Duration::from_secs(5);
 
 pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
+    // Not dumpable, as ssh-agent is: a process of the same user (the command, say) can neither
+    // open /proc/PID/fd nor ptrace this one, so it can neither talk to the guardian in rlock's
+    // name nor read the password in its memory. The guardian inherits it; the command, a new
+    // program, does not (execve makes it dumpable again).
+    supervise::not_dumpable();
     // Signals are caught from here on: while waiting they end the wait (leaving nothing in
     // Redis), except Ctrl-Z, which stops rlock as usual; once the command runs they are passed
     // on to it.
@@ -136,6 +141,9 @@ struct Child {
     guardian: Guardian,
     /// The renewal thread's reports, made before the command starts.
     reports: Reports,
+    /// The grant's moments, made once: told to the guardian at its launch, and to the
+    /// supervisor.
+    timeline: Option<crate::lock::Timeline>,
 }
 
 /// The lease of a lock whose TTL is `ttl`, with the options' renewal timing, checked for sense.
@@ -342,21 +350,11 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
     // The guardian holds the lease from its first instant, so rlock may wait for its word that
     // the command started past the point where the lease needs enforcing: a grant that came late
     // (a slow server) leaves little of the lease, and the guardian stops the command by its
-    // deadline meanwhile. A guardian that says nothing within START_ANSWER is killed.
-    let lease = match held.owner {
-        Owner::OuterExec => None,
-        _ => Some((
-            args.lost_signal,
-            held.lease.grace,
-            crate::lock::deadline(grant.sent, held.lease.ttl),
-        )),
-    };
-    let answer_by = match lease {
+    // moments meanwhile. A guardian that says nothing within START_ANSWER is killed.
+    let timeline = timeline(held);
+    let answer_by = match timeline {
         None => Instant::now() + START_ANSWER,
-        Some((_, grace, deadline)) => deadline
-            .checked_sub(grace)
-            .unwrap_or(deadline)
-            .max(Instant::now() + START_ANSWER),
+        Some(t) => t.signal_at.max(Instant::now() + START_ANSWER),
     };
     let Launched {
         guardian,
@@ -369,7 +367,8 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
         cgroup,
         why_not,
         args.contain == Containment::Cgroup,
-        lease,
+        args.lost_signal,
+        timeline,
         answer_by,
     )
     .inspect_err(|_| release(ctx, locker, held))?;
@@ -379,7 +378,14 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
         terminal,
         guardian,
         reports,
+        timeline,
     })
+}
+
+/// The grant's moments (`Lease::timeline`), which the guardian is told at its launch and the
+/// supervisor enforces; None when an enclosing `rlock exec` enforces the lease.
+fn timeline(held: &Held) -> Option<crate::lock::Timeline> {
+    (held.owner != Owner::OuterExec).then(|| held.lease.timeline(held.grant.sent))
 }
 
 /// Step 3: the command's group runs to its end, the lock renewed from a thread of its own while
@@ -398,15 +404,16 @@ fn supervise(
         terminal,
         mut guardian,
         reports,
+        timeline,
     } = child;
     let renews = held.owner != Owner::OuterExec;
     let outcome = std::thread::scope(|s| {
         let keeper = LeaseKeeper::new(s, locker, &held.grant, held.lease, renews, reports);
-        let mut enforce = keeper.enforce(args.lost_signal);
+        let mut enforce = keeper.enforce(args.lost_signal, timeline);
         // Counted from the command's start, which is now: it has just been launched.
         enforce.time_limit = args
             .timeout
-            .and_then(|limit| Instant::now().checked_add(limit));
+            .and_then(|limit| held.lease.limit(Instant::now(), limit));
         supervise::supervise(&mut guardian, signals, keeper, enforce, terminal, ctx)
     });
     (

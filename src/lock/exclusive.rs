@@ -15,7 +15,7 @@ use super::call::renew::{Fence, Leave};
 use super::error::{About, Error, Refused};
 use super::history::{HoldRecord, Keep, Record, RunRecord};
 use super::key::LockKey;
-use super::lease::drift;
+use super::lease::deadline;
 use super::locker::{Locker, Quorum, no_quorum};
 use super::redlock::release_verdict;
 use super::reply::{Holder, KeyType, Refusal};
@@ -110,7 +110,7 @@ impl Locker {
         let timeout = self.node_timeout(ttl);
         let votes = votes(&results, recent);
         if let Some(fence) = majority_fence(self.quorum(), &results, &votes)
-            && let Some(validity) = validity(ttl, self.now().saturating_duration_since(sent))
+            && let Some(validity) = validity(ttl, sent, self.now())
         {
             self.raise_fences(key, token, fence, &results, timeout);
             self.set_missing(
@@ -431,11 +431,12 @@ fn majority_fence(quorum: Quorum, results: &[NodeAttempt], votes: &[bool]) -> Op
         .then(|| fences.into_iter().max().unwrap_or(0))
 }
 
-/// What a Redlock grant of `ttl` asked for `elapsed` ago can count on: TTL − elapsed − drift,
-/// or None when nothing is left.
-fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
-    ttl.checked_sub(elapsed)
-        .and_then(|v| v.checked_sub(drift(ttl)))
+/// What a Redlock grant of `ttl` asked for at `sent` can count on at `now`, or None when
+/// nothing is left: the time to the lease's end (`deadline`, TTL − drift from the send), the
+/// very moment `Lease::timeline` counts the command's signals back from, so that "how long do
+/// I hold" has one answer for the grant and for exec.
+fn validity(ttl: Duration, sent: Instant, now: Instant) -> Option<Duration> {
+    deadline(sent, ttl).checked_duration_since(now)
 }
 
 /// A Redlock try that won no grant: a key that is not a lock on any node; no usable answer

@@ -1,5 +1,7 @@
 //! The lease arithmetic: when a lease must be assumed gone, and the timing of renewals. Both the
-//! grant (Redlock's validity) and the watchdog (the deadline) count by it.
+//! grant (Redlock's validity) and the watchdog (the deadline) count by it, and the lease's
+//! timeline (when the command is signalled and killed) is made here, once, for the supervisor
+//! and the guardian alike.
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,37 @@ pub fn deadline(sent: Instant, ttl: Duration) -> Instant {
 /// the lost-signal (less when --op-timeout is shorter): one renewal's round trip on a busy host,
 /// with rlock's own start (guardian, command) before it.
 const RENEWAL_ROOM: Duration = Duration::from_millis(50);
+
+/// How long before the lease's end SIGKILL goes: room for the kill itself to land, which on
+/// a busy host takes the guardian's wake-up (it must be scheduled among everything else that
+/// runs) and, without a cgroup, a walk of /proc before the last signal leaves. A tenth of the
+/// TTL, at least 50 ms, and never more than half the grace, so that the command keeps at least
+/// half of it to end by itself.
+pub fn kill_margin(ttl: Duration, grace: Duration) -> Duration {
+    (ttl / 10).max(Duration::from_millis(50)).min(grace / 2)
+}
+
+/// One lease's moments, made once from when its grant (or a renewal) was sent: when the
+/// lost-signal goes should no renewal come, and when SIGKILL does. rlock's supervisor and the
+/// guardian are both handed these instants and only count down to them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeline {
+    /// When the lease must be assumed gone: `deadline`.
+    pub ends: Instant,
+    /// The lost-signal: `grace` before the end (or at the end, should the clock not reach
+    /// back that far).
+    pub signal_at: Instant,
+    /// SIGKILL: `kill_margin` before the end, and never before the lost-signal.
+    pub kill_at: Instant,
+}
+
+/// The command's time limit (`--timeout`), as moments: the lost-signal at the limit, SIGKILL
+/// `grace` after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    pub signal_at: Instant,
+    pub kill_at: Instant,
+}
 
 /// The timing of one lease.
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +124,31 @@ impl Lease {
         })
     }
 
+    /// The lease's moments when the request that won or renewed it was sent at `sent`.
+    pub fn timeline(&self, sent: Instant) -> Timeline {
+        let ends = deadline(sent, self.ttl);
+        let signal_at = ends.checked_sub(self.grace).unwrap_or(ends);
+        let kill_at = ends
+            .checked_sub(kill_margin(self.ttl, self.grace))
+            .unwrap_or(ends)
+            .max(signal_at);
+        Timeline {
+            ends,
+            signal_at,
+            kill_at,
+        }
+    }
+
+    /// The moments of a time limit of `limit` counted from `start` (the command's start); None
+    /// when the clock cannot reach that far.
+    pub fn limit(&self, start: Instant, limit: Duration) -> Option<Limit> {
+        let signal_at = start.checked_add(limit)?;
+        Some(Limit {
+            signal_at,
+            kill_at: signal_at.checked_add(self.grace).unwrap_or(signal_at),
+        })
+    }
+
     /// Redlock: while some master misses the lock, renew this often (which writes it there).
     pub fn push_every(&self) -> Duration {
         (self.renew_every / 20).clamp(Duration::from_millis(10), Duration::from_millis(250))
@@ -107,9 +165,7 @@ impl Lease {
     /// longer help. (A slow link must not be cut shorter than the user's --op-timeout: a
     /// renewal whose reply takes 400 ms needs a timeout above 400 ms to succeed at all.)
     pub fn renew_timeout(&self, last_sent: Instant, now: Instant) -> Duration {
-        let signal_at = deadline(last_sent, self.ttl)
-            .checked_sub(self.grace)
-            .unwrap_or(last_sent);
+        let signal_at = self.timeline(last_sent).signal_at;
         self.op_timeout
             .min(signal_at.saturating_duration_since(now))
             .max(Duration::from_millis(5))
@@ -125,6 +181,79 @@ mod tests {
         let t0 = Instant::now();
         let ttl = Duration::from_secs(1);
         assert_eq!(deadline(t0, ttl) - t0, Duration::from_millis(988));
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// The lease's moments, made once from the send: the end is the TTL less the drift, the
+    /// lost-signal `grace` before it, SIGKILL the kill margin before it.
+    #[test]
+    fn a_timeline_counts_every_moment_from_the_send() {
+        let t0 = Instant::now();
+        let l = Lease::new(ms(30_000), None, None, ms(2_000)).unwrap();
+        let t = l.timeline(t0);
+        assert_eq!(t.ends - t0, ms(30_000 - 302));
+        assert_eq!(t.ends, deadline(t0, l.ttl));
+        assert_eq!(t.signal_at - t0, ms(30_000 - 302 - 7_500));
+        assert_eq!(t.ends - t.kill_at, ms(3_000), "a tenth of the TTL");
+        // A later send moves every moment by as much.
+        let later = l.timeline(t0 + ms(10_000));
+        assert_eq!(later.signal_at - t.signal_at, ms(10_000));
+        assert_eq!(later.kill_at - t.kill_at, ms(10_000));
+    }
+
+    /// SIGKILL leaves room for the kill to land before the end: at least 50 ms, a tenth of the
+    /// TTL, but never more than half the grace (the command keeps the rest of it).
+    #[test]
+    fn the_kill_margin_is_a_tenth_of_the_ttl_within_bounds() {
+        assert_eq!(kill_margin(ms(30_000), ms(7_500)), ms(3_000));
+        assert_eq!(kill_margin(ms(2_000), ms(500)), ms(200));
+        assert_eq!(kill_margin(ms(400), ms(100)), ms(50), "at least 50 ms");
+        assert_eq!(
+            kill_margin(ms(30_000), ms(1_000)),
+            ms(500),
+            "half the grace"
+        );
+        assert_eq!(kill_margin(ms(30), ms(6)), ms(3));
+        let t0 = Instant::now();
+        for (ttl, grace) in [(5, 1), (30, 6), (1_000, 250), (60_000, 15_000)] {
+            let l = Lease::new(ms(ttl), None, Some(ms(grace)), ms(2_000)).unwrap();
+            let t = l.timeline(t0);
+            assert!(
+                t.signal_at < t.kill_at && t.kill_at < t.ends,
+                "{ttl}: {t:?}"
+            );
+            assert!(t.kill_at - t.signal_at >= ms(grace) / 2, "{ttl}: {t:?}");
+        }
+    }
+
+    /// A grace longer than the clock reaches back signals at the end; the kill is never
+    /// before the signal.
+    #[test]
+    fn a_timeline_never_reaches_before_the_clock() {
+        let t0 = Instant::now();
+        let l = Lease {
+            ttl: ms(1_000),
+            renew_every: ms(300),
+            grace: Duration::MAX,
+            op_timeout: ms(2_000),
+        };
+        let t = l.timeline(t0);
+        assert_eq!(t.signal_at, t.ends);
+        assert_eq!(t.kill_at, t.ends);
+    }
+
+    /// The time limit: the lost-signal at it, SIGKILL `grace` later; nothing past the clock.
+    #[test]
+    fn a_time_limit_signals_at_it_and_kills_grace_later() {
+        let t0 = Instant::now();
+        let l = Lease::new(ms(30_000), None, Some(ms(2_000)), ms(2_000)).unwrap();
+        let limit = l.limit(t0, ms(5_000)).unwrap();
+        assert_eq!(limit.signal_at - t0, ms(5_000));
+        assert_eq!(limit.kill_at - t0, ms(7_000));
+        assert_eq!(l.limit(t0, Duration::MAX), None);
     }
 
     #[test]

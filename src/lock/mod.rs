@@ -61,7 +61,7 @@ pub use error::{About, Error, Interruption, Refused, RenewError, Seen, Waited};
 pub use history::{HISTORY, RECORD};
 pub use history::{HoldRecord, Keep, LastRun, RunRecord};
 pub use key::LockKey;
-pub use lease::{Lease, deadline, drift};
+pub use lease::{Lease, Limit, Timeline, deadline, drift};
 pub use locker::Locker;
 pub use observe::{Note, Observer, Silent};
 pub use once::{Look, ONCE, Window, WindowDone};

@@ -17,7 +17,7 @@ use nix::sys::signal::Signal;
 mod tree;
 
 use tree::{Identity, send};
-pub use tree::{kill_tree, signal_tree, tree_alive};
+pub use tree::{Seen, kill_seen, kill_tree, signal_tree, tree_alive};
 
 /// `sig` to every process below `root` that left `cgroup` (the cgroup's own signal reached the
 /// others).
@@ -159,10 +159,7 @@ impl Cgroup {
     /// nothing (it could be removed only once empty); one whose `cgroup.events` cannot be read
     /// for another reason is taken to hold something.
     pub fn populated(&self) -> bool {
-        match fs::read_to_string(self.dir.join("cgroup.events")) {
-            Ok(events) => events.lines().any(|l| l == "populated 1"),
-            Err(e) => e.kind() != io::ErrorKind::NotFound,
-        }
+        populated(&self.dir)
     }
 
     /// `sig` to every process of the cgroup, none of which can fork away meanwhile: SIGKILL by
@@ -232,6 +229,14 @@ impl Cgroup {
     /// can fail for a moment after the last process ended (EBUSY): it is tried again, briefly.
     pub fn remove(&self) {
         remove_cgroup(&self.dir);
+    }
+}
+
+/// Whether any process is left in the cgroup at `dir` or below it (`Cgroup::populated`).
+pub fn populated(dir: &Path) -> bool {
+    match fs::read_to_string(dir.join("cgroup.events")) {
+        Ok(events) => events.lines().any(|l| l == "populated 1"),
+        Err(e) => e.kind() != io::ErrorKind::NotFound,
     }
 }
 

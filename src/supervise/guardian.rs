@@ -11,20 +11,20 @@
 //! what left the tree (`setsid` and a double fork), the tree what left the cgroup (a root
 //! command that moved a child elsewhere), and stopping the command stops both.
 //!
-//! **It holds the deadline.** rlock tells it the lease's deadline at the grant and after every
-//! successful renewal; the guardian keeps its own timer: the lost-signal at deadline − grace,
-//! SIGKILL at the deadline, whether rlock is stopped, killed or stuck. The command's time limit
-//! (`--timeout`) likewise: the lost-signal at it, SIGKILL the grace after. rlock does the same
-//! itself; whichever acts first wins. A watchdog that depended on the process it watches would
-//! be none.
+//! **It holds the deadline.** rlock tells it the lease's timeline (`Lease::timeline`: when the
+//! lost-signal goes, when SIGKILL does) once at the grant and once after every successful
+//! renewal; the guardian keeps its own timer, counting down to exactly those instants, whether
+//! rlock is stopped, killed or stuck. The command's time limit (`--timeout`) likewise, told
+//! once. rlock counts down to the same instants itself; whichever acts first wins. A watchdog
+//! that depended on the process it watches would be none.
 //!
 //! **Its own name.** The guardian is called `rl-guardian` (`PR_SET_NAME`), so that `killall
 //! rlock` and `pkill rlock`, which match the name, do not reach it: killing rlock by name leaves
 //! the guardian to stop the command.
 //!
 //! rlock talks to the guardian over two pipes, in fixed 12-byte messages (well under PIPE_BUF,
-//! so each is written and read whole): requests down (the lease, signal the whole tree, kill
-//! it), events up (the command started or could not, stopped, continued, ended; everything it
+//! so each is written and read whole): requests down (the lease's moments, signal the whole
+//! tree, kill it), events up (the command started or could not, stopped, continued, ended; everything it
 //! started is gone).
 //!
 //! Here is rlock's side (`launch`, `Guardian`); the guardian's own, its loop, is in `life.rs`.
@@ -45,6 +45,7 @@ use super::LaunchError;
 use super::contain::{self, Cgroup};
 use super::spawn::{Forked, Prepared, cannot_run, fork_guardian};
 use super::terminal::Terminal;
+use crate::lock::{Limit, Timeline};
 
 /// The name `ps`, `killall` and `pkill` see: without "rlock" in it.
 pub const NAME: &std::ffi::CStr = c"rl-guardian";
@@ -54,7 +55,7 @@ mod protocol;
 
 use life::guard;
 pub use protocol::Event;
-use protocol::{DONE, LEASE, SIGNAL, encode};
+use protocol::{DONE, KILL_AT, LIMIT_AT, LIMIT_KILL_AT, LOST_SIGNAL, SIGNAL, SIGNAL_AT, encode};
 
 /// How often rlock looks whether a guardian that has not said the command started was
 /// stopped (SIGCHLD is not read before the supervisor runs).
@@ -83,6 +84,9 @@ pub struct Guardian {
     /// How many signal requests were sent (the last one's number).
     asked: i32,
     cgroup: Option<std::path::PathBuf>,
+    /// rlock had no child before the guardian: once the guardian is gone, any child of rlock's
+    /// is something the command started (come to rlock, a subreaper).
+    alone: bool,
 }
 
 /// How the command was started.
@@ -99,9 +103,10 @@ pub struct Launched {
 /// when it cannot be started in the cgroup and the cgroup is `required` (exit 78). rlock waits
 /// for the guardian's word that the command started until `answer_by` at most: a guardian
 /// that has not answered then is killed with what it started (exit 70), a stopped one is
-/// continued meanwhile. `lease` (the lost-signal, the grace and the lease's deadline) is the
-/// guardian's from its first instant, before rlock hears that the command started: a grant that
-/// came late leaves the lease short, and the guardian enforces it whatever rlock is doing.
+/// continued meanwhile. `lost_signal` and the lease's timeline are the guardian's from its first
+/// instant, before rlock hears that the command started: a grant that came late leaves the
+/// lease short, and the guardian enforces it whatever rlock is doing. This is the one time the
+/// grant's timeline is told; renewals are told by `Guardian::renewed`.
 #[allow(clippy::too_many_arguments)]
 pub fn launch(
     argv: &[OsString],
@@ -110,7 +115,8 @@ pub fn launch(
     cgroup: Option<Cgroup>,
     why_no_cgroup: Option<String>,
     required: bool,
-    lease: Option<(Signal, Duration, Instant)>,
+    lost_signal: Signal,
+    lease: Option<Timeline>,
     answer_by: Instant,
 ) -> Result<Launched, LaunchError> {
     let give_up = |failure: LaunchError| {
@@ -125,15 +131,20 @@ pub fn launch(
     let (ev_read, ev_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
         .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
     let rlock_pgrp = getpgrp();
-    // Both sides count the lease's deadlines from this moment.
+    // Whether this process had children before (a shell that exec'd rlock may leave some).
+    let alone = matches!(
+        waitpid(None, Some(WaitPidFlag::WNOHANG)),
+        Err(Errno::ECHILD)
+    );
+    // Both sides count the lease's moments from this moment.
     protocol::base();
     // Written before the fork, read by the guardian as soon as the command started: the pipe
     // holds them (a few messages, well under its capacity).
-    if let Some((lost_signal, grace, deadline)) = lease {
-        let grace = i32::try_from(grace.as_millis()).unwrap_or(i32::MAX);
-        let _ = nix::unistd::write(&req_write, &encode(LEASE, lost_signal as i32, grace));
-        let _ = nix::unistd::write(&req_write, &protocol::deadline(deadline));
+    let mut told = encode(LOST_SIGNAL, lost_signal as i32, 0).to_vec();
+    if let Some(lease) = lease {
+        told.extend_from_slice(&timeline(lease));
     }
+    let _ = nix::unistd::write(&req_write, &told);
     // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
     // no lock another thread had taken; the child runs `guard`, which never returns and uses
     // none of glibc's thread-id functions.
@@ -150,10 +161,19 @@ pub fn launch(
             let (cgroup, why_no_cgroup) = born_in(cgroup, in_cgroup, why_no_cgroup);
             drop(req_read);
             drop(ev_write);
-            let guardian = Guardian::new(child, req_write, ev_read, cgroup.as_ref());
+            let mut guardian = Guardian::new(child, req_write, ev_read, cgroup.as_ref());
+            guardian.alone = alone;
             guardian.wait_for_start(why_no_cgroup, terminal, rlock_pgrp, &argv[0], answer_by)
         }
     }
+}
+
+/// The requests that tell the guardian the lease's moments, in one write.
+fn timeline(lease: Timeline) -> [u8; 24] {
+    let mut both = [0u8; 24];
+    both[..12].copy_from_slice(&protocol::moment(SIGNAL_AT, lease.signal_at));
+    both[12..].copy_from_slice(&protocol::moment(KILL_AT, lease.kill_at));
+    both
 }
 
 /// The guardian could not be started, for want of `what` (a pipe, a fork), and so neither was
@@ -216,6 +236,7 @@ impl Guardian {
             partial: Vec::new(),
             asked: 0,
             cgroup: cgroup.map(|c| c.dir().to_path_buf()),
+            alone: false,
         }
     }
 
@@ -324,22 +345,19 @@ impl Guardian {
         let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
     }
 
-    /// Tells the guardian the lease it enforces on its own clock: the lost-signal at deadline −
-    /// `grace`, SIGKILL at the deadline (`deadline`, and again after every renewal).
-    pub fn hold(&mut self, lost_signal: Signal, grace: Duration) {
-        let grace = i32::try_from(grace.as_millis()).unwrap_or(i32::MAX);
-        let _ = nix::unistd::write(&self.requests, &encode(LEASE, lost_signal as i32, grace));
+    /// The lease's moments after a successful renewal: the guardian counts down to them from
+    /// now on (the grant's were told at the launch).
+    pub fn renewed(&mut self, lease: Timeline) {
+        let _ = nix::unistd::write(&self.requests, &timeline(lease));
     }
 
-    /// The lease's deadline, now `at` (at the grant, and after every successful renewal).
-    pub fn deadline(&mut self, at: Instant) {
-        let _ = nix::unistd::write(&self.requests, &protocol::deadline(at));
-    }
-
-    /// The command's time limit (`--timeout`), after `hold`: the guardian sends the lost-signal
-    /// at `at` and SIGKILL the grace after it, should rlock be stopped then.
-    pub fn time_limit(&mut self, at: Instant) {
-        let _ = nix::unistd::write(&self.requests, &protocol::time_limit(at));
+    /// The command's time limit (`--timeout`), told once: the guardian sends the lost-signal at
+    /// its moment and SIGKILL at its kill moment, should rlock be stopped then.
+    pub fn time_limit(&mut self, limit: Limit) {
+        let mut both = [0u8; 24];
+        both[..12].copy_from_slice(&protocol::moment(LIMIT_AT, limit.signal_at));
+        both[12..].copy_from_slice(&protocol::moment(LIMIT_KILL_AT, limit.kill_at));
+        let _ = nix::unistd::write(&self.requests, &both);
     }
 
     /// The next event, if one came, or that the guardian is gone (end of file, or killed).
@@ -378,6 +396,53 @@ impl Guardian {
         nix::unistd::write(&self.requests, &request)
             .ok()
             .map(|_| self.asked)
+    }
+
+    /// Waits until the guardian has ended (and reaps it), `until` at most; true once it has.
+    /// It leaves as soon as nothing of the command runs, right after saying so: its end, which
+    /// only the kernel tells, is what rlock believes, not a message on a pipe. Woken by its
+    /// pidfd the moment it ends (Linux 5.3; else its event pipe's end of file tells). A guardian
+    /// that was stopped is continued.
+    pub fn wait_gone(&mut self, until: Instant) -> bool {
+        use rustix::process::{PidfdFlags, pidfd_open};
+        let pidfd = rustix::process::Pid::from_raw(self.pid.as_raw())
+            .and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).ok());
+        let mut hung_up = false;
+        loop {
+            if !matches!(
+                waitpid(self.pid, Some(WaitPidFlag::WNOHANG)),
+                Ok(WaitStatus::StillAlive | WaitStatus::Stopped(..) | WaitStatus::Continued(..))
+            ) {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let wait = PollTimeout::try_from(left.min(LOOK_AGAIN)).unwrap_or(PollTimeout::MAX);
+            if let Some(fd) = &pidfd {
+                let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+                if matches!(nix::poll::poll(&mut fds, wait), Ok(0)) {
+                    self.continue_if_stopped();
+                }
+                continue;
+            }
+            // Without pidfds: its end of the event pipe closes as it exits, and it is a zombie
+            // a moment later.
+            self.continue_if_stopped();
+            if hung_up {
+                std::thread::sleep(Duration::from_micros(50).min(left));
+                continue;
+            }
+            let mut buf = [0u8; 120];
+            match nix::unistd::read(&self.events, &mut buf) {
+                Ok(0) => hung_up = true,
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => {
+                    let _ = nix::poll::poll(&mut [self.poll_fd()], wait);
+                }
+            }
+        }
     }
 
     /// Reaps the guardian once it has left (right after saying that nothing of the command
@@ -443,6 +508,11 @@ impl Guardian {
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
         remove();
+    }
+
+    /// Whether rlock had no child before the guardian.
+    pub fn alone(&self) -> bool {
+        self.alone
     }
 
     /// The cgroup the command was meant to run in, if one was made.

@@ -16,7 +16,7 @@ use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
 use super::Enforce;
-use crate::lock::{Grant, Lease, Locker, deadline};
+use crate::lock::{Grant, Lease, Locker, Timeline};
 use crate::watchdog::{self, Report};
 
 /// What the supervisor asks of the lease: to start renewing it (the first renewal is due), and
@@ -78,12 +78,13 @@ impl<'s, 'e> LeaseKeeper<'s, 'e> {
         }
     }
 
-    /// What the supervisor enforces: the lease's deadline, when the first renewal is due (at
-    /// once when a Redlock master misses the lock), and the signals before it ends.
-    pub fn enforce(&self, lost_signal: Signal) -> Enforce {
+    /// What the supervisor enforces: the grant's `timeline` (the one the guardian was told at
+    /// its launch; None when another rlock enforces the lease), when the first renewal is due
+    /// (at once when a Redlock master misses the lock), and the signals before it ends.
+    pub fn enforce(&self, lost_signal: Signal, timeline: Option<Timeline>) -> Enforce {
         let r = &self.renewer;
         Enforce {
-            deadline: r.renews.then(|| deadline(r.grant.sent, r.lease.ttl)),
+            lease: timeline.filter(|_| r.renews),
             // Redlock: a master that missed the grant gets it from the first renewal, at once.
             renew_at: r.renews.then(|| match r.locker.missing_some() {
                 true => r.grant.sent,
@@ -174,15 +175,16 @@ impl Reports {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use super::*;
 
     #[test]
     fn a_report_wakes_the_receiver_and_reads_back() {
         let Reports { tx, rx } = Reports::new().unwrap();
+        let lease = Lease::new(Duration::from_secs(30), None, None, Duration::from_secs(2));
         tx.send(Report::Renewed {
-            deadline: Instant::now(),
+            lease: lease.unwrap().timeline(Instant::now()),
         });
         let mut buf = [0u8; 8];
         assert_eq!(nix::unistd::read(&rx.wake, &mut buf).unwrap(), 1);

@@ -243,9 +243,9 @@ impl World for Live<'_> {
         }
     }
 
-    fn lease_renewed(&mut self, deadline: Instant) {
+    fn lease_renewed(&mut self, lease: crate::lock::Timeline) {
         if !self.inbox.guardian_gone {
-            self.inbox.guardian.deadline(deadline);
+            self.inbox.guardian.renewed(lease);
         }
     }
 

@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 use super::deadlines::Deadlines;
 use super::keeper::Keeper;
 use super::{AFTER_KILL, Enforce, Outcome};
-use crate::lock::{Note, Observer, RenewError};
+use crate::lock::{Note, Observer, RenewError, Timeline};
 use crate::watchdog::{Loss, Report};
 
 /// Everything the supervisor waits for: signals, changes of the child, and the renewals.
@@ -46,9 +46,9 @@ pub(super) trait World {
     fn stop_like_a_job(&mut self, sig: Signal) -> Option<bool>;
     /// The command's group gets the terminal back (when `foreground`) and SIGCONT.
     fn resume(&mut self, foreground: bool);
-    /// The lease now ends at `deadline`: the guardian, which enforces it on its own clock
-    /// whatever rlock does, is told.
-    fn lease_renewed(&mut self, _deadline: Instant) {}
+    /// The lease's moments are now `lease`'s: the guardian, which enforces them on its own
+    /// clock whatever rlock does, is told.
+    fn lease_renewed(&mut self, _lease: Timeline) {}
 }
 
 /// Runs the command to its end under the lease; see `Supervisor::run`.
@@ -84,7 +84,7 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
         Supervisor {
             world,
             renew_at: enforce.renew_at,
-            deadlines: Deadlines::new(enforce.deadline, enforce.grace)
+            deadlines: Deadlines::new(enforce.lease, enforce.grace)
                 .with_time_limit(enforce.time_limit),
             enforce,
             observer,
@@ -254,10 +254,10 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
                 }
             }
             Event::Continued => self.stopped = false,
-            Event::Watchdog(Report::Renewed { deadline }) if self.lost.is_none() => {
-                self.deadlines.renewed(deadline);
-                if let Some(deadline) = self.deadlines.deadline() {
-                    self.world.lease_renewed(deadline);
+            Event::Watchdog(Report::Renewed { lease }) if self.lost.is_none() => {
+                self.deadlines.renewed(lease);
+                if let Some(lease) = self.deadlines.lease() {
+                    self.world.lease_renewed(lease);
                 }
                 self.last_error = None;
             }

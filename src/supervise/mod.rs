@@ -2,6 +2,7 @@
 //! stops everything the command started before the lease can run out, stops what the command
 //! left running, and reports how the run ended. Every `kill` rlock sends is in this module.
 
+mod confirm;
 mod contain;
 mod deadlines;
 mod guardian;
@@ -23,7 +24,7 @@ pub use keeper::{LeaseKeeper, Renewal, Reports};
 pub use spawn::runnable;
 pub use terminal::Terminal;
 
-use crate::lock::Observer;
+use crate::lock::{Limit, Observer, Timeline};
 use crate::signals::Signals;
 use crate::watchdog::Loss;
 
@@ -35,6 +36,13 @@ pub const AFTER_KILL: Duration = Duration::from_secs(2);
 /// stay below rlock, which then stops them itself.
 pub fn adopt_orphans() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
+}
+
+/// Makes this process not dumpable (`PR_SET_DUMPABLE` 0): no process of the same user can
+/// open its /proc/PID/fd or /proc/PID/mem or ptrace it (root still can). Nothing rlock reads of
+/// itself in /proc needs it dumpable: a process always reads its own.
+pub fn not_dumpable() {
+    let _ = nix::sys::prctl::set_dumpable(false);
 }
 
 /// Why the command was not started. Its words are said where it is made; its exit code is
@@ -55,17 +63,17 @@ pub enum LaunchError {
 
 /// What the supervisor needs to know to enforce the lease.
 pub struct Enforce {
-    /// When the lease must be assumed gone; None when another rlock enforces it (a nested
-    /// exec inside `rlock exec`).
-    pub deadline: Option<Instant>,
+    /// The lease's moments (`Lease::timeline`), the very ones the guardian was told at its
+    /// launch; None when another rlock enforces the lease (a nested exec inside `rlock exec`).
+    pub lease: Option<Timeline>,
     /// When the first renewal is due: the renewal thread is started then, so that a short
     /// command runs with no thread at all. None when nothing is to be renewed.
     pub renew_at: Option<Instant>,
     pub grace: Duration,
     pub lost_signal: Signal,
-    /// When the command's time is up (`--timeout`): it is stopped as for a lost lock, the lock
-    /// still held.
-    pub time_limit: Option<Instant>,
+    /// When the command's time is up (`--timeout`, `Lease::limit`): it is stopped as for a
+    /// lost lock, the lock still held.
+    pub time_limit: Option<Limit>,
 }
 
 /// How the child's run ended.
@@ -95,14 +103,8 @@ pub fn supervise(
     observer: &dyn Observer,
 ) -> Outcome {
     let LeaseKeeper { renewer, reports } = keeper;
-    // The guardian enforces the lease on its own clock from the grant on, and the time limit
-    // from the command's start: neither rests on rlock running.
-    if enforce.deadline.is_some() || enforce.time_limit.is_some() {
-        guardian.hold(enforce.lost_signal, enforce.grace);
-    }
-    if let Some(deadline) = enforce.deadline {
-        guardian.deadline(deadline);
-    }
+    // The guardian has enforced the lease on its own clock since its launch, and the time limit
+    // from the command's start, told here once: neither rests on rlock running.
     if let Some(limit) = enforce.time_limit {
         guardian.time_limit(limit);
     }
@@ -120,5 +122,7 @@ pub fn supervise(
         },
         terminal,
     };
-    machine::Supervisor::new(world, enforce, observer, renewer).run()
+    let mut outcome = machine::Supervisor::new(world, enforce, observer, renewer).run();
+    confirm::nothing_left(guardian, &mut outcome);
+    outcome
 }

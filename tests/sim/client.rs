@@ -147,7 +147,7 @@ fn hold(
 ) {
     let c = plan.client;
     let ttl_us = plan.ttl.as_micros() as Micros;
-    let first = clock.true_of(crate::lock::deadline(grant.sent, lease.ttl));
+    let first = clock.true_of(lease.timeline(grant.sent).ends);
     let holder = {
         let mut w = sim.lock();
         if w.shutdown {
@@ -185,7 +185,8 @@ fn hold(
                 let mut w = sim2.lock();
                 let now = w.now;
                 match r {
-                    Report::Renewed { deadline } => {
+                    Report::Renewed { lease: moments } => {
+                        let deadline = moments.ends;
                         let d = clock2.true_of(deadline);
                         let usable = lease.ttl - crate::lock::drift(lease.ttl);
                         let sent = clock2.true_of(deadline - usable);

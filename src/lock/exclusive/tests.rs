@@ -87,17 +87,18 @@ fn a_recent_master_votes_only_where_no_master_says_another_holds_the_lock() {
 #[test]
 fn validity_is_what_is_left_after_the_round_trip_and_the_drift() {
     let ttl = Duration::from_secs(10);
+    let t0 = Instant::now();
     // drift: 1% of the TTL and 2 ms.
     assert_eq!(
-        validity(ttl, Duration::from_secs(1)),
+        validity(ttl, t0, t0 + Duration::from_secs(1)),
         Some(Duration::from_millis(10_000 - 1_000 - 102))
     );
     assert_eq!(
-        validity(ttl, Duration::from_millis(9_898)),
+        validity(ttl, t0, t0 + Duration::from_millis(9_898)),
         Some(Duration::ZERO)
     );
-    assert_eq!(validity(ttl, Duration::from_millis(9_899)), None);
-    assert_eq!(validity(ttl, ttl * 2), None);
+    assert_eq!(validity(ttl, t0, t0 + Duration::from_millis(9_899)), None);
+    assert_eq!(validity(ttl, t0, t0 + ttl * 2), None);
 }
 
 #[test]
@@ -247,4 +248,16 @@ fn a_redlock_release_counts_a_majority() {
         )),
         69
     );
+}
+
+/// The validity a Redlock grant carries ends where exec's timeline does: one answer to "how
+/// long do I hold".
+#[test]
+fn validity_ends_where_the_timeline_does() {
+    let ttl = Duration::from_secs(10);
+    let t0 = Instant::now();
+    let now = t0 + Duration::from_millis(37);
+    let lease = crate::lock::Lease::new(ttl, None, None, Duration::from_secs(2)).unwrap();
+    let left = validity(ttl, t0, now).unwrap();
+    assert_eq!(now + left, lease.timeline(t0).ends);
 }

@@ -110,28 +110,45 @@ fn descendants(root: i32) -> Vec<Proc> {
 /// (the final SIGKILL rounds bound it the same way).
 const MAX_ROUNDS: usize = 1000;
 
+/// Processes as a walk saw them: pid and start time, which together name one process for ever.
+pub type Seen = Vec<(i32, u64)>;
+
 /// `sig` to every process below `root`, none of which can fork away meanwhile; SIGSTOP stops
-/// them (and leaves them stopped), SIGCONT continues them, SIGKILL is `kill_tree`.
-pub fn signal_tree(root: i32, sig: Signal) {
+/// them (and leaves them stopped), SIGCONT continues them, SIGKILL is `kill_tree`. Returns what
+/// it signalled (nothing for SIGKILL). The walks that stop them end by `until` (SIGKILL's
+/// moment, which no walk for a gentler signal may hold up): what they stopped by then gets it.
+pub fn signal_tree(root: i32, sig: Signal, until: Option<Instant>) -> Seen {
     match sig {
-        Signal::SIGKILL => kill_tree(root),
+        Signal::SIGKILL => {
+            kill_tree(root);
+            Vec::new()
+        }
         Signal::SIGCONT => {
-            for p in descendants(root) {
+            let below = descendants(root);
+            for p in &below {
                 send(p.pid, Identity::Start(p.start), Signal::SIGCONT);
             }
+            below.iter().map(|p| (p.pid, p.start)).collect()
         }
-        Signal::SIGSTOP => {
-            stop_tree(root);
-        }
+        Signal::SIGSTOP => stop_tree(root, until).into_iter().collect(),
         sig => {
-            let stopped = stop_tree(root);
+            let stopped = stop_tree(root, until);
             for &(pid, start) in &stopped {
                 send(pid, Identity::Start(start), sig);
             }
             for &(pid, start) in &stopped {
                 send(pid, Identity::Start(start), Signal::SIGCONT);
             }
+            stopped.into_iter().collect()
         }
+    }
+}
+
+/// SIGKILL to each process an earlier walk `seen`, that is still the one it saw: no walk of
+/// /proc first, so that what was there at the lost-signal is killed at once.
+pub fn kill_seen(seen: &[(i32, u64)]) {
+    for &(pid, start) in seen {
+        send(pid, Identity::Start(start), Signal::SIGKILL);
     }
 }
 
@@ -159,10 +176,14 @@ pub fn signal_outside(root: i32, rel: &str, sig: Signal) {
 /// process forks no more, but one caught inside a fork still completes it, so only a walk after
 /// the stop sees everything. It ends after two walks in a row find nothing new (a child whose
 /// parent had just been reaped turns up, reparented, in the second). Returns what it stopped.
-fn stop_tree(root: i32) -> HashSet<(i32, u64)> {
+fn stop_tree(root: i32, until: Option<Instant>) -> HashSet<(i32, u64)> {
     let mut stopped: HashSet<(i32, u64)> = HashSet::new();
     let mut quiet = 0;
+    let late = |now: Instant| until.is_some_and(|at| now >= at);
     for _ in 0..MAX_ROUNDS {
+        if late(Instant::now()) {
+            break;
+        }
         let fresh: Vec<Proc> = descendants(root)
             .into_iter()
             .filter(|p| !stopped.contains(&(p.pid, p.start)))
@@ -179,8 +200,9 @@ fn stop_tree(root: i32) -> HashSet<(i32, u64)> {
             send(p.pid, Identity::Start(p.start), Signal::SIGSTOP);
             stopped.insert((p.pid, p.start));
         }
-        let until = Instant::now() + Duration::from_millis(100);
-        while !fresh.iter().all(|p| stopped_or_gone(p.pid, p.start)) && Instant::now() < until {
+        let round = Instant::now() + Duration::from_millis(100);
+        let round = until.map_or(round, |at| round.min(at));
+        while !fresh.iter().all(|p| stopped_or_gone(p.pid, p.start)) && Instant::now() < round {
             std::thread::sleep(Duration::from_micros(200));
         }
     }

@@ -1,12 +1,12 @@
 //! The guardian's own side, once forked: it makes itself the guardian, starts the command, and
 //! then lives in one loop, each round reaping what changed below and passing the command's
 //! changes up, waiting (for a child, a request, or the lease's next moment on its own timer),
-//! and doing what rlock asks or the lease's deadline says, until nothing below runs. Why the
+//! and doing what rlock asks or the lease's moments say, until nothing below runs. Why the
 //! guardian is the command's parent: guardian.rs.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::os::fd::{AsFd, OwnedFd};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -17,7 +17,10 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpid, setpgid};
 
 use super::NAME;
-use super::protocol::{DEADLINE, DONE, Event, LEASE, SIGNAL, TIME_LIMIT, decode, moment_of, tell};
+use super::protocol::{
+    DONE, Event, KILL_AT, LIMIT_AT, LIMIT_KILL_AT, LOST_SIGNAL, SIGNAL, SIGNAL_AT, decode,
+    moment_of, tell,
+};
 use crate::supervise::contain::{self, Cgroup};
 use crate::supervise::spawn::{Prepared, start};
 use crate::supervise::terminal::Terminal;
@@ -41,6 +44,7 @@ pub(super) fn guard(
         me: getpid().as_raw(),
         cgroup,
         left: Cell::new(false),
+        seen: RefCell::new(Vec::new()),
         requests,
         events,
         chld,
@@ -49,9 +53,9 @@ pub(super) fn guard(
         killing: false,
         rlock_gone: false,
         said_done: false,
-        lease: None,
-        deadline: None,
-        time_limit: None,
+        lost_signal: None,
+        lease: Moments::default(),
+        limit: Moments::default(),
         lost_sent: false,
     }
     .run()
@@ -62,6 +66,8 @@ pub(super) fn guard(
 /// non-blocking. Returns the signalfd that SIGCHLD is read from, if one could be made.
 fn settle(requests: &OwnedFd) -> nix::Result<SignalFd> {
     let _ = nix::sys::prctl::set_name(NAME);
+    // Inherited from rlock already; said again, so that the guardian never rests on it.
+    crate::supervise::not_dumpable();
     forget_arguments();
     // Orphans of the command come here, whatever their group or session.
     let _ = nix::sys::prctl::set_child_subreaper(true);
@@ -160,6 +166,8 @@ struct Life {
     cgroup: Option<Cgroup>,
     /// Whether the guardian has left the cgroup (to stop what is in it without stopping itself).
     left: Cell<bool>,
+    /// In the tree: what the walks for earlier signals saw, SIGKILLed first when the time comes.
+    seen: RefCell<contain::Seen>,
     /// Requests from rlock, non-blocking; end of file when rlock is gone (or done).
     requests: OwnedFd,
     /// Events up to rlock.
@@ -176,14 +184,22 @@ struct Life {
     rlock_gone: bool,
     /// rlock said farewell: it is alive, and removes the cgroup once this process has gone.
     said_done: bool,
-    /// The lease's lost-signal and grace, once rlock told them.
-    lease: Option<(Signal, Duration)>,
-    /// The lease's deadline, as rlock last told it.
-    deadline: Option<Instant>,
-    /// The command's time limit (`--timeout`), if rlock told one.
-    time_limit: Option<Instant>,
+    /// The lost-signal, once rlock told it.
+    lost_signal: Option<Signal>,
+    /// The lease's moments, as rlock last told them.
+    lease: Moments,
+    /// The command's time limit's moments (`--timeout`), if rlock told them.
+    limit: Moments,
     /// The lost-signal went to everything below (on the deadline's account or rlock's): once.
     lost_sent: bool,
+}
+
+/// When the lost-signal goes and when SIGKILL does, as rlock told them (`Lease::timeline`,
+/// `Lease::limit`): the guardian only counts down to them.
+#[derive(Default, Clone, Copy)]
+struct Moments {
+    signal_at: Option<Instant>,
+    kill_at: Option<Instant>,
 }
 
 impl Life {
@@ -314,7 +330,7 @@ impl Life {
     }
 
     /// Reads rlock's requests, as many as came, and does them: a signal to everything below (a
-    /// SIGKILL is repeated every round from then on), the lease and its deadline noted, its
+    /// SIGKILL is repeated every round from then on), the lease's moments noted, its
     /// farewell noted; end of file, rlock gone.
     fn take_requests(&mut self) {
         let mut buf = [0u8; 12];
@@ -338,18 +354,19 @@ impl Life {
     fn take(&mut self, (tag, a, b): (i32, i32, i32)) {
         match tag {
             DONE => self.said_done = true,
-            LEASE => {
-                let grace = Duration::from_millis(u64::try_from(b).unwrap_or(0));
-                self.lease = Signal::try_from(a).ok().map(|sig| (sig, grace));
-            }
-            DEADLINE if !self.lost_sent => self.deadline = Some(moment_of(a, b)),
-            TIME_LIMIT => self.time_limit = Some(moment_of(a, b)),
+            LOST_SIGNAL => self.lost_signal = Signal::try_from(a).ok(),
+            // Once the lost-signal went, the group is being stopped: a renewal no longer
+            // moves its SIGKILL.
+            SIGNAL_AT if !self.lost_sent => self.lease.signal_at = Some(moment_of(a, b)),
+            KILL_AT if !self.lost_sent => self.lease.kill_at = Some(moment_of(a, b)),
+            LIMIT_AT => self.limit.signal_at = Some(moment_of(a, b)),
+            LIMIT_KILL_AT => self.limit.kill_at = Some(moment_of(a, b)),
             SIGNAL => {
                 if let Ok(sig) = Signal::try_from(a)
                     && !self.killing
                 {
                     // The lost-signal once, whether the deadline or rlock sent it first.
-                    let lost = self.lease.is_some_and(|(lost, _)| lost == sig);
+                    let lost = self.lost_signal == Some(sig);
                     let again = lost && self.lost_sent;
                     self.lost_sent |= lost;
                     self.killing = sig == Signal::SIGKILL;
@@ -365,36 +382,47 @@ impl Life {
         }
     }
 
-    /// The lease's next moment on this process's own clock: deadline − grace for the
-    /// lost-signal, then the deadline for SIGKILL; None once killing, or with no deadline. The
-    /// time limit counts as a deadline `grace` after it: the lost-signal at the limit, SIGKILL
-    /// `grace` later, as rlock sends them.
+    /// The next moment of the lease or the time limit, on this process's own clock: the
+    /// earlier lost-signal until it went, then the earlier SIGKILL; None once killing, or with
+    /// nothing told.
     fn next_due(&self) -> Option<Instant> {
-        let (_, grace) = self.lease.filter(|_| !self.killing)?;
-        let limit = self
-            .time_limit
-            .map(|at| at.checked_add(grace).unwrap_or(at));
-        let deadline = [self.deadline, limit].into_iter().flatten().min()?;
-        match self.lost_sent {
-            false => Some(deadline.checked_sub(grace).unwrap_or(deadline)),
-            true => Some(deadline),
-        }
+        self.lost_signal.filter(|_| !self.killing)?;
+        let signal = self.signal_due().filter(|_| !self.lost_sent);
+        [signal, self.kill_due()].into_iter().flatten().min()
     }
 
-    /// What the lease's deadline (and the time limit) says now, whatever rlock is doing
-    /// (stopped, killed, stuck): the lost-signal to everything below at deadline − grace,
-    /// SIGKILL at the deadline.
+    /// The earlier of the lease's and the time limit's SIGKILL moments.
+    fn kill_due(&self) -> Option<Instant> {
+        [self.lease.kill_at, self.limit.kill_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The earlier of the lease's and the time limit's lost-signal moments.
+    fn signal_due(&self) -> Option<Instant> {
+        [self.lease.signal_at, self.limit.signal_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// What the lease's moments (and the time limit's) say now, whatever rlock is doing
+    /// (stopped, killed, stuck): the lost-signal to everything below at its moment, SIGKILL at
+    /// its own.
     fn enforce_deadline(&mut self) {
-        while let Some(at) = self.next_due()
-            && Instant::now() >= at
-        {
-            let Some((lost, _)) = self.lease else { return };
-            match self.lost_sent {
-                false => {
+        while let Some(at) = self.next_due() {
+            let now = Instant::now();
+            if now < at {
+                return;
+            }
+            let Some(lost) = self.lost_signal else { return };
+            match !self.lost_sent && self.signal_due().is_some_and(|s| now >= s) {
+                true => {
                     self.lost_sent = true;
                     self.stop_all(lost);
                 }
-                true => self.killing = true,
+                false => self.killing = true,
             }
         }
     }
@@ -414,7 +442,20 @@ impl Life {
                     sig => contain::signal_tree_outside(self.me, c, sig),
                 }
             }
-            _ => contain::signal_tree(self.me, sig),
+            _ if sig == Signal::SIGKILL => {
+                // Before the walk of /proc (which on a busy host takes long enough to matter):
+                // the command's own group in one call (its pid is not reused while it is
+                // unreaped, so the group is its own), and what the lost-signal's walk saw.
+                if !self.leader_done {
+                    let _ = nix::sys::signal::killpg(self.leader, sig);
+                }
+                contain::kill_seen(&self.seen.borrow());
+                contain::kill_tree(self.me);
+            }
+            _ => {
+                let seen = contain::signal_tree(self.me, sig, self.kill_due());
+                self.seen.borrow_mut().extend(seen);
+            }
         }
     }
 }

@@ -1,7 +1,10 @@
 //! The guardian's messages: fixed 12-byte records (a tag and two numbers), well under
 //! PIPE_BUF, so each is written and read whole. Events go up to rlock; requests come down: a
-//! signal for everything the command started, the lease (its lost-signal and grace, and each
-//! new deadline), the command's time limit, and rlock's farewell.
+//! signal for everything the command started, the lost-signal, the lease's moments (at the
+//! grant and after each renewal) and the time limit's, as exact instants, and rlock's farewell.
+//! A pipe only rlock and the guardian hold, in two processes that are not dumpable: no other
+//! process of the user can open it through /proc (root can; rlock believes no message of the
+//! guardian's "nothing left" without looking itself, `confirm.rs`).
 
 use std::os::fd::OwnedFd;
 
@@ -46,16 +49,19 @@ pub(super) const SIGNAL: i32 = 7;
 /// pipe's end of file without it means rlock died (its descriptors close before the kernel
 /// gives its children another parent, so the guardian's parent cannot tell it in time).
 pub(super) const DONE: i32 = 8;
-/// The lease's lost-signal and its grace in milliseconds: sent once, before the first deadline.
-pub(super) const LEASE: i32 = 10;
-/// The lease's deadline (at the grant, and after every successful renewal), on the monotonic
-/// milliseconds after `base`: the high and the low 32 bits.
-pub(super) const DEADLINE: i32 = 11;
-/// The command's time limit (`--timeout`), as `DEADLINE` says a moment: the lost-signal at it,
-/// SIGKILL the lease's grace after it. Sent once, after `LEASE`.
-pub(super) const TIME_LIMIT: i32 = 12;
+/// The lost-signal, which the lease's moments and the time limit's send: once, at the start.
+pub(super) const LOST_SIGNAL: i32 = 10;
+/// The lease's moments (at the grant, and after every successful renewal), as
+/// `Lease::timeline` made them: when the lost-signal goes, and when SIGKILL does. Sent together,
+/// in one write.
+pub(super) const SIGNAL_AT: i32 = 11;
+pub(super) const KILL_AT: i32 = 13;
+/// The command's time limit (`--timeout`), as `Lease::limit` made it: the lost-signal at it,
+/// SIGKILL at its kill moment. Sent once, together.
+pub(super) const LIMIT_AT: i32 = 12;
+pub(super) const LIMIT_KILL_AT: i32 = 14;
 
-/// The moment deadlines are counted from: taken before the guardian is forked, so that both
+/// The moment moments are counted from: taken before the guardian is forked, so that both
 /// sides hold the same one (`Instant` has no number of its own to send).
 static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
@@ -64,33 +70,28 @@ pub(super) fn base() -> std::time::Instant {
     *BASE.get_or_init(std::time::Instant::now)
 }
 
-/// The deadline request for `at`.
-pub(super) fn deadline(at: std::time::Instant) -> [u8; 12] {
-    // Rounded down: a deadline told a little early is safe, a little late is not.
-    moment(DEADLINE, at.saturating_duration_since(base()).as_millis())
+/// The request `tag` for the moment `at`: its signed nanoseconds from `base`, high and low 32
+/// bits. Nanoseconds are what `Instant` holds, so the guardian gets the very instant rlock
+/// counts down to, with no rounding either way (and a moment before `base`, a grant that came
+/// late, stays before it).
+pub(super) fn moment(tag: i32, at: std::time::Instant) -> [u8; 12] {
+    let base = base();
+    let ns = match at.checked_duration_since(base) {
+        Some(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        None => -i64::try_from((base - at).as_nanos()).unwrap_or(i64::MAX),
+    };
+    encode(tag, (ns >> 32) as i32, ns as u32 as i32)
 }
 
-/// The time limit request for `at`.
-pub(super) fn time_limit(at: std::time::Instant) -> [u8; 12] {
-    // Rounded up: the guardian stops the command at rlock's limit or after it, never before,
-    // so that rlock, if it is running, sees its limit come before the command's end.
-    let ms = at
-        .saturating_duration_since(base())
-        .as_nanos()
-        .div_ceil(1_000_000);
-    moment(TIME_LIMIT, ms)
-}
-
-/// A request for a moment `ms` after `base`: its high and low 32 bits.
-fn moment(tag: i32, ms: u128) -> [u8; 12] {
-    let ms = u64::try_from(ms).unwrap_or(u64::MAX);
-    encode(tag, (ms >> 32) as i32, ms as u32 as i32)
-}
-
-/// The moment a `DEADLINE` or `TIME_LIMIT` request's two numbers say.
+/// The moment a `moment` request's two numbers say.
 pub(super) fn moment_of(high: i32, low: i32) -> std::time::Instant {
-    let ms = (u64::from(high as u32) << 32) | u64::from(low as u32);
-    base() + std::time::Duration::from_millis(ms)
+    let ns = (i64::from(high) << 32) | i64::from(low as u32);
+    let base = base();
+    let off = std::time::Duration::from_nanos(ns.unsigned_abs());
+    match ns >= 0 {
+        true => base.checked_add(off).unwrap_or(base),
+        false => base.checked_sub(off).unwrap_or(base),
+    }
 }
 
 pub(super) fn encode(tag: i32, a: i32, b: i32) -> [u8; 12] {
@@ -152,23 +153,20 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// The deadline is told rounded down (early is safe), the time limit rounded up (the
-    /// guardian must not stop the command before rlock's own limit, or rlock would see the
-    /// command die of its signal instead of a timeout, 124).
+    /// A moment reaches the guardian as the very instant rlock holds: no rounding, before
+    /// `base` as after it, past 32 bits of milliseconds.
     #[test]
-    fn a_deadline_is_told_early_and_a_time_limit_late_never_the_other_way() {
-        let at = base() + Duration::from_micros(1_500);
-        let (tag, high, low) = decode(&deadline(at));
-        assert_eq!(tag, DEADLINE);
-        assert_eq!(moment_of(high, low), base() + Duration::from_millis(1));
-        let (tag, high, low) = decode(&time_limit(at));
-        assert_eq!(tag, TIME_LIMIT);
-        assert_eq!(moment_of(high, low), base() + Duration::from_millis(2));
-        // A whole millisecond is told as it is, either way.
-        let at = base() + Duration::from_millis(5_000_000_000);
-        let (_, high, low) = decode(&time_limit(at));
-        assert_eq!(moment_of(high, low), at, "past 32 bits of milliseconds");
-        let (_, high, low) = decode(&deadline(at));
-        assert_eq!(moment_of(high, low), at);
+    fn a_moment_is_told_exactly() {
+        let base = base();
+        for at in [
+            base,
+            base + Duration::from_nanos(1_500_001),
+            base + Duration::from_millis(5_000_000_000),
+            base.checked_sub(Duration::from_nanos(999)).unwrap_or(base),
+        ] {
+            let (tag, high, low) = decode(&moment(KILL_AT, at));
+            assert_eq!(tag, KILL_AT);
+            assert_eq!(moment_of(high, low), at);
+        }
     }
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use super::{Event, Supervisor, World};
-use crate::lock::NotOwner;
 use crate::lock::Silent;
+use crate::lock::{Limit, NotOwner, Timeline};
 use crate::supervise::{AFTER_KILL, Enforce, Outcome, Renewal};
 
 use crate::watchdog::{Loss, Report};
@@ -101,9 +101,19 @@ impl World for Script {
         self.note(format!("resume {}", if foreground { "fg" } else { "bg" }));
     }
 
-    fn lease_renewed(&mut self, deadline: Instant) {
-        let at = (deadline - self.start).as_millis();
+    fn lease_renewed(&mut self, lease: Timeline) {
+        let at = (lease.kill_at - self.start).as_millis();
         self.note(format!("guardian deadline {at}"));
+    }
+}
+
+/// A lease that ends at `end`: the lost-signal `grace` before, SIGKILL at the end (the
+/// timeline's own kill margin is `Lease::timeline`'s, tested there).
+fn timeline(end: Instant, grace: Duration) -> Timeline {
+    Timeline {
+        ends: end,
+        signal_at: end - grace,
+        kill_at: end,
     }
 }
 
@@ -126,7 +136,7 @@ fn run_with(
         .collect();
     script.stopped_for = ms(stopped_for);
     let enforce = Enforce {
-        deadline: Some(start + ms(ttl)),
+        lease: Some(timeline(start + ms(ttl), ms(grace))),
         renew_at: renews.then(|| start + ms(ttl / 3)),
         grace: ms(grace),
         lost_signal: Signal::SIGTERM,
@@ -218,7 +228,7 @@ fn a_renewal_moves_both_deadlines() {
             (
                 500,
                 Event::Watchdog(Report::Renewed {
-                    deadline: start + ms(6_000),
+                    lease: timeline(start + ms(6_000), ms(1_000)),
                 }),
             ),
             // The command never ends by itself: it is killed at the moved deadline.
@@ -263,7 +273,7 @@ fn renewals_that_come_after_the_loss_change_nothing() {
             (
                 1_100,
                 Event::Watchdog(Report::Renewed {
-                    deadline: start + ms(60_000),
+                    lease: timeline(start + ms(60_000), ms(500)),
                 }),
             ),
             (1_600, Event::Exited(137, Some(Signal::SIGKILL))),
@@ -321,7 +331,7 @@ fn after_the_kill_the_run_ends_within_after_kill_even_if_something_lingers() {
     let (script, log) = Script::new(vec![(3_010, Event::Exited(137, Some(Signal::SIGKILL)))]);
     let start = script.start;
     let enforce = Enforce {
-        deadline: Some(start + ms(3_000)),
+        lease: Some(timeline(start + ms(3_000), ms(1_000))),
         renew_at: None,
         grace: ms(1_000),
         lost_signal: Signal::SIGTERM,
@@ -403,11 +413,14 @@ fn a_time_limit_stops_everything_and_kills_grace_later_while_the_lock_is_kept() 
     ]);
     let start = script.start;
     let enforce = Enforce {
-        deadline: Some(start + ms(30_000)),
+        lease: Some(timeline(start + ms(30_000), ms(1_000))),
         renew_at: Some(start + ms(10_000)),
         grace: ms(1_000),
         lost_signal: Signal::SIGTERM,
-        time_limit: Some(start + ms(2_000)),
+        time_limit: Some(Limit {
+            signal_at: start + ms(2_000),
+            kill_at: start + ms(3_000),
+        }),
     };
     let out = Supervisor::new(script, enforce, &Silent, |_| Ok(())).run();
     let log: Vec<(u64, String)> = log

@@ -21,6 +21,7 @@ mod process_group;
 mod reentrancy;
 mod signals;
 mod status_and_stdio;
+mod threat_model;
 mod time_limit;
 
 use crate::common::{

@@ -1,0 +1,73 @@
+//! rlock's own look before it believes the guardian's "nothing left": the guardian's word is a
+//! message on a pipe, and the release that follows it must rest on what the kernel says. The
+//! guardian leaves once nothing of the command runs, so rlock waits for its end (which nobody
+//! can forge) and then looks: no child of its own (what the command started comes to rlock, a
+//! subreaper, once the guardian is gone) and, in a cgroup, `cgroup.events` says "populated 0".
+//! The release so also waits for the guardian's kill to be done. Anything else is stopped here,
+//! and what cannot be stopped keeps the lock held to its TTL.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+
+use super::{AFTER_KILL, Guardian, Outcome, contain, stop_orphans};
+
+/// How long the guardian may take to leave once it said that nothing runs: at once, unless
+/// the host is very busy.
+const LEAVES_WITHIN: Duration = Duration::from_secs(1);
+
+/// Checks `outcome`'s "nothing left" against what rlock sees itself, stopping whatever it finds
+/// (a lost lease or a time limit ends in `cgroup.kill` whatever the guardian did); what is
+/// still there `AFTER_KILL` after that is leftovers (the lock is not released).
+pub(super) fn nothing_left(guardian: &mut Guardian, outcome: &mut Outcome) {
+    if outcome.leftovers {
+        return;
+    }
+    let cgroup = guardian.cgroup().map(Path::to_path_buf);
+    let stopped = outcome.lost.is_some() || outcome.timed_out;
+    let alone = guardian.alone();
+    if guardian.wait_gone(Instant::now() + LEAVES_WITHIN)
+        && looks_empty(alone, cgroup.as_deref(), stopped)
+    {
+        return;
+    }
+    // Not so: everything the command started goes, by the guardian, or with it (the command by
+    // its parent-death signal, the rest by rlock, to whom it comes). No kill of the command's
+    // group from here: its leader may be reaped already, and its pid another group's.
+    guardian.signal_all(Signal::SIGKILL);
+    if !guardian.wait_gone(Instant::now() + AFTER_KILL) {
+        guardian.kill();
+        guardian.wait_gone(Instant::now() + AFTER_KILL);
+    }
+    stop_orphans(cgroup.as_deref());
+    outcome.leftovers = !looks_empty(alone, cgroup.as_deref(), true);
+}
+
+/// Whether nothing of the command runs, the guardian gone: rlock has no child left (when it had
+/// none before the guardian: `alone`), and the cgroup (if any) is empty. With `kill`, the
+/// cgroup is killed first (`cgroup.kill`) and given `AFTER_KILL` to empty.
+fn looks_empty(alone: bool, cgroup: Option<&Path>, kill: bool) -> bool {
+    let no_child = !alone
+        || loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Err(Errno::ECHILD) => break true,
+                Ok(WaitStatus::StillAlive) => break false,
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => break false,
+            }
+        };
+    let Some(dir) = cgroup else {
+        return no_child;
+    };
+    if kill {
+        let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+        let until = Instant::now() + AFTER_KILL;
+        while contain::populated(dir) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    no_child && !contain::populated(dir)
+}

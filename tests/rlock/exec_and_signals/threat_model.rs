@@ -1,0 +1,225 @@
+//! docs/safety.md's threat model, line by line: a command of the same user cannot reach rlock
+//! or its guardian (neither is dumpable); a root command that forges the guardian's "nothing
+//! left" is not believed (rlock waits for the guardian's end and looks itself); rlock stopped on
+//! a loaded host, its guardian's SIGKILL still lands before the key can expire. Judged by what
+//! the command could open, and by the escaped loop's heartbeats against the next holder's start.
+
+use super::containment::{
+    Escape, KEY, LOCK, Reaper, Way, as_user, assert_silent_after, exec, open_dir, requires_root,
+};
+use super::process_group::heartbeat;
+use crate::common::{Background as Bg, Output, RedisServer, rlock_at};
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+/// A short lease, so that a test outlives it.
+const SHORT: &[&str] = &["--ttl", "2s", "--grace", "500ms"];
+
+/// What a command of the same user tries on its guardian ($PPID) and on rlock (the guardian's
+/// parent), each line "WHAT ok" or "WHAT refused": list and open their descriptors, read their
+/// environment (a ptrace-mode check, as /proc/PID/mem is), and the same on itself.
+const PROBE: &str = r#"
+g=$PPID; r=$(cut -d' ' -f4 /proc/$g/stat)
+try() { if eval "$2" >/dev/null 2>&1; then echo "$1 ok"; else echo "$1 refused"; fi; }
+{
+  try guardian-fd "ls /proc/$g/fd"
+  try guardian-open "exec 9>/proc/$g/fd/4"
+  try guardian-environ "cat /proc/$g/environ"
+  try rlock-fd "ls /proc/$r/fd"
+  try rlock-environ "cat /proc/$r/environ"
+  try own-fd "ls /proc/$$/fd"
+  try own-environ "cat /proc/$$/environ"
+} > "$D/probe"
+"#;
+
+/// A command running as the same (non-root) user as rlock can neither list nor open the
+/// descriptors of its guardian or of rlock, nor read their memory or environment: the pipes
+/// between them are out of its reach, so it cannot speak in the guardian's name. The command
+/// itself, a new program, is dumpable as usual.
+#[test]
+fn a_command_of_the_same_user_cannot_reach_rlock_or_its_guardian() {
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let args = ["exec", "-k", KEY, "--", "bash", "-c", PROBE];
+    let out = crate::common::run(&mut as_user(&server, d, &args));
+    assert_eq!(out.code, 0, "{out}");
+    let probe = fs::read_to_string(d.join("probe")).expect("the probe ran");
+    let lines: Vec<&str> = probe.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "guardian-fd refused",
+            "guardian-open refused",
+            "guardian-environ refused",
+            "rlock-fd refused",
+            "rlock-environ refused",
+            "own-fd ok",
+            "own-environ ok",
+        ],
+        "{probe}"
+    );
+}
+
+/// Notes in `$D/forged` that it forges, then writes the guardian's "the command exited 0" and
+/// "nothing left" into every pipe the guardian ($1) holds, past its standard descriptors, and
+/// keeps the guardian stopped (a process of its own stops it again every 0.1 ms for
+/// a few seconds, whoever continues it), so that only rlock itself can stop the command in time.
+const FORGE: &str = r#"
+import os, signal, struct, sys, time
+g = sys.argv[1]
+open(os.environ["D"] + "/forged", "w").write("forging")
+lie = struct.pack("=iii", 5, 0, 0) + struct.pack("=iii", 6, 0, 0)
+for fd in os.listdir(f"/proc/{g}/fd"):
+    path = f"/proc/{g}/fd/{fd}"
+    try:
+        if int(fd) > 2 and os.readlink(path).startswith("pipe:"):
+            w = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(w, lie)
+            os.close(w)
+    except OSError:
+        pass
+if os.fork() == 0:
+    os.setsid()
+    for _ in range(50000):
+        try:
+            os.kill(int(g), signal.SIGSTOP)
+        except OSError:
+            break
+        time.sleep(0.0001)
+    os._exit(0)
+"#;
+
+/// A root command (which can open its guardian's descriptors: root is not held off by
+/// non-dumpable) forges "exited 0, nothing left" and stops its guardian while an escaped loop
+/// runs on: rlock does not release on the guardian's word alone. It waits for the guardian's
+/// end, which does not come, stops everything itself, and only then gives the lock back: the
+/// next holder, waiting from the forgery on, starts after the loop's last heartbeat.
+fn a_forged_nothing_left_is_not_believed(way: Way) {
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    fs::write(d.join("forge.py"), FORGE).expect("forge.py");
+    let then =
+        r#"until [ -e "$D/go" ]; do sleep 0.01; done; python3 "$D/forge.py" $PPID; sleep 600"#;
+    let mut rl = exec(&server, d, way, &["--ttl", "30s"], Escape::Setsid, then);
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(d).is_some()
+    });
+    // The next holder waits in line before the forgery: it starts the moment the lock is free.
+    let mut cmd = rlock_at(&server);
+    cmd.args(["exec", "-w", "30s", "-k", KEY, "--", "sh", "-c"])
+        .arg(r#"date +%s%N > "$D/second""#)
+        .env("D", d);
+    let mut second = Bg::spawn("next holder", d, &mut cmd);
+    let queue = crate::common::basic::queue_key(KEY);
+    second.wait_for("the next holder in line", Duration::from_secs(10), || {
+        crate::common::basic::q::<i64>(&server, &["ZCARD", &queue]) == 1
+    });
+    fs::write(d.join("go"), "").expect("go");
+    let (second, _) = second.finish(Duration::from_secs(40));
+    assert_eq!(second.code, 0, "{second}");
+    let at: i64 = fs::read_to_string(d.join("second"))
+        .expect("the second holder ran")
+        .trim()
+        .parse()
+        .expect("a time");
+    assert!(d.join("forged").exists(), "the forgery did not run");
+    assert_silent_after(d, at, "the next holder's start");
+    let (out, _) = rl.finish(Duration::from_secs(10));
+    assert!(!server.exists(LOCK), "{out}");
+}
+
+/// Three rounds each: a rlock that believed the forgery lets the loop outlive the release in
+/// about half the rounds (the guardian sometimes finishes its kill between two stops).
+#[test]
+fn a_forged_nothing_left_is_not_believed_in_the_tree() {
+    for _ in 0..3 {
+        a_forged_nothing_left_is_not_believed(Way::Tree);
+    }
+}
+
+#[test]
+fn a_forged_nothing_left_is_not_believed_in_a_cgroup() {
+    for _ in 0..3 {
+        a_forged_nothing_left_is_not_believed(Way::Cgroup);
+    }
+}
+
+/// Two busy loops per CPU, stopped when dropped.
+struct Load(Vec<Child>);
+
+impl Load {
+    fn start() -> Load {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let loops = (0..2 * cpus)
+            .map(|_| {
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .stdout(Stdio::null())
+                    .process_group(0)
+                    .spawn()
+                    .expect("a busy loop")
+            })
+            .collect();
+        Load(loops)
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// rlock stopped (SIGSTOP), the command contained by the tree alone, the host loaded with two
+/// busy loops per CPU, and the next holder waiting from the stop on (so that it starts the
+/// moment the key expires): the guardian's SIGKILL, which must be scheduled among the loops and
+/// walk /proc, still lands before the key can expire. No heartbeat of the escaped loop after
+/// the next holder's start.
+#[test]
+fn a_stopped_rlocks_kill_lands_before_the_key_expires_on_a_loaded_host() {
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    let mut rl = exec(&server, d, Way::Tree, SHORT, Escape::Setsid, "sleep 600");
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(d).is_some()
+    });
+    let load = Load::start();
+    rl.kill(Signal::SIGSTOP);
+    let (second, at) = next_holder(&server, d);
+    drop(load);
+    assert_eq!(second.code, 0, "{second}");
+    assert_silent_after(d, at, "the next holder's start");
+    rl.kill(Signal::SIGCONT);
+    let (out, _) = rl.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 76, "{out}");
+}
+
+/// `rlock exec -w 20s` on the test's key, its command writing its start (ns) to `$D/second`.
+fn next_holder(server: &RedisServer, d: &Path) -> (Output, i64) {
+    let mut cmd = rlock_at(server);
+    cmd.args(["exec", "-w", "20s", "-k", KEY, "--", "sh", "-c"])
+        .arg(r#"date +%s%N > "$D/second""#)
+        .env("D", d);
+    let mut bg = Bg::spawn("next holder", d, &mut cmd);
+    let (out, _) = bg.finish(Duration::from_secs(30));
+    let at = fs::read_to_string(d.join("second"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the next holder's command did not run: {out}"));
+    (out, at)
+}
