@@ -24,7 +24,6 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ("FENCE", &["common.lua", "fence.lua"]),
     ("RECORD", &["record.lua"]),
     ("HISTORY", &["common.lua", "history.lua"]),
-    ("IDENTITY", &["identity.lua"]),
 ];
 
 fn main() {

@@ -25,14 +25,8 @@ pub(super) mod sources {
     include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 }
 
-/// Which server answers and what it is: asked of every Redlock master before each grant.
-pub static IDENTITY: Script = Script::new("identity", sources::IDENTITY);
-
-/// identity.lua: no keys, no arguments; its reply is what the server says it is, or nil when
-/// the ACL user may not run INFO (the server then keeps its identity to itself).
-pub(super) struct Identify;
-
-/// What a server said of itself (identity.lua).
+/// What a server said of itself (INFO server and INFO replication, asked of every Redlock
+/// master before each grant with the plain command; see `ServerId::from_info`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct ServerId {
     /// INFO server's run_id: random, new at every start of the server.
@@ -43,41 +37,46 @@ pub(super) struct ServerId {
     pub uptime: Duration,
     /// The master it replicates ("host:port"), when it is a replica.
     pub replica_of: Option<String>,
-    /// A node of a Redis Cluster (redis_mode:cluster), which holds only its own slots' keys.
-    pub cluster_node: bool,
+    /// What it runs as, when not on its own: "cluster" (a node of a Redis Cluster, which holds
+    /// only its own slots' keys) or "sentinel".
+    pub mode: Option<String>,
 }
 
-impl Call for Identify {
-    type Reply = Option<ServerId>;
+/// The INFO sections `ServerId::from_info` reads, in its order.
+pub(super) const IDENTITY_SECTIONS: [&str; 2] = ["server", "replication"];
 
-    fn script(&self) -> &'static Script {
-        &IDENTITY
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        Vec::new()
-    }
-
-    fn args(&self) -> Args {
-        Args::new()
-    }
-
-    fn decode(&self, reply: &[Value]) -> Result<Option<ServerId>, Refusal> {
-        let text = |v: &Value| match v {
-            Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-            _ => Err(Refusal::Unexpected),
+impl ServerId {
+    /// From the texts of INFO server and INFO replication; None without a run_id (a server
+    /// that keeps its identity to itself).
+    pub fn from_info(server: &str, replication: &str) -> Option<ServerId> {
+        let field = |text: &str, name: &str| -> Option<String> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
         };
-        Ok(match reply {
-            [Value::Nil] | [Value::Boolean(false)] => None,
-            [run_id, Value::Int(uptime), role, master, mode] => Some(ServerId {
-                run_id: text(run_id)?,
-                uptime: Duration::from_secs((*uptime).max(1) as u64 - 1),
-                replica_of: (text(role)? != "master")
-                    .then(|| text(master))
-                    .transpose()?,
-                cluster_node: text(mode)? == "cluster",
-            }),
-            _ => return Err(Refusal::Unexpected),
+        let run_id = field(server, "run_id")?;
+        let uptime: u64 = field(server, "uptime_in_seconds")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let role = field(replication, "role").unwrap_or_else(|| "master".into());
+        let replica_of = (role != "master").then(|| {
+            let or_unknown = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+            format!(
+                "{}:{}",
+                or_unknown(field(replication, "master_host")),
+                or_unknown(field(replication, "master_port"))
+            )
+        });
+        // Valkey names the field server_mode.
+        let mode = field(server, "redis_mode")
+            .or_else(|| field(server, "server_mode"))
+            .filter(|m| m != "standalone");
+        Some(ServerId {
+            run_id,
+            uptime: Duration::from_secs(uptime.max(1) - 1),
+            replica_of,
+            mode,
         })
     }
 }
@@ -234,7 +233,7 @@ mod tests {
     #[test]
     fn script_hashes_are_what_redis_computes() {
         for script in [
-            &ACQUIRE, &RELEASE, &RENEW, &LEAVE, &INSPECT, &FENCE, &RECORD, &HISTORY, &IDENTITY,
+            &ACQUIRE, &RELEASE, &RENEW, &LEAVE, &INSPECT, &FENCE, &RECORD, &HISTORY,
         ] {
             let sha = redis::Script::new(script.source).get_hash().to_string();
             assert_eq!(script.sha, sha, "SHA1 of {}", script.name);

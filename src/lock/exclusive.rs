@@ -62,18 +62,19 @@ impl Locker {
             if let Err(e) = &mut result
                 && matches!(
                     e.kind,
-                    Fault::Timeout | Fault::Io | Fault::Replicas | Fault::Denied
+                    Fault::Timeout | Fault::Io | Fault::Replicas | Fault::Denied | Fault::WrongMode
                 )
             {
                 // Sent, and no reply (a timeout, or the connection broke): the grant may have
                 // happened. Or granted, and too few replicas have it (or the ACL refused the
-                // WAIT after it): a failover could lose it. Give it back so it does not sit out
+                // WAIT after it, or the server has no WAIT): a failover could lose it. (MOVED,
+                // the other wrong mode, ran nothing: the give-back finds nothing to give.) Give it back so it does not sit out
                 // its whole TTL. (A script the ACL refused wrote nothing: the give-back finds
                 // nothing to give.)
                 let given_back = self
                     .leave_within(key, token, capped(self.op_timeout, left()))
                     .is_ok();
-                if e.kind == Fault::Replicas && given_back {
+                if matches!(e.kind, Fault::Replicas | Fault::WrongMode) && given_back {
                     e.detail.push_str("; the grant was given back");
                 }
             }
