@@ -6,18 +6,31 @@
 use super::*;
 
 impl Single {
-    /// INFO, one text per section of `sections`, pipelined: one round trip.
+    /// INFO, one text per section of `sections`, in one write: one round trip. (Sent and read
+    /// as `pipelined` does: a reply that does not come is a timeout, as for a script.)
     pub(super) fn info_sections(
         &self,
         sections: &[&str],
         timeout: Duration,
     ) -> Result<Vec<String>, NodeError> {
-        let mut pipe = redis::pipe();
-        for section in sections {
-            pipe.cmd("INFO").arg(*section);
-        }
-        let replies: Vec<Value> = self
-            .call(timeout, |c| pipe.query(c))?
+        let replies = self
+            .call(timeout, |c| {
+                let mut all = Vec::new();
+                for section in sections {
+                    all.extend(redis::cmd("INFO").arg(*section).get_packed_command());
+                }
+                c.send_packed_command(&all)?;
+                // Every reply is read, an error reply among them too, so that none is left on
+                // the connection for the next request to take for its own.
+                let mut replies = Vec::with_capacity(sections.len());
+                while replies.len() < sections.len() {
+                    match c.recv_response()? {
+                        Value::Push { .. } => continue,
+                        value => replies.push(value.extract_error()),
+                    }
+                }
+                replies.into_iter().collect::<RedisResult<Vec<Value>>>()
+            })?
             .map_err(|e| self.err(&e))?;
         replies
             .into_iter()

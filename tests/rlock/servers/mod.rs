@@ -122,6 +122,22 @@ fn ran_for(nodes: &[RedisServer], secs: u64) {
     });
 }
 
+/// Waits until every one of `nodes` has surely run for longer than the longest lease any of them
+/// reports for the lock (its PTTL; INFO's whole seconds may count one too many): a Redlock
+/// master that has run for less does not vote where another master says the lock is held.
+fn outlasted(nodes: &[RedisServer]) {
+    wait_until(
+        "the masters to outlast the leases they report",
+        SOON,
+        || {
+            let longest = nodes.iter().map(|n| n.pttl(LOCK)).max().unwrap_or(0);
+            nodes
+                .iter()
+                .all(|n| uptime(n) * 1000 > longest.max(0) as u64 + 2_000)
+        },
+    );
+}
+
 /// `rlock --url N1 --url N2 …`: Redlock over `nodes`.
 fn redlock(nodes: &[RedisServer]) -> Command {
     let mut cmd = rlock();
