@@ -261,7 +261,7 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
 
     let sim = Arc::new(Sim::new(world));
     let origin = Instant::now();
-    for c in 0..setup.clients {
+    for (c, &ttl) in ttls.iter().enumerate() {
         let rate = sim.lock().clients[c].rate;
         let clock = Arc::new(SimClock {
             sim: sim.clone(),
@@ -287,7 +287,7 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
             client: c,
             nodes: names,
             rounds: setup.rounds,
-            ttl: ttls[c],
+            ttl,
             op_timeout,
             sharing,
             join: single,
