@@ -157,7 +157,10 @@ pub(super) fn run_as<C: Call, T>(
     then: impl FnOnce(C::Reply) -> Result<T, Refusal>,
 ) -> Result<T, NodeError> {
     let args = call.args();
-    let value = node.eval(call.script(), &call.keys(), &args.as_strs(), timeout)?;
+    let keys = call.keys();
+    // Some services (ElastiCache Serverless) refuse a script without keys.
+    debug_assert!(!keys.is_empty(), "{} without keys", call.script().name);
+    let value = node.eval(call.script(), &keys, &args.as_strs(), timeout)?;
     decoded(node, call, value, then)
 }
 
@@ -173,6 +176,7 @@ pub(super) fn run_then<A: Call, B: Call, T>(
 ) -> Result<(T, Result<B::Reply, NodeError>), NodeError> {
     let (first_args, second_args) = (first.args(), second.args());
     let (first_keys, second_keys) = (first.keys(), second.keys());
+    debug_assert!(!first_keys.is_empty() && !second_keys.is_empty());
     let (first_argv, second_argv) = (first_args.as_strs(), second_args.as_strs());
     let eval = |script, keys, args| Eval { script, keys, args };
     let (value, second_value) = node.eval_then(
@@ -274,6 +278,20 @@ mod tests {
             .arg(args.as_strs())
             .get_packed_command();
         assert!(request.len() < 16 * 1024, "{} bytes", request.len());
+    }
+
+    #[test]
+    fn no_script_asks_info_or_config() {
+        // Redis Cloud and the services built on it refuse them in scripts: what a server says
+        // of itself is asked with plain commands (backend/single/cluster_node.rs).
+        for script in [
+            &ACQUIRE, &RELEASE, &RENEW, &LEAVE, &INSPECT, &FENCE, &RECORD, &HISTORY,
+        ] {
+            let upper = script.source.to_ascii_uppercase();
+            for command in ["\"INFO\"", "'INFO'", "\"CONFIG\"", "'CONFIG'"] {
+                assert!(!upper.contains(command), "{} calls {command}", script.name);
+            }
+        }
     }
 
     #[test]
