@@ -65,7 +65,9 @@ pub(super) fn line(error: &NodeError, about: &About) -> String {
         ),
         Fault::Other => format!("Redis answered an error for {about}: {error}"),
         Fault::TooOld => {
-            format!("Redis is too old for {about}: {error}; rlock needs Redis 5.0 or later")
+            format!(
+                "Redis is too old for {about}, or does not offer a command rlock's scripts call there (a server without streams has no history): {error}; rlock needs Redis 5.0 or later"
+            )
         }
         Fault::WrongMode => format!("wrong kind of server for {about}: {error}"),
         Fault::ClusterNode => format!(

@@ -164,10 +164,18 @@ fn a_history_write_the_acl_refuses_changes_nothing_else() {
 
 /// A server without streams (Garnet; here XADD renamed away): the history is off. A run
 /// locks, runs and releases as ever (exit code and output untouched, nothing of the history
-/// left in Redis); under -v one line says the history is off there, and without -v nothing.
+/// left in Redis); under -v one line says the history is off there, and without -v nothing;
+/// `inspect --history` says in one line that such a server has none.
 #[test]
 fn a_server_without_streams_runs_without_history_and_says_so_once_under_v() {
-    let server = RedisServer::start_with(&["--rename-command", "XADD", ""]);
+    let server = RedisServer::start_with(&[
+        "--rename-command",
+        "XADD",
+        "",
+        "--rename-command",
+        "XREVRANGE",
+        "",
+    ]);
     let out =
         run(rlock_at(&server).args(["exec", "-k", "k", "--", "sh", "-c", "echo out; exit 3"]));
     assert_eq!(
@@ -190,4 +198,13 @@ fn a_server_without_streams_runs_without_history_and_says_so_once_under_v() {
     );
     assert!(!server.exists(HISTORY), "no history written");
     assert!(!server.exists("rlock:k"), "released");
+    // Asked for the history, one line says why there is none.
+    let out = run(rlock_at(&server).args(["inspect", "-k", "k", "--history"]));
+    assert_ne!(out.code, 0, "{out}");
+    assert!(
+        out.stderr
+            .contains("a server without streams has no history")
+            && out.stderr.lines().count() == 1,
+        "{out}"
+    );
 }
