@@ -281,6 +281,25 @@ mod tests {
     }
 
     #[test]
+    fn a_server_says_who_it_is_with_info() {
+        let server = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nrun_id:ab12\r\nuptime_in_seconds:61\r\n";
+        let id = ServerId::from_info(server, "# Replication\r\nrole:master\r\n").unwrap();
+        assert_eq!(
+            (id.run_id.as_str(), id.uptime, id.replica_of, id.mode),
+            ("ab12", Duration::from_secs(60), None, None)
+        );
+        // Valkey's server_mode; a replica names its master.
+        let valkey = "run_id:cd34\r\nserver_mode:cluster\r\nuptime_in_seconds:0\r\n";
+        let replica = "role:slave\r\nmaster_host:10.0.0.1\r\nmaster_port:6379\r\n";
+        let id = ServerId::from_info(valkey, replica).unwrap();
+        assert_eq!(id.replica_of.as_deref(), Some("10.0.0.1:6379"));
+        assert_eq!(id.mode.as_deref(), Some("cluster"));
+        assert_eq!(id.uptime, Duration::ZERO);
+        // Without a run_id (a proxy, a service that hides it): it will not say who it is.
+        assert_eq!(ServerId::from_info("redis_version:7.0.15\r\n", ""), None);
+    }
+
+    #[test]
     fn no_script_asks_info_or_config() {
         // Redis Cloud and the services built on it refuse them in scripts: what a server says
         // of itself is asked with plain commands (backend/single/cluster_node.rs).

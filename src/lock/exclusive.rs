@@ -67,9 +67,9 @@ impl Locker {
             {
                 // Sent, and no reply (a timeout, or the connection broke): the grant may have
                 // happened. Or granted, and too few replicas have it (or the ACL refused the
-                // WAIT after it, or the server has no WAIT): a failover could lose it. (MOVED,
-                // the other wrong mode, ran nothing: the give-back finds nothing to give.) Give it back so it does not sit out
-                // its whole TTL. (A script the ACL refused wrote nothing: the give-back finds
+                // WAIT after it, or the server has no WAIT): a failover could lose it. Give it
+                // back so it does not sit out its whole TTL. (A script the ACL refused, or one
+                // answered with MOVED, the other wrong mode, wrote nothing: the give-back finds
                 // nothing to give.)
                 let given_back = self
                     .leave_within(key, token, capped(self.op_timeout, left()))
