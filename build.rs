@@ -25,7 +25,6 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ("RECORD", &["record.lua"]),
     ("HISTORY", &["common.lua", "history.lua"]),
     ("ONCE", &["common.lua", "once.lua"]),
-    ("IDENTITY", &["identity.lua"]),
 ];
 
 fn main() {

@@ -237,8 +237,10 @@ impl Fault {
             Fault::NotServing
         } else if lower.contains("wrong number of args calling redis command")
             || lower.contains("unknown redis command called from")
+            || lower.contains("unknown command called from")
         {
-            // Redis before 4.0, inside a script; rlock's scripts call nothing else wrongly.
+            // Redis before 4.0, inside a script, or a server without a command a script calls
+            // (streams; Valkey's words are the second); rlock's scripts call nothing else wrongly.
             Fault::TooOld
         } else {
             Fault::Other

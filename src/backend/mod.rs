@@ -110,6 +110,18 @@ pub trait Node: Send + Sync {
         ))
     }
 
+    /// INFO, one text per section of `sections`, asked with the plain command in one round
+    /// trip (never from a script: services refuse INFO there, and scripts without keys). Only a
+    /// single server says what it is; the default answers that this deployment does not.
+    fn info(&self, sections: &[&str], timeout: Duration) -> Result<Vec<String>, NodeError> {
+        let _ = (sections, timeout);
+        Err(NodeError {
+            kind: Fault::Other,
+            node: self.name().into(),
+            detail: "INFO is asked of one server, not of a deployment".into(),
+        })
+    }
+
     /// Every key matching `pattern` (SCAN, never KEYS).
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError>;
 

@@ -2,6 +2,9 @@
 
 mod cluster_node;
 mod pipeline;
+mod replicas;
+
+use replicas::wait_replicas;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,11 +17,6 @@ use super::probe::{self, Speaks};
 use super::subscriber::{Addr, Endpoint, tls_config};
 use super::{Eval, Fault, Node, NodeError, Replies, Script, Subscriber, TlsFiles};
 use crate::redact::redact_text;
-
-/// INFO cluster, asked from a script (see cluster_info.lua); sent whole, as it is sent at most
-/// once per listing.
-static CLUSTER_INFO: Script =
-    Script::sent_whole("cluster_info", (include_str!("cluster_info.lua"), ""));
 
 thread_local! {
     /// Work to do while this thread waits for its next script's reply (`meanwhile`).
@@ -382,60 +380,10 @@ impl Single {
         }
     }
 
-    /// A script's reply, once its `write` (a grant, a renewal) reached the replicas that
-    /// --replicas asks for: `acked` is the WAIT's answer (None when no WAIT was due), an error
-    /// when the server refused the WAIT or too few replicas acknowledged within `timeout`.
-    fn replicated_or_not(
-        &self,
-        value: Value,
-        acked: Option<redis::RedisResult<i64>>,
-        write: &str,
-        timeout: Duration,
-    ) -> Result<Routed, NodeError> {
-        match acked {
-            Some(Err(e)) => {
-                let err = self.err(&e);
-                Err(NodeError {
-                    // A refusal by the ACL stays one (77, and the list of rights).
-                    kind: if err.kind == Fault::Denied {
-                        Fault::Denied
-                    } else {
-                        Fault::Replicas
-                    },
-                    detail: format!(
-                        "the server refused to WAIT for replicas after the {write} (--replicas {}): {}",
-                        self.replicas, err.detail
-                    ),
-                    ..err
-                })
-            }
-            Some(Ok(acked)) if acked < i64::from(self.replicas) => Err(NodeError {
-                kind: Fault::Replicas,
-                node: self.name.clone(),
-                detail: format!(
-                    "only {acked} of {} replicas acknowledged the {write} within {} (--replicas {})",
-                    self.replicas,
-                    crate::output::human_duration(timeout),
-                    self.replicas
-                ),
-            }),
-            _ => Ok(Routed::Done(value)),
-        }
-    }
-
     /// What the server says it is (ROLE): a master, a replica or a Sentinel.
     pub fn role(&self, timeout: Duration) -> Result<redis::Role, NodeError> {
         self.query(&redis::cmd("ROLE"), timeout)
     }
-}
-
-/// WAIT for `n` replicas, at most `timeout`: how many have this connection's writes. The
-/// socket waits a little longer than the server does, so that the server's answer (fewer than
-/// `n`) comes back rather than a timeout.
-fn wait_replicas(conn: &mut Connection, n: u32, timeout: Duration) -> RedisResult<i64> {
-    let _ = conn.set_read_timeout(Some(timeout + Duration::from_millis(500)));
-    let ms = timeout.as_millis().max(1) as u64;
-    redis::cmd("WAIT").arg(n).arg(ms).query(conn)
 }
 
 /// EVALSHA, and EVAL when the server has no copy of the script (SCRIPT FLUSH, a restart, a
@@ -515,6 +463,10 @@ impl Node for Single {
 
     /// A node of a Redis Cluster holds only its own slots' keys: listing it alone would show part
     /// of the locks as if they were all, so it is refused (use --cluster).
+    fn info(&self, sections: &[&str], timeout: Duration) -> Result<Vec<String>, NodeError> {
+        self.info_sections(sections, timeout)
+    }
+
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError> {
         self.refuse_cluster_node(timeout)?;
         self.scan_keys(pattern, timeout)

@@ -290,10 +290,8 @@ impl<'a> Recorder<'a> {
     pub fn recorded_at_release(&mut self, unrecorded: &[String]) {
         self.recorded = true;
         for why in unrecorded {
-            self.ctx.say(format_args!(
-                "the run was not recorded in the history of lock '{}': {why}",
-                self.key.name
-            ));
+            self.ctx
+                .say(format_args!("{}", unrecorded_line("run", self.key, why)));
         }
     }
 
@@ -333,8 +331,8 @@ impl<'a> Recorder<'a> {
             }
             for e in self.locker.record(self.key, keep, &run, timeout) {
                 self.ctx.say(format_args!(
-                    "the run was not recorded in the history of lock '{}': {e}",
-                    self.key.name
+                    "{}",
+                    unrecorded_line("run", self.key, &e.to_string())
                 ));
             }
         }
@@ -425,4 +423,21 @@ fn epoch_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The `-v` line for a `what` ("run", "release") the history of `key` did not keep, for `why`.
+/// A server without streams (Garnet) refuses the history's XADD as an unknown command: then the
+/// line says the history is off there, rather than repeat the server's words.
+pub(super) fn unrecorded_line(what: &str, key: &LockKey, why: &str) -> String {
+    let lower = why.to_ascii_lowercase();
+    if lower.contains("unknown") && lower.contains("command") {
+        return format!(
+            "the history of lock '{}' is off: the server does not offer streams (XADD), where rlock keeps it ({why})",
+            key.name
+        );
+    }
+    format!(
+        "the {what} was not recorded in the history of lock '{}': {why}",
+        key.name
+    )
 }

@@ -75,8 +75,8 @@ fn hold_record(args: &ReleaseArgs) -> Option<HoldRecord> {
 fn say_unrecorded(ctx: &Context, key: &LockKey, unrecorded: &[String]) {
     for why in unrecorded {
         ctx.say(format_args!(
-            "the release was not recorded in the history of lock '{}': {why}",
-            key.name
+            "{}",
+            super::record::unrecorded_line("release", key, why)
         ));
     }
 }

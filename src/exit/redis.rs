@@ -44,9 +44,14 @@ pub(super) fn line(error: &NodeError, about: &About) -> String {
         Fault::Auth => format!(
             "Redis refused rlock for {about}: {error}; check --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or the URL's password, and the user's ACL"
         ),
-        Fault::Denied => format!(
-            "Redis's ACL refused what rlock needs for {about}: {error}; give the user the rights listed in docs/connecting.md (\"ACL: the rights a lock user needs\")"
-        ),
+        Fault::Denied => match refused_command(&error.detail) {
+            Some(command) => format!(
+                "Redis refused the command {command} that rlock needs for {about}: {error}; either the user's ACL lacks it (give the user the rights listed in docs/connecting.md, \"ACL: the rights a lock user needs\") or the service does not offer {command} to its users"
+            ),
+            None => format!(
+                "Redis's ACL refused what rlock needs for {about}: {error}; give the user the keys, channels and rights listed in docs/connecting.md (\"ACL: the rights a lock user needs\")"
+            ),
+        },
         Fault::Mismatch => format!(
             "{about} is held as {}; every holder of a lock must ask for the same kind; nothing was changed",
             error.detail
@@ -60,7 +65,9 @@ pub(super) fn line(error: &NodeError, about: &About) -> String {
         ),
         Fault::Other => format!("Redis answered an error for {about}: {error}"),
         Fault::TooOld => {
-            format!("Redis is too old for {about}: {error}; rlock needs Redis 5.0 or later")
+            format!(
+                "Redis is too old for {about}, or does not offer a command rlock's scripts call there (a server without streams has no history): {error}; rlock needs Redis 5.0 or later"
+            )
         }
         Fault::WrongMode => format!("wrong kind of server for {about}: {error}"),
         Fault::ClusterNode => format!(
@@ -70,5 +77,50 @@ pub(super) fn line(error: &NodeError, about: &About) -> String {
         Fault::Config => format!(
             "Redis refused the connection settings for {about}: {error}; check the database number in --url"
         ),
+    }
+}
+
+/// The command a NOPERM refusal names (Redis says "... to run the 'zadd' command"), upper-case;
+/// None for a refused key or channel.
+fn refused_command(detail: &str) -> Option<String> {
+    let (before, _) = detail.split_once("' command")?;
+    let name = &before[before.rfind('\'')? + 1..];
+    let plain = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '|' || c == '-' || c == '_');
+    plain.then(|| name.to_ascii_uppercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_command_and_both_reasons() {
+        let error = NodeError {
+            kind: Fault::Denied,
+            node: "redis://h:6379".into(),
+            detail: "NOPERM User locker has no permissions to run the 'wait' command".into(),
+        };
+        let said = line(&error, &About::Lock("jobs".into()));
+        assert!(said.contains("the command WAIT"), "{said}");
+        assert!(said.contains("the user's ACL lacks it"), "{said}");
+        assert!(said.contains("does not offer WAIT"), "{said}");
+        let key = NodeError {
+            detail: "NOPERM No permissions to access a key".into(),
+            ..error
+        };
+        let said = line(&key, &About::Lock("jobs".into()));
+        assert!(
+            said.contains("ACL refused") && !said.contains("offer"),
+            "{said}"
+        );
+        assert_eq!(
+            refused_command(
+                "NOPERM this user has no permissions to run the 'cluster|slots' command"
+            ),
+            Some("CLUSTER|SLOTS".into())
+        );
     }
 }

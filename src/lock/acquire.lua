@@ -18,8 +18,10 @@
 --         does not free it sooner
 -- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
 --   "ok" fence ttl                        granted: the fence, the lease (ms)
---   "busy" pttl now host pid user since cmd [holders limit ahead] [place]
---                                         held: the holder fields only when rlock wrote them;
+--   "busy" pttl now host pid user since cmd ttl [holders limit ahead] [place]
+--                                         held: the holder fields only when rlock wrote them
+--                                         (ttl: the lease (ms) its grant or last renewal asked
+--                                         for, which Redlock's restart rule reads);
 --                                         with several holders, the one whose lease ends first,
 --                                         how many there are and the limit (0 for shared), and
 --                                         ahead (1) when a shared request waits because an
@@ -125,7 +127,7 @@ if current then
   wait_in_line(r, pttl >= 0 and pttl or check)
   local h = holder_of(state, current) or {}
   return reply("busy", "pttl", pttl, "now", now, "host", h.host, "pid", h.pid, "user", h.user,
-    "since", h.since, "cmd", h.cmd, "place", place_in_line(r))
+    "since", h.since, "cmd", h.cmd, "ttl", h.ttl, "place", place_in_line(r))
 end
 
 -- Free. Reserved for another waiter whose claim window is open: wait for it.

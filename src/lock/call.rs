@@ -25,14 +25,8 @@ pub(super) mod sources {
     include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 }
 
-/// Which server answers and what it is: asked of every Redlock master before each grant.
-pub static IDENTITY: Script = Script::new("identity", sources::IDENTITY);
-
-/// identity.lua: no keys, no arguments; its reply is what the server says it is, or nil when
-/// the ACL user may not run INFO (the server then keeps its identity to itself).
-pub(super) struct Identify;
-
-/// What a server said of itself (identity.lua).
+/// What a server said of itself (INFO server and INFO replication, asked of every Redlock
+/// master before each grant with the plain command; see `ServerId::from_info`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct ServerId {
     /// INFO server's run_id: random, new at every start of the server.
@@ -43,41 +37,46 @@ pub(super) struct ServerId {
     pub uptime: Duration,
     /// The master it replicates ("host:port"), when it is a replica.
     pub replica_of: Option<String>,
-    /// A node of a Redis Cluster (redis_mode:cluster), which holds only its own slots' keys.
-    pub cluster_node: bool,
+    /// What it runs as, when not on its own: "cluster" (a node of a Redis Cluster, which holds
+    /// only its own slots' keys) or "sentinel".
+    pub mode: Option<String>,
 }
 
-impl Call for Identify {
-    type Reply = Option<ServerId>;
+/// The INFO sections `ServerId::from_info` reads, in its order.
+pub(super) const IDENTITY_SECTIONS: [&str; 2] = ["server", "replication"];
 
-    fn script(&self) -> &'static Script {
-        &IDENTITY
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        Vec::new()
-    }
-
-    fn args(&self) -> Args {
-        Args::new()
-    }
-
-    fn decode(&self, reply: &[Value]) -> Result<Option<ServerId>, Refusal> {
-        let text = |v: &Value| match v {
-            Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-            _ => Err(Refusal::Unexpected),
+impl ServerId {
+    /// From the texts of INFO server and INFO replication; None without a run_id (a server
+    /// that keeps its identity to itself).
+    pub fn from_info(server: &str, replication: &str) -> Option<ServerId> {
+        let field = |text: &str, name: &str| -> Option<String> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
         };
-        Ok(match reply {
-            [Value::Nil] | [Value::Boolean(false)] => None,
-            [run_id, Value::Int(uptime), role, master, mode] => Some(ServerId {
-                run_id: text(run_id)?,
-                uptime: Duration::from_secs((*uptime).max(1) as u64 - 1),
-                replica_of: (text(role)? != "master")
-                    .then(|| text(master))
-                    .transpose()?,
-                cluster_node: text(mode)? == "cluster",
-            }),
-            _ => return Err(Refusal::Unexpected),
+        let run_id = field(server, "run_id")?;
+        let uptime: u64 = field(server, "uptime_in_seconds")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let role = field(replication, "role").unwrap_or_else(|| "master".into());
+        let replica_of = (role != "master").then(|| {
+            let or_unknown = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+            format!(
+                "{}:{}",
+                or_unknown(field(replication, "master_host")),
+                or_unknown(field(replication, "master_port"))
+            )
+        });
+        // Valkey names the field server_mode.
+        let mode = field(server, "redis_mode")
+            .or_else(|| field(server, "server_mode"))
+            .filter(|m| m != "standalone");
+        Some(ServerId {
+            run_id,
+            uptime: Duration::from_secs(uptime.max(1) - 1),
+            replica_of,
+            mode,
         })
     }
 }
@@ -158,7 +157,10 @@ pub(super) fn run_as<C: Call, T>(
     then: impl FnOnce(C::Reply) -> Result<T, Refusal>,
 ) -> Result<T, NodeError> {
     let args = call.args();
-    let value = node.eval(call.script(), &call.keys(), &args.as_strs(), timeout)?;
+    let keys = call.keys();
+    // Some services (ElastiCache Serverless) refuse a script without keys.
+    debug_assert!(!keys.is_empty(), "{} without keys", call.script().name);
+    let value = node.eval(call.script(), &keys, &args.as_strs(), timeout)?;
     decoded(node, call, value, then)
 }
 
@@ -174,6 +176,7 @@ pub(super) fn run_then<A: Call, B: Call, T>(
 ) -> Result<(T, Result<B::Reply, NodeError>), NodeError> {
     let (first_args, second_args) = (first.args(), second.args());
     let (first_keys, second_keys) = (first.keys(), second.keys());
+    debug_assert!(!first_keys.is_empty() && !second_keys.is_empty());
     let (first_argv, second_argv) = (first_args.as_strs(), second_args.as_strs());
     let eval = |script, keys, args| Eval { script, keys, args };
     let (value, second_value) = node.eval_then(
@@ -242,7 +245,6 @@ mod tests {
             &FENCE,
             &RECORD,
             &HISTORY,
-            &IDENTITY,
             &crate::lock::ONCE,
         ] {
             let sha = redis::Script::new(script.source).get_hash().to_string();
@@ -284,6 +286,47 @@ mod tests {
             .arg(args.as_strs())
             .get_packed_command();
         assert!(request.len() < 16 * 1024, "{} bytes", request.len());
+    }
+
+    #[test]
+    fn a_server_says_who_it_is_with_info() {
+        let server = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nrun_id:ab12\r\nuptime_in_seconds:61\r\n";
+        let id = ServerId::from_info(server, "# Replication\r\nrole:master\r\n").unwrap();
+        assert_eq!(
+            (id.run_id.as_str(), id.uptime, id.replica_of, id.mode),
+            ("ab12", Duration::from_secs(60), None, None)
+        );
+        // Valkey's server_mode; a replica names its master.
+        let valkey = "run_id:cd34\r\nserver_mode:cluster\r\nuptime_in_seconds:0\r\n";
+        let replica = "role:slave\r\nmaster_host:10.0.0.1\r\nmaster_port:6379\r\n";
+        let id = ServerId::from_info(valkey, replica).unwrap();
+        assert_eq!(id.replica_of.as_deref(), Some("10.0.0.1:6379"));
+        assert_eq!(id.mode.as_deref(), Some("cluster"));
+        assert_eq!(id.uptime, Duration::ZERO);
+        // Without a run_id (a proxy, a service that hides it): it will not say who it is.
+        assert_eq!(ServerId::from_info("redis_version:7.0.15\r\n", ""), None);
+    }
+
+    #[test]
+    fn no_script_asks_info_or_config() {
+        // Redis Cloud and the services built on it refuse them in scripts: what a server says
+        // of itself is asked with plain commands (backend/single/cluster_node.rs).
+        for script in [
+            &ACQUIRE,
+            &RELEASE,
+            &RENEW,
+            &LEAVE,
+            &INSPECT,
+            &FENCE,
+            &RECORD,
+            &HISTORY,
+            &crate::lock::ONCE,
+        ] {
+            let upper = script.source.to_ascii_uppercase();
+            for command in ["\"INFO\"", "'INFO'", "\"CONFIG\"", "'CONFIG'"] {
+                assert!(!upper.contains(command), "{} calls {command}", script.name);
+            }
+        }
     }
 
     #[test]

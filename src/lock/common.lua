@@ -4,6 +4,20 @@
 -- before it failed, so a script that stops halfway would leave, say, a grant nobody received.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
+-- Lua 5.2 and later (Dragonfly and Garnet run scripts on 5.4) have table.unpack, and may not
+-- have the global unpack (which Redis 7 would refuse to read when it is missing): that first.
+local unpack = table.unpack or unpack
+
+-- The type of `key` as a word ("none", "string", "hash", ...). Redis gives TYPE's status reply
+-- to Lua as a table {ok = word}; a host may give the plain word.
+local function type_of(key)
+  local t = redis.call("TYPE", key)
+  if type(t) == "table" then
+    return t.ok
+  end
+  return t
+end
+
 -- Stops the script with the error `msg`, "CODE words", nothing written. Redis 7 and Valkey take
 -- the error as a table and keep its code; Redis 6 can only put its position before a string
 -- ("@user_script:N: CODE words", which backend/error.rs reads past).
@@ -85,7 +99,7 @@ end
 -- Stops the script (WRONGTYPE, nothing written) unless rlock's helper key `key` is absent or a
 -- `want`.
 local function expect_type(key, want, what)
-  local kind = redis.call("TYPE", key)["ok"]
+  local kind = type_of(key)
   if kind ~= "none" and kind ~= want then
     raise("WRONGTYPE rlock's " .. what .. " key '" .. key .. "' holds a " .. kind ..
       ", not a " .. want)
@@ -125,7 +139,7 @@ end
 -- The kind of multi-holder lock (multi.lua: "limit" or "shared") at a lock key of type `kind`,
 -- or nil when it is none: a sorted set is such a lock only when rlock's state says which kind.
 local function multi_mode(kind, state)
-  if kind ~= "zset" or redis.call("TYPE", state)["ok"] ~= "hash" then
+  if kind ~= "zset" or type_of(state) ~= "hash" then
     return nil
   end
   local mode = redis.call("HGET", state, "mode")
@@ -139,7 +153,7 @@ end
 -- multi-holder lock it is (multi_mode, or nil), and true when it is free or a lock (a string,
 -- rlock's or another client's, or a sorted set that rlock's state calls a lock).
 local function lock_kind(lock, state)
-  local kind = redis.call("TYPE", lock)["ok"]
+  local kind = type_of(lock)
   local mode = multi_mode(kind, state)
   return kind, mode, kind == "none" or kind == "string" or mode ~= nil
 end
@@ -169,7 +183,7 @@ end
 -- The holder record in `state` by name, when it is `token`'s; nil when there is none (no state,
 -- a state of another type, a record of another token). A field the record lacks is nil.
 local function holder_of(state, token)
-  if not token or redis.call("TYPE", state)["ok"] ~= "hash" then
+  if not token or type_of(state) ~= "hash" then
     return nil
   end
   local v = redis.call("HMGET", state, "token", unpack(HOLDER_FIELDS))

@@ -18,7 +18,7 @@ use super::key::LockKey;
 use super::lease::deadline;
 use super::locker::{Locker, Quorum, no_quorum};
 use super::redlock::release_verdict;
-use super::reply::{Holder, KeyType, Refusal};
+use super::reply::{Holder, KeyType, Refusal, millis};
 use super::{Grant, Released, Request, Ttl};
 use crate::backend::{Fault, Node, NodeError};
 
@@ -62,18 +62,19 @@ impl Locker {
             if let Err(e) = &mut result
                 && matches!(
                     e.kind,
-                    Fault::Timeout | Fault::Io | Fault::Replicas | Fault::Denied
+                    Fault::Timeout | Fault::Io | Fault::Replicas | Fault::Denied | Fault::WrongMode
                 )
             {
                 // Sent, and no reply (a timeout, or the connection broke): the grant may have
                 // happened. Or granted, and too few replicas have it (or the ACL refused the
-                // WAIT after it): a failover could lose it. Give it back so it does not sit out
-                // its whole TTL. (A script the ACL refused wrote nothing: the give-back finds
+                // WAIT after it, or the server has no WAIT): a failover could lose it. Give it
+                // back so it does not sit out its whole TTL. (A script the ACL refused, or one
+                // answered with MOVED, the other wrong mode, wrote nothing: the give-back finds
                 // nothing to give.)
                 let given_back = self
                     .leave_within(key, token, capped(self.op_timeout, left()))
                     .is_ok();
-                if e.kind == Fault::Replicas && given_back {
+                if matches!(e.kind, Fault::Replicas | Fault::WrongMode) && given_back {
                     e.detail.push_str("; the grant was given back");
                 }
             }
@@ -81,14 +82,14 @@ impl Locker {
         }
         // A master that did not say who it is was sent no grant: nothing to give back there.
         let asked: Vec<bool> = identified.iter().map(Result::is_ok).collect();
-        // A master that has run for less than a TTL may have restarted empty under a holder
-        // whose lease is still live (`votes`).
-        let recent: Vec<bool> = identified
+        // A master that has run for less than the holder's lease may have restarted empty
+        // under it (`votes`).
+        let uptimes: Vec<Option<Duration>> = identified
             .iter()
-            .map(|id| matches!(id, Ok(id) if id.uptime < ttl))
+            .map(|id| id.as_ref().ok().map(|id| id.uptime))
             .collect();
         let give_back = capped(self.node_timeout(ttl), left());
-        let attempt = self.combine_attempts(req, call.sent, results, (&asked, &recent), give_back);
+        let attempt = self.combine_attempts(req, call.sent, results, (&asked, &uptimes), give_back);
         if let Ok(Attempt::Granted(_)) = &attempt {
             self.remember_grant(req);
         }
@@ -103,12 +104,12 @@ impl Locker {
         req: &Request,
         sent: Instant,
         results: Vec<NodeAttempt>,
-        (asked, recent): (&[bool], &[bool]),
+        (asked, uptimes): (&[bool], &[Option<Duration>]),
         give_back: Duration,
     ) -> Result<Attempt, Error> {
         let (key, token, ttl) = (req.key, req.token, req.ttl);
         let timeout = self.node_timeout(ttl);
-        let votes = votes(&results, recent);
+        let votes = votes(&results, uptimes);
         if let Some(fence) = majority_fence(self.quorum(), &results, &votes)
             && let Some(validity) = validity(ttl, sent, self.now())
         {
@@ -404,15 +405,33 @@ fn broken_holder(said: ReleaseReply) -> Result<Option<String>, Refusal> {
 }
 
 /// Which nodes' grants count: all, unless a node answered that another holder has the lock;
-/// then none of the `recent` ones (run for less than a TTL), which may have restarted empty
-/// under that holder (see docs/safety.md, "Redlock").
-fn votes(results: &[NodeAttempt], recent: &[bool]) -> Vec<bool> {
-    let held_elsewhere = results
-        .iter()
-        .any(|r| matches!(r, Ok(Attempt::Busy { .. })));
+/// then none that has been up (`uptimes`) for less than the longest lease any node reports,
+/// which may have restarted empty under that holder. The holder's lease, not the asker's TTL:
+/// holders of one key may ask for different TTLs (see docs/safety.md, "Redlock").
+fn votes(results: &[NodeAttempt], uptimes: &[Option<Duration>]) -> Vec<bool> {
+    let longest = longest_lease(results);
     (0..results.len())
-        .map(|i| !(held_elsewhere && recent.get(i).copied().unwrap_or(false)))
+        .map(|i| match (longest, uptimes.get(i).copied().flatten()) {
+            (Some(lease), Some(up)) => up >= lease,
+            _ => true,
+        })
         .collect()
+}
+
+/// The longest lease the busy answers report, each the longer of the holder's remaining PTTL
+/// and the lease its grant or last renewal asked for (a lock without expiry: without end);
+/// None when no node says the lock is held.
+fn longest_lease(results: &[NodeAttempt]) -> Option<Duration> {
+    results
+        .iter()
+        .filter_map(|r| match r {
+            Ok(Attempt::Busy { pttl: -1, .. }) => Some(Duration::MAX),
+            Ok(Attempt::Busy { pttl, lease_ms, .. }) => {
+                Some(millis((*pttl).max(lease_ms.unwrap_or(0))))
+            }
+            _ => None,
+        })
+        .max()
 }
 
 /// The fence of a Redlock grant, when a majority of the nodes granted and their `votes` count:
@@ -468,6 +487,7 @@ fn no_grant(quorum: Quorum, key: &LockKey, results: Vec<NodeAttempt>) -> Result<
         pttl: 0,
         now_ms: 0,
         holder: Holder::default(),
+        lease_ms: None,
         crowd: None,
         place: None,
     }))

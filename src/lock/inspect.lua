@@ -20,10 +20,10 @@ local kind, mode = lock_kind(lock, state)
 local LINE_MAX = 100
 local waiters = 0
 local line = {}
-if redis.call("TYPE", KEYS[3])["ok"] == "zset" then
+if type_of(KEYS[3]) == "zset" then
   waiters = redis.call("ZCARD", KEYS[3])
   local queued = redis.call("ZRANGE", KEYS[3], 0, LINE_MAX - 1, "WITHSCORES")
-  local records = redis.call("TYPE", state)["ok"] == "hash"
+  local records = type_of(state) == "hash"
   for i = 1, #queued, 2 do
     local w = {}
     if records then

@@ -28,6 +28,15 @@ local function raise(msg)
   end
   error(msg, 0)
 end
+-- As common.lua's: table.unpack on Lua 5.2 and later; TYPE's status reply, wrapped or not.
+local unpack = table.unpack or unpack
+local function type_of(key)
+  local t = redis.call("TYPE", key)
+  if type(t) == "table" then
+    return t.ok
+  end
+  return t
+end
 
 local a = {}
 for i = 1, #ARGV, 2 do
@@ -39,7 +48,7 @@ local history = KEYS[1]
 local held_until = nil
 if a.released_by then
   local state, token = KEYS[2], a.released_by
-  local released = redis.call("TYPE", state)["ok"] == "hash" and
+  local released = type_of(state) == "hash" and
     ((redis.call("HGET", state, "token") == token and redis.call("HEXISTS", state, "released") == 1)
       or redis.call("HGET", state, "left") == token)
   if not released then
@@ -51,7 +60,7 @@ if a.released_by then
     held_until = kept[2]
   end
 end
-local kind = redis.call("TYPE", history)["ok"]
+local kind = type_of(history)
 if kind ~= "none" and kind ~= "stream" then
   raise("WRONGTYPE rlock's history key '" .. history .. "' holds a " .. kind .. ", not a stream")
 end

@@ -1,11 +1,13 @@
 //! The renewal, and what a Redlock quorum needs beyond asking every master at once:
 //! - **one server, one vote**: before every grant each master says which server it is (its
-//!   `run_id`) and what it is; two URLs that reach the same server, a replica, a Cluster node,
-//!   something that is no usable Redis, or a user without the right to say (`+info`) are
-//!   refused (78) before anything is written;
+//!   `run_id`, from the plain INFO command, never from a script) and what it is; two URLs that
+//!   reach the same server, a replica, a Cluster node, a Sentinel, something that is no usable
+//!   Redis, or a user or service that will not say (INFO refused) are refused (78) before
+//!   anything is written;
 //! - **no vote from a master that may have forgotten**: a master that has run for less than
-//!   the TTL asked for does not count toward a grant where another master says someone else
-//!   holds the lock (`exclusive.rs`, `votes`): it may have restarted empty under that holder;
+//!   the longest lease any master reports does not count toward a grant where another master
+//!   says someone else holds the lock (`exclusive.rs`, `votes`): it may have restarted empty
+//!   under that holder;
 //! - **a release by majority**: it succeeds only where a majority released (or had already);
 //! - **a renewal that repairs, at once**: when a majority renewed, a master that does not have
 //!   the key (slow at the grant, restarted empty) gets the lock written again, and while one
@@ -24,7 +26,7 @@ use std::time::Duration;
 use super::call::acquire::{Acquire, Attempt};
 use super::call::release::ReleaseReply;
 use super::call::renew::Renew;
-use super::call::{self, Identify, ServerId};
+use super::call::{self, IDENTITY_SECTIONS, ServerId};
 use super::error::{About, Error, Refused};
 use super::key::LockKey;
 use super::locker::{Locker, Quorum, Relock, no_quorum};
@@ -42,7 +44,13 @@ impl Locker {
         &self,
         timeout: Duration,
     ) -> Result<Vec<Result<ServerId, NodeError>>, Error> {
-        let said = self.on_all(|n| call::run(n, &Identify, timeout));
+        let said = self.on_all(|n| {
+            n.info(&IDENTITY_SECTIONS, timeout)
+                .map(|texts| match &texts[..] {
+                    [server, replication] => ServerId::from_info(server, replication),
+                    _ => None,
+                })
+        });
         let mut seen: HashMap<String, usize> = HashMap::new();
         let mut out = Vec::with_capacity(said.len());
         for (i, id) in said.into_iter().enumerate() {
@@ -68,10 +76,18 @@ impl Locker {
                             "'{name}' is a replica of {master}: Redlock needs independent masters (a replica loses its master's locks with it, or cannot take a write); name independent masters"
                         )));
                     }
-                    if id.cluster_node {
-                        return Err(Error::Config(format!(
-                            "'{name}' is a node of a Redis Cluster, which holds only its own slots' keys: Redlock needs independent masters (for a Cluster, add --cluster)"
-                        )));
+                    match id.mode.as_deref() {
+                        Some("cluster") => {
+                            return Err(Error::Config(format!(
+                                "'{name}' is a node of a Redis Cluster, which holds only its own slots' keys: Redlock needs independent masters (for a Cluster, add --cluster)"
+                            )));
+                        }
+                        Some("sentinel") => {
+                            return Err(Error::Config(format!(
+                                "'{name}' is a Sentinel: Redlock needs Redis masters, named by their own URLs"
+                            )));
+                        }
+                        _ => {}
                     }
                     out.push(Ok(id));
                 }
@@ -89,9 +105,7 @@ impl Locker {
                     if e.kind == Fault::Other
                         && e.detail.to_ascii_lowercase().contains("unknown command") =>
                 {
-                    return Err(Error::Config(format!(
-                        "'{name}' does not run scripts (is it a Sentinel?): Redlock needs Redis masters, named by their own URLs"
-                    )));
+                    return Err(unidentified(name));
                 }
                 Err(e) => out.push(Err(e)),
             }
@@ -181,7 +195,7 @@ impl Locker {
 /// The refusal of a master that will not say which server it is: the ACL user lacks +info.
 fn unidentified(name: &str) -> Error {
     Error::Config(format!(
-        "'{name}' will not say which server it is: its ACL user needs +info (INFO server and INFO replication), with which Redlock counts each server once and refuses replicas"
+        "'{name}' will not say which server it is: INFO (server and replication) was refused, by the ACL user's rights (it needs +info) or by a service that does not offer INFO; Redlock needs it to count each server once and to refuse replicas"
     ))
 }
 

@@ -54,7 +54,7 @@ if current ~= token then
   if current then
     return reply("other", "pttl", redis.call("PTTL", lock))
   end
-  local broken = redis.call("TYPE", state)["ok"] == "hash" and
+  local broken = type_of(state) == "hash" and
     redis.call("HGET", state, "token") == token and redis.call("HGET", state, "broken")
   return reply("free", "broken", broken and 1)
 end

@@ -37,7 +37,7 @@ local function busy_multi(r, pttl, ahead)
   local first = redis.call("ZRANGE", r.lock, 0, 0)[1]
   local h = record_of(r.state, first or "") or {}
   return reply("busy", "pttl", pttl, "now", r.now, "host", h.host, "pid", h.pid, "user", h.user,
-    "since", h.since, "cmd", h.cmd, "holders", redis.call("ZCARD", r.lock),
+    "since", h.since, "cmd", h.cmd, "ttl", h.ttl, "holders", redis.call("ZCARD", r.lock),
     "limit", tonumber(redis.call("HGET", r.state, "limit")) or 0, "ahead", ahead and 1,
     "place", place_in_line(r))
 end

@@ -277,6 +277,7 @@ impl<T: Tries> Waiter<'_, T> {
                 holder,
                 crowd,
                 place,
+                ..
             } => (
                 if pttl >= 0 {
                     Duration::from_millis(pttl as u64 + 1)

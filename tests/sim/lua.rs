@@ -44,6 +44,18 @@ impl Server for Env {
     }
 }
 
+/// How the host hands a script what Redis gives it. `Redis`: Redis's own (Lua 5.1, a status
+/// reply as a table `{ok = word}`, the global `unpack`). `Plain`: as the hosts of some other
+/// servers are (Dragonfly and Garnet run Lua 5.4 with 5.1 shims): a status reply as the plain
+/// word, and `table.unpack` without the global `unpack`. The scripts must give the same answers
+/// on both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Host {
+    #[default]
+    Redis,
+    Plain,
+}
+
 /// One server's Lua, its scripts compiled once (as Redis keeps them by SHA1).
 pub struct Scripting {
     lua: Lua,
@@ -103,12 +115,13 @@ fn argv(args: Variadic<Value>) -> mlua::Result<Vec<String>> {
         .collect()
 }
 
-/// A reply as a script sees it.
-fn to_lua(lua: &Lua, r: Resp) -> mlua::Result<Value> {
+/// A reply as a script sees it, on `host`.
+fn to_lua(lua: &Lua, r: Resp, host: Host) -> mlua::Result<Value> {
     Ok(match r {
         Resp::Nil => Value::Boolean(false),
         Resp::Int(i) => Value::Number(i as f64),
         Resp::Bulk(s) => Value::String(lua.create_string(&s)?),
+        Resp::Status(s) if host == Host::Plain => Value::String(lua.create_string(&s)?),
         Resp::Status(s) => {
             let t = lua.create_table()?;
             t.set("ok", s)?;
@@ -122,7 +135,7 @@ fn to_lua(lua: &Lua, r: Resp) -> mlua::Result<Value> {
         Resp::Array(items) => {
             let t = lua.create_table()?;
             for (i, item) in items.into_iter().enumerate() {
-                t.raw_set(i + 1, to_lua(lua, item)?)?;
+                t.raw_set(i + 1, to_lua(lua, item, host)?)?;
             }
             Value::Table(t)
         }
@@ -241,15 +254,22 @@ fn command(lua: &Lua, args: Variadic<Value>, raise: bool) -> mlua::Result<Value>
         let now = env.now_us;
         store.command(&argv, now, env)
     };
+    let host = lua.app_data_ref::<Host>().map_or(Host::Redis, |h| *h);
     match reply {
         Resp::Err(e) if raise => Err(mlua::Error::RuntimeError(e)),
-        r => to_lua(lua, r),
+        r => to_lua(lua, r, host),
     }
 }
 
 impl Scripting {
     pub fn new() -> Self {
+        Scripting::on(Host::Redis)
+    }
+
+    /// A server's Lua as `host` gives it.
+    pub fn on(host: Host) -> Self {
         let lua = Lua::new();
+        lua.set_app_data(host);
         let set_up = || -> mlua::Result<()> {
             let redis: Table = lua.create_table()?;
             redis.set(
@@ -287,6 +307,9 @@ impl Scripting {
                 })?,
             )?;
             lua.globals().set("cjson", cjson)?;
+            if host == Host::Plain {
+                lua.load("table.unpack = unpack; unpack = nil").exec()?;
+            }
             Ok(())
         };
         set_up().expect("the scripting environment");

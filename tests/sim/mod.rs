@@ -73,6 +73,11 @@ pub struct Setup {
     pub bug: Option<Bug>,
     /// A bug planted in the scripts (their text on the way to the servers).
     pub script_bug: Option<fn(&mut net::Call)>,
+    /// How the servers' Lua hands replies to the scripts.
+    pub host: lua::Host,
+    /// Each client after the first asks for its own TTL, one to two times the run's: holders of
+    /// one key with different TTLs (Redlock's restart rule counts the holder's lease).
+    pub mixed_ttls: bool,
 }
 
 /// How a run ended.
@@ -176,6 +181,8 @@ impl Setup {
             rate_error: 0.004,
             bug: None,
             script_bug: None,
+            host: lua::Host::Redis,
+            mixed_ttls: matches!(mode, Mode::Redlock(_)),
         }
     }
 }
@@ -210,6 +217,10 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
             run_id,
         ));
     }
+    for server in &mut world.servers {
+        server.host = setup.host;
+        server.scripting = lua::Scripting::on(setup.host);
+    }
     match setup.mode {
         Mode::Replicas | Mode::Unreplicated => {
             // The replica: the master's clock (replication carries absolute expiry times).
@@ -223,8 +234,16 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
         Mode::TwoNamesOneServer => world.nodes = vec![0, 1, 1],
         _ => world.nodes = (0..names).collect(),
     }
-    let ttl = Duration::from_millis(world.rng.range(600, 3_000));
+    let ttl_ms = world.rng.range(600, 3_000);
+    let ttl = Duration::from_millis(ttl_ms);
     let op_timeout = Duration::from_millis(world.rng.range(50, 400));
+    let ttls: Vec<Duration> = (0..setup.clients)
+        .map(|c| match setup.mixed_ttls && c > 0 {
+            true => Duration::from_millis(world.rng.range(ttl_ms, 2 * ttl_ms)),
+            false => ttl,
+        })
+        .collect();
+    let longest = ttls.iter().copied().max().unwrap_or(ttl);
     for _ in 0..setup.clients {
         let rate = world.rng.real(1.0 - e, 1.0 + e);
         world.clients.push(world::ClientState {
@@ -233,16 +252,16 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
         });
     }
     let ttl_us = ttl.as_micros() as Micros;
-    let length = ttl_us * 4 * u64::from(setup.rounds);
+    let length = longest.as_micros() as Micros * 4 * u64::from(setup.rounds);
     faults::plan(&mut world, setup.model, length, ttl_us);
     world.note(format!(
-        "seed {seed}: {:?} {:?}, ttl {ttl:?}, op timeout {op_timeout:?}, {} clients",
+        "seed {seed}: {:?} {:?}, ttls {ttls:?}, op timeout {op_timeout:?}, {} clients",
         setup.mode, setup.sharing, setup.clients
     ));
 
     let sim = Arc::new(Sim::new(world));
     let origin = Instant::now();
-    for c in 0..setup.clients {
+    for (c, &ttl) in ttls.iter().enumerate() {
         let rate = sim.lock().clients[c].rate;
         let clock = Arc::new(SimClock {
             sim: sim.clone(),
@@ -272,7 +291,7 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
             op_timeout,
             sharing,
             join: single,
-            max_wait: ttl * 4,
+            max_wait: longest * 4,
             plant: setup.bug,
         };
         let s = sim.clone();

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::backend::{Fault, NodeError};
 
-use super::lua::{Env, Exec, Scripting};
+use super::lua::{Env, Exec, Host, Scripting};
 use super::store::{Resp, Store};
 use super::world::{Kind, Micros, World};
 
@@ -16,6 +16,8 @@ pub struct Server {
     pub name: String,
     pub store: Store,
     pub scripting: Scripting,
+    /// How its Lua hands replies to scripts (kept across restarts).
+    pub host: Host,
     pub up: bool,
     pub frozen: bool,
     /// Requests that reached it while frozen, in order.
@@ -49,6 +51,7 @@ impl Server {
             name,
             store: Store::default(),
             scripting: Scripting::new(),
+            host: Host::Redis,
             up: true,
             frozen: false,
             backlog: Vec::new(),
@@ -271,7 +274,7 @@ impl World {
         s.up = true;
         s.run_id = format!("{run:040x}");
         s.started = now as i64;
-        s.scripting = Scripting::new();
+        s.scripting = Scripting::on(s.host);
         if !keep {
             s.store = Store::default();
         }

@@ -20,6 +20,11 @@ pub struct SimNode {
     pub name: String,
 }
 
+/// A plain INFO (what `Node::info` sends), carried as a script of the simulation's own so that
+/// it travels the simulated network like any request. No rlock script reads INFO.
+const INFO_AS_SCRIPT: &str =
+    "local out = {} for i, s in ipairs(ARGV) do out[i] = redis.call('INFO', s) end return out";
+
 impl Node for SimNode {
     fn eval(
         &self,
@@ -28,25 +33,44 @@ impl Node for SimNode {
         args: &[&str],
         timeout: Duration,
     ) -> Result<redis::Value, NodeError> {
-        let me = me();
-        let mut w = self.sim.lock();
-        if w.shutdown {
-            return Err(node_error(Fault::Io, &self.name, "the simulation is over"));
-        }
-        let rate = w.clients[w.client_of(me)].rate;
-        let timeout = (timeout.as_micros() as f64 / rate) as Micros;
+        self.send(
+            Call {
+                name: script.name,
+                source: script.source.to_string(),
+                sha: script.sha.to_string(),
+                keys: keys.iter().map(|k| k.to_string()).collect(),
+                args: args.iter().map(|a| a.to_string()).collect(),
+                replicated: script.replicated.map(|(_, when)| when),
+            },
+            timeout,
+        )
+    }
+
+    fn info(&self, sections: &[&str], timeout: Duration) -> Result<Vec<String>, NodeError> {
         let call = Call {
-            name: script.name,
-            source: script.source.to_string(),
-            sha: script.sha.to_string(),
-            keys: keys.iter().map(|k| k.to_string()).collect(),
-            args: args.iter().map(|a| a.to_string()).collect(),
-            replicated: script.replicated.map(|(_, when)| when),
+            name: "INFO",
+            source: INFO_AS_SCRIPT.into(),
+            sha: sha1_smol::Sha1::from(INFO_AS_SCRIPT.as_bytes())
+                .digest()
+                .to_string(),
+            keys: Vec::new(),
+            args: sections.iter().map(|s| s.to_string()).collect(),
+            replicated: None,
         };
-        let req = w.send(me, self.node, call, timeout.max(1));
-        let mut w = self.sim.park(w, me);
-        w.result(req)
-            .unwrap_or_else(|| Err(node_error(Fault::Io, &self.name, "the simulation is over")))
+        match self.send(call, timeout)? {
+            redis::Value::Array(texts) => Ok(texts
+                .iter()
+                .map(|t| match t {
+                    redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                    _ => String::new(),
+                })
+                .collect()),
+            other => Err(node_error(
+                Fault::Other,
+                &self.name,
+                &format!("unexpected reply to INFO: {other:?}"),
+            )),
+        }
     }
 
     fn scan(&self, _pattern: &str, _timeout: Duration) -> Result<Vec<String>, NodeError> {
@@ -72,6 +96,23 @@ impl Node for SimNode {
 
     fn name(&self) -> &str {
         &self.name
+    }
+}
+
+impl SimNode {
+    /// Sends `call` over the simulated network and parks until its reply or its `timeout`.
+    fn send(&self, call: Call, timeout: Duration) -> Result<redis::Value, NodeError> {
+        let me = me();
+        let mut w = self.sim.lock();
+        if w.shutdown {
+            return Err(node_error(Fault::Io, &self.name, "the simulation is over"));
+        }
+        let rate = w.clients[w.client_of(me)].rate;
+        let timeout = (timeout.as_micros() as f64 / rate) as Micros;
+        let req = w.send(me, self.node, call, timeout.max(1));
+        let mut w = self.sim.park(w, me);
+        w.result(req)
+            .unwrap_or_else(|| Err(node_error(Fault::Io, &self.name, "the simulation is over")))
     }
 }
 

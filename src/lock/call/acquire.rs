@@ -22,6 +22,9 @@ pub(crate) enum Attempt {
         pttl: i64,
         now_ms: i64,
         holder: Holder,
+        /// The lease (ms) the holder's grant or last renewal asked for, where its record says:
+        /// with `pttl`, how long a master restarted empty may have lost it for.
+        lease_ms: Option<i64>,
         crowd: Option<Crowd>,
         /// The waiter's place in line (1 first), when it waits in line.
         place: Option<i64>,
@@ -144,6 +147,7 @@ fn answer(r: &[Value]) -> Result<Answer, Refusal> {
             pttl: f.need_int("pttl")?,
             now_ms: f.need_int("now")?,
             holder: f.holder(),
+            lease_ms: f.int("ttl"),
             crowd: match f.int("holders") {
                 Some(holders) => Some(Crowd {
                     holders,

@@ -17,10 +17,16 @@ fn granted(fence: i64) -> NodeAttempt {
 }
 
 fn busy(pttl: i64) -> NodeAttempt {
+    busy_for(pttl, None)
+}
+
+/// Busy, with the holder's record saying its lease was `lease_ms`.
+fn busy_for(pttl: i64, lease_ms: Option<i64>) -> NodeAttempt {
     Ok(Attempt::Busy {
         pttl,
         now_ms: pttl,
         holder: Holder::default(),
+        lease_ms,
         crowd: None,
         place: None,
     })
@@ -63,23 +69,64 @@ fn a_majority_grants_with_the_highest_fence() {
     assert_eq!(majority_fence(five, &results[1..], &all), None);
 }
 
+fn secs(s: u64) -> Option<Duration> {
+    Some(Duration::from_secs(s))
+}
+
 #[test]
 fn a_recent_master_votes_only_where_no_master_says_another_holds_the_lock() {
     let three = Quorum::of(3);
-    // The second master restarted less than a TTL ago.
-    let recent = [false, true, false];
+    // The second master restarted 2 s ago, the others long ago.
+    let uptimes = [secs(3600), secs(2), secs(3600)];
     // Another holder on the first: the restarted master may have lost that holder's lock.
-    let results = [busy(100), granted(5), granted(7)];
-    assert_eq!(votes(&results, &recent), vec![true, false, true]);
+    let results = [busy(5_000), granted(5), granted(7)];
+    assert_eq!(votes(&results, &uptimes), vec![true, false, true]);
     assert_eq!(
-        majority_fence(three, &results, &votes(&results, &recent)),
+        majority_fence(three, &results, &votes(&results, &uptimes)),
         None
     );
     // Nobody else holds it anywhere that answered (a fresh start of every master): it counts.
     let results = [failed(Fault::Timeout), granted(5), granted(7)];
-    assert_eq!(votes(&results, &recent), vec![true; 3]);
+    assert_eq!(votes(&results, &uptimes), vec![true; 3]);
     assert_eq!(
-        majority_fence(three, &results, &votes(&results, &recent)),
+        majority_fence(three, &results, &votes(&results, &uptimes)),
+        Some(7)
+    );
+    // A master that did not say how long it has run never counts as restarted.
+    let results = [busy(5_000), granted(5), granted(7)];
+    assert_eq!(votes(&results, &[None; 3]), vec![true; 3]);
+}
+
+#[test]
+fn the_restart_rule_counts_the_holders_lease_not_the_askers() {
+    let three = Quorum::of(3);
+    let uptimes = [secs(3600), secs(2), secs(3600)];
+    // The holder asked for 60 s and has 57 s left: a master up for 2 s may have lost its lock,
+    // however short a TTL the asker wants.
+    let results = [busy_for(57_000, Some(60_000)), granted(5), granted(7)];
+    assert_eq!(votes(&results, &uptimes), vec![true, false, true]);
+    assert_eq!(
+        majority_fence(three, &results, &votes(&results, &uptimes)),
+        None
+    );
+    // The lease its record holds counts even when the PTTL is shorter (renewed just before the
+    // restart elsewhere), and a record without a lease leaves the PTTL.
+    assert_eq!(
+        longest_lease(&[busy_for(1_000, Some(60_000)), granted(1)]),
+        Some(Duration::from_secs(60))
+    );
+    assert_eq!(
+        longest_lease(&[busy(2_500), busy_for(900, Some(1_000))]),
+        Some(Duration::from_millis(2_500))
+    );
+    // A lock without expiry: no recent master votes while it is held.
+    assert_eq!(longest_lease(&[busy(-1), granted(1)]), Some(Duration::MAX));
+    assert_eq!(longest_lease(&[granted(1), failed(Fault::Io)]), None);
+    // A master up for longer than the longest lease reported has nothing left to lose.
+    let results = [busy_for(1_500, Some(1_800)), granted(5), granted(7)];
+    assert_eq!(votes(&results, &uptimes), vec![true; 3]);
+    assert_eq!(
+        majority_fence(three, &results, &votes(&results, &uptimes)),
         Some(7)
     );
 }

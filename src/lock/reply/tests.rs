@@ -93,6 +93,7 @@ fn busy_names_the_holder_rlock_wrote() {
             ("user", bulk("alice")),
             ("since", bulk("990000")),
             ("cmd", bulk("make")),
+            ("ttl", bulk("60000")),
             ("place", Value::Int(2)),
         ],
     );
@@ -100,6 +101,7 @@ fn busy_names_the_holder_rlock_wrote() {
         pttl,
         now_ms,
         holder,
+        lease_ms,
         crowd,
         place,
     }) = attempt(&r)
@@ -107,8 +109,8 @@ fn busy_names_the_holder_rlock_wrote() {
         panic!("not busy: {r:?}");
     };
     assert_eq!(
-        (pttl, now_ms, crowd, place),
-        (2500, 1_000_000, None, Some(2))
+        (pttl, now_ms, lease_ms, crowd, place),
+        (2500, 1_000_000, Some(60_000), None, Some(2))
     );
     assert_eq!(holder.host.as_deref(), Some("build-7"));
     assert_eq!(holder.pid, Some(HolderPid::Pid(4411)));

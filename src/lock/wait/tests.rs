@@ -446,6 +446,7 @@ fn busy_attempt() -> Result<Attempt, Error> {
         pttl: 60_000,
         now_ms: 1_000,
         holder: Default::default(),
+        lease_ms: None,
         crowd: None,
         place: None,
     })

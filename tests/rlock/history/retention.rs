@@ -161,3 +161,50 @@ fn a_history_write_the_acl_refuses_changes_nothing_else() {
     let pttl = server.pttl("{rlock:k}:state");
     assert!(pttl > 0, "the lock's own keys expire as ever: {pttl}");
 }
+
+/// A server without streams (Garnet; here XADD renamed away): the history is off. A run
+/// locks, runs and releases as ever (exit code and output untouched, nothing of the history
+/// left in Redis); under -v one line says the history is off there, and without -v nothing;
+/// `inspect --history` says in one line that such a server has none.
+#[test]
+fn a_server_without_streams_runs_without_history_and_says_so_once_under_v() {
+    let server = RedisServer::start_with(&[
+        "--rename-command",
+        "XADD",
+        "",
+        "--rename-command",
+        "XREVRANGE",
+        "",
+    ]);
+    let out =
+        run(rlock_at(&server).args(["exec", "-k", "k", "--", "sh", "-c", "echo out; exit 3"]));
+    assert_eq!(
+        (out.code, out.stdout.as_str(), out.stderr.as_str()),
+        (3, "out\n", ""),
+        "silent without -v: {out}"
+    );
+    let out = run(rlock_at(&server).args(["-v", "exec", "-k", "k", "--", "true"]));
+    assert_eq!(out.code, 0, "{out}");
+    let said: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("history"))
+        .collect();
+    assert_eq!(said.len(), 1, "one line about the history: {out}");
+    assert!(
+        said[0].contains("history of lock 'k' is off")
+            && said[0].contains("does not offer streams"),
+        "{out}"
+    );
+    assert!(!server.exists(HISTORY), "no history written");
+    assert!(!server.exists("rlock:k"), "released");
+    // Asked for the history, one line says why there is none.
+    let out = run(rlock_at(&server).args(["inspect", "-k", "k", "--history"]));
+    assert_ne!(out.code, 0, "{out}");
+    assert!(
+        out.stderr
+            .contains("a server without streams has no history")
+            && out.stderr.lines().count() == 1,
+        "{out}"
+    );
+}

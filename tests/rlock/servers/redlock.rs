@@ -172,10 +172,14 @@ fn redlock_is_busy_when_another_client_holds_a_majority_and_not_for_a_minority()
     assert_eq!(info["held"], true, "{out}");
     assert_eq!(info["token"], "foreign", "{out}");
 
-    // Held on two of five only: the other three are a majority (once they have run for the
-    // TTL asked for: a master that may have restarted empty under the holder does not vote).
+    // Held on two of five only: the other three are a majority (once they have run for longer
+    // than the lease the holder's masters report: a master that may have restarted empty under
+    // the holder does not vote). The foreign lease is shortened so that they soon have.
     nodes[0].cmd(&["DEL", LOCK]);
-    ran_for(&nodes, 3);
+    for n in &nodes[1..3] {
+        n.cmd(&["PEXPIRE", LOCK, "8000"]);
+    }
+    outlasted(&nodes);
     let out = expect(
         0,
         redlock(&nodes).args(["acquire", "-n", "--json", "-k", KEY, "--ttl", "3s"]),

@@ -321,3 +321,65 @@ fn redlock_a_master_slow_at_the_grant_and_one_empty_restart_never_make_two_holde
         assert!(gap > 0.0, "run {run}: A beat {:.0} ms past B's start", -gap);
     }
 }
+
+/// How many times the mixed-TTL restart below runs (each waits out a few seconds of uptime).
+const MIXED_TTL_RUNS: usize = 5;
+
+/// Holders of one key with different TTLs: A holds with a 60 s lease on two of three masters
+/// (its link to the third is a blackhole), then the second restarts empty, and B asks with a
+/// 1 s TTL once the restarted master has run for longer than that. The first master says A
+/// holds the lock, with ~60 s left: the restarted master may have lost A's lock, so it does not
+/// vote, whatever TTL B asks for. B is busy (75), its command never runs, nothing of B's is left
+/// anywhere, and A keeps its lock.
+#[test]
+fn redlock_a_short_ttl_after_one_empty_restart_never_takes_a_longer_lease() {
+    for run in 0..MIXED_TTL_RUNS {
+        let mut nodes = start_nodes(3);
+        let dir = tempdir();
+        let d = dir.path();
+        let proxy = crate::common::Proxy::start(nodes[2].port());
+        proxy.set(crate::common::Mode::Blackhole);
+        let mut a = Bg::spawn_group(
+            "a",
+            d,
+            rlock()
+                .args([
+                    "-u",
+                    &url_of(nodes[0].port()),
+                    "-u",
+                    &url_of(nodes[1].port()),
+                    "-u",
+                    &url_of(proxy.port()),
+                ])
+                .args(["exec", "-k", KEY, "--ttl", "60s", "--"])
+                .args(beating_until_stopped("a")),
+        );
+        let token = token_in(d, "a");
+        nodes[1].restart();
+        // Up for longer than B's TTL (uptime counts whole seconds): the asker's TTL would let
+        // it vote.
+        wait_until("the restarted master to run for 3 s", SOON, || {
+            uptime(&nodes[1]) >= 3
+        });
+        let ran = d.join("b.ran");
+        let out = expect(
+            75,
+            redlock(&nodes)
+                .args(["exec", "-n", "-k", KEY, "--ttl", "1s", "--", "touch"])
+                .arg(&ran),
+        );
+        assert!(out.stderr.contains("busy"), "run {run}: {out}");
+        assert!(!ran.exists(), "run {run}: B's command ran beside A's");
+        assert_eq!(
+            nodes[0].get(LOCK).as_deref(),
+            Some(token.as_str()),
+            "run {run}: A's lock is where it was"
+        );
+        for n in &nodes[1..] {
+            assert_eq!(n.get(LOCK), None, "run {run}: B's grants were given back");
+        }
+        assert!(a.running(), "run {run}: A runs on");
+        touch(d.join("a.stop"));
+        a.finish(FINISH);
+    }
+}

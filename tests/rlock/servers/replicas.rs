@@ -320,11 +320,12 @@ fn replicas_is_checked_as_a_number() {
     assert!(out.stderr.contains("replicas"), "{out}");
 }
 
-/// A server that refuses the WAIT itself (here renamed away, as some managed services and
-/// proxies do): the grant it made is given back, acquire and exec exit 69, the command never
-/// runs, and nothing waits out the TTL.
+/// A server without WAIT (here renamed away, as Garnet and some proxies lack it): the grant it
+/// made is given back, acquire and exec exit 78 at once (a setting the server cannot serve,
+/// not an outage to wait out: exec's `-w 5s` ends long before), with one line saying that
+/// --replicas cannot be used there; the command never runs, and nothing waits out the TTL.
 #[test]
-fn a_server_that_refuses_wait_gets_the_grant_back() {
+fn a_server_without_wait_gets_the_grant_back_and_says_replicas_cannot_be_used() {
     let master = RedisServer::start_with(&["--rename-command", "WAIT", ""]);
     let dir = tempdir();
     let marker = dir.path().join("ran");
@@ -332,12 +333,24 @@ fn a_server_that_refuses_wait_gets_the_grant_back() {
         vec!["acquire", "-k", "r", "-n", "--ttl", "60s"],
         exec_touching(&marker),
     ] {
+        let began = Instant::now();
         let out = run(rlock_at(&master).args(["--replicas", "1"]).args(&sub));
-        assert_given_back(
-            &out,
-            &master,
-            "refused to WAIT for replicas after the grant",
+        assert_eq!(out.code, 78, "{out}");
+        assert!(
+            began.elapsed() < Duration::from_secs(4),
+            "ended at once, not at the end of the wait: {:?}",
+            began.elapsed()
         );
+        assert!(
+            out.stderr.contains("does not offer WAIT")
+                && out.stderr.contains("--replicas cannot be used"),
+            "{out}"
+        );
+        assert!(out.stderr.contains("lock 'r'"), "names the lock: {out}");
+        assert!(out.stderr.contains("given back"), "{out}");
+        assert_eq!(out.stderr.lines().count(), 1, "one line: {out}");
+        assert_eq!(out.stdout, "", "no token for a grant given back: {out}");
+        assert!(!master.exists("rlock:r"), "the grant was left behind");
         assert!(
             out.stderr.contains("unknown command"),
             "says what the server said: {out}"
@@ -374,6 +387,11 @@ fn an_acl_without_wait_exits_77_and_gives_the_grant_back() {
     ]));
     assert_eq!(out.code, 77, "{out}");
     assert!(out.stderr.contains("ACL"), "names the ACL: {out}");
+    // Either the user's rights or a service without the command: both said, and the command.
+    assert!(
+        out.stderr.contains("the command WAIT") && out.stderr.contains("does not offer WAIT"),
+        "names the command and both reasons: {out}"
+    );
     assert!(!master.exists("rlock:a"), "the grant was left behind");
 
     let out = run(rlock().args([
