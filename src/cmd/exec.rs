@@ -1,6 +1,5 @@
 //! `rlock exec`: take the lock, run the command under it, and give it back.
 
-use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -10,17 +9,17 @@ use nix::unistd::Pid;
 use super::Context;
 use super::nested::{self, inherited, inside_exec};
 use super::once;
+
+mod wait;
 use super::record::Recorder;
-use super::take::{Ask, exec_holder, take};
 use crate::cli::ExecArgs;
 use crate::exit::{Code, Exit, Failure, LostHow};
-use crate::lock::{
-    About, Grant, HoldRecord, Interrupt, Interruption, Lease, Locker, Note, Observer, Renewed, Ttl,
-};
-use crate::signals::{Signals, stop_self};
+use crate::lock::{About, Grant, HoldRecord, Interruption, Lease, Locker, Renewed, Ttl};
+use crate::signals::Signals;
 use crate::supervise::{
     self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
 };
+use wait::{acquire, interrupt};
 
 /// `--once-per`: the start of the window the command does, seconds since the epoch by Redis's
 /// clock.
@@ -222,80 +221,6 @@ fn hold(
         });
     }
     Ok(held)
-}
-
-/// Takes the lock, waiting as the options say; the holder is this process and its command (or
-/// the --label).
-fn acquire(
-    ctx: &Context,
-    locker: &Locker,
-    key: &crate::lock::LockKey,
-    args: &ExecArgs,
-    signals: &Signals,
-) -> Result<Grant, Failure> {
-    let ask = Ask {
-        key,
-        ttl: args.ttl,
-        sharing: super::sharing(locker, &args.sharing)?,
-        wait: &args.wait,
-        who: exec_holder(args),
-        hold: args.hold.hold_at_least,
-    };
-    let observer = ExecWait {
-        ctx,
-        program: &args.command[0],
-    };
-    take(locker, ask, &WaitSignals(signals), &observer)
-}
-
-/// What exec says while it waits: what every wait says, and, when the lock is found busy, at
-/// once if the command cannot run now. A typo must not cost the whole wait (the command may
-/// still appear while rlock waits: built by the holder, say), and an uncontended exec does not
-/// look the command up twice.
-struct ExecWait<'a> {
-    ctx: &'a Context,
-    program: &'a std::ffi::OsString,
-}
-
-impl Observer for ExecWait<'_> {
-    fn observe(&self, note: Note<'_>) {
-        if let Note::WaitBegins { key, .. } = note
-            && let Err(why) = supervise::runnable(self.program)
-        {
-            self.ctx.note(format_args!(
-                "{why}; waiting for lock '{key}' anyway (it may appear meanwhile)"
-            ));
-        }
-        self.ctx.observe(note);
-    }
-
-    fn hears_progress(&self) -> bool {
-        self.ctx.hears_progress()
-    }
-}
-
-/// The signals that end exec's wait for the lock.
-struct WaitSignals<'a>(&'a Signals);
-
-impl Interrupt for WaitSignals<'_> {
-    fn fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.0.as_fd())
-    }
-
-    fn take(&self) -> Option<Signal> {
-        interrupt(self.0)
-    }
-}
-
-/// A signal that should end the wait, if one came. Ctrl-Z stops rlock meanwhile, as usual.
-fn interrupt(signals: &Signals) -> Option<Signal> {
-    loop {
-        match signals.try_next()? {
-            Signal::SIGTSTP => stop_self(Signal::SIGTSTP),
-            Signal::SIGCHLD => {}
-            s => return Some(s),
-        }
-    }
 }
 
 /// Step 2: the command, in a process group of its own, given the terminal when rlock has it,
