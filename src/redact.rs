@@ -6,7 +6,8 @@ mod programs;
 mod shell;
 mod words;
 
-pub use command::{cap_field, looks_secret, mask_line, record_args, redact_command};
+pub use command::{cap_field, mask_line, record_args, redact_command};
+pub use words::looks_secret;
 
 /// A URL with its password replaced by `***`, fit for any message.
 pub fn redact(url: &str) -> String {

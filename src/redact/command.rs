@@ -13,24 +13,9 @@ use super::programs::{
 };
 use super::shell;
 use super::words::{
-    MASK, is_blob, is_header_name, is_name, mask_urls, mask_user_at_host, slash_login, user_pass,
+    MASK, is_blob, is_header_name, is_name, looks_secret, mask_urls, mask_user_at_host,
+    slash_login, user_pass,
 };
-
-/// Parts of a name that make it name a secret (in any case, anywhere in the name).
-const SECRET_PARTS: [&str; 12] = [
-    "pass",
-    "pwd",
-    "secret",
-    "token",
-    "key",
-    "auth",
-    "cred",
-    "cookie",
-    "session",
-    "private",
-    "bearer",
-    "signature",
-];
 
 /// Short options that take a secret attached or as the next word: mysql's and sshpass's `-p`,
 /// redis-cli's `-a`, zip's `-P`.
@@ -43,19 +28,6 @@ const SCHEMES: [&str; 5] = ["bearer", "basic", "token", "digest", "negotiate"];
 /// How deep command lines nest in words (`sh -c "ssh h 'mysql -p…'"`) before rlock gives up
 /// and masks the whole word.
 const MAX_DEPTH: usize = 6;
-
-/// Parts of a name that make it name a secret when they stand alone (`GITHUB_PAT`, `DB_PW`),
-/// and too short to look for inside words (`PATH`, `SPIN`).
-const SECRET_WORDS: [&str; 7] = ["pat", "pw", "pin", "otp", "dsn", "jwt", "sig"];
-
-/// True when `name` (an option, variable, header or field name) looks like a secret's.
-pub fn looks_secret(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    SECRET_PARTS.iter().any(|p| lower.contains(p))
-        || lower
-            .split(|c: char| !c.is_ascii_alphanumeric())
-            .any(|part| SECRET_WORDS.contains(&part))
-}
 
 /// Set once for the run by `--record-args`: a command line is recorded whole, masked.
 static RECORD_ARGS: AtomicBool = AtomicBool::new(false);

@@ -133,7 +133,7 @@ pub fn fed_to_secret_stdin(words: &[&str]) -> Vec<bool> {
         let name = w.trim_start_matches('-').to_ascii_lowercase();
         w.starts_with("--")
             && (name == "with-token" || name.ends_with("-stdin"))
-            && super::command::looks_secret(&name)
+            && super::words::looks_secret(&name)
     };
     let ends: Vec<usize> = (0..words.len())
         .filter(|&i| ends_command(words[i]))

@@ -1,6 +1,35 @@
 //! Secrets inside one word, whatever program it is given to: the password of a URL's or a
-//! `user:pass@host`'s credentials. (A JSON word's secret fields are the command module's: they
-//! need its notion of a secret name.)
+//! `user:pass@host`'s credentials; and what makes a name a secret's (`looks_secret`), which the
+//! command lines' masking and the shell's pipes both ask.
+
+/// Parts of a name that make it name a secret (in any case, anywhere in the name).
+const SECRET_PARTS: [&str; 12] = [
+    "pass",
+    "pwd",
+    "secret",
+    "token",
+    "key",
+    "auth",
+    "cred",
+    "cookie",
+    "session",
+    "private",
+    "bearer",
+    "signature",
+];
+
+/// Parts of a name that make it name a secret when they stand alone (`GITHUB_PAT`, `DB_PW`),
+/// and too short to look for inside words (`PATH`, `SPIN`).
+const SECRET_WORDS: [&str; 7] = ["pat", "pw", "pin", "otp", "dsn", "jwt", "sig"];
+
+/// True when `name` (an option, variable, header or field name) looks like a secret's.
+pub fn looks_secret(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    SECRET_PARTS.iter().any(|p| lower.contains(p))
+        || lower
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|part| SECRET_WORDS.contains(&part))
+}
 
 /// What a secret is replaced with.
 pub(super) const MASK: &str = "***";
