@@ -15,8 +15,9 @@ use crate::lock::{Crowd, Seen, human_ms};
 /// `waiting for lock 'deploy': held by …; first in line`
 pub fn begins(key: &str, seen: &Seen, place: Option<i64>) -> String {
     format!(
-        "waiting for lock '{key}': {}{}",
+        "waiting for lock '{key}': {}{}{}",
         holders(seen, false),
+        gone(seen),
         line(place)
     )
 }
@@ -30,10 +31,30 @@ pub fn goes_on(
     new_holder: bool,
 ) -> String {
     format!(
-        "still waiting for lock '{key}' after {}: {}{}",
+        "still waiting for lock '{key}' after {}: {}{}{}",
         human_ms(waited.as_millis() as i64),
         holders(seen, new_holder),
+        gone(seen),
         line(place)
+    )
+}
+
+/// `, a run whose rlock is gone; its lease ends in 41s`: a holder on this host whose process is
+/// no more (SIGKILLed with its guardian, say), which nothing but its lease's end frees.
+fn gone(seen: &Seen) -> String {
+    let Seen::Held { pttl, holder, .. } = seen else {
+        return String::new();
+    };
+    let (Some(host), Some(pid)) = (&holder.host, holder.pid.as_ref().and_then(|p| p.number()))
+    else {
+        return String::new();
+    };
+    if *pttl < 0 || !crate::identity::process_gone(host, pid, holder.pidns.as_deref()) {
+        return String::new();
+    }
+    format!(
+        ", a run whose rlock is gone; its lease ends in {}",
+        human_ms(*pttl)
     )
 }
 

@@ -26,6 +26,10 @@ fn killed_run_is_abandoned(with_guardian: bool) {
         rlock_at(&server).args(["exec", "-k", "k", "--ttl", "1s", "--", "sleep", "30"]),
     );
     wait_held(&server, &lock, &mut rl);
+    // Written beside the command's start, a moment after the grant.
+    wait_until("the run's start on record", SOON, || {
+        !history_of(rlock_at(&server), "k", 10).is_empty()
+    });
     let runs = history_of(rlock_at(&server), "k", 10);
     assert_eq!(
         outcomes(&runs),
@@ -45,6 +49,19 @@ fn killed_run_is_abandoned(with_guardian: bool) {
         }
     }
     let _ = rl.finish(SOON);
+    if with_guardian {
+        // A waiter on this host says what it waits for: a lease nobody renews.
+        let out = run(rlock_at(&server).args(["-v", "exec", "-k", "k", "-w", "10s", "--", "true"]));
+        assert_eq!(out.code, 0, "{out}");
+        assert!(
+            out.stderr
+                .contains("a run whose rlock is gone; its lease ends in"),
+            "{out}"
+        );
+        let runs = history_of(rlock_at(&server), "k", 10);
+        assert_eq!(outcomes(&runs), ["ok", "abandoned"], "{runs:?}");
+        return;
+    }
     wait_until("the killed run's lease to run out", SOON, || {
         !server.exists(&lock)
     });
