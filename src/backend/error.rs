@@ -69,6 +69,10 @@ pub enum Fault {
     /// The server refused what rlock's scripts ask of it as no Redis it supports would: a
     /// command or a form of it that came later (an HSET of several fields is Redis 4.0's).
     TooOld,
+    /// The server answered with a reply no version of rlock's scripts gives (a script's reply
+    /// that cannot be read, a grant whose fence or TTL is nonsense): what the server did is
+    /// unknown, as after a reply that never came.
+    BadReply,
     /// Anything else the server or the client library said.
     Other,
 }
@@ -160,6 +164,7 @@ impl Fault {
             | Fault::NotRedis
             | Fault::Replicas
             | Fault::TooOld
+            | Fault::BadReply
             | Fault::Other => Class::Unavailable,
             Fault::NoPassword | Fault::Auth | Fault::Denied => Class::Refused,
             Fault::WrongType | Fault::Mismatch => Class::NotALock,

@@ -4,4 +4,5 @@
 mod failed_writes;
 mod files;
 mod foreign_bytes;
+mod lying_server;
 mod smaller;
