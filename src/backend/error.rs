@@ -218,6 +218,9 @@ impl Fault {
             Fault::WrongType
         } else if lower.contains("db index is out of range") {
             Fault::Config
+        } else if text.contains(super::OVER_LIMIT) {
+            // A reply larger than rlock holds: a reply it cannot use, not a broken link.
+            Fault::BadReply
         } else if err.is_io_error() && lower.contains("failed to lookup address") {
             // The resolver's own words (std's, whatever the platform's resolver said).
             Fault::Unresolved
