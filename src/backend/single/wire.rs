@@ -368,6 +368,8 @@ fn tcp(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
 #[derive(Default)]
 struct Frame {
     at: usize,
+    /// How far a line's end was looked for, in vain.
+    scanned: usize,
     open: Vec<usize>,
     values: usize,
 }
@@ -378,14 +380,25 @@ impl Frame {
     /// (up to its bad line) for the parser to say so.
     fn advance(&mut self, buf: &[u8], limits: Limits) -> RedisResult<Option<usize>> {
         loop {
-            let Some(end) = buf[self.at..].windows(2).position(|w| w == b"\r\n") else {
+            // The end of the line at `at`, looked for only where it was not looked for yet.
+            let from = self.at.max(self.scanned);
+            let Some(newline) = buf[from..].iter().position(|&b| b == b'\n') else {
+                self.scanned = buf.len();
                 return match buf.len() > limits.bytes {
                     true => Err(over(limits.bytes, "bytes in a reply")),
                     false => Ok(None),
                 };
             };
-            let line = &buf[self.at + 1..self.at + end];
-            let next = self.at + end + 2;
+            let newline = from + newline;
+            let next = newline + 1;
+            let line = match buf
+                .get(self.at + 1..newline)
+                .and_then(|l| l.strip_suffix(b"\r"))
+            {
+                Some(line) => line,
+                // Not RESP: the parser says so.
+                None => return Ok(Some(next)),
+            };
             self.values += 1;
             if self.values > limits.elements {
                 return Err(over(limits.elements, "values in a reply"));
@@ -482,6 +495,9 @@ mod tests {
         assert_eq!(framed(&two).unwrap(), Some(reply.len()));
         assert_eq!(framed(b"*0\r\n").unwrap(), Some(4));
         assert_eq!(framed(b"-ERR no\r\n").unwrap(), Some(9));
+        // Not RESP: up to the bad line, for the parser to refuse.
+        assert_eq!(framed(b"\nxx").unwrap(), Some(1));
+        assert_eq!(framed(b"HTTP/1.1 400\n").unwrap(), Some(13));
     }
 
     #[test]

@@ -5,4 +5,5 @@ mod failed_writes;
 mod files;
 mod foreign_bytes;
 mod lying_server;
+mod slow_server;
 mod smaller;

@@ -1,29 +1,35 @@
-//! Running a command to its end with its peak memory measured: the kernel's own count of the
-//! child's largest resident set (`ru_maxrss` from `wait4`), taken as it is reaped, so nothing
-//! between two looks is missed.
+//! Running a command to its end with its peak memory measured: its own high-water mark
+//! (`VmHWM` in /proc/PID/status), read every few milliseconds while it runs.
+//!
+//! Not the kernel's `ru_maxrss` from `wait4`: that also counts the memory the child had before
+//! its exec, which for a child spawned by the (large) test process is the test process's own.
 
-use std::io;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::binary::{Output, drain};
-use crate::limits::{POLL, RUN_TIMEOUT};
+use crate::limits::RUN_TIMEOUT;
 
 /// How a measured run went.
 pub struct Measured {
     pub out: Output,
     /// From the spawn to the exit seen.
     pub took: Duration,
-    /// The child's peak resident set, in KiB.
+    /// The largest resident set seen, in KiB.
     pub peak_kib: u64,
+}
+
+/// The high-water mark of `pid`'s resident set in KiB; None once it has exited.
+fn high_water(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    line.trim().trim_end_matches("kB").trim().parse().ok()
 }
 
 /// Runs `cmd` to completion (stdin from /dev/null, output captured) and measures it. Panics,
 /// after SIGKILL, if it runs longer than `RUN_TIMEOUT`.
 pub fn run_measured(cmd: &mut Command) -> Measured {
     let started = Instant::now();
-    // Reaped by `wait4` below, which std's `wait` cannot do with the child's peak memory.
-    #[allow(clippy::zombie_processes)]
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -32,24 +38,21 @@ pub fn run_measured(cmd: &mut Command) -> Measured {
         .unwrap_or_else(|e| panic!("cannot spawn {:?}: {e}", cmd.get_program()));
     let (out_buf, out_thread) = drain(child.stdout.take().expect("piped stdout"));
     let (err_buf, err_thread) = drain(child.stderr.take().expect("piped stderr"));
-    let pid = child.id() as libc::pid_t;
-    let (status, usage) = loop {
-        let mut status = 0;
-        // SAFETY: an all-zero rusage is a valid value of the plain C struct.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `pid` is this process's own unreaped child (std never waits for it: `child`
-        // is only dropped), and both pointers are to live locals.
-        let reaped = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-        match reaped {
-            0 => {}
-            r if r == pid => break (status, usage),
-            _ => panic!("wait4 for {pid}: {}", io::Error::last_os_error()),
+    let mut peak_kib = 0;
+    let status = loop {
+        // Before the exit is looked for: the last look is at most one pause before the end.
+        if let Some(kib) = high_water(child.id()) {
+            peak_kib = peak_kib.max(kib);
+        }
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            break status;
         }
         if started.elapsed() > RUN_TIMEOUT {
             let _ = child.kill();
+            let _ = child.wait();
             panic!("{:?} ran longer than {RUN_TIMEOUT:?}", cmd.get_program());
         }
-        std::thread::sleep(POLL.min(Duration::from_millis(5)));
+        std::thread::sleep(Duration::from_millis(2));
     };
     let took = started.elapsed();
     let _ = out_thread.join();
@@ -57,17 +60,17 @@ pub fn run_measured(cmd: &mut Command) -> Measured {
     let text = |buf: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>| {
         String::from_utf8_lossy(&buf.lock().unwrap()).into_owned()
     };
-    let code = match libc::WIFEXITED(status) {
-        true => libc::WEXITSTATUS(status),
-        false => -libc::WTERMSIG(status),
-    };
+    use std::os::unix::process::ExitStatusExt;
     Measured {
         out: Output {
-            code,
+            code: status
+                .code()
+                .or(status.signal().map(|s| -s))
+                .expect("exit code or signal"),
             stdout: text(&out_buf),
             stderr: text(&err_buf),
         },
         took,
-        peak_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
+        peak_kib,
     }
 }
