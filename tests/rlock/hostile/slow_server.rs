@@ -145,7 +145,11 @@ fn exec_exits_on_time_when_the_release_trickles() {
     let liar = Liar::start(
         server.port(),
         |words| script_with_argument(words, b"force"),
-        Lie::Trickle(b":1\r\n".repeat(100), Duration::from_millis(300)),
+        // A reply whose end is a long way off at this pace.
+        Lie::Trickle(
+            [b"$100\r\n".as_slice(), &[b'1'; 100], b"\r\n"].concat(),
+            Duration::from_millis(300),
+        ),
     );
     let run = exec_through(&liar, "exit", &ran);
     assert!(ran.exists(), "the command did not run: {}", run.out);
