@@ -163,3 +163,32 @@ fn exec_exits_on_time_when_the_release_trickles() {
         run.out
     );
 }
+
+#[test]
+fn a_wake_channel_that_streams_without_end_costs_the_waiter_no_memory() {
+    let server = RedisServer::start();
+    let holder = acquire(&server, "sub", &[]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ran = dir.path().join("ran");
+    let liar = Liar::start(
+        server.port(),
+        |words| {
+            words
+                .first()
+                .is_some_and(|w| w.eq_ignore_ascii_case(b"SUBSCRIBE"))
+        },
+        Lie::Stream {
+            head: b"$4294967296\r\n".to_vec(),
+            filler: b"x".to_vec(),
+        },
+    );
+    let run = exec_through(&liar, "sub", &ran);
+    assert_eq!(run.out.code, 75, "{}", run.out);
+    assert!(liar.told() >= 1, "no subscription was lied to: {}", run.out);
+    assert_bounded("subscription", &run);
+    assert!(!ran.exists(), "the command ran");
+    assert_eq!(
+        server.get(&lock_key("sub")).as_deref(),
+        Some(holder.as_str())
+    );
+}
