@@ -18,7 +18,7 @@ use super::{Eval, Fault, Node, NodeError, Replies, Script, Subscriber, TlsFiles}
 use crate::redact::redact_text;
 use script::{run_script, wait_replicas};
 pub use wire::OVER_LIMIT;
-use wire::{HISTORY_LIMITS, REPLY_LIMITS, Wire};
+use wire::{LONG_REPLY_LIMITS, Limits, REPLY_LIMITS, Wire};
 
 /// INFO cluster, asked from a script (see cluster_info.lua); sent whole, as it is sent at most
 /// once per listing.
@@ -319,6 +319,7 @@ impl Single {
                 None => slot.insert(self.open(wait)?),
             };
             let _ = conn.set_timeout(wait);
+            conn.limits = REPLY_LIMITS;
             match f(conn) {
                 Ok(v) => {
                     self.tls_settled.store(true, Ordering::Relaxed);
@@ -351,8 +352,29 @@ impl Single {
         cmd: &redis::Cmd,
         timeout: Duration,
     ) -> Result<T, NodeError> {
-        self.call(timeout, |c| cmd.query(c))?
-            .map_err(|e| self.err(&e))
+        self.query_within(cmd, timeout, REPLY_LIMITS)
+    }
+
+    /// As `query`, for a reply that may be long (a Redis Cluster's slot map).
+    pub(crate) fn query_long<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        timeout: Duration,
+    ) -> Result<T, NodeError> {
+        self.query_within(cmd, timeout, LONG_REPLY_LIMITS)
+    }
+
+    fn query_within<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        timeout: Duration,
+        limits: Limits,
+    ) -> Result<T, NodeError> {
+        self.call(timeout, |c| {
+            c.limits = limits;
+            cmd.query(c)
+        })?
+        .map_err(|e| self.err(&e))
     }
 
     /// A script, for a server that may be part of a Cluster: redirections are returned, not
@@ -373,10 +395,9 @@ impl Single {
         // counts the replicas that have this connection's last write, and on a fresh
         // connection (one that wrote nothing) it would count every replica at once.
         let ran = self.call(timeout, |c| {
-            c.limits = match script.long_reply {
-                true => HISTORY_LIMITS,
-                false => REPLY_LIMITS,
-            };
+            if script.long_reply {
+                c.limits = LONG_REPLY_LIMITS;
+            }
             let value = run_script(c, script, keys, args, asking)?;
             let acked = match wait_for {
                 Some((_, wanted)) if wanted(&value) => {

@@ -28,15 +28,17 @@ pub struct Limits {
     pub elements: usize,
 }
 
-/// Every reply but a history's: a lock's scripts answer in a few hundred bytes, a listing's
-/// SCAN in a thousand keys at a time, a semaphore's holders and line in one entry each.
+/// Every reply but a long one (`LONG_REPLY_LIMITS`): a grant, a renewal or a release is a
+/// few hundred bytes, a listing's SCAN a thousand keys at a time.
 pub const REPLY_LIMITS: Limits = Limits {
     bytes: 4 << 20,
     elements: 1 << 16,
 };
 
-/// `inspect --history`: up to --history-limit's largest (100,000) runs of a dozen fields.
-pub const HISTORY_LIMITS: Limits = Limits {
+/// A reply that may be long: `inspect --history`'s (up to --history-limit's largest, 100,000
+/// runs of a dozen fields), `inspect`'s of a semaphore (every holder and waiter), and a Redis
+/// Cluster's slot map (up to 16,384 ranges).
+pub const LONG_REPLY_LIMITS: Limits = Limits {
     bytes: 64 << 20,
     elements: 4 << 20,
 };
