@@ -316,6 +316,10 @@ pub(crate) fn of_subscription(lower: &str) -> Fault {
         .any(|w| lower.contains(w))
     {
         Fault::Auth
+    } else if lower.contains(super::OVER_LIMIT) {
+        // A server that streams a subscriber more than any wake-up: no wait cures it, and the
+        // waiter waits without a wake channel.
+        Fault::BadReply
     } else {
         Fault::Connect
     }
