@@ -104,7 +104,7 @@ impl Cluster {
             }
             let reply: Result<Vec<Value>, NodeError> = self
                 .node(&url)
-                .and_then(|n| n.query(redis::cmd("CLUSTER").arg("SLOTS"), left));
+                .and_then(|n| n.query_long(redis::cmd("CLUSTER").arg("SLOTS"), left));
             match reply {
                 Ok(ranges) => {
                     let map = parse_slots(&ranges, &url, |h, p| {

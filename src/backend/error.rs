@@ -70,6 +70,10 @@ pub enum Fault {
     /// The server refused what rlock's scripts ask of it as no Redis it supports would: a
     /// command or a form of it that came later (an HSET of several fields is Redis 4.0's).
     TooOld,
+    /// The server answered with a reply no version of rlock's scripts gives (a script's reply
+    /// that cannot be read, a grant whose fence or TTL is nonsense): what the server did is
+    /// unknown, as after a reply that never came.
+    BadReply,
     /// Anything else the server or the client library said.
     Other,
 }
@@ -161,6 +165,7 @@ impl Fault {
             | Fault::NotRedis
             | Fault::Replicas
             | Fault::TooOld
+            | Fault::BadReply
             | Fault::Other => Class::Unavailable,
             Fault::NoPassword | Fault::Auth | Fault::Denied => Class::Refused,
             Fault::WrongType | Fault::Mismatch => Class::NotALock,
@@ -214,6 +219,9 @@ impl Fault {
             Fault::WrongType
         } else if lower.contains("db index is out of range") {
             Fault::Config
+        } else if text.contains(super::OVER_LIMIT) {
+            // A reply larger than rlock holds: a reply it cannot use, not a broken link.
+            Fault::BadReply
         } else if err.is_io_error() && lower.contains("failed to lookup address") {
             // The resolver's own words (std's, whatever the platform's resolver said): a name
             // the DNS says does not exist is a mistake in the URL; a resolver that could not
@@ -328,6 +336,10 @@ pub(crate) fn of_subscription(lower: &str) -> Fault {
         .any(|w| lower.contains(w))
     {
         Fault::Auth
+    } else if lower.contains(super::OVER_LIMIT) {
+        // A server that streams a subscriber more than any wake-up: no wait cures it, and the
+        // waiter waits without a wake channel.
+        Fault::BadReply
     } else {
         Fault::Connect
     }

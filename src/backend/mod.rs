@@ -20,7 +20,7 @@ pub use cluster::Cluster;
 pub use error::{Class, Fault, NodeError, SetupError, TlsRefusal};
 pub use sentinel::Sentinel;
 pub use settings::{Settings, TlsFiles, split_urls, with_addr};
-pub use single::{Single, meanwhile};
+pub use single::{OVER_LIMIT, Single, meanwhile};
 pub use slot::{hash_tag, key_slot};
 pub use subscriber::Subscriber;
 
@@ -39,6 +39,8 @@ pub struct Script {
     /// which it must reach the replicas (WAIT) before it counts. None: the script's writes need
     /// no replica.
     pub replicated: Option<(&'static str, ReplyTest)>,
+    /// Its reply may be long (a history): read within larger limits than every other's.
+    pub long_reply: bool,
 }
 
 impl Script {
@@ -49,6 +51,7 @@ impl Script {
             sha,
             always_eval: false,
             replicated: None,
+            long_reply: false,
         }
     }
 
@@ -57,6 +60,14 @@ impl Script {
     pub const fn replicated(self, write: &'static str, when: ReplyTest) -> Self {
         Script {
             replicated: Some((write, when)),
+            ..self
+        }
+    }
+
+    /// A script whose reply may be long (see `long_reply`).
+    pub const fn long_reply(self) -> Self {
+        Script {
+            long_reply: true,
             ..self
         }
     }

@@ -3,20 +3,23 @@
 mod cluster_node;
 mod pipeline;
 mod replicas;
+mod script;
+mod wire;
 
-use replicas::wait_replicas;
-
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use redis::{Connection, RedisResult, Value};
+use redis::{RedisResult, Value};
 
 use super::error::{CHECK_ADDRESS, NOT_REDIS, of_subscription};
 use super::probe::{self, Speaks};
 use super::subscriber::{Addr, Endpoint, tls_config};
 use super::{Eval, Fault, Node, NodeError, Replies, Script, Subscriber, TlsFiles};
 use crate::redact::redact_text;
+use script::{run_script, wait_replicas};
+pub use wire::OVER_LIMIT;
+use wire::{LONG_REPLY_LIMITS, Limits, REPLY_LIMITS, Wire};
 
 thread_local! {
     /// Work to do while this thread waits for its next script's reply (`meanwhile`).
@@ -50,7 +53,9 @@ const FIRST_TLS_REPLY: Duration = Duration::from_millis(500);
 pub struct Single {
     client: redis::Client,
     name: String,
-    conn: Mutex<Option<Connection>>,
+    conn: Mutex<Option<Wire>>,
+    /// The TLS settings of a rediss:// URL's connections, made at the first.
+    tls: OnceLock<Arc<rustls::ClientConfig>>,
     /// Replicas that must acknowledge a script's write (--replicas), for the scripts that ask.
     replicas: u32,
     /// Known not to be a node of a Redis Cluster (see `refuse_cluster_node`).
@@ -78,6 +83,7 @@ impl Single {
             client,
             name,
             conn: Mutex::new(None),
+            tls: OnceLock::new(),
             replicas: 0,
             standalone: AtomicBool::new(false),
             tls_settled: AtomicBool::new(false),
@@ -252,23 +258,37 @@ impl Single {
             && !TLS_ASKED.load(Ordering::Relaxed)
     }
 
-    fn open(&self, timeout: Duration) -> Result<Connection, NodeError> {
-        let conn = self
-            .client
-            .get_connection_with_timeout(timeout)
-            .map_err(|e| {
-                // Connecting may send AUTH or SELECT: the first exchange.
-                let mut err = self.diagnosed(&e, true, timeout);
-                // Nothing was sent yet, so a timeout here is a failure to connect.
-                if matches!(err.kind, Fault::Timeout | Fault::Io) {
-                    err.kind = Fault::Connect;
-                }
-                err
-            })?;
+    /// The TLS settings of this server's connections, for a rediss:// URL (None for another).
+    fn tls_config(&self) -> Result<Option<Arc<rustls::ClientConfig>>, NodeError> {
+        let info = self.client.get_connection_info();
+        if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            return Ok(None);
+        }
+        if let Some(config) = self.tls.get() {
+            return Ok(Some(config.clone()));
+        }
+        let files = &self.tls_files;
+        let client = files.cert.as_deref().zip(files.key.as_deref());
+        let config = tls_config(files.ca.as_deref(), client).map_err(|e| NodeError {
+            kind: Fault::Config,
+            node: self.name.clone(),
+            detail: redact_text(&e.to_string()),
+        })?;
+        Ok(Some(self.tls.get_or_init(|| config).clone()))
+    }
+
+    fn open(&self, timeout: Duration) -> Result<Wire, NodeError> {
+        let info = self.client.get_connection_info();
         // Every read and write on it is bounded too: a frozen server must not hang rlock.
-        let _ = conn.set_read_timeout(Some(timeout));
-        let _ = conn.set_write_timeout(Some(timeout));
-        Ok(conn)
+        Wire::connect(info, self.tls_config()?, timeout).map_err(|e| {
+            // Connecting may send AUTH or SELECT: the first exchange.
+            let mut err = self.diagnosed(&e, true, timeout);
+            // Nothing was sent yet, so a timeout here is a failure to connect.
+            if matches!(err.kind, Fault::Timeout | Fault::Io) {
+                err.kind = Fault::Connect;
+            }
+            err
+        })
     }
 
     /// Runs `f` on the reused connection. A failure of the path to the server (connect,
@@ -277,7 +297,7 @@ impl Single {
     fn call<T>(
         &self,
         timeout: Duration,
-        mut f: impl FnMut(&mut Connection) -> RedisResult<T>,
+        mut f: impl FnMut(&mut Wire) -> RedisResult<T>,
     ) -> Result<RedisResult<T>, NodeError> {
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         // A reused connection may have died since its last use (a restarted server): then
@@ -294,8 +314,8 @@ impl Single {
                 Some(c) => c,
                 None => slot.insert(self.open(wait)?),
             };
-            let _ = conn.set_read_timeout(Some(wait));
-            let _ = conn.set_write_timeout(Some(wait));
+            let _ = conn.set_timeout(wait);
+            conn.limits = REPLY_LIMITS;
             match f(conn) {
                 Ok(v) => {
                     self.tls_settled.store(true, Ordering::Relaxed);
@@ -304,8 +324,10 @@ impl Single {
                 Err(e) => {
                     let err = self.err(&e);
                     // A reply that is not RESP is no answer of the server's either: the
-                    // connection is useless, and so is the port.
-                    if !err.is_transport() && err.kind != Fault::NotRedis {
+                    // connection is useless, and so is the port. A reply over the limits was
+                    // left half read: the connection is out of step.
+                    if !err.is_transport() && !matches!(err.kind, Fault::NotRedis | Fault::BadReply)
+                    {
                         self.tls_settled.store(true, Ordering::Relaxed);
                         return Ok(Err(e));
                     }
@@ -326,8 +348,29 @@ impl Single {
         cmd: &redis::Cmd,
         timeout: Duration,
     ) -> Result<T, NodeError> {
-        self.call(timeout, |c| cmd.query(c))?
-            .map_err(|e| self.err(&e))
+        self.query_within(cmd, timeout, REPLY_LIMITS)
+    }
+
+    /// As `query`, for a reply that may be long (a Redis Cluster's slot map).
+    pub(crate) fn query_long<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        timeout: Duration,
+    ) -> Result<T, NodeError> {
+        self.query_within(cmd, timeout, LONG_REPLY_LIMITS)
+    }
+
+    fn query_within<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        timeout: Duration,
+        limits: Limits,
+    ) -> Result<T, NodeError> {
+        self.call(timeout, |c| {
+            c.limits = limits;
+            cmd.query(c)
+        })?
+        .map_err(|e| self.err(&e))
     }
 
     /// A script, for a server that may be part of a Cluster: redirections are returned, not
@@ -348,6 +391,9 @@ impl Single {
         // counts the replicas that have this connection's last write, and on a fresh
         // connection (one that wrote nothing) it would count every replica at once.
         let ran = self.call(timeout, |c| {
+            if script.long_reply {
+                c.limits = LONG_REPLY_LIMITS;
+            }
             let value = run_script(c, script, keys, args, asking)?;
             let acked = match wait_for {
                 Some((_, wanted)) if wanted(&value) => {
@@ -383,50 +429,6 @@ impl Single {
     /// What the server says it is (ROLE): a master, a replica or a Sentinel.
     pub fn role(&self, timeout: Duration) -> Result<redis::Role, NodeError> {
         self.query(&redis::cmd("ROLE"), timeout)
-    }
-}
-
-/// EVALSHA, and EVAL when the server has no copy of the script (SCRIPT FLUSH, a restart, a
-/// failover): one round trip in the common case, never a wrong answer.
-fn run_script(
-    conn: &mut Connection,
-    script: &Script,
-    keys: &[&str],
-    args: &[&str],
-    asking: bool,
-) -> RedisResult<Value> {
-    let mut send = |verb: &str, body: &str| {
-        if asking {
-            redis::cmd("ASKING").query::<()>(conn)?;
-        }
-        let cmd = redis::cmd(verb)
-            .arg(body)
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args)
-            .to_owned();
-        let Some(work) = WHILE_ASKED.take() else {
-            return cmd.query::<Value>(conn);
-        };
-        // As `query` does, with `work` done while Redis answers (and done, whatever the send).
-        let sent = conn.send_packed_command(&cmd.get_packed_command());
-        work();
-        sent?;
-        loop {
-            match conn.recv_response()? {
-                Value::Push { .. } => continue,
-                value => return value.extract_error(),
-            }
-        }
-    };
-    if script.always_eval {
-        return send("EVAL", script.source);
-    }
-    match send("EVALSHA", script.sha) {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            send("EVAL", script.source)
-        }
-        other => other,
     }
 }
 

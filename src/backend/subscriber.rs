@@ -60,6 +60,9 @@ impl Stream {
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
+/// The most a subscriber holds of a message not yet whole.
+const SUBSCRIBER_BYTES: usize = 64 << 10;
+
 /// A connection subscribed to one channel.
 pub struct Subscriber {
     stream: Stream,
@@ -125,6 +128,24 @@ impl Subscriber {
                 0 => return Err(io::ErrorKind::UnexpectedEof.into()),
                 n => self.buf.extend_from_slice(&chunk[..n]),
             }
+            self.within_limit()?;
+        }
+    }
+
+    /// Fails once the bytes not yet parsed into a whole reply are more than any reply to a
+    /// subscriber (a wake-up names a token) can be: a server that streams without end ends the
+    /// subscription, not rlock's memory.
+    fn within_limit(&self) -> io::Result<()> {
+        match self.buf.len() > SUBSCRIBER_BYTES {
+            true => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the server's message is {} of {} KiB for a subscriber",
+                    super::OVER_LIMIT,
+                    SUBSCRIBER_BYTES >> 10
+                ),
+            )),
+            false => Ok(()),
         }
     }
 
@@ -132,6 +153,7 @@ impl Subscriber {
     /// that are complete. An error means the subscription is gone (closed, reset).
     pub fn messages(&mut self) -> io::Result<Vec<Vec<u8>>> {
         let mut chunk = [0u8; 4096];
+        let mut payloads = Vec::new();
         loop {
             match self.stream.io().read(&mut chunk) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
@@ -140,15 +162,21 @@ impl Subscriber {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
-        }
-        let mut payloads = Vec::new();
-        while let Some((push, used)) = parse(&self.buf) {
-            self.buf.drain(..used);
-            if let Resp::Array(items) = push
-                && let [Resp::Bulk(kind), _, Resp::Bulk(payload)] = items.as_slice()
-                && kind == b"message"
-            {
-                payloads.push(payload.clone());
+            // Whole messages are taken out as they come; what is left must fit the limit.
+            while let Some((push, used)) = parse(&self.buf) {
+                self.buf.drain(..used);
+                if let Resp::Array(items) = push
+                    && let [Resp::Bulk(kind), _, Resp::Bulk(payload)] = items.as_slice()
+                    && kind == b"message"
+                {
+                    payloads.push(payload.clone());
+                }
+            }
+            self.within_limit()?;
+            // A server that sends without pause is answered all the same, with the wake-ups
+            // so far.
+            if payloads.len() >= SUBSCRIBER_BYTES {
+                break;
             }
         }
         Ok(payloads)

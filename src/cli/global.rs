@@ -116,7 +116,8 @@ pub struct Global {
     )]
     pub prefix: String,
 
-    /// Connect and per-command timeout: a dead server costs at most this per attempt.
+    /// Connect and per-command timeout, each reply bounded as a whole (its first byte to its
+    /// last): a dead or trickling server costs at most this per attempt.
     #[arg(
         long,
         value_name = "DUR",

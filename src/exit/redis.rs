@@ -64,6 +64,9 @@ pub(super) fn line(error: &NodeError, about: &About) -> String {
             "{about}: {error}; check the replicas and their links (INFO replication), or lower --replicas"
         ),
         Fault::Other => format!("Redis answered an error for {about}: {error}"),
+        Fault::BadReply => format!(
+            "Redis answered {about} with a reply rlock cannot believe: {error}; check what answers at --url"
+        ),
         Fault::TooOld => {
             format!(
                 "Redis is too old for {about}, or does not offer a command rlock's scripts call there (a server without streams has no history): {error}; rlock needs Redis 5.0 or later"

@@ -117,7 +117,10 @@ if current == token then
   end
   keep_alive(state, ttl + KEEP_MS)
   if redis.call("HGET", state, "token") ~= token then
-    fence = 0
+    -- The state was lost under the lock (evicted, deleted): its fence with it. The grant gets
+    -- a fence minted anew, as a new grant's is (below): rlock believes no grant without one.
+    fence = math.max(fence + 1, now_us)
+    redis.call("HSET", state, unpack(holder_hset(token, holder_fields(r.who, fence, now, ttl))))
   end
   return reply("ok", "fence", fence, "ttl", ttl)
 end

@@ -206,15 +206,20 @@ fn decoded<C: Call, T>(
             Refusal::WrongType(kind) => (Fault::WrongType, format!("it is a {kind}")),
             Refusal::Mismatch(held) => (Fault::Mismatch, held.to_string()),
             Refusal::Missing(field) => (
-                Fault::Other,
+                Fault::BadReply,
                 format!(
-                    "unexpected reply to {}, without its '{field}': {reply:?}",
-                    script.name
+                    "unexpected reply to {}, without its '{field}': {}",
+                    script.name,
+                    shown(&reply)
                 ),
             ),
             Refusal::Unexpected => (
-                Fault::Other,
-                format!("unexpected reply to {}: {reply:?}", script.name),
+                Fault::BadReply,
+                format!("unexpected reply to {}: {}", script.name, shown(&reply)),
+            ),
+            Refusal::Nonsense(field, value) => (
+                Fault::BadReply,
+                format!("{}'s reply gives '{field}' as {value}", script.name),
             ),
         };
         NodeError {
@@ -223,6 +228,17 @@ fn decoded<C: Call, T>(
             detail,
         }
     })
+}
+
+/// A reply rlock cannot use, for a message: its start, on one line, as Rust prints it (a reply
+/// may be as large as the reply limits allow).
+fn shown(reply: &[Value]) -> String {
+    const SHOWN: usize = 200;
+    let text = format!("{reply:?}");
+    match text.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
 }
 
 #[cfg(test)]

@@ -62,19 +62,28 @@ impl Locker {
             if let Err(e) = &mut result
                 && matches!(
                     e.kind,
-                    Fault::Timeout | Fault::Io | Fault::Replicas | Fault::Denied | Fault::WrongMode
+                    Fault::Timeout
+                        | Fault::Io
+                        | Fault::Replicas
+                        | Fault::Denied
+                        | Fault::WrongMode
+                        | Fault::BadReply
+                        | Fault::NotRedis
                 )
             {
-                // Sent, and no reply (a timeout, or the connection broke): the grant may have
-                // happened. Or granted, and too few replicas have it (or the ACL refused the
-                // WAIT after it, or the server has no WAIT): a failover could lose it. Give it
-                // back so it does not sit out its whole TTL. (A script the ACL refused, or one
-                // answered with MOVED, the other wrong mode, wrote nothing: the give-back finds
-                // nothing to give.)
+                // Sent, and no reply (a timeout, or the connection broke), or a reply that
+                // cannot be believed (not RESP, not acquire.lua's, a fence or TTL no script
+                // gives): the grant may have happened. Or granted, and too few replicas have
+                // it (or the ACL refused the WAIT after it, or the server has no WAIT): a
+                // failover could lose it. Give it back so it does not sit out its whole TTL. (A
+                // script the ACL refused, or one answered with MOVED, the other wrong mode,
+                // wrote nothing: the give-back finds nothing to give.)
                 let given_back = self
                     .leave_within(key, token, capped(self.op_timeout, left()))
                     .is_ok();
-                if matches!(e.kind, Fault::Replicas | Fault::WrongMode) && given_back {
+                if matches!(e.kind, Fault::Replicas | Fault::WrongMode | Fault::BadReply)
+                    && given_back
+                {
                     e.detail.push_str("; the grant was given back");
                 }
             }

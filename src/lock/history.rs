@@ -218,7 +218,7 @@ impl Keep {
 /// One entry appended at the end of each run (when the release did not record it).
 pub static RECORD: Script = Script::new("record", sources::RECORD);
 /// The reading.
-pub static HISTORY: Script = Script::new("history", sources::HISTORY);
+pub static HISTORY: Script = Script::new("history", sources::HISTORY).long_reply();
 
 /// record.lua: appends `entries` to `key`'s history, which keeps `keep`; with `released_by`,
 /// only if that token has just released the lock (sent with its release).

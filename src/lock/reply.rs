@@ -133,6 +133,9 @@ pub enum Refusal {
     Missing(&'static str),
     /// No version of the script answers this.
     Unexpected,
+    /// A field holds what no version of the script gives it (a fence that is not a positive
+    /// integer below 2^53): the field's name and what it held.
+    Nonsense(&'static str, String),
 }
 
 pub(super) type Decoded<T> = Result<T, Refusal>;

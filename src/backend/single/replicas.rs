@@ -57,12 +57,3 @@ impl Single {
         }
     }
 }
-
-/// WAIT for `n` replicas, at most `timeout`: how many have this connection's writes. The
-/// socket waits a little longer than the server does, so that the server's answer (fewer than
-/// `n`) comes back rather than a timeout.
-pub(super) fn wait_replicas(conn: &mut Connection, n: u32, timeout: Duration) -> RedisResult<i64> {
-    let _ = conn.set_read_timeout(Some(timeout + Duration::from_millis(500)));
-    let ms = timeout.as_millis().max(1) as u64;
-    redis::cmd("WAIT").arg(n).arg(ms).query(conn)
-}

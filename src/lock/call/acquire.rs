@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::super::reply::{Crowd, Holder, Refusal, Reply};
+use super::super::reply::{Crowd, Holder, Refusal, Reply, millis};
 use super::super::{CHECK_WITHOUT_EXPIRY, Grant, Request, Sharing, Ttl};
 use super::{Args, Call, sources};
 use crate::backend::Script;
@@ -140,8 +140,8 @@ fn answer(r: &[Value]) -> Result<Answer, Refusal> {
     let f = &reply.fields;
     Ok(match reply.word.as_str() {
         "ok" => Answer::Granted {
-            fence: f.need_int("fence")?,
-            ttl: f.need_millis("ttl")?,
+            fence: believable_fence(f.need_int("fence")?)?,
+            ttl: believable_ttl(f.need_int("ttl")?)?,
         },
         "busy" => Answer::Not(Attempt::Busy {
             pttl: f.need_int("pttl")?,
@@ -174,6 +174,30 @@ fn answer(r: &[Value]) -> Result<Answer, Refusal> {
         "wrongtype" => return Err(reply.wrong_type()),
         _ => return Err(Refusal::Unexpected),
     })
+}
+
+/// The largest fence a grant may carry, exclusive: 2^53, the last integer every JSON reader and
+/// every double (Lua 5.1's numbers) holds exactly. A counter raised once per microsecond
+/// reaches it in 285 years.
+pub(crate) const FENCE_LIMIT: i64 = 1 << 53;
+
+/// A grant's fence, if it is one acquire.lua can give: a positive integer below `FENCE_LIMIT`.
+/// Anything else (0, a negative number, a counter past what a double holds) is a lie or a
+/// corruption, and exporting it as RLOCK_FENCE would let a stale holder pass a fencing check.
+fn believable_fence(fence: i64) -> Result<i64, Refusal> {
+    match fence {
+        1..FENCE_LIMIT => Ok(fence),
+        _ => Err(Refusal::Nonsense("fence", fence.to_string())),
+    }
+}
+
+/// A grant's lease, if it is one: a positive number of milliseconds. A lease of none would be
+/// supervised as if it had expired already.
+fn believable_ttl(ms: i64) -> Result<Duration, Refusal> {
+    match ms {
+        1.. => Ok(millis(ms)),
+        _ => Err(Refusal::Nonsense("ttl", format!("{ms} ms"))),
+    }
 }
 
 /// True for a grant: what --replicas must see reach the replicas. Decoded as every reply is,
@@ -229,5 +253,36 @@ mod tests {
         );
         assert!(is_granted(&Value::Array(r(&[("fence", 7), ("ttl", 100)]))));
         assert!(!is_granted(&Value::Array(r(&[("ttl", 100)]))));
+    }
+
+    #[test]
+    fn a_grant_with_a_nonsense_fence_or_lease_is_no_grant() {
+        let r = |fence: i64, ttl: i64| {
+            vec![
+                Value::SimpleString("ok".into()),
+                Value::SimpleString("fence".into()),
+                Value::Int(fence),
+                Value::SimpleString("ttl".into()),
+                Value::Int(ttl),
+            ]
+        };
+        for fence in [-1, 0, FENCE_LIMIT, FENCE_LIMIT + 1, i64::MAX, i64::MIN] {
+            assert_eq!(
+                answer(&r(fence, 30_000)).err(),
+                Some(Refusal::Nonsense("fence", fence.to_string())),
+                "fence {fence}"
+            );
+            assert!(!is_granted(&Value::Array(r(fence, 30_000))));
+        }
+        for ttl in [0, -1, i64::MIN] {
+            assert_eq!(
+                answer(&r(7, ttl)).err(),
+                Some(Refusal::Nonsense("ttl", format!("{ttl} ms"))),
+                "ttl {ttl}"
+            );
+        }
+        for fence in [1, FENCE_LIMIT - 1] {
+            assert!(matches!(answer(&r(fence, 1)), Ok(Answer::Granted { .. })));
+        }
     }
 }

@@ -7,7 +7,8 @@ use super::super::reply::{Holder, HolderLease, KeyType, Refusal, Reply, holder_l
 use super::{Args, Call, sources};
 use crate::backend::Script;
 
-pub static INSPECT: Script = Script::new("inspect", sources::INSPECT);
+/// Long for a semaphore of many holders, or a long line of waiters.
+pub static INSPECT: Script = Script::new("inspect", sources::INSPECT).long_reply();
 
 /// inspect.lua on `key`.
 pub(in crate::lock) struct Inspect<'a> {

@@ -4,4 +4,6 @@
 mod failed_writes;
 mod files;
 mod foreign_bytes;
+mod lying_server;
+mod slow_server;
 mod smaller;

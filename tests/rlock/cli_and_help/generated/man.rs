@@ -58,7 +58,10 @@ pub(super) const EXIT_STATUS: Section = Section {
              and ended, and exits 69 only if the wait ends during it. A run that has never \
              reached Redis tries for `--connect-timeout` (30 s by default), with `-n` too (which \
              concerns the lock, not the server), then exits 69 naming the address: a typo in a \
-             port never hangs a cron job, and a restart of Redis does not fail it.",
+             port never hangs a cron job, and a restart of Redis does not fail it. Also a \
+             reply rlock cannot believe (not in Redis's protocol, or a grant whose fence is not \
+             a positive integer below 2^53 or whose lease is not positive): it is treated as a \
+             reply that never came, the grant is given back and `exec`'s command never starts.",
         ),
         Item(
             "`70`",
