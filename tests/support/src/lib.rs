@@ -15,6 +15,7 @@ mod cli;
 mod cluster;
 mod features;
 mod limits;
+pub mod network;
 pub mod procfs;
 mod proxy;
 mod rng;
@@ -44,6 +45,7 @@ pub use self::{
     cli::redis_cli_bin,
     cluster::{PROXIED_NODE_TIMEOUT, RedisCluster},
     features::{proxied_cluster_or_skip, tls_or_skip, tryagain_counted_or_skip},
+    network::Rtt,
     proxy::{Dir, Mode, Proxy},
     rng::Rng,
     sentinel::{LoneSentinel, Sentinels},
