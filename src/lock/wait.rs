@@ -181,6 +181,7 @@ pub(super) fn wait_for<T: Tries>(
         subs: Vec::new(),
         subscribed: false,
         heard: false,
+        last_busy: None,
     };
     waiter.wait()
 }
@@ -205,6 +206,9 @@ struct Waiter<'a, T> {
     subscribed: bool,
     /// Some try has been answered (`first_contact` no longer applies).
     heard: bool,
+    /// What the last try found, when it found the lock busy and no outage came since: a wait
+    /// that ends now ends busy, whatever it would have tried next.
+    last_busy: Option<Seen>,
 }
 
 /// What one try and the sleep after it came to.
@@ -223,12 +227,12 @@ impl<T: Tries> Waiter<'_, T> {
                 Step::GaveUp(failure) => {
                     // A waiter that gives up leaves nothing behind. (When Redis did not
                     // answer, the failed attempt has already tried that; once is enough.)
-                    // Within what is left of a bounded wait: nothing (the script is sent,
-                    // and runs, even when its reply is not waited for). A deployment refused
-                    // as it is (Redlock's members, before anything is written) has nothing
-                    // to leave, and may not even answer.
+                    // Within --op-timeout, as any request to a Redis that answers (`budget`):
+                    // one more round trip past the wait's end. A deployment refused as it is
+                    // (Redlock's members, before anything is written) has nothing to leave,
+                    // and may not even answer.
                     if !failure.is_unavailable() && !matches!(failure, Error::Config(_)) {
-                        self.tries.leave(self.left());
+                        self.tries.leave(self.budget());
                     }
                     return Err(failure);
                 }
@@ -243,9 +247,16 @@ impl<T: Tries> Waiter<'_, T> {
         if let Some(signal) = self.hooks.interrupt.take() {
             return Step::GaveUp(interrupted(key, signal));
         }
+        if self.ended()
+            && let Some(seen) = self.last_busy.take()
+        {
+            // The wait ended with the lock busy, as Redis said last: a try now could only be
+            // cut short by the deadline, which would read as an outage.
+            return Step::GaveUp(self.busy(seen));
+        }
         // Counted from the try's start: a try that fails may have taken --op-timeout.
         let tried = Instant::now();
-        let attempt = self.tries.attempt(self.subscribed, self.left());
+        let attempt = self.tries.attempt(self.subscribed, self.budget());
         if let Some(signal) = self.hooks.interrupt.take() {
             // (A grant that raced with the signal is given back by `wait`'s leave.)
             return Step::GaveUp(interrupted(key, signal));
@@ -297,6 +308,7 @@ impl<T: Tries> Waiter<'_, T> {
                 None,
             ),
         };
+        self.last_busy = Some(seen.clone());
         let mut until = Instant::now() + sleep_for;
         if self.tries.races() {
             // Redlock waiters race each other on every node: spread them out so that they do
@@ -304,7 +316,7 @@ impl<T: Tries> Waiter<'_, T> {
             until += jitter();
         }
         if let Some(deadline) = self.deadline {
-            if Instant::now() >= deadline {
+            if self.ended() {
                 return Step::GaveUp(self.busy(seen));
             }
             until = until.min(deadline);
@@ -350,6 +362,7 @@ impl<T: Tries> Waiter<'_, T> {
     fn ride_out(&mut self, failure: Error, tried: Instant) -> Step {
         let key = &self.key.name;
         let full = failure.is_full();
+        self.last_busy = None;
         let outage = match self.outage.take() {
             Some(mut o) => {
                 if o.full && !full {
@@ -425,6 +438,23 @@ impl<T: Tries> Waiter<'_, T> {
             return None;
         }
         self.start.checked_add(self.tries.first_contact())
+    }
+
+    /// What a request may take now. A request to a Redis that answers is not cut by the
+    /// wait's end: it finishes within --op-timeout, however far away Redis is, and its answer
+    /// counts (a grant is kept, a busy lock is busy, a place in line is given up for sure). A
+    /// Redis not heard from yet, or out, has what is left of the wait: a port that answers
+    /// nothing does not hold the wait up.
+    fn budget(&self) -> Option<Duration> {
+        match self.heard && self.outage.is_none() {
+            true => None,
+            false => self.left(),
+        }
+    }
+
+    /// A bounded wait has come to its end.
+    fn ended(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
     /// What is left of a bounded wait.
