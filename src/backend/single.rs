@@ -5,7 +5,7 @@ mod pipeline;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{Connection, RedisResult, Value};
 
@@ -39,8 +39,7 @@ pub fn meanwhile<T>(work: Box<dyn FnOnce()>, ask: impl FnOnce() -> T) -> T {
     answer
 }
 
-/// Whether a rediss:// server of this process was asked already whether it is a plain Redis
-/// (see `not_tls`).
+/// Whether a rediss:// server of this process was asked if it is a plain Redis (`not_tls`).
 static TLS_ASKED: AtomicBool = AtomicBool::new(false);
 
 /// How long the first TLS handshake of the process may take before its port is asked whether it
@@ -254,22 +253,23 @@ impl Single {
             && !TLS_ASKED.load(Ordering::Relaxed)
     }
 
-    fn open(&self, timeout: Duration) -> Result<Connection, NodeError> {
-        let conn = self
-            .client
-            .get_connection_with_timeout(timeout)
-            .map_err(|e| {
-                // Connecting may send AUTH or SELECT: the first exchange.
-                let mut err = self.diagnosed(&e, true, timeout);
-                // Nothing was sent yet, so a timeout here is a failure to connect.
-                if matches!(err.kind, Fault::Timeout | Fault::Io) {
-                    err.kind = Fault::Connect;
-                }
-                err
-            })?;
+    fn open(
+        &self,
+        wait: Duration,
+        (timeout, began): (Duration, Instant),
+    ) -> Result<Connection, NodeError> {
+        let conn = self.client.get_connection_with_timeout(wait).map_err(|e| {
+            // Connecting may send AUTH or SELECT: the first exchange.
+            let mut err = self.diagnosed(&e, true, probe::asking_time(wait, timeout, began));
+            // Nothing was sent yet, so a timeout here is a failure to connect.
+            if matches!(err.kind, Fault::Timeout | Fault::Io) {
+                err.kind = Fault::Connect;
+            }
+            err
+        })?;
         // Every read and write on it is bounded too: a frozen server must not hang rlock.
-        let _ = conn.set_read_timeout(Some(timeout));
-        let _ = conn.set_write_timeout(Some(timeout));
+        let _ = conn.set_read_timeout(Some(wait));
+        let _ = conn.set_write_timeout(Some(wait));
         Ok(conn)
     }
 
@@ -281,6 +281,7 @@ impl Single {
         timeout: Duration,
         mut f: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> Result<RedisResult<T>, NodeError> {
+        let began = Instant::now();
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         // A reused connection may have died since its last use (a restarted server): then
         // retry once on a fresh one. Every script is idempotent for the same token.
@@ -294,7 +295,7 @@ impl Single {
             };
             let conn = match slot.as_mut() {
                 Some(c) => c,
-                None => slot.insert(self.open(wait)?),
+                None => slot.insert(self.open(wait, (timeout, began))?),
             };
             let _ = conn.set_read_timeout(Some(wait));
             let _ = conn.set_write_timeout(Some(wait));
@@ -315,7 +316,8 @@ impl Single {
                     if !fresh && err.kind == Fault::Io {
                         continue;
                     }
-                    return Err(self.diagnosed(&e, fresh, timeout));
+                    let asking = probe::asking_time(timeout, timeout, began);
+                    return Err(self.diagnosed(&e, fresh, asking));
                 }
             }
         }

@@ -8,6 +8,7 @@
 //! figures of docs/waiting.md ("Across a network").
 
 mod busy;
+mod tls;
 
 use crate::common::{Output, Rtt};
 use std::process::Command;
