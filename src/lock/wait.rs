@@ -14,8 +14,8 @@
 //! latency (at most the holder's lease), never liveness.
 //!
 //! A wait rides out an outage: Redis unreachable, timing out, or answering that it cannot serve
-//! now (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels)
-//! means "not yet", like a busy lock. The waiter tries again with backoff (at most 1 s apart,
+//! now (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels,
+//! a grant too few replicas acknowledged, as after a failover) means "not yet", like a busy lock. The waiter tries again with backoff (at most 1 s apart,
 //! with jitter) until its wait ends, saying once when the outage began and once when it ended.
 //! A run that has never reached Redis rides an outage out only for the locker's `first_contact`
 //! (a typo in a port must not hang a cron job), then gives up (69); so does a single try (`-n`),
