@@ -8,6 +8,7 @@
 //! figures of docs/waiting.md ("Across a network").
 
 mod busy;
+mod round_trips;
 mod tls;
 
 use crate::common::{Output, Rtt};
