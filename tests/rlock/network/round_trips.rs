@@ -32,7 +32,10 @@ fn exec_takes_two_round_trips_a_grant_and_a_renewal_one_each() {
         let out = at(&["exec", "-k", "x", "--", "true"]);
         assert_eq!(out.code, 0, "{out}");
     });
-    assert_eq!(n, 2, "exec -- true: the grant, then the release with its record");
+    assert_eq!(
+        n, 2,
+        "exec -- true: the grant, then the release with its record"
+    );
     let mut token = String::new();
     let n = round_trips(front, || {
         let out = at(&["acquire", "-k", "y"]);
