@@ -15,11 +15,12 @@
 //!
 //! A wait rides out an outage: Redis unreachable, timing out, or answering that it cannot serve
 //! now (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels,
-//! a grant too few replicas acknowledged, as after a failover) means "not yet", like a busy lock. The waiter tries again with backoff (at most 1 s apart,
-//! with jitter) until its wait ends, saying once when the outage began and once when it ended.
-//! A run that has never reached Redis rides an outage out only for the locker's `first_contact`
-//! (a typo in a port must not hang a cron job), then gives up (69); so does a single try (`-n`),
-//! which is about the lock, not the server. A full server (maxclients) is there, and is waited
+//! a grant too few replicas acknowledged, as after a failover) means "not yet", like a busy
+//! lock. The waiter tries again with backoff (at most 1 s apart, with jitter) until its wait
+//! ends, saying once when the outage began and once when it ended. A run that has never reached
+//! Redis rides an outage out only for the locker's `first_contact` (a typo in a port must not
+//! hang a cron job), then gives up (69); so does a single try (`-n`), which is about the lock,
+//! not the server. A full server (maxclients) is there, and is waited
 //! for as long as the wait lasts, told with -v only, as a busy lock is; a waiter that it leaves
 //! without a wake channel waits out of line, its other connection closed.
 //!
@@ -79,8 +80,9 @@ const CLAIM_SLACK: Duration = Duration::from_millis(5);
 /// waiter is generic over it: `Asking` is the real one (a request on a `Locker`); a unit test
 /// may give its own.
 pub(super) trait Tries {
-    /// One try at the lock; with `join`, a busy try keeps a place in line. `within`: what is
-    /// left of a bounded wait, which the try (and its give-back) end within.
+    /// One try at the lock; with `join`, a busy try keeps a place in line. `within`: the time
+    /// the try (and its give-back) end within, besides --op-timeout (the waiter's `budget`:
+    /// what is left of a bounded wait, or nothing more for a Redis that answers).
     fn attempt(&self, join: bool, within: Option<Duration>) -> Result<Attempt, Error>;
     /// Leaves the line, giving back a grant that raced with giving up; best effort, `within`
     /// what is left of a bounded wait.
@@ -227,10 +229,11 @@ impl<T: Tries> Waiter<'_, T> {
                 Step::GaveUp(failure) => {
                     // A waiter that gives up leaves nothing behind. (When Redis did not
                     // answer, the failed attempt has already tried that; once is enough.)
-                    // Within --op-timeout, as any request to a Redis that answers (`budget`):
-                    // one more round trip past the wait's end. A deployment refused as it is
-                    // (Redlock's members, before anything is written) has nothing to leave,
-                    // and may not even answer.
+                    // Within --op-timeout, as a try, when Redis answers (`budget`): across a
+                    // network, what is left of the wait may be too little to send it at all
+                    // (through Sentinels, whose question comes first). A deployment refused as
+                    // it is (Redlock's members, before anything is written) has nothing to
+                    // leave, and may not even answer.
                     if !failure.is_unavailable() && !matches!(failure, Error::Config(_)) {
                         self.tries.leave(self.budget());
                     }
@@ -348,6 +351,12 @@ impl<T: Tries> Waiter<'_, T> {
         match self.tries.subscribe(self.left()) {
             Ok(subs) => self.subs = subs,
             Err(failure) if failure.is_transient() => {
+                if self.ended()
+                    && let Some(seen) = self.last_busy.take()
+                {
+                    // Cut short by the wait's end, after a busy answer: busy, not an outage.
+                    return Step::GaveUp(self.busy(seen));
+                }
                 self.tries.hang_up();
                 return self.ride_out(failure, Instant::now());
             }
@@ -440,11 +449,11 @@ impl<T: Tries> Waiter<'_, T> {
         self.start.checked_add(self.tries.first_contact())
     }
 
-    /// What a request may take now. A request to a Redis that answers is not cut by the
-    /// wait's end: it finishes within --op-timeout, however far away Redis is, and its answer
-    /// counts (a grant is kept, a busy lock is busy, a place in line is given up for sure). A
-    /// Redis not heard from yet, or out, has what is left of the wait: a port that answers
-    /// nothing does not hold the wait up.
+    /// What a try, or the give-back of a waiter that gives up, may take now. A request to a
+    /// Redis that answers is not cut by the wait's end: it finishes within --op-timeout, however
+    /// far away Redis is, and its answer counts (a grant is kept, a busy lock is busy, the line
+    /// is left for sure). A Redis not heard from yet, or out, has what is left of the wait: a
+    /// port that answers nothing does not hold the wait up.
     fn budget(&self) -> Option<Duration> {
         match self.heard && self.outage.is_none() {
             true => None,
