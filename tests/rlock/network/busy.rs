@@ -8,9 +8,9 @@ use crate::common::{Mode, RedisServer, Sentinels, rlock, rlock_at, run, wait_unt
 /// Time for the holder's lock to show, or a waiter's give-back to arrive.
 const SOON: Duration = Duration::from_secs(10);
 
-/// Takes `KEY` for 60 s with `cmd`; returns the token.
+/// Takes `KEY` for ten minutes with `cmd` (longer than 20 runs of every wait); returns the token.
 fn hold(mut cmd: Command) -> String {
-    let out = run(cmd.args(["acquire", "-k", KEY, "--ttl", "60s"]));
+    let out = run(cmd.args(["acquire", "-k", KEY, "--ttl", "10m"]));
     assert_eq!(out.code, 0, "the holder's acquire: {out}");
     out.stdout.trim().to_string()
 }
