@@ -294,10 +294,12 @@ impl NodeError {
     }
 
     /// A failure that time may cure: the server is unreachable, timed out, or cannot serve now
-    /// (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels).
-    /// A host name that does not resolve is a mistake in the URL, not an outage.
+    /// (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels),
+    /// or has fewer replicas than `--replicas` asks for (a promoted replica whose own replicas
+    /// are still to catch up, after a failover). A host name that does not resolve is a mistake
+    /// in the URL, not an outage.
     pub fn is_transient(&self) -> bool {
-        self.is_transport() && self.kind != Fault::Unresolved
+        (self.is_transport() && self.kind != Fault::Unresolved) || self.kind == Fault::Replicas
     }
 
     /// A failure of the path to the server rather than an answer from it.

@@ -16,7 +16,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the port answered to a TLS ClientHello.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +41,15 @@ pub fn speaks(host: &str, port: u16, timeout: Duration) -> Speaks {
         Some(reply) => classify(&reply),
         None => Speaks::Unknown,
     }
+}
+
+/// How long a port may take to say what it speaks, at most `patience`, after a request of
+/// `timeout` that `began` then failed: no longer than what is left of the timeout (a `-w`
+/// about to end is not held up by a silent port), but for `FLOOR` (time for a loaded host's
+/// plain Redis to answer a PING).
+pub(super) fn asking_time(patience: Duration, timeout: Duration, began: Instant) -> Duration {
+    const FLOOR: Duration = Duration::from_millis(300);
+    patience.min(timeout.saturating_sub(began.elapsed()).max(FLOOR))
 }
 
 /// Whether `host:port` answers a plain-text `PING` in Redis's protocol, as a Redis without TLS

@@ -8,7 +8,7 @@ mod wire;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{RedisResult, Value};
 
@@ -40,8 +40,7 @@ pub fn meanwhile<T>(work: Box<dyn FnOnce()>, ask: impl FnOnce() -> T) -> T {
     answer
 }
 
-/// Whether a rediss:// server of this process was asked already whether it is a plain Redis
-/// (see `not_tls`).
+/// Whether a rediss:// server of this process was asked if it is a plain Redis (`not_tls`).
 static TLS_ASKED: AtomicBool = AtomicBool::new(false);
 
 /// How long the first TLS handshake of the process may take before its port is asked whether it
@@ -277,12 +276,16 @@ impl Single {
         Ok(Some(self.tls.get_or_init(|| config).clone()))
     }
 
-    fn open(&self, timeout: Duration) -> Result<Wire, NodeError> {
+    fn open(
+        &self,
+        wait: Duration,
+        (timeout, began): (Duration, Instant),
+    ) -> Result<Wire, NodeError> {
         let info = self.client.get_connection_info();
         // Every read and write on it is bounded too: a frozen server must not hang rlock.
-        Wire::connect(info, self.tls_config()?, timeout).map_err(|e| {
+        Wire::connect(info, self.tls_config()?, wait).map_err(|e| {
             // Connecting may send AUTH or SELECT: the first exchange.
-            let mut err = self.diagnosed(&e, true, timeout);
+            let mut err = self.diagnosed(&e, true, probe::asking_time(wait, timeout, began));
             // Nothing was sent yet, so a timeout here is a failure to connect.
             if matches!(err.kind, Fault::Timeout | Fault::Io) {
                 err.kind = Fault::Connect;
@@ -299,6 +302,7 @@ impl Single {
         timeout: Duration,
         mut f: impl FnMut(&mut Wire) -> RedisResult<T>,
     ) -> Result<RedisResult<T>, NodeError> {
+        let began = Instant::now();
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         // A reused connection may have died since its last use (a restarted server): then
         // retry once on a fresh one. Every script is idempotent for the same token.
@@ -312,7 +316,7 @@ impl Single {
             };
             let conn = match slot.as_mut() {
                 Some(c) => c,
-                None => slot.insert(self.open(wait)?),
+                None => slot.insert(self.open(wait, (timeout, began))?),
             };
             let _ = conn.set_timeout(wait);
             conn.limits = REPLY_LIMITS;
@@ -335,7 +339,8 @@ impl Single {
                     if !fresh && err.kind == Fault::Io {
                         continue;
                     }
-                    return Err(self.diagnosed(&e, fresh, timeout));
+                    let asking = probe::asking_time(timeout, timeout, began);
+                    return Err(self.diagnosed(&e, fresh, asking));
                 }
             }
         }

@@ -148,8 +148,9 @@ pub struct Global {
     pub connect_timeout: Duration,
 
     /// After a grant and after each renewal, wait (Redis WAIT, within --op-timeout) until N
-    /// replicas have the write. A grant fewer replicas acknowledged is given back (exit 69); a
-    /// renewal fewer acknowledged counts as failed, and the lease deadline rules.
+    /// replicas have the write. A grant fewer replicas acknowledged is given back: a wait tries
+    /// again (a failover's new master gets its replicas back), -n exits 69; a renewal fewer
+    /// acknowledged counts as failed, and the lease deadline rules.
     #[arg(
         long,
         value_name = "N",

@@ -75,6 +75,17 @@ impl Error {
         }
     }
 
+    /// A grant that too few replicas acknowledged (`--replicas`), on the one node or on any of
+    /// a Redlock's that failed: waited out like an outage (a failover's new master gets its
+    /// replicas back), but not by a single try, which concerns the lock.
+    pub fn is_short_of_replicas(&self) -> bool {
+        match self {
+            Error::Redis { error, .. } => error.kind == Fault::Replicas,
+            Error::NoQuorum { errors, .. } => errors.iter().any(|e| e.kind == Fault::Replicas),
+            _ => false,
+        }
+    }
+
     /// A server that is there and has no room for another client (maxclients), on the one node
     /// or on any of a Redlock's that failed: waited on like a busy lock, also by a run that has
     /// had no other answer yet.

@@ -14,12 +14,13 @@
 //! latency (at most the holder's lease), never liveness.
 //!
 //! A wait rides out an outage: Redis unreachable, timing out, or answering that it cannot serve
-//! now (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels)
-//! means "not yet", like a busy lock. The waiter tries again with backoff (at most 1 s apart,
-//! with jitter) until its wait ends, saying once when the outage began and once when it ended.
-//! A run that has never reached Redis rides an outage out only for the locker's `first_contact`
-//! (a typo in a port must not hang a cron job), then gives up (69); so does a single try (`-n`),
-//! which is about the lock, not the server. A full server (maxclients) is there, and is waited
+//! now (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, no master named by the Sentinels,
+//! a grant too few replicas acknowledged, as after a failover) means "not yet", like a busy
+//! lock. The waiter tries again with backoff (at most 1 s apart, with jitter) until its wait
+//! ends, saying once when the outage began and once when it ended. A run that has never reached
+//! Redis rides an outage out only for the locker's `first_contact` (a typo in a port must not
+//! hang a cron job), then gives up (69); so does a single try (`-n`), which is about the lock,
+//! not the server. A full server (maxclients) is there, and is waited
 //! for as long as the wait lasts, told with -v only, as a busy lock is; a waiter that it leaves
 //! without a wake channel waits out of line, its other connection closed.
 //!
@@ -79,8 +80,9 @@ const CLAIM_SLACK: Duration = Duration::from_millis(5);
 /// waiter is generic over it: `Asking` is the real one (a request on a `Locker`); a unit test
 /// may give its own.
 pub(super) trait Tries {
-    /// One try at the lock; with `join`, a busy try keeps a place in line. `within`: what is
-    /// left of a bounded wait, which the try (and its give-back) end within.
+    /// One try at the lock; with `join`, a busy try keeps a place in line. `within`: the time
+    /// the try (and its give-back) end within, besides --op-timeout (the waiter's `budget`:
+    /// what is left of a bounded wait, or nothing more for a Redis that answers).
     fn attempt(&self, join: bool, within: Option<Duration>) -> Result<Attempt, Error>;
     /// Leaves the line, giving back a grant that raced with giving up; best effort, `within`
     /// what is left of a bounded wait.
@@ -181,6 +183,7 @@ pub(super) fn wait_for<T: Tries>(
         subs: Vec::new(),
         subscribed: false,
         heard: false,
+        last_busy: None,
     };
     waiter.wait()
 }
@@ -205,6 +208,9 @@ struct Waiter<'a, T> {
     subscribed: bool,
     /// Some try has been answered (`first_contact` no longer applies).
     heard: bool,
+    /// What the last try found, when it found the lock busy and no outage came since: a wait
+    /// that ends now ends busy, whatever it would have tried next.
+    last_busy: Option<Seen>,
 }
 
 /// What one try and the sleep after it came to.
@@ -223,12 +229,13 @@ impl<T: Tries> Waiter<'_, T> {
                 Step::GaveUp(failure) => {
                     // A waiter that gives up leaves nothing behind. (When Redis did not
                     // answer, the failed attempt has already tried that; once is enough.)
-                    // Within what is left of a bounded wait: nothing (the script is sent,
-                    // and runs, even when its reply is not waited for). A deployment refused
-                    // as it is (Redlock's members, before anything is written) has nothing
-                    // to leave, and may not even answer.
+                    // Within --op-timeout, as a try, when Redis answers (`budget`): across a
+                    // network, what is left of the wait may be too little to send it at all
+                    // (through Sentinels, whose question comes first). A deployment refused as
+                    // it is (Redlock's members, before anything is written) has nothing to
+                    // leave, and may not even answer.
                     if !failure.is_unavailable() && !matches!(failure, Error::Config(_)) {
-                        self.tries.leave(self.left());
+                        self.tries.leave(self.budget());
                     }
                     return Err(failure);
                 }
@@ -243,9 +250,16 @@ impl<T: Tries> Waiter<'_, T> {
         if let Some(signal) = self.hooks.interrupt.take() {
             return Step::GaveUp(interrupted(key, signal));
         }
+        if self.ended()
+            && let Some(seen) = self.last_busy.take()
+        {
+            // The wait ended with the lock busy, as Redis said last: a try now could only be
+            // cut short by the deadline, which would read as an outage.
+            return Step::GaveUp(self.busy(seen));
+        }
         // Counted from the try's start: a try that fails may have taken --op-timeout.
         let tried = Instant::now();
-        let attempt = self.tries.attempt(self.subscribed, self.left());
+        let attempt = self.tries.attempt(self.subscribed, self.budget());
         if let Some(signal) = self.hooks.interrupt.take() {
             // (A grant that raced with the signal is given back by `wait`'s leave.)
             return Step::GaveUp(interrupted(key, signal));
@@ -298,6 +312,7 @@ impl<T: Tries> Waiter<'_, T> {
                 None,
             ),
         };
+        self.last_busy = Some(seen.clone());
         let mut until = Instant::now() + sleep_for;
         if self.tries.races() {
             // Redlock waiters race each other on every node: spread them out so that they do
@@ -305,7 +320,7 @@ impl<T: Tries> Waiter<'_, T> {
             until += jitter();
         }
         if let Some(deadline) = self.deadline {
-            if Instant::now() >= deadline {
+            if self.ended() {
                 return Step::GaveUp(self.busy(seen));
             }
             until = until.min(deadline);
@@ -337,6 +352,12 @@ impl<T: Tries> Waiter<'_, T> {
         match self.tries.subscribe(self.left()) {
             Ok(subs) => self.subs = subs,
             Err(failure) if failure.is_transient() => {
+                if self.ended()
+                    && let Some(seen) = self.last_busy.take()
+                {
+                    // Cut short by the wait's end, after a busy answer: busy, not an outage.
+                    return Step::GaveUp(self.busy(seen));
+                }
                 self.tries.hang_up();
                 return self.ride_out(failure, Instant::now());
             }
@@ -351,6 +372,7 @@ impl<T: Tries> Waiter<'_, T> {
     fn ride_out(&mut self, failure: Error, tried: Instant) -> Step {
         let key = &self.key.name;
         let full = failure.is_full();
+        self.last_busy = None;
         let outage = match self.outage.take() {
             Some(mut o) => {
                 if o.full && !full {
@@ -426,6 +448,23 @@ impl<T: Tries> Waiter<'_, T> {
             return None;
         }
         self.start.checked_add(self.tries.first_contact())
+    }
+
+    /// What a try, or the give-back of a waiter that gives up, may take now. A request to a
+    /// Redis that answers is not cut by the wait's end: it finishes within --op-timeout, however
+    /// far away Redis is, and its answer counts (a grant is kept, a busy lock is busy, the line
+    /// is left for sure). A Redis not heard from yet, or out, has what is left of the wait: a
+    /// port that answers nothing does not hold the wait up.
+    fn budget(&self) -> Option<Duration> {
+        match self.heard && self.outage.is_none() {
+            true => None,
+            false => self.left(),
+        }
+    }
+
+    /// A bounded wait has come to its end.
+    fn ended(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
     /// What is left of a bounded wait.

@@ -17,6 +17,7 @@ mod hostile;
 mod inspect;
 mod layers;
 mod locking;
+mod network;
 mod outages;
 mod packaging;
 mod partition;

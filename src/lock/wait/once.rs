@@ -11,7 +11,8 @@ use crate::lock::{Grant, LockKey};
 
 /// One try at the lock, no wait (`-n`): `-n` concerns the lock, not the server, so a Redis that
 /// cannot be reached yet, or has no room for another client (maxclients), is tried again for the
-/// first contact, as any run does, and the first answer decides. A signal that came during the
+/// first contact, as any run does, and the first answer decides (a grant too few replicas
+/// acknowledged is one: given back, 69 at once). A signal that came during the
 /// request is answered once it returns (signals are not let interrupt rlock's system calls): a
 /// failure then reports the signal.
 pub(super) fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Result<Grant, Error> {
@@ -25,7 +26,7 @@ pub(super) fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Resul
     let mut said = false;
     let attempt = loop {
         match tries.attempt(false, None) {
-            Err(failure) if failure.is_transient() => {
+            Err(failure) if failure.is_transient() && !failure.is_short_of_replicas() => {
                 if let Some(signal) = hooks.interrupt.take() {
                     return Err(interrupted(key, signal));
                 }

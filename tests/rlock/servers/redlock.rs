@@ -451,8 +451,10 @@ fn redlock_a_wait_with_a_blackholed_master_ends_at_its_bound() {
         let out = run(rlock().args(urls).args(args));
         let took = started.elapsed();
         assert_eq!(out.code, 75, "{out}");
+        // The try in flight when the wait ends finishes: the silent master costs it its
+        // timeout (--op-timeout, 2 s, below a tenth of the 30 s TTL), and no more.
         assert!(
-            took >= Duration::from_millis(bound) && took < Duration::from_millis(bound + 200),
+            took >= Duration::from_millis(bound) && took < Duration::from_millis(bound + 2700),
             "{args:?} ended after {took:?}"
         );
     }

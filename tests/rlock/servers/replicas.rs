@@ -124,13 +124,17 @@ fn too_few_replicas_give_the_grant_back_and_exit_69() {
     let master = RedisServer::start();
     let _replica = replica_of(&master);
 
-    // One replica, two asked for: the grant is given back at once, not left to its TTL.
+    // One replica, two asked for: the grant is given back at once, not left to its TTL. (A
+    // wait rides the shortfall out, as after a failover; one that has had no other answer, for
+    // --connect-timeout.)
     let started = Instant::now();
     let out = run(rlock_at(&master).args([
         "--replicas",
         "2",
         "--op-timeout",
         "300ms",
+        "--connect-timeout",
+        "0",
         "acquire",
         "-k",
         "r",
@@ -154,7 +158,7 @@ fn no_replica_at_all_is_69_for_acquire_and_exec_and_the_command_never_runs() {
     let master = RedisServer::start();
     let dir = tempdir();
     let marker = dir.path().join("ran");
-    // A wait (-w) does not wait for replicas: their absence is no outage to ride out.
+    // A wait (-w) rides out a shortfall of replicas, as after a failover, until it ends: 69.
     for sub in [
         vec!["acquire", "-k", "r", "-w", "5s"],
         exec_touching(&marker),
@@ -434,4 +438,65 @@ fn a_cluster_master_waits_for_its_replica() {
         Some(token),
         "the replica has the grant when acquire returns"
     );
+}
+
+/// A Sentinel failover under `--replicas 1`: the promoted replica has no replica of its own
+/// until the old master comes back as one. A waiter waits that out within its `-w`, as any
+/// outage, and gets the lock from the new master; a single try (`-n`) meanwhile ends at once
+/// (69, the grant given back).
+#[test]
+fn a_waiter_rides_out_a_failover_until_the_new_master_has_its_replica() {
+    let mut set = Sentinels::start("replicated");
+    let dir = tempdir();
+    let via = || {
+        let mut cmd = sentinel_rlock(&set);
+        crate::common::acl::suite_login_behind_sentinels(&mut cmd);
+        cmd.args(["--replicas", "1"]);
+        cmd
+    };
+    let out = run(via().args(["acquire", "-k", "f", "--ttl", "3s"]));
+    assert_eq!(out.code, 0, "the holder, with its replica: {out}");
+    let mut waiter = Background::spawn(
+        "waiter",
+        dir.path(),
+        via().args(["-v", "acquire", "-k", "f", "--ttl", "60s", "-w", "60s"]),
+    );
+    let mut single_try = via();
+    single_try.args(["acquire", "-k", "other", "-n"]);
+
+    set.server_mut(0).kill9();
+    let promoted = set.server(1).port();
+    set.wait_master(promoted, Sentinels::failover_bound());
+    // The new master has no replica yet: a single try is given back, at once.
+    let started = Instant::now();
+    let out = run(&mut single_try);
+    assert_eq!(out.code, 69, "{out}");
+    assert!(out.stderr.contains("replicas acknowledged"), "{out}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "-n took {:?}, as if riding out an outage: {out}",
+        started.elapsed()
+    );
+    assert!(
+        !set.server(1).exists("rlock:other"),
+        "the -n grant was left"
+    );
+    assert!(
+        waiter.running(),
+        "the waiter gave up on a failover it had 60 s to wait out: {}",
+        waiter.describe()
+    );
+
+    // The old master comes back, and the Sentinels make it the new master's replica.
+    set.server_mut(0).restart();
+    let (out, _) = waiter.finish(Duration::from_secs(60));
+    assert_eq!(out.code, 0, "the waiter, from the new master: {out}");
+    let token = out.stdout.trim();
+    assert_eq!(
+        set.server(1).get("rlock:f").as_deref(),
+        Some(token),
+        "the new master holds the waiter's lock"
+    );
+    // WAIT said the replica has it.
+    assert_eq!(set.server(0).get("rlock:f").as_deref(), Some(token));
 }

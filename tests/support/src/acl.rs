@@ -101,12 +101,17 @@ pub fn acl_user_of(line: &str) -> &str {
 
 /// `redis://USER:PASSWORD@127.0.0.1:PORT` for a user made from a documented line.
 pub fn acl_url(server: &RedisServer, user: &str) -> String {
-    format!("redis://{user}:{ACL_PASSWORD}@127.0.0.1:{}", server.port())
+    format!(
+        "redis://{user}:{ACL_PASSWORD}@127.0.0.1:{}",
+        server.client_port()
+    )
 }
 
 /// `redis://127.0.0.1:PORT`, or with `RLOCK_TEST_ACL` the documented user's
-/// `redis://USER:PASSWORD@127.0.0.1:PORT`: how the tests' rlock reaches a server on `port`.
+/// `redis://USER:PASSWORD@127.0.0.1:PORT`: how the tests' rlock reaches a server on `port`
+/// (through the proxy in front of it, when it is behind a network: network.rs).
 pub fn suite_url(port: u16) -> String {
+    let port = crate::network::client_port(port);
     match suite_acl() {
         Some(which) => {
             let line = documented_acl(which);

@@ -16,6 +16,7 @@ mod cluster;
 mod features;
 pub mod liar;
 mod limits;
+pub mod network;
 pub mod peak;
 pub mod procfs;
 mod proxy;
@@ -46,6 +47,7 @@ pub use self::{
     cli::redis_cli_bin,
     cluster::{PROXIED_NODE_TIMEOUT, RedisCluster},
     features::{proxied_cluster_or_skip, tls_or_skip, tryagain_counted_or_skip},
+    network::Rtt,
     proxy::{Dir, Mode, Proxy},
     rng::Rng,
     sentinel::{LoneSentinel, Sentinels},

@@ -11,6 +11,7 @@ use nix::unistd::Pid;
 use crate::acl::Deployment;
 use crate::cli::info_on;
 use crate::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
+use crate::network::Rtt;
 use crate::proxy::{Mode, Proxy};
 use crate::server::{RedisServer, read_logs};
 use crate::spawn::{connect, free_port, kill_and_reap, proc_state, spawn_redis, wait_ready};
@@ -187,6 +188,21 @@ impl Sentinels {
             _heavy: heavy,
         };
         s.wait_settled(s.proxies[0].port(), Duration::from_secs(20));
+        s
+    }
+
+    /// As `start_behind_proxies`, every proxy delaying as a network of round trip `rtt` does
+    /// (network.rs): clients reach the Sentinels and the servers across it, and so do the
+    /// servers and Sentinels each other.
+    pub fn start_across(name: &str, rtt: Rtt) -> Self {
+        let s = Self::start_behind_proxies(name);
+        for proxy in s
+            .proxies
+            .iter()
+            .chain(s.sentinels.iter().flat_map(|p| &p.proxy))
+        {
+            proxy.set(rtt.mode());
+        }
         s
     }
 

@@ -13,6 +13,8 @@ use nix::unistd::Pid;
 
 use crate::acl::Deployment;
 use crate::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
+use crate::network::{self, Rtt};
+use crate::proxy::Proxy;
 use crate::spawn::{
     base_args, connect, free_port, kill_and_reap, proc_state, spawn_redis, wait_ready,
 };
@@ -28,6 +30,8 @@ pub struct RedisServer {
     password: Option<String>,
     /// The scale-out deployments this server is part of (`join`).
     deployments: Vec<Deployment>,
+    /// With a network (`start_across`, `RLOCK_TEST_RTT`): the delaying proxy clients reach it by.
+    front: Option<Proxy>,
     dir: tempfile::TempDir,
 }
 
@@ -37,9 +41,21 @@ impl RedisServer {
         Self::start_with(&[])
     }
 
+    /// A plain server that clients reach across a network of round trip `rtt` (network.rs).
+    pub fn start_across(rtt: Rtt) -> Self {
+        Self::start_with_across(&[], Some(rtt))
+    }
+
     /// A server with extra `redis-server` arguments appended (later ones win), e.g.
     /// `&["--requirepass", "s3cret"]`. A `--requirepass` is remembered so `conn()` authenticates.
+    /// With `RLOCK_TEST_RTT`, clients reach it across that network.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_with_across(extra, Rtt::from_env())
+    }
+
+    /// As `start_with`, reached by clients across a network of round trip `rtt` when there is
+    /// one (`RLOCK_TEST_RTT` not consulted).
+    pub fn start_with_across(extra: &[&str], rtt: Option<Rtt>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("rlock-redis-")
             .tempdir()
@@ -60,6 +76,10 @@ impl RedisServer {
             let deadline = Instant::now() + READY_TIMEOUT;
             match wait_ready(&mut child, port, password.as_deref(), deadline) {
                 Ok(()) => {
+                    let front = rtt.map(|rtt| rtt.proxy(port));
+                    if let Some(front) = &front {
+                        network::put_behind(port, front.port());
+                    }
                     let server = RedisServer {
                         pid: child.id() as i32,
                         child: Some(child),
@@ -67,6 +87,7 @@ impl RedisServer {
                         extra,
                         password,
                         deployments: Vec::new(),
+                        front,
                         dir,
                     };
                     crate::acl::make_suite_user(&server, &[]);
@@ -97,13 +118,25 @@ impl RedisServer {
         self
     }
 
+    /// The server's own port (behind a network, not the one clients reach it by: see
+    /// `client_port`).
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT`, without the password even if one is required.
+    /// The port clients reach the server by: its proxy's behind a network, else its own.
+    pub fn client_port(&self) -> u16 {
+        self.front.as_ref().map_or(self.port, Proxy::port)
+    }
+
+    /// The network in front of the server's clients, if any.
+    pub fn front(&self) -> Option<&Proxy> {
+        self.front.as_ref()
+    }
+
+    /// `redis://127.0.0.1:PORT` of `client_port`, without the password even if one is required.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://127.0.0.1:{}", self.client_port())
     }
 
     /// The pid of the current (or, after `kill9`, the last) server process.
@@ -246,6 +279,9 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             kill_and_reap(&mut child);
+        }
+        if self.front.is_some() {
+            network::forget(self.port);
         }
     }
 }
