@@ -1,5 +1,6 @@
 //! `rlock exec`: take the lock, run the command under it, and give it back.
 
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -24,6 +25,9 @@ use wait::{acquire, interrupt};
 /// `--once-per`: the start of the window the command does, seconds since the epoch by Redis's
 /// clock.
 const WINDOW_VAR: &str = "RLOCK_WINDOW";
+
+/// How long a command runs before its run's start goes on record (`Recorder::running`).
+const RECORD_AFTER: Duration = Duration::from_secs(1);
 
 /// How long rlock waits for the guardian's word that the command started, at least: it comes at
 /// once, unless the machine is very busy or the guardian is stuck (then it is killed).
@@ -80,18 +84,27 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     if let Some((on, of)) = locker.holding() {
         ctx.say(format_args!("the lock is on {on} of {of} masters"));
     }
-    // On record from its grant, written while the command starts.
-    // (No thread to be had, on a host out of processes: the run's end is on record all the same.)
-    let child = std::thread::scope(|s| {
-        let on_record = std::thread::Builder::new().spawn_scoped(s, || record.running());
-        let child = start(ctx, &locker, &held, args);
+    // On record while it runs: the run's start is written once its command has run for
+    // RECORD_AFTER, from a thread beside it, so that a command done sooner costs no round trip
+    // more (its end is on record all the same). No thread to be had, on a host out of
+    // processes: the run's end alone is on record.
+    let (ended, hear_end) = std::sync::mpsc::channel::<()>();
+    let recorder = &record;
+    let ran = std::thread::scope(|s| {
+        let on_record = std::thread::Builder::new().spawn_scoped(s, move || {
+            if hear_end.recv_timeout(RECORD_AFTER) == Err(RecvTimeoutError::Timeout) {
+                recorder.running();
+            }
+        });
+        let ran = start(ctx, &locker, &held, args)
+            .map(|child| supervise(ctx, &locker, &held, child, args, &signals));
+        drop(ended);
         if let Ok(on_record) = on_record {
             let _ = on_record.join();
         }
-        child
-    })
-    .inspect_err(|e| record.failed(e))?;
-    let (outcome, after) = supervise(ctx, &locker, &held, child, args, &signals);
+        ran
+    });
+    let (outcome, after) = ran.inspect_err(|e| record.failed(e))?;
     let died_of = outcome.signal;
     if let Some(window) = held.window
         && once::succeeded(&outcome)

@@ -183,8 +183,8 @@ impl<'a> Recorder<'a> {
         }
     }
 
-    /// The run is on record from its grant: an entry `running`, which the entry of how it ends
-    /// replaces (record.lua). A run whose rlock dies without that end stays `running` while its
+    /// The run is on record while it runs (exec writes this once its command has run a moment,
+    /// `RECORD_AFTER`): an entry `running`, which the entry of how it ends replaces (record.lua). A run whose rlock dies without that end stays `running` while its
     /// lease lasts, and `inspect --history` shows it `abandoned` after (`cmd/inspect/history.rs`).
     /// A write that fails changes nothing and is not said: the run's end is written the same
     /// way and says it (one line, not two).

@@ -1,4 +1,5 @@
-//! Every run is on record from its grant: `running` while it runs, replaced by how it ended; a
+//! Every run is on record while it runs: `running` once its command has run a second, replaced
+//! by how it ended; a
 //! run whose rlock was SIGKILLed (alone, or with its guardian, as a host that goes down) shows as
 //! `abandoned` once its lease has run out, and the next run's entry comes above it.
 
@@ -26,7 +27,7 @@ fn killed_run_is_abandoned(with_guardian: bool) {
         rlock_at(&server).args(["exec", "-k", "k", "--ttl", "1s", "--", "sleep", "30"]),
     );
     wait_held(&server, &lock, &mut rl);
-    // Written beside the command's start, a moment after the grant.
+    // Written beside the command once it has run a second.
     wait_until("the run's start on record", SOON, || {
         !history_of(rlock_at(&server), "k", 10).is_empty()
     });
@@ -34,7 +35,7 @@ fn killed_run_is_abandoned(with_guardian: bool) {
     assert_eq!(
         outcomes(&runs),
         ["running"],
-        "on record from its grant: {runs:?}"
+        "on record while it runs: {runs:?}"
     );
     assert!(
         runs[0]["fence"].is_i64() && runs[0]["granted_ms"].is_i64(),
