@@ -250,19 +250,22 @@ mod tests {
     use super::*;
     use crate::lock::history::{HISTORY, RECORD};
 
+    /// Every script rlock sends.
+    const EVERY_SCRIPT: [&Script; 9] = [
+        &ACQUIRE,
+        &RELEASE,
+        &RENEW,
+        &LEAVE,
+        &INSPECT,
+        &FENCE,
+        &RECORD,
+        &HISTORY,
+        &crate::lock::ONCE,
+    ];
+
     #[test]
     fn script_hashes_are_what_redis_computes() {
-        for script in [
-            &ACQUIRE,
-            &RELEASE,
-            &RENEW,
-            &LEAVE,
-            &INSPECT,
-            &FENCE,
-            &RECORD,
-            &HISTORY,
-            &crate::lock::ONCE,
-        ] {
+        for script in EVERY_SCRIPT {
             let sha = redis::Script::new(script.source).get_hash().to_string();
             assert_eq!(script.sha, sha, "SHA1 of {}", script.name);
         }
@@ -327,17 +330,7 @@ mod tests {
     fn no_script_asks_info_or_config() {
         // Redis Cloud and the services built on it refuse them in scripts: what a server says
         // of itself is asked with plain commands (backend/single/cluster_node.rs).
-        for script in [
-            &ACQUIRE,
-            &RELEASE,
-            &RENEW,
-            &LEAVE,
-            &INSPECT,
-            &FENCE,
-            &RECORD,
-            &HISTORY,
-            &crate::lock::ONCE,
-        ] {
+        for script in EVERY_SCRIPT {
             let upper = script.source.to_ascii_uppercase();
             for command in ["\"INFO\"", "'INFO'", "\"CONFIG\"", "'CONFIG'"] {
                 assert!(!upper.contains(command), "{} calls {command}", script.name);
