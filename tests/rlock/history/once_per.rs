@@ -168,8 +168,15 @@ fn three_hosts_with_skew_and_long_jobs_run_once_in_every_window() {
     let server = RedisServer::start();
     let dir = tempdir();
     let log = dir.path().join("runs");
-    let window = Duration::from_secs(2);
-    let windows: i64 = 8;
+    // A longer run by hand: RLOCK_TEST_ONCE_WINDOWS=100 RLOCK_TEST_ONCE_WINDOW_MS=3000.
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let window = Duration::from_millis(env("RLOCK_TEST_ONCE_WINDOW_MS", 2000));
+    let windows = env("RLOCK_TEST_ONCE_WINDOWS", 8) as i64;
     let bin = env!("CARGO_BIN_EXE_rlock");
     let w_ms = window.as_millis() as i64;
     // Start at the beginning of a window, by Redis's clock (the machine's clock here).
@@ -177,9 +184,11 @@ fn three_hosts_with_skew_and_long_jobs_run_once_in_every_window() {
     let first = now / w_ms + 1;
     let long = [first + 2, first + 5];
     let job = format!(
-        "case \"$RLOCK_WINDOW\" in {}|{}) sleep 3;; *) sleep 0.2;; esac; echo \"$RLOCK_WINDOW $(hostname)\" >> '{}'",
+        "case \"$RLOCK_WINDOW\" in {}|{}) sleep {};; *) sleep 0.2;; esac; echo \"$RLOCK_WINDOW $(hostname)\" >> '{}'",
         long[0] * w_ms / 1000,
         long[1] * w_ms / 1000,
+        // Half as long again as a window.
+        w_ms * 3 / 2000,
         log.display()
     );
     let mut seed: u64 = 0x5eed;
@@ -204,7 +213,8 @@ fn three_hosts_with_skew_and_long_jobs_run_once_in_every_window() {
             std::thread::sleep(Duration::from_millis(wait as u64));
         }
         let script = format!(
-            "hostname {host} && exec '{bin}' exec -k report --once-per 2s -- sh -c '{}'",
+            "hostname {host} && exec '{bin}' exec -k report --once-per {}ms -- sh -c '{}'",
+            window.as_millis(),
             job.replace('\'', "'\\''")
         );
         let mut cmd = std::process::Command::new("unshare");
@@ -214,7 +224,7 @@ fn three_hosts_with_skew_and_long_jobs_run_once_in_every_window() {
         running.push((*w, *host, Background::spawn(host, dir.path(), &mut cmd)));
     }
     for (w, host, mut bg) in running {
-        let (out, _) = bg.finish(Duration::from_secs(60));
+        let (out, _) = bg.finish(window * (windows as u32 + 20));
         assert_eq!(out.code, 0, "window {w}, {host}: {out}");
     }
     let text = fs::read_to_string(&log).unwrap_or_default();
@@ -242,7 +252,7 @@ fn three_hosts_with_skew_and_long_jobs_run_once_in_every_window() {
         hosts.len() > 1,
         "the runs came from several hosts: {per_window:?}"
     );
-    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(started.elapsed() < window * (windows as u32 + 20));
 }
 
 /// `rlock ARGS` as host `host` (a UTS namespace of its own), run to its end.
@@ -288,6 +298,41 @@ fn the_timeline_draws_each_hosts_runs_skipped_windows_and_failures() {
         &["exec", "-k", "t", "--", "sh", "-c", "sleep 0.2; exit 2"],
     );
     assert_eq!(failed.code, 2, "{failed}");
+    // A host that goes down mid-run: rlock and its guardian SIGKILLed once the run is on record.
+    let dir = tempdir();
+    let bin = env!("CARGO_BIN_EXE_rlock");
+    let mut down = std::process::Command::new("unshare");
+    down.args([
+        "--uts",
+        "sh",
+        "-c",
+        "hostname host-d && exec \"$@\"",
+        "sh",
+        bin,
+    ])
+    .args(["exec", "-k", "t", "--ttl", "1s", "--", "sleep", "30"])
+    .env("RLOCK_URL", crate::common::acl::suite_url(server.port()));
+    let mut down = Background::spawn("host-d", dir.path(), &mut down);
+    wait_until("host-d's run on record", Duration::from_secs(10), || {
+        history_of(rlock_at(&server), "t", 20)
+            .iter()
+            .any(|r| r["outcome"] == "running")
+    });
+    let rlock = down.pid();
+    let children =
+        std::fs::read_to_string(format!("/proc/{rlock}/task/{rlock}/children")).unwrap_or_default();
+    for pid in
+        std::iter::once(rlock).chain(children.split_whitespace().filter_map(|p| p.parse().ok()))
+    {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = down.finish(Duration::from_secs(10));
+    wait_until("host-d's lease to run out", Duration::from_secs(10), || {
+        !server.exists("rlock:t")
+    });
 
     let out =
         run(rlock_at(&server).args(["inspect", "-k", "t", "--history", "--timeline", "-n", "20"]));
@@ -318,6 +363,11 @@ fn the_timeline_draws_each_hosts_runs_skipped_windows_and_failures() {
     assert!(
         cells("host-c").contains("=F") || cells("host-c").ends_with('F'),
         "host-c held, then failed:\n{}",
+        out.stdout
+    );
+    assert!(
+        cells("host-d").contains('x'),
+        "host-d's run abandoned:\n{}",
         out.stdout
     );
     let a = cells("host-a").find('=').unwrap();
