@@ -238,7 +238,9 @@ fn cluster_renewals_follow_moved_when_the_locks_slot_moves_during_exec() {
     });
 
     begin_migration(&cluster, slot, 0, 1);
-    move_keys(&cluster, 0, 1, &[&lock, &state]);
+    // The run's start on record too (a stream in the lock's slot), once it has run a second.
+    let history = format!("{{rlock:{name}}}:history");
+    move_keys(&cluster, 0, 1, &[&lock, &state, &history]);
     end_migration(&cluster, slot, 1);
     assert!(!here(a, &lock));
     let mut on_b = Renewals::new();
@@ -291,7 +293,8 @@ fn cluster_renewals_and_a_waiter_follow_ask_while_the_slot_migrates() {
     });
 
     begin_migration(&cluster, slot, 0, 1);
-    move_keys(&cluster, 0, 1, &[&lock, &state, &queue]);
+    let history = format!("{{rlock:{name}}}:history");
+    move_keys(&cluster, 0, 1, &[&lock, &state, &queue, &history]);
     let mut on_b = Renewals::new();
     holder.wait_for(
         "two renewals on the importing master (after ASK)",
