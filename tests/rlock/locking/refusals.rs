@@ -406,6 +406,13 @@ fn an_acl_refusal_of_execs_final_release_exits_77_and_says_the_lock_may_still_be
         .args(["-u", &url, "exec", "-k", KEY, "--ttl", "1h", "--"])
         .arg(crate::common::redis_cli_bin())
         .args(["-p", &port, "ACL", "SETUSER", "no-flushall", "-publish"]));
+    if !checks_rights_first() {
+        // Before Redis 7 a script cannot ask for PUBLISH in advance, and with nobody waiting
+        // the release never publishes: it is not refused at all, and gives the lock back.
+        assert_eq!(out.code, 0, "{out}");
+        assert!(!server.exists(&format!("rlock:{KEY}")), "{out}");
+        return;
+    }
     assert_fails(
         &out,
         77,
