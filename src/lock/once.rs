@@ -177,7 +177,16 @@ impl Locker {
             record: key.once(),
             len,
         };
-        self.on_all(|n| call::run(n, &call, self.op_timeout))
+        self.on_the_node(key, &call)
+    }
+
+    /// `call` on the one node (`--once-per` is refused on Redlock before anything is sent).
+    fn on_the_node<C: Call<Reply = R> + Sync, R: Send>(
+        &self,
+        key: &LockKey,
+        call: &C,
+    ) -> Result<R, Error> {
+        self.on_all(|n| call::run(n, call, self.op_timeout))
             .into_iter()
             .next()
             .expect("one node")
@@ -201,11 +210,7 @@ impl Locker {
             host,
             run,
         };
-        self.on_all(|n| call::run(n, &call, self.op_timeout))
-            .into_iter()
-            .next()
-            .expect("one node")
-            .map_err(|e| Error::redis(key, e))
+        self.on_the_node(key, &call)
     }
 }
 
