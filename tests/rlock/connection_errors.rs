@@ -251,6 +251,8 @@ fn auth_refused_is_77_and_every_password_source_works() {
                 "--url",
                 &format!("redis://:{SECRET}@127.0.0.1:{}", dead_port()),
             ])
+            // One try: the bound itself is outages::a_run_against_a_closed_port….
+            .args(["--connect-timeout", "0"])
             .args(verbose)
             .args(["acquire", "-k", "jobs", "-n"]));
         assert_eq!(out.code, 69, "{out}");

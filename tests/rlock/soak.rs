@@ -19,12 +19,14 @@ use std::time::Duration;
 use crate::common::{Proxy, RedisServer};
 
 #[test]
+#[ignore = "a soak, opt-in: cargo test --test rlock -- --ignored soak"]
 fn holders_never_overlap_and_fences_rise_through_freezes_flushes_and_kills() {
     soak(None);
 }
 
 /// The semaphore mode: four loops of `exec --limit 2`, never three sections at once.
 #[test]
+#[ignore = "a soak, opt-in: cargo test --test rlock -- --ignored soak"]
 fn a_semaphore_never_exceeds_its_limit_through_freezes_flushes_and_kills() {
     soak(Some(2));
 }
@@ -150,6 +152,7 @@ fn soak(limit: Option<u32>) {
 /// link is cut for longer than it can ride out must be stopped before its lease lapses, so the
 /// heartbeats never overlap and fences only rise.
 #[test]
+#[ignore = "a soak, opt-in: cargo test --test rlock -- --ignored soak"]
 fn holders_never_overlap_and_fences_rise_through_blackholed_links() {
     let _heavy = crate::common::heavy();
     let secs = secs();

@@ -215,8 +215,10 @@ fn redlock_one_empty_restart_is_repaired_by_the_next_renewal() {
 }
 
 /// How many times each overlap test below runs: a race it would lose shows as a failure in
-/// some of the runs, not necessarily in one.
-const RUNS: usize = 20;
+/// some of the runs, not necessarily in one (`RLOCK_TEST_RUNS=20` for the long count).
+fn runs() -> usize {
+    crate::common::runs(4)
+}
 
 /// A's grant misses a frozen master (the lock is on a bare majority); then the frozen master
 /// comes back and another master restarts empty. A's renewals write the lock on the master
@@ -224,7 +226,7 @@ const RUNS: usize = 20;
 /// A with two of three: B is refused and A keeps its lock.
 #[test]
 fn redlock_a_master_slow_at_the_grant_gets_the_lock_at_once_and_one_restart_is_survived() {
-    for run in 0..RUNS {
+    for run in 0..runs() {
         let mut nodes = start_nodes(3);
         let dir = tempdir();
         let d = dir.path();
@@ -275,7 +277,7 @@ fn redlock_a_master_slow_at_the_grant_gets_the_lock_at_once_and_one_restart_is_s
 /// gets the lock only once A's lease has ended and A's command was stopped (76).
 #[test]
 fn redlock_a_master_slow_at_the_grant_and_one_empty_restart_never_make_two_holders() {
-    for run in 0..RUNS {
+    for run in 0..runs() {
         let mut nodes = start_nodes(3);
         let dir = tempdir();
         let d = dir.path();
@@ -322,8 +324,11 @@ fn redlock_a_master_slow_at_the_grant_and_one_empty_restart_never_make_two_holde
     }
 }
 
-/// How many times the mixed-TTL restart below runs (each waits out a few seconds of uptime).
-const MIXED_TTL_RUNS: usize = 5;
+/// How many times the mixed-TTL restart below runs (each waits out a few seconds of uptime;
+/// `RLOCK_TEST_RUNS=20` for the long count).
+fn mixed_ttl_runs() -> usize {
+    crate::common::runs(2)
+}
 
 /// Holders of one key with different TTLs: A holds with a 60 s lease on two of three masters
 /// (its link to the third is a blackhole), then the second restarts empty, and B asks with a
@@ -333,7 +338,7 @@ const MIXED_TTL_RUNS: usize = 5;
 /// anywhere, and A keeps its lock.
 #[test]
 fn redlock_a_short_ttl_after_one_empty_restart_never_takes_a_longer_lease() {
-    for run in 0..MIXED_TTL_RUNS {
+    for run in 0..mixed_ttl_runs() {
         let mut nodes = start_nodes(3);
         let dir = tempdir();
         let d = dir.path();

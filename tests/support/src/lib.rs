@@ -40,6 +40,15 @@ pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// How many times a test that repeats a race runs: `default` in the suite (CI's budget), or
+/// `RLOCK_TEST_RUNS` when set, for the long count an issue's "20 of 20" asks for by hand.
+pub fn runs(default: usize) -> usize {
+    std::env::var("RLOCK_TEST_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}
+
 // The paths the tests (`common::RedisServer`, …) and the benchmark use.
 pub use self::{
     background::Background,
