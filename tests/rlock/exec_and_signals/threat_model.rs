@@ -223,3 +223,177 @@ fn next_holder(server: &RedisServer, d: &Path) -> (Output, i64) {
         .unwrap_or_else(|| panic!("the next holder's command did not run: {out}"));
     (out, at)
 }
+
+/// A command running as the same (non-root) user tries the forgery above: it cannot even list
+/// its guardian's descriptors (`$D/forged` says "refused"), so rlock and the guardian go on as
+/// if nothing happened: the lock stays held, then the time limit stops everything, the escaped
+/// loop included, before the next holder (waiting in line from the forgery on) starts. In a
+/// cgroup, the user's rlock runs in a cgroup delegated to the user, as systemd delegates one.
+fn a_users_forgery_reaches_nothing(way: Way) {
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let _reaper = Reaper(d);
+    fs::write(d.join("forge.py"), FORGE.replace("for fd in", REFUSED)).expect("forge.py");
+    let then =
+        r#"until [ -e "$D/go" ]; do sleep 0.01; done; python3 "$D/forge.py" $PPID; sleep 600"#;
+    let script = format!("{} {then}", Escape::Setsid.start());
+    let args = [
+        "-v",
+        "exec",
+        "--contain",
+        way_flag(way),
+        "-k",
+        KEY,
+        "--ttl",
+        "30s",
+        "--grace",
+        "300ms",
+        "--timeout",
+        "3s",
+        "--",
+        "bash",
+        "-c",
+        &script,
+    ];
+    let delegated = (way == Way::Cgroup).then(Delegated::new);
+    let mut cmd = as_user(&server, d, &args);
+    if let Some(cgroup) = &delegated {
+        cmd = cgroup.enter(cmd);
+    }
+    let mut rl = Bg::spawn_group("rlock", d, &mut cmd);
+    rl.wait_for("heartbeats", Duration::from_secs(10), || {
+        heartbeat(d).is_some()
+    });
+    let mut cmd = rlock_at(&server);
+    cmd.args(["exec", "-w", "30s", "-k", KEY, "--", "sh", "-c"])
+        .arg(r#"date +%s%N > "$D/second""#)
+        .env("D", d);
+    let mut second = Bg::spawn("next holder", d, &mut cmd);
+    let queue = crate::common::basic::queue_key(KEY);
+    second.wait_for("the next holder in line", Duration::from_secs(10), || {
+        crate::common::basic::q::<i64>(&server, &["ZCARD", &queue]) == 1
+    });
+    fs::write(d.join("go"), "").expect("go");
+    rl.wait_for("the forgery's try", Duration::from_secs(10), || {
+        fs::read_to_string(d.join("forged")).is_ok_and(|s| s == "refused")
+    });
+    assert!(
+        server.exists(LOCK),
+        "the lock is still held after the forgery"
+    );
+    let (second, _) = second.finish(Duration::from_secs(40));
+    assert_eq!(second.code, 0, "{second}");
+    let at: i64 = fs::read_to_string(d.join("second"))
+        .expect("the second holder ran")
+        .trim()
+        .parse()
+        .expect("a time");
+    assert_silent_after(d, at, "the next holder's start");
+    let (out, _) = rl.finish(Duration::from_secs(10));
+    assert_eq!(
+        out.code, 124,
+        "the time limit, not the forgery, ended the run: {out}"
+    );
+    if way == Way::Cgroup {
+        assert!(
+            !out.stderr.contains("contained by the process tree"),
+            "the user's rlock used its delegated cgroup: {out}"
+        );
+    }
+}
+
+/// The forgery's first step for a user: listing the guardian's descriptors is refused.
+const REFUSED: &str = r#"try:
+    os.listdir(f"/proc/{g}/fd")
+except PermissionError:
+    open(os.environ["D"] + "/forged", "w").write("refused")
+    sys.exit(1)
+for fd in"#;
+
+fn way_flag(way: Way) -> &'static str {
+    match way {
+        Way::Cgroup => "cgroup",
+        Way::Tree => "tree",
+    }
+}
+
+/// A cgroup below the test's own, owned by the test user (its directory and the files a
+/// delegation hands over), removed when dropped.
+struct Delegated(std::path::PathBuf);
+
+impl Delegated {
+    fn new() -> Delegated {
+        let own = fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
+        let own = own
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .expect("a cgroup v2");
+        let mounts = fs::read_to_string("/proc/self/mounts").expect("/proc/self/mounts");
+        let mount = mounts
+            .lines()
+            .find_map(|l| {
+                let mut fields = l.split(' ');
+                let at = fields.nth(1)?;
+                (fields.next() == Some("cgroup2")).then_some(at)
+            })
+            .expect("cgroup v2 mounted");
+        let dir = Path::new(mount)
+            .join(own.trim_start_matches('/'))
+            .join(format!("delegated-{}", crate::common::free_port()));
+        fs::create_dir(&dir).expect("a cgroup for the user");
+        for path in [
+            "",
+            "cgroup.procs",
+            "cgroup.threads",
+            "cgroup.subtree_control",
+        ] {
+            let path = dir.join(path);
+            std::os::unix::fs::chown(&path, Some(54321), Some(54321)).expect("chown");
+        }
+        Delegated(dir)
+    }
+
+    /// `cmd`, started from inside the cgroup (a shell moves itself there, then runs it).
+    fn enter(&self, cmd: Command) -> Command {
+        let mut sh = Command::new("sh");
+        sh.args(["-c", r#"echo $$ > "$0/cgroup.procs" && exec "$@""#])
+            .arg(&self.0)
+            .arg(cmd.get_program())
+            .args(cmd.get_args());
+        for (name, value) in cmd.get_envs() {
+            match value {
+                Some(value) => sh.env(name, value),
+                None => sh.env_remove(name),
+            };
+        }
+        sh
+    }
+}
+
+impl Drop for Delegated {
+    fn drop(&mut self) {
+        for sub in fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            if sub.path().is_dir() {
+                let _ = fs::remove_dir(sub.path());
+            }
+        }
+        let _ = fs::remove_dir(&self.0);
+    }
+}
+
+/// `RLOCK_TEST_RUNS=20` for the long count.
+#[test]
+fn a_users_forgery_reaches_nothing_in_the_tree() {
+    for _ in 0..crate::common::runs(1) {
+        a_users_forgery_reaches_nothing(Way::Tree);
+    }
+}
+
+#[test]
+fn a_users_forgery_reaches_nothing_in_a_delegated_cgroup() {
+    for _ in 0..crate::common::runs(1) {
+        a_users_forgery_reaches_nothing(Way::Cgroup);
+    }
+}
