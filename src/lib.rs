@@ -18,12 +18,6 @@ pub mod signals;
 pub mod supervise;
 pub mod watchdog;
 
-// The deterministic simulation of the lock protocol: in the test tree, built into the unit tests
-// for the test-only seams it drives (planted bugs, crate-private calls).
-#[cfg(test)]
-#[path = "../tests/sim/mod.rs"]
-mod sim;
-
 use anyhow::Result;
 
 use cli::{Cli, Command};

@@ -8,12 +8,13 @@
 //! run at slightly different rates. Every script is the text build.rs sends, run in Lua 5.1
 //! against a model of the Redis commands it calls; every decision of the client side (the
 //! try, its give-back, the Redlock vote and validity, the renewal schedule, the deadline) is
-//! the library's own code, run on simulated time (`crate::clock`). The invariants
+//! the library's own code, run on simulated time (`rlock::clock`). The invariants
 //! (`check.rs`) are checked at every grant and after every script; the first broken one ends
 //! the run with its seed and the events that led to it.
 //!
-//! Compiled into the library's unit tests (its seams and planted bugs are test-only), from
-//! here in the test tree.
+//! The test target `sim` of the crate rlock-sim (this folder): it drives the library through its
+//! public API and the seams of `rlock::lock::seams` (the feature `sim-seams`: one try at a time,
+//! planted bugs), and runs the scripts in Lua 5.1 or, with the feature `lua54`, Lua 5.4.
 
 mod check;
 mod client;
@@ -30,9 +31,9 @@ mod tests;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Node;
-use crate::lock::planted::Bug;
-use crate::lock::{Locker, Sharing};
+use rlock::backend::Node;
+use rlock::lock::seams::Bug;
+use rlock::lock::{Locker, Sharing};
 
 use check::{Allows, Checker};
 use faults::Model;

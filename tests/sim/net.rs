@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::backend::{Fault, NodeError};
+use rlock::backend::{Fault, NodeError};
 
 use super::lua::{Env, Exec, Host, Scripting};
 use super::store::{Resp, Store};
@@ -104,7 +104,7 @@ pub struct Call {
     pub keys: Vec<String>,
     pub args: Vec<String>,
     /// The replies after which a write must reach the replicas (WAIT), when it must.
-    pub replicated: Option<crate::backend::ReplyTest>,
+    pub replicated: Option<rlock::backend::ReplyTest>,
 }
 
 /// One request in flight (or done).

@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use crate::backend::Fault;
+use rlock::backend::Fault;
 
 use super::check::Checker;
 use super::net::{Call, Conn, Link, Request, Server, node_error};
