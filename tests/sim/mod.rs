@@ -16,6 +16,9 @@
 //! public API and the seams of `rlock::lock::seams` (the feature `sim-seams`: one try at a time,
 //! planted bugs), and runs the scripts in Lua 5.1 or, with the feature `lua54`, Lua 5.4.
 
+#[cfg(all(feature = "lua51", feature = "lua54"))]
+compile_error!("one Lua per build: the feature lua51 (the default) or lua54, not both");
+
 mod check;
 mod client;
 mod faults;
@@ -25,6 +28,8 @@ mod seams;
 mod store;
 mod world;
 
+#[cfg(test)]
+mod answers;
 #[cfg(test)]
 mod tests;
 
