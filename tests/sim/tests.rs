@@ -1,7 +1,7 @@
 //! The simulation's CI budget, its planted bugs and its regression seeds.
 //!
 //! `cargo test` explores a fixed budget of seeds per mode (`CI_SEEDS`); a longer exploration is
-//! `RLOCK_SIM_SEEDS=N cargo test --locked --lib sim::` (see docs/tests.md), and
+//! `RLOCK_SIM_SEEDS=N cargo test --locked -p rlock-sim` (see docs/tests.md), and
 //! `RLOCK_SIM_FIRST=S` starts it at seed S. A failing seed prints its trace; pin it in
 //! `REGRESSIONS` below once it is understood and fixed.
 
