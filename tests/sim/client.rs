@@ -15,8 +15,9 @@ use rlock::lock::seams::{Attempt, Bug, attempt, channel as wake_channel};
 use rlock::lock::{Lease, LockKey, Locker, Request, Sharing};
 use rlock::watchdog::{self, Report};
 
+use super::Micros;
 use super::seams::{SimClock, spawn};
-use super::world::{Micros, Sim, me};
+use super::world::{Sim, me};
 
 /// What one client does.
 #[derive(Debug, Clone)]

@@ -23,8 +23,10 @@ mod check;
 mod client;
 mod faults;
 mod lua;
+mod model;
 mod net;
 mod seams;
+mod server;
 mod store;
 mod world;
 
@@ -41,10 +43,13 @@ use rlock::lock::seams::Bug;
 use rlock::lock::{Locker, Sharing};
 
 use check::{Allows, Checker};
-use faults::Model;
-use net::Server;
+use model::Model;
 use seams::{SimClock, SimNode, spawn};
-use world::{Micros, Sim, Weather, World};
+use server::Server;
+use world::{Sim, Weather, World};
+
+/// True time, in microseconds since the simulation began.
+pub type Micros = u64;
 
 /// The deployment a run simulates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +83,7 @@ pub struct Setup {
     /// A bug planted in the client's code.
     pub bug: Option<Bug>,
     /// A bug planted in the scripts (their text on the way to the servers).
-    pub script_bug: Option<fn(&mut net::Call)>,
+    pub script_bug: Option<fn(&mut server::Call)>,
     /// How the servers' Lua hands replies to the scripts.
     pub host: lua::Host,
     /// Each client after the first asks for its own TTL, one to two times the run's: holders of

@@ -174,7 +174,7 @@ fn outside_a_failover_without_replicas_makes_two_holders() {
 
 /// Replaces `from` with `to` in the script `name`, which must contain it (so that a change of
 /// the script that moves the line fails here, not silently).
-fn replace(call: &mut net::Call, name: &str, from: &str, to: &str) {
+fn replace(call: &mut server::Call, name: &str, from: &str, to: &str) {
     if call.name == name {
         assert!(call.source.contains(from), "{name} no longer has {from:?}");
         call.source = call.source.replacen(from, to, 1);
@@ -186,7 +186,7 @@ fn replace(call: &mut net::Call, name: &str, from: &str, to: &str) {
 
 #[test]
 fn planted_a_release_without_the_owner_check_is_found() {
-    fn plant(call: &mut net::Call) {
+    fn plant(call: &mut server::Call) {
         replace(
             call,
             "release",
@@ -205,7 +205,7 @@ fn planted_a_release_without_the_owner_check_is_found() {
 
 #[test]
 fn planted_a_renewal_without_the_token_check_is_found() {
-    fn plant(call: &mut net::Call) {
+    fn plant(call: &mut server::Call) {
         replace(
             call,
             "renew",
@@ -235,7 +235,7 @@ fn planted_a_deadline_without_the_drift_allowance_is_found() {
 
 #[test]
 fn planted_a_give_back_without_its_try_number_is_found() {
-    fn plant(call: &mut net::Call) {
+    fn plant(call: &mut server::Call) {
         if call.name == "leave" {
             let at = call
                 .args
@@ -357,7 +357,7 @@ fn a_seed_replays_exactly() {
 /// such a script, for the 5.1 build cannot.
 #[test]
 fn a_script_that_leans_on_lua_5_1_answers_otherwise_in_lua_5_4() {
-    fn plant(call: &mut net::Call) {
+    fn plant(call: &mut server::Call) {
         replace(
             call,
             "acquire",
