@@ -2,6 +2,9 @@
 //!
 //! The binary is a thin shell over this library; the library is public so that the man page and
 //! completions can be generated from the same clap definition.
+//!
+//! The deterministic simulation of the protocol (tests/sim, a crate of the workspace) uses the
+//! public API, and `lock::seams` for the rest: built with the feature `sim-seams` only.
 
 pub mod backend;
 pub mod cli;
