@@ -72,7 +72,6 @@ complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l events-to -d 'Wh
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l record-args -d 'Record the holder\'s whole command line, its secrets masked, rather than only its program\'s name (`mysql`), the default: any user of the same Redis can read what is recorded with `rlock inspect`. --label still wins'
-complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l program-only -d 'Accepted and ignored, for one release: only the program\'s name is the default now (see --record-args)'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l export -d 'Print shell assignments (RLOCK_KEY, RLOCK_TOKEN, RLOCK_FENCE) for `eval`'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l json -d 'Print one JSON object: key, token, fence, ttl_ms'
 complete -c rlock -n "__fish_rlock_using_subcommand acquire" -l cluster -d 'The URLs are Redis Cluster seed nodes'
@@ -185,7 +184,6 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_e
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l record-args -d 'Record the holder\'s whole command line, its secrets masked, rather than only its program\'s name (`mysql`), the default: any user of the same Redis can read what is recorded with `rlock inspect`. --label still wins'
-complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l program-only -d 'Accepted and ignored, for one release: only the program\'s name is the default now (see --record-args)'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l cluster -d 'The URLs are Redis Cluster seed nodes'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s v -l verbose -d 'Say what rlock does, on stderr: the servers, a wait (who holds the lock, your place in line, then at least once a minute), the grant, renewals that failed'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s q -l quiet -d 'Say nothing but errors (inspect: print nothing, answer with the exit code)'
@@ -205,7 +203,7 @@ complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew insp
 # an option's value), or after `--`, complete it as that command's, as `complete -C` of the
 # command's words would. (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
 function __fish_rlock_exec_optspecs
-    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= timeout= hold-at-least= once-per= label= record-args program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet events= events-to= h/help
+    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= timeout= hold-at-least= once-per= label= record-args contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet events= events-to= h/help
 end
 
 # Prints the command's words before the one being completed; fails outside the command.

@@ -163,17 +163,6 @@ pub struct LabelArg {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub record_args: bool,
-
-    /// Accepted and ignored, for one release: only the program's name is the default now
-    /// (see --record-args).
-    #[arg(
-        long,
-        env = "RLOCK_PROGRAM_ONLY",
-        hide_env_values = true,
-        action = clap::ArgAction::SetTrue,
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
-    pub program_only: bool,
 }
 
 /// How long the lock stays taken after its grant, whatever the holder does.

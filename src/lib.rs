@@ -2,6 +2,9 @@
 //!
 //! The binary is a thin shell over this library; the library is public so that the man page and
 //! completions can be generated from the same clap definition.
+//!
+//! The deterministic simulation of the protocol (tests/sim, a crate of the workspace) uses the
+//! public API, and `lock::seams` for the rest: built with the feature `sim-seams` only.
 
 pub mod backend;
 pub mod cli;
@@ -17,12 +20,6 @@ pub mod redact;
 pub mod signals;
 pub mod supervise;
 pub mod watchdog;
-
-// The deterministic simulation of the lock protocol: in the test tree, built into the unit tests
-// for the test-only seams it drives (planted bugs, crate-private calls).
-#[cfg(test)]
-#[path = "../tests/sim/mod.rs"]
-mod sim;
 
 use anyhow::Result;
 

@@ -111,5 +111,5 @@ fn main() {
     first.print();
 
     // The host table and the waiting table.
-    waiting::tables(&b);
+    waiting::tables(&b, scale::rows);
 }

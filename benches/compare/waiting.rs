@@ -287,8 +287,10 @@ pub fn leftovers(redis: &RedisServer, n: usize) -> (usize, f64, f64) {
     (forever, longest as f64 / 1000.0, history as f64 / 1000.0)
 }
 
-/// The host table, then the waiting table, with one etcd for both.
-pub fn tables(b: &Bench) {
+/// The host table, then the waiting table, with one etcd for both; `scale` makes the rows of
+/// waiting at scale (`scale.rs`, which draws its lines with this file's drains: handed in by
+/// main, so that the two files do not import each other).
+pub fn tables(b: &Bench, scale: fn(&Bench) -> Vec<Row>) {
     let etcd = etcd::start();
     host::table(b, etcd.as_ref());
     let (small, large) = (b.cfg.line / 3, b.cfg.line);
@@ -300,7 +302,7 @@ pub fn tables(b: &Bench) {
         rows.extend(drain_rows(d));
     }
     rows.extend(growth_rows(&s, &l));
-    rows.extend(crate::scale::rows(b));
+    rows.extend(scale(b));
     rows.push(leftovers_row(b.redis));
     println!();
     print(&rows);

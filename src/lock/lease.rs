@@ -9,7 +9,7 @@ use super::error::Error;
 
 /// Clock drift allowance of the contract: 1% of the TTL plus 2 ms.
 pub fn drift(ttl: Duration) -> Duration {
-    #[cfg(test)]
+    #[cfg(feature = "sim-seams")]
     if super::planted::on(super::planted::Bug::NoDrift) {
         return Duration::ZERO;
     }

@@ -36,11 +36,14 @@ mod lease;
 mod locker;
 mod observe;
 mod once;
-#[cfg(test)]
-pub(crate) mod planted;
+#[cfg(feature = "sim-seams")]
+mod planted;
 mod read;
 mod redlock;
 mod reply;
+#[cfg(feature = "sim-seams")]
+#[doc(hidden)]
+pub mod seams;
 mod wait;
 
 #[cfg(test)]
@@ -52,8 +55,6 @@ use crate::identity::Identity;
 
 pub use crate::output::{human_duration, human_ms};
 pub use call::acquire::ACQUIRE;
-#[cfg(test)]
-pub(crate) use call::acquire::Attempt;
 pub use call::inspect::{INSPECT, LockInfo};
 pub use call::release::RELEASE;
 pub use call::renew::{FENCE, LEAVE, RENEW};

@@ -1,6 +1,7 @@
 //! Known bugs, planted on purpose by the simulation's `planted_` tests (tests/sim), each of
-//! which the simulation must find. Test builds only, and per thread: the simulation sets the
-//! switch on the threads it runs a client on, so no other test sees a bug.
+//! which the simulation must find. Built with the feature `sim-seams` only (`seams.rs`), and per
+//! thread: the simulation sets the switch on the threads it runs a client on, so no other test
+//! sees a bug.
 
 use std::cell::Cell;
 

@@ -57,7 +57,7 @@ impl Locker {
             let name = self.nodes[i].name();
             match id {
                 Ok(Some(id)) => {
-                    #[cfg(test)]
+                    #[cfg(feature = "sim-seams")]
                     let id = match super::planted::on(super::planted::Bug::CountTwice) {
                         true => ServerId {
                             run_id: format!("{}/{i}", id.run_id),

@@ -6,9 +6,9 @@
 //! rlock last knew of (the guardian's SIGKILL), whichever comes first. A command that ignores
 //! SIGTERM runs to that deadline, so the deadline is what counts.
 
-use super::net::Call;
+use super::Micros;
+use super::server::Call;
 use super::store::{Data, Resp, Store};
-use super::world::Micros;
 
 /// What the lock allows at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,7 +234,7 @@ impl Checker {
         if items.first() != Some(&Resp::Bulk("ok".into())) {
             return None;
         }
-        let token = arg(&call.args, "token")?;
+        let token = call.arg("token")?;
         let queue = call.keys.get(2)?;
         // A try that finds the lock its own already (a retry, a duplicate) is no new grant.
         if matches!(before.data.get(call.keys.first()?), Some(Data::Str(held)) if held == token) {
@@ -266,9 +266,4 @@ impl Checker {
             .collect();
         (!left.is_empty()).then(|| format!("left in the store after every client left: {left:?}"))
     }
-}
-
-/// The value of argument `name` of a call (ARGV by name).
-pub fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a String> {
-    args.chunks(2).find(|p| p[0] == name).and_then(|p| p.get(1))
 }

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::identity::Identity;
-use crate::lock::planted::Bug;
-use crate::lock::{Attempt, Lease, LockKey, Locker, Request, Sharing};
-use crate::watchdog::{self, Report};
+use rlock::identity::Identity;
+use rlock::lock::seams::{Attempt, Bug, attempt, channel as wake_channel};
+use rlock::lock::{Lease, LockKey, Locker, Request, Sharing};
+use rlock::watchdog::{self, Report};
 
+use super::Micros;
 use super::seams::{SimClock, spawn};
-use super::world::{Micros, Sim, me};
+use super::world::{Sim, me};
 
 /// What one client does.
 #[derive(Debug, Clone)]
@@ -66,8 +67,8 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
         };
         let give_up = clock.now_instant() + plan.max_wait;
         let channel = match locker.is_quorum() {
-            true => key.channel.clone(),
-            false => format!("{}:{token}", key.channel),
+            true => wake_channel(&key).to_string(),
+            false => format!("{}:{token}", wake_channel(&key)),
         };
         // As wait.rs: a try takes a place in line only once its client listens for its wake-up;
         // the first busy answer subscribes, and the next try follows at once.
@@ -77,7 +78,7 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
                 return;
             }
             let left = give_up.saturating_duration_since(clock.now_instant());
-            let answer = locker.attempt(&req, plan.join && listening, Some(left));
+            let answer = attempt(&locker, &req, plan.join && listening, Some(left));
             let pause = match answer {
                 Ok(Attempt::Granted(grant)) => {
                     listen(&sim, plan.nodes, c, &channel, false);
@@ -91,7 +92,7 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
                 }
                 Ok(Attempt::Busy { pttl, .. }) => match pttl {
                     p if p >= 0 => Duration::from_millis(p as u64 + 1),
-                    _ => crate::lock::CHECK_WITHOUT_EXPIRY,
+                    _ => rlock::lock::CHECK_WITHOUT_EXPIRY,
                 },
                 Ok(Attempt::Queued { wait_ms }) => Duration::from_millis(wait_ms.max(0) as u64 + 1),
                 Err(e) => {
@@ -143,7 +144,7 @@ fn hold(
     clock: &Arc<SimClock>,
     plan: &Plan,
     lease: Lease,
-    grant: crate::lock::Grant,
+    grant: rlock::lock::Grant,
 ) {
     let c = plan.client;
     let ttl_us = plan.ttl.as_micros() as Micros;
@@ -188,7 +189,7 @@ fn hold(
                     Report::Renewed { lease: moments } => {
                         let deadline = moments.ends;
                         let d = clock2.true_of(deadline);
-                        let usable = lease.ttl - crate::lock::drift(lease.ttl);
+                        let usable = lease.ttl - rlock::lock::drift(lease.ttl);
                         let sent = clock2.true_of(deadline - usable);
                         w.note(format!("c{c} renewed until {d} us"));
                         if let Some(v) = w.check.renewed(holder, now, sent, d) {

@@ -2,70 +2,19 @@
 //! (with their data or empty), failed over to a replica, links cut or slowed, clients paused.
 //! Message delay, loss and duplication are the weather (`world::Weather`).
 
+use super::Micros;
+use super::model::{Fault, Model};
 use super::store::Data;
-use super::world::{Kind, Micros, World};
+use super::world::{Kind, World};
 
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Fault {
-    Freeze(usize),
-    Thaw(usize),
-    Crash(usize),
-    /// Someone deletes the lock's key behind rlock's back (`DEL`, `rlock release --force`).
-    Delete(usize),
-    /// A crashed server starts again, with its data (`keep`) or empty.
-    Restart {
-        server: usize,
-        keep: bool,
-    },
-    Cut {
-        client: usize,
-        server: usize,
-    },
-    Heal {
-        client: usize,
-        server: usize,
-    },
-    Slow {
-        client: usize,
-        server: usize,
-        extra: Micros,
-    },
-    Pause {
-        client: usize,
-        until: Micros,
-    },
-    Resume(usize),
-    /// Node `node`'s master crashes and its replica becomes the master, with what it has.
-    Failover(usize),
-    /// A replica's link to its master is cut (or mended): it falls behind.
-    Replication {
-        replica: usize,
-        cut: bool,
-    },
-    /// The old master comes back as a replica of the new one (empty, then synced).
-    Rejoin {
-        server: usize,
-        master: usize,
-    },
+impl World {
+    /// Makes fault `f` happen now (its event has come).
+    pub fn strike(&mut self, f: Fault) {
+        apply(self, f);
+    }
 }
 
-/// Which faults a run may plan: the fault model of a mode, or more.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Model {
-    pub freezes: bool,
-    /// Restarts that keep the data (persistence).
-    pub restarts: bool,
-    /// Empty restarts: at most this many in one run, never two within three TTLs.
-    pub empty_restarts: u32,
-    pub partitions: bool,
-    pub slow_links: bool,
-    /// The lock's key deleted behind rlock's back (one Redis).
-    pub deletes: bool,
-    pub pauses: bool,
-    pub failovers: bool,
-}
-
-pub fn apply(w: &mut World, f: Fault) {
+fn apply(w: &mut World, f: Fault) {
     w.note(format!("FAULT {f:?}"));
     match f {
         Fault::Freeze(s) => w.servers[s].frozen = w.servers[s].up,

@@ -1,6 +1,13 @@
 //! The scripts' side of a simulated server: Lua 5.1 (Redis's version, built from source by
 //! mlua), with the `redis` object, `cjson` and the reply conversions Redis makes, over a
 //! `Store`. The scripts run are rlock's own, the very text build.rs puts together.
+//!
+//! With the feature `lua54` the same scripts run in Lua 5.4, as Dragonfly and Garnet run them,
+//! with no 5.1 shim: integers and floats are two kinds of number (an integer reply arrives as
+//! an integer, `/` and `cjson.decode` give floats, `tostring(30000.0)` is "30000.0", a float
+//! returned is not truncated into an integer reply), and there is no global `unpack`. A script
+//! that leans on 5.1 answers differently there, and the invariants or the answers of
+//! `tests.rs` show it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -44,11 +51,11 @@ impl Server for Env {
     }
 }
 
-/// How the host hands a script what Redis gives it. `Redis`: Redis's own (Lua 5.1, a status
-/// reply as a table `{ok = word}`, the global `unpack`). `Plain`: as the hosts of some other
+/// How the host hands a script what Redis gives it. `Redis`: Redis's own (a status reply as a
+/// table `{ok = word}`; in Lua 5.1, the global `unpack`). `Plain`: as the hosts of some other
 /// servers are (Dragonfly and Garnet run Lua 5.4 with 5.1 shims): a status reply as the plain
 /// word, and `table.unpack` without the global `unpack`. The scripts must give the same answers
-/// on both.
+/// on both, in either Lua.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Host {
     #[default]
@@ -119,7 +126,12 @@ fn argv(args: Variadic<Value>) -> mlua::Result<Vec<String>> {
 fn to_lua(lua: &Lua, r: Resp, host: Host) -> mlua::Result<Value> {
     Ok(match r {
         Resp::Nil => Value::Boolean(false),
+        // Redis's Lua 5.1 has one number type; a Lua 5.4 host hands an integer reply over as
+        // an integer (Dragonfly's `lua_pushinteger`), whose arithmetic with `/` turns float.
+        #[cfg(feature = "lua51")]
         Resp::Int(i) => Value::Number(i as f64),
+        #[cfg(feature = "lua54")]
+        Resp::Int(i) => Value::Integer(i),
         Resp::Bulk(s) => Value::String(lua.create_string(&s)?),
         Resp::Status(s) if host == Host::Plain => Value::String(lua.create_string(&s)?),
         Resp::Status(s) => {
@@ -148,7 +160,13 @@ fn to_resp(v: &Value) -> Resp {
         Value::Nil | Value::Boolean(false) => Resp::Nil,
         Value::Boolean(true) => Resp::Int(1),
         Value::Integer(i) => Resp::Int(*i),
+        // Redis truncates a number to an integer reply; a Lua 5.4 host may send a float as a
+        // double (Dragonfly does), which no client of rlock's reads as a number: a script that
+        // returns a float answers differently there, and the run shows it.
+        #[cfg(feature = "lua51")]
         Value::Number(n) => Resp::Int(n.trunc() as i64),
+        #[cfg(feature = "lua54")]
+        Value::Number(n) => Resp::Bulk(format!("{n:?}")),
         Value::String(s) => Resp::Bulk(text(s)),
         Value::Table(t) => {
             if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
@@ -308,7 +326,8 @@ impl Scripting {
             )?;
             lua.globals().set("cjson", cjson)?;
             if host == Host::Plain {
-                lua.load("table.unpack = unpack; unpack = nil").exec()?;
+                lua.load("table.unpack = table.unpack or unpack; unpack = nil")
+                    .exec()?;
             }
             Ok(())
         };

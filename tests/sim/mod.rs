@@ -8,37 +8,48 @@
 //! run at slightly different rates. Every script is the text build.rs sends, run in Lua 5.1
 //! against a model of the Redis commands it calls; every decision of the client side (the
 //! try, its give-back, the Redlock vote and validity, the renewal schedule, the deadline) is
-//! the library's own code, run on simulated time (`crate::clock`). The invariants
+//! the library's own code, run on simulated time (`rlock::clock`). The invariants
 //! (`check.rs`) are checked at every grant and after every script; the first broken one ends
 //! the run with its seed and the events that led to it.
 //!
-//! Compiled into the library's unit tests (its seams and planted bugs are test-only), from
-//! here in the test tree.
+//! The test target `sim` of the crate rlock-sim (this folder): it drives the library through its
+//! public API and the seams of `rlock::lock::seams` (the feature `sim-seams`: one try at a time,
+//! planted bugs), and runs the scripts in Lua 5.1 or, with the feature `lua54`, Lua 5.4.
+
+#[cfg(all(feature = "lua51", feature = "lua54"))]
+compile_error!("one Lua per build: the feature lua51 (the default) or lua54, not both");
 
 mod check;
 mod client;
 mod faults;
 mod lua;
+mod model;
 mod net;
 mod seams;
+mod server;
 mod store;
 mod world;
 
+#[cfg(test)]
+mod answers;
 #[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Node;
-use crate::lock::planted::Bug;
-use crate::lock::{Locker, Sharing};
+use rlock::backend::Node;
+use rlock::lock::seams::Bug;
+use rlock::lock::{Locker, Sharing};
 
 use check::{Allows, Checker};
-use faults::Model;
-use net::Server;
+use model::Model;
 use seams::{SimClock, SimNode, spawn};
-use world::{Micros, Sim, Weather, World};
+use server::Server;
+use world::{Sim, Weather, World};
+
+/// True time, in microseconds since the simulation began.
+pub type Micros = u64;
 
 /// The deployment a run simulates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +83,7 @@ pub struct Setup {
     /// A bug planted in the client's code.
     pub bug: Option<Bug>,
     /// A bug planted in the scripts (their text on the way to the servers).
-    pub script_bug: Option<fn(&mut net::Call)>,
+    pub script_bug: Option<fn(&mut server::Call)>,
     /// How the servers' Lua hands replies to the scripts.
     pub host: lua::Host,
     /// Each client after the first asks for its own TTL, one to two times the run's: holders of

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use crate::backend::{Fault, Node, NodeError, Script, Subscriber};
-use crate::clock::{Clock, Job};
-use crate::lock::planted::{self, Bug};
+use rlock::backend::{Fault, Node, NodeError, Script, Subscriber};
+use rlock::clock::{Clock, Job};
+use rlock::lock::seams::{self as planted, Bug};
 
-use super::net::{Call, node_error};
-use super::world::{Micros, Sim, me, set_me};
+use super::Micros;
+use super::server::{Call, node_error};
+use super::world::{Sim, me, set_me};
 
 /// One node of a deployment, as one client names it.
 pub struct SimNode {

@@ -11,13 +11,11 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use crate::backend::Fault;
+use rlock::backend::Fault;
 
+use super::Micros;
 use super::check::Checker;
-use super::net::{Call, Conn, Link, Request, Server, node_error};
-
-/// True time, in microseconds since the simulation began.
-pub type Micros = u64;
+use super::server::{Call, Conn, Link, Request, Server, node_error};
 
 /// A small, seeded random source (SplitMix64): the only source of chance in a run.
 #[derive(Debug, Clone)]
@@ -70,7 +68,7 @@ pub enum Kind {
     /// A message published to a channel a client listens on reaches it.
     Heard { client: usize },
     /// A fault begins or ends.
-    Fault(super::faults::Fault),
+    Fault(super::model::Fault),
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -318,7 +316,7 @@ impl World {
                     self.poke(thread);
                 }
             }
-            Kind::Fault(f) => super::faults::apply(self, f),
+            Kind::Fault(f) => self.strike(f),
         }
     }
 

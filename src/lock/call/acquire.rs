@@ -14,9 +14,9 @@ use crate::backend::Script;
 pub static ACQUIRE: Script =
     Script::new("acquire", sources::ACQUIRE).replicated("grant", is_granted);
 
-/// One try at taking the lock: acquire.lua's reply.
+/// One try at taking the lock: acquire.lua's reply. (Public for `seams` only: `call` is private.)
 #[derive(Debug)]
-pub(crate) enum Attempt {
+pub enum Attempt {
     Granted(Grant),
     Busy {
         pttl: i64,
