@@ -77,6 +77,16 @@ fn one_redis_holds_every_invariant() {
     holds(Setup::new(Mode::Single, Sharing::Exclusive));
 }
 
+/// Newest wins: waiters displace each other, the displaced never hold, the line goes on.
+#[test]
+fn one_redis_newest_wins_holds_every_invariant() {
+    holds(Setup {
+        clients: 4,
+        newest: crate::lock::Newest::Waiters,
+        ..Setup::new(Mode::Single, Sharing::Exclusive)
+    });
+}
+
 #[test]
 fn one_redis_semaphore_holds_every_invariant() {
     holds(Setup::new(Mode::Single, Sharing::Limit(2)));

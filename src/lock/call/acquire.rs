@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::super::reply::{Crowd, Holder, Refusal, Reply, millis};
-use super::super::{CHECK_WITHOUT_EXPIRY, Grant, Request, Sharing, Ttl};
+use super::super::{CHECK_WITHOUT_EXPIRY, Grant, Newest, Request, Sharing, Ttl};
 use super::{Args, Call, sources};
 use crate::backend::Script;
 
@@ -31,6 +31,10 @@ pub(crate) enum Attempt {
     },
     Queued {
         wait_ms: i64,
+    },
+    /// A newer run displaced this waiter (`--newest`): who it is.
+    Superseded {
+        by: Holder,
     },
 }
 
@@ -92,6 +96,7 @@ impl Call for Acquire<'_> {
             sharing,
             who,
             hold,
+            newest,
         } = *self.req;
         let (mode, limit) = match sharing {
             Sharing::Exclusive => ("", 0),
@@ -113,6 +118,14 @@ impl Call for Acquire<'_> {
             .with("pidns", &who.pidns)
             .with("try", self.nth)
             .with_some("hold", hold.map(|h| h.as_millis().max(1)))
+            .with_some(
+                "newest",
+                match newest {
+                    Newest::Off => None,
+                    Newest::Waiters => Some("1"),
+                    Newest::Running => Some("2"),
+                },
+            )
     }
 
     fn decode(&self, reply: &[Value]) -> Result<Attempt, Refusal> {
@@ -161,6 +174,7 @@ fn answer(r: &[Value]) -> Result<Answer, Refusal> {
         "queued" => Answer::Not(Attempt::Queued {
             wait_ms: f.need_int("wait")?,
         }),
+        "superseded" => Answer::Not(Attempt::Superseded { by: f.holder() }),
         "mismatch" => {
             return Err(Refusal::Mismatch(match f.need_text("held")?.as_str() {
                 "exclusive" => Sharing::Exclusive,
