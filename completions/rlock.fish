@@ -184,6 +184,8 @@ complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_e
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l events-to -d 'Where --events go instead of stderr: a file, appended to (created if missing; never through a symbolic link), or /dev/fd/N for a descriptor the caller opened' -r -F
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -s n -l no-wait -d 'Try once and do not wait'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l shared -d 'A shared (read) lock, like `flock -s`: any number of shared holders, none while an exclusive holder has the key; shared requests queue behind a waiting exclusive one'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l newest -d 'Newest wins: this run, joining the line, displaces every older waiter of the key that asked for --newest too; each exits 79 at once, naming this run. Exclusive locks on one Redis, Sentinel or Cluster (refused with several --url)'
+complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l cancel-running -d 'As --newest, and a holder that ran with --cancel-running is stopped too: its command gets --lost-signal (SIGKILL --grace later), its rlock gives the lock back and exits 79, and the lock goes to the newest waiter. A holder that did not ask for it runs on'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l record-args -d 'Record the holder\'s whole command line, its secrets masked, rather than only its program\'s name (`mysql`), the default: any user of the same Redis can read what is recorded with `rlock inspect`. --label still wins'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l program-only -d 'Accepted and ignored, for one release: only the program\'s name is the default now (see --record-args)'
 complete -c rlock -n "__fish_rlock_using_subcommand exec; and not __fish_rlock_exec_command_line >/dev/null" -l cluster -d 'The URLs are Redis Cluster seed nodes'
@@ -205,7 +207,7 @@ complete -c rlock -n "not __fish_seen_subcommand_from acquire release renew insp
 # an option's value), or after `--`, complete it as that command's, as `complete -C` of the
 # command's words would. (Added to clap_complete's script by tests/rlock/cli_and_help/generated/completions.rs.)
 function __fish_rlock_exec_optspecs
-    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= timeout= hold-at-least= once-per= label= record-args program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet events= events-to= h/help
+    string join \n k/key= ttl= w/wait= n/no-wait E/conflict-exit-code= limit= shared renew-every= lost-signal= grace= timeout= hold-at-least= once-per= newest cancel-running label= record-args program-only contain= history-limit= history-ttl= metrics-file= u/url= cluster sentinel= password-file= user= tls-ca= tls-cert= tls-key= prefix= op-timeout= connect-timeout= replicas= v/verbose q/quiet events= events-to= h/help
 end
 
 # Prints the command's words before the one being completed; fails outside the command.
