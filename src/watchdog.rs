@@ -21,6 +21,15 @@ pub enum Report {
     Failed(RenewError),
     /// Redlock: the lock is now on `held` of `of` masters (said when that changes).
     Spread { held: usize, of: usize },
+    /// A renewal succeeded `late` after it was due (a slow or frozen server, failed tries, a
+    /// stopped rlock), with `left` of the lease it extended still to run: said when `late` is
+    /// more than a tenth of the renewal period (`is_late`).
+    RenewedLate { late: Duration, left: Duration },
+}
+
+/// Whether a renewal `late` after it was due is worth a report: more than a tenth of the period.
+fn is_late(late: Duration, lease: &Lease) -> bool {
+    late > lease.renew_every / 10
 }
 
 /// Why the lock was given up for lost while the command ran. (Its words are exit/lines.rs's.)
@@ -66,6 +75,8 @@ pub fn renew_loop(
         true => clock.now(),
         false => grant.sent + lease.renew_every,
     };
+    // When the next renewal was due: a retry after a failure does not move it.
+    let mut due = next;
     loop {
         if clock.wait(&stop, next) {
             return;
@@ -83,6 +94,15 @@ pub fn renew_loop(
                 report(Report::Renewed {
                     lease: lease.timeline(sent),
                 });
+                let now = clock.now();
+                let late = now.saturating_duration_since(due);
+                if is_late(late, &lease) {
+                    let left = lease
+                        .timeline(last_sent)
+                        .ends
+                        .saturating_duration_since(now);
+                    report(Report::RenewedLate { late, left });
+                }
                 last_sent = sent;
                 if locker.holding() != spread {
                     spread = locker.holding();
@@ -93,6 +113,7 @@ pub fn renew_loop(
                 // Counted from the send, as the lease is: a slow reply does not push every
                 // later renewal back by a round trip.
                 next = after(sent);
+                due = next;
             }
             Ok(Renewed::Superseded { by, .. }) => {
                 report(Report::Renewed {
