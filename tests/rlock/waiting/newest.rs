@@ -54,6 +54,22 @@ fn one_redis(server: &RedisServer) -> Deployment<'_> {
     }
 }
 
+/// Through a Sentinel that names `server` as the master `locks`.
+fn sentinel<'a>(
+    server: &'a RedisServer,
+    sentinel: &'a crate::common::LoneSentinel,
+) -> Deployment<'a> {
+    Deployment {
+        rlock: Box::new(|| {
+            let mut cmd = crate::common::rlock();
+            crate::common::acl::suite_login_behind_sentinels(&mut cmd);
+            cmd.args(["--sentinel", "locks", "--url", &sentinel.url()]);
+            cmd
+        }),
+        node: server,
+    }
+}
+
 fn cluster(cluster: &RedisCluster) -> Deployment<'_> {
     Deployment {
         rlock: Box::new(|| {
@@ -169,6 +185,14 @@ fn five_deploys(d: &Deployment) {
 fn five_deploys_with_newest_run_the_first_and_the_last() {
     let server = RedisServer::start();
     five_deploys(&one_redis(&server));
+}
+
+#[test]
+fn five_deploys_with_newest_run_the_first_and_the_last_through_sentinel() {
+    let mut server = RedisServer::start();
+    server.join(crate::common::acl::Deployment::Sentinel);
+    let s = crate::common::LoneSentinel::start("locks", server.port());
+    five_deploys(&sentinel(&server, &s));
 }
 
 #[test]
