@@ -243,8 +243,38 @@ mod tests {
             assert_eq!(args.get("host"), Some(req.who.host.as_str()));
             assert_eq!(args.get("mode"), Some(""));
             assert_eq!(args.get("try"), Some(call.nth.to_string().as_str()));
+            // Newest wins is off: the script is not even told of it.
+            assert_eq!(args.get("newest"), None);
             assert_eq!(call.keys(), req.key.keys());
         });
+    }
+
+    #[test]
+    fn newest_wins_is_sent_by_name_and_a_displaced_try_is_no_grant() {
+        with_request(|req| {
+            for (newest, sent) in [(Newest::Waiters, "1"), (Newest::Running, "2")] {
+                let req = Request { newest, ..*req };
+                let call = Acquire::new(&req, true, Instant::now());
+                assert_eq!(call.args().get("newest"), Some(sent));
+            }
+        });
+        let reply: Vec<Value> = [
+            "superseded",
+            "host",
+            "ci-2",
+            "pid",
+            "7",
+            "cmd",
+            "deploy #43",
+        ]
+        .map(|w| Value::SimpleString(w.into()))
+        .to_vec();
+        let Ok(Answer::Not(Attempt::Superseded { by })) = answer(&reply) else {
+            panic!("not superseded");
+        };
+        assert_eq!(by.host.as_deref(), Some("ci-2"));
+        assert_eq!(by.command.as_deref(), Some("deploy #43"));
+        assert!(!is_granted(&Value::Array(reply)));
     }
 
     #[test]
