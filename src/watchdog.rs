@@ -175,13 +175,19 @@ pub fn hear_newer(
                 _ => {}
             }
         }
+        ask = false;
         let mut fds: Vec<PollFd<'_>> = subs
             .iter()
             .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN))
             .collect();
         fds.push(PollFd::new(stop.as_fd(), PollFlags::POLLIN));
-        // EINTR only means: look again.
-        let _ = poll(&mut fds, PollTimeout::NONE);
+        match poll(&mut fds, PollTimeout::NONE) {
+            // EINTR only means: look again.
+            Err(nix::errno::Errno::EINTR) => continue,
+            // Nothing to wait on: the renewals still read the word.
+            Err(_) => return,
+            Ok(_) => {}
+        }
         if fds
             .last()
             .and_then(PollFd::revents)
@@ -189,7 +195,6 @@ pub fn hear_newer(
         {
             return;
         }
-        ask = false;
         for sub in &mut subs {
             match sub.messages() {
                 Ok(payloads) => ask |= payloads.iter().any(|p| p == b"x"),
