@@ -346,7 +346,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__exec)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --timeout --hold-at-least --once-per --label --record-args --contain --history-limit --history-ttl --metrics-file --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --timeout --hold-at-least --once-per --newest --cancel-running --label --record-args --contain --history-limit --history-ttl --metrics-file --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -382,6 +382,32 @@ pub struct ExecArgs {
     )]
     pub once_per: Option<Duration>,
 
+    /// Newest wins: this run, joining the line, displaces every older waiter of the key that
+    /// asked for --newest too; each exits 79 at once, naming this run. Exclusive locks on one
+    /// Redis, Sentinel or Cluster (refused with several --url).
+    #[arg(
+        long,
+        env = "RLOCK_NEWEST",
+        hide_env_values = true,
+        conflicts_with_all = ["limit", "shared"],
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub newest: bool,
+
+    /// As --newest, and a holder that ran with --cancel-running is stopped too: its command
+    /// gets --lost-signal (SIGKILL --grace later), its rlock gives the lock back and exits 79,
+    /// and the lock goes to the newest waiter. A holder that did not ask for it runs on.
+    #[arg(
+        long,
+        env = "RLOCK_CANCEL_RUNNING",
+        hide_env_values = true,
+        conflicts_with_all = ["limit", "shared"],
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub cancel_running: bool,
+
     #[command(flatten)]
     pub label: LabelArg,
 

@@ -14,7 +14,7 @@ use nix::sys::signal::Signal;
 pub use lines::LostHow;
 
 use crate::backend::{Class, Fault, NodeError, SetupError};
-use crate::lock::{About, Interruption, Refused, Seen, Waited};
+use crate::lock::{About, Holder, Interruption, Refused, Seen, Waited};
 use crate::supervise::LaunchError;
 
 /// Exit codes that rlock itself chooses (a child's own status passes through unchanged).
@@ -30,6 +30,8 @@ pub enum Code {
     Lost = 76,
     NotPermitted = 77,
     Config = 78,
+    /// A newer run displaced this one (`--newest`, `--cancel-running`).
+    Superseded = 79,
     TimedOut = 124,
     CannotRun = 126,
     NotFound = 127,
@@ -117,6 +119,15 @@ pub enum Failure {
         limit: Duration,
         signal: Signal,
     },
+    /// A newer run that asked for `--newest` too displaced this waiter, or (`running`,
+    /// `--cancel-running`) stopped this run's command, whose `signal` it got; the lock was
+    /// handed on. It exits 79.
+    #[error("{}", lines::superseded(.about, .by, *.running))]
+    Superseded {
+        about: About,
+        by: Box<Holder>,
+        running: Option<Signal>,
+    },
     /// The token does not own the lock. (Credentials Redis refused are a `Redis` fault.)
     #[error("{}", lines::refused(.about, *.refused))]
     NotPermitted { about: About, refused: Refused },
@@ -188,6 +199,11 @@ impl From<crate::lock::Error> for Failure {
                 waited,
             },
             Error::NotPermitted { about, refused } => Failure::NotPermitted { about, refused },
+            Error::Superseded { about, by } => Failure::Superseded {
+                about,
+                by,
+                running: None,
+            },
             Error::Interrupted {
                 about,
                 signal,
@@ -254,6 +270,7 @@ impl Failure {
             Failure::Busy { .. } => Code::Busy,
             Failure::Lost { .. } => Code::Lost,
             Failure::TimedOut { .. } => Code::TimedOut,
+            Failure::Superseded { .. } => Code::Superseded,
             Failure::NotPermitted { .. } => Code::NotPermitted,
             Failure::Config(_) => Code::Config,
             Failure::Interrupted { .. } => return None,

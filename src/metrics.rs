@@ -48,7 +48,7 @@ const FAMILIES: [(&str, &str); 7] = [
     ),
     (
         "rlock_last_run_exit_code",
-        "rlock's exit code for the last run (the command's status, 75 busy, 76 lost, 124 timed out, 128+N signal).",
+        "rlock's exit code for the last run (the command's status, 75 busy, 76 lost, 79 superseded, 124 timed out, 128+N signal).",
     ),
     (
         "rlock_last_run_outcome",

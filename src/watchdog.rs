@@ -1,11 +1,14 @@
 //! The renewal thread and the lease deadline. No process code here: the watchdog only says
 //! when the lease ends; `supervise` decides what that means for the child.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Fault, NodeError};
-use crate::lock::{Grant, Lease, Locker, NotOwner, RenewError, Renewed, Timeline};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use crate::backend::{Fault, NodeError, Subscriber};
+use crate::lock::{Grant, Holder, Lease, Locker, NotOwner, RenewError, Renewed, Timeline};
 
 /// What the renewal thread tells the supervisor.
 #[derive(Debug)]
@@ -18,6 +21,15 @@ pub enum Report {
     Failed(RenewError),
     /// Redlock: the lock is now on `held` of `of` masters (said when that changes).
     Spread { held: usize, of: usize },
+    /// A renewal succeeded `late` after it was due (a slow or frozen server, failed tries, a
+    /// stopped rlock), with `left` of the lease it extended still to run: said when `late` is
+    /// more than a tenth of the renewal period (`is_late`).
+    RenewedLate { late: Duration, left: Duration },
+}
+
+/// Whether a renewal `late` after it was due is worth a report: more than a tenth of the period.
+fn is_late(late: Duration, lease: &Lease) -> bool {
+    late > lease.renew_every / 10
 }
 
 /// Why the lock was given up for lost while the command ran. (Its words are exit/lines.rs's.)
@@ -33,6 +45,9 @@ pub enum Loss {
         grace: Duration,
         last: Option<RenewError>,
     },
+    /// Not lost: a newer run `by` asked this holder to stop (`--cancel-running`). The lock is
+    /// still held, and given back once the command is stopped.
+    Superseded(Box<Holder>),
 }
 
 /// Renews `grant` every `lease.renew_every`, the first time `lease.renew_every` after the grant
@@ -60,6 +75,8 @@ pub fn renew_loop(
         true => clock.now(),
         false => grant.sent + lease.renew_every,
     };
+    // When the next renewal was due: a retry after a failure does not move it.
+    let mut due = next;
     loop {
         if clock.wait(&stop, next) {
             return;
@@ -77,6 +94,15 @@ pub fn renew_loop(
                 report(Report::Renewed {
                     lease: lease.timeline(sent),
                 });
+                let now = clock.now();
+                let late = now.saturating_duration_since(due);
+                if is_late(late, &lease) {
+                    let left = lease
+                        .timeline(last_sent)
+                        .ends
+                        .saturating_duration_since(now);
+                    report(Report::RenewedLate { late, left });
+                }
                 last_sent = sent;
                 if locker.holding() != spread {
                     spread = locker.holding();
@@ -87,6 +113,14 @@ pub fn renew_loop(
                 // Counted from the send, as the lease is: a slow reply does not push every
                 // later renewal back by a round trip.
                 next = after(sent);
+                due = next;
+            }
+            Ok(Renewed::Superseded { by, .. }) => {
+                report(Report::Renewed {
+                    lease: lease.timeline(sent),
+                });
+                report(Report::Lost(Loss::Superseded(by)));
+                return;
             }
             Ok(Renewed::NotOwner(why)) => {
                 report(Report::Lost(Loss::NotOwner(why)));
@@ -102,6 +136,70 @@ pub fn renew_loop(
                     true => clock.now() + lease.push_every().min(lease.retry_every()),
                     false => clock.now() + lease.retry_every(),
                 };
+            }
+        }
+    }
+}
+
+/// `--cancel-running`: hears on `subs` (the holder's own wake channel) that a newer run may have
+/// asked this holder to stop, until `stop` is closed. The message only wakes: what decides is a
+/// renewal (renew.lua), which reads from Redis what the newer run's script wrote there, so that
+/// a message anyone could publish stops nothing. The first renewal comes at once: the word may
+/// have come between the grant and the subscription. (The renewals of `renew_loop` read the
+/// same, should a message be missed.)
+pub fn hear_newer(
+    locker: &Locker,
+    grant: &Grant,
+    lease: Lease,
+    mut subs: Vec<Subscriber>,
+    stop: OwnedFd,
+    report: impl Fn(Report),
+) {
+    let mut ask = true;
+    loop {
+        if ask {
+            let sent = Instant::now();
+            let ttl = Some(lease.ttl);
+            match locker.renew(&grant.key, &grant.token, ttl, lease.op_timeout) {
+                Ok(Renewed::Superseded { by, .. }) => {
+                    report(Report::Renewed {
+                        lease: lease.timeline(sent),
+                    });
+                    report(Report::Lost(Loss::Superseded(by)));
+                    return;
+                }
+                Ok(Renewed::Yes(_)) => report(Report::Renewed {
+                    lease: lease.timeline(sent),
+                }),
+                // The renewal thread finds out and says what went wrong.
+                _ => {}
+            }
+        }
+        ask = false;
+        let mut fds: Vec<PollFd<'_>> = subs
+            .iter()
+            .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN))
+            .collect();
+        fds.push(PollFd::new(stop.as_fd(), PollFlags::POLLIN));
+        match poll(&mut fds, PollTimeout::NONE) {
+            // EINTR only means: look again.
+            Err(nix::errno::Errno::EINTR) => continue,
+            // Nothing to wait on: the renewals still read the word.
+            Err(_) => return,
+            Ok(_) => {}
+        }
+        if fds
+            .last()
+            .and_then(PollFd::revents)
+            .is_some_and(|r| !r.is_empty())
+        {
+            return;
+        }
+        for sub in &mut subs {
+            match sub.messages() {
+                Ok(payloads) => ask |= payloads.iter().any(|p| p == b"x"),
+                // A subscription gone: the renewals still read the word.
+                Err(_) => return,
             }
         }
     }

@@ -16,7 +16,7 @@ Durations (DUR): 250ms, 30s, 5m, 1h 30m; a plain number is seconds (-w 10, --ttl
 
 Exit codes: 0 ok, 1 inspect: not held, 2 usage, 65 not a lock (or another kind), 69 unavailable,
 70 internal, 75 busy, 76 lock lost during exec, 77 not owner / auth refused, 78 configuration,
-124 exec --timeout ran out, 126/127 command not runnable / not found, 128+N command died of
+79 exec --newest: displaced by a newer run, 124 exec --timeout ran out, 126/127 command not runnable / not found, 128+N command died of
 signal N. See rlock(1).";
 
 /// `rlock acquire --help`.
@@ -95,8 +95,9 @@ A duration (DUR) without a unit is seconds: -w 10 is -w 10s, as flock and timeou
 Exit codes: the command's own status when it ran; 75 busy (-n, or -w ran out; -E sets another),
 76 the lock was lost while the command ran (it was stopped), 65 the key is not a lock (or
 another kind of lock), 69 Redis unavailable, 70 internal error, 77 Redis refused the password or
-the ACL, 78 configuration (URL, TLS, files), 2 usage, 124 the command ran past --timeout (it
-was stopped), 126 the command cannot run, 127 not found,
+the ACL, 78 configuration (URL, TLS, files), 79 a newer run displaced this one (--newest,
+--cancel-running), 2 usage, 124 the command ran past --timeout (it was stopped), 126 the command
+cannot run, 127 not found,
 128+N the command or rlock's wait ended by signal N.
 
 Each run is recorded in the lock's history in Redis when it ends (see `rlock inspect --history`);
@@ -107,4 +108,5 @@ Examples:
   rlock exec -k deploy -w 15m --ttl 1m -- ./deploy.sh production
   rlock exec -k builds --limit 3 -- ./build.sh     # at most three builds at once
   rlock exec -k db --shared -- ./report.sh         # readers together, never beside a writer
+  rlock exec -k deploy --newest -- ./deploy.sh     # queued deploys: only the newest waits on
   rlock exec -k nightly --metrics-file /var/lib/node_exporter/rlock.prom -- ./backup.sh";

@@ -20,6 +20,7 @@ use crate::signals::Signals;
 use crate::supervise::{
     self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
 };
+use crate::watchdog::Loss;
 use wait::{acquire, interrupt};
 
 /// `--once-per`: the start of the window the command does, seconds since the epoch by Redis's
@@ -201,7 +202,7 @@ fn hold(
         // the command starts, so that the deadline counts from now.
         let sent = Instant::now();
         match locker.renew(&grant.key, &grant.token, Some(lease.ttl), lease.op_timeout) {
-            Ok(Renewed::Yes(_)) => grant.sent = sent,
+            Ok(Renewed::Yes(_) | Renewed::Superseded { .. }) => grant.sent = sent,
             Ok(Renewed::NotOwner(why)) => {
                 return Err(Failure::Lost {
                     about: About::Lock(key.name.clone()),
@@ -348,8 +349,23 @@ fn supervise(
         timeline,
     } = child;
     let renews = held.owner != Owner::OuterExec;
+    // --cancel-running: the holder hears a newer run's word on its own channel (and its
+    // renewals read it, should a message be missed).
+    let newer = (args.cancel_running && held.owner == Owner::Us).then(|| {
+        let (key, token) = (&held.grant.key, &held.grant.token);
+        locker.subscribers(key, token, held.lease.op_timeout)
+    });
     let outcome = std::thread::scope(|s| {
-        let keeper = LeaseKeeper::new(s, locker, &held.grant, held.lease, renews, reports);
+        let mut keeper = LeaseKeeper::new(s, locker, &held.grant, held.lease, renews, reports);
+        let heard = newer.map(|subs| match subs {
+            Ok(subs) => keeper.hear_newer(subs).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        });
+        if let Some(Err(e)) = heard {
+            ctx.say(format_args!(
+                "a newer run's word is read at renewals only: {e}"
+            ));
+        }
         let mut enforce = keeper.enforce(args.lost_signal, timeline);
         // Counted from the command's start, which is now: it has just been launched.
         enforce.time_limit = args
@@ -476,6 +492,17 @@ fn exit(
         Err(_) => None,
         Ok(lost) => lost,
     };
+    // Stopped at a newer run's word (--cancel-running) and given back: not a lost lock.
+    if let Some(Loss::Superseded(by)) = &outcome.lost
+        && !matches!(lost, Some(LostHow::Unstoppable(_)))
+    {
+        return Err(Failure::Superseded {
+            about: About::Lock(held.grant.key.name.clone()),
+            by: by.clone(),
+            running: Some(args.lost_signal),
+        }
+        .into());
+    }
     let how = outcome.lost.map(|loss| LostHow::Running {
         loss,
         signal: args.lost_signal,

@@ -154,6 +154,11 @@ impl Observer for Context {
             Note::RenewalFailed { error } => {
                 self.say(format_args!("renewal failed, retrying: {error}"))
             }
+            Note::RenewedLate { late, left } => self.say(format_args!(
+                "renewed {} late, with {} of the lease left",
+                human_ms(late.as_millis() as i64),
+                human_ms(left.as_millis() as i64)
+            )),
             Note::Spread { held, of } => {
                 self.say(format_args!("the lock is now on {held} of {of} masters"))
             }
@@ -196,6 +201,14 @@ fn event_of(events: &events::Events, note: &Note<'_>) {
             "renewal_failed",
             "",
             json!({ "error.type": error.to_string() }),
+        ),
+        Note::RenewedLate { late, left } => events.emit(
+            "renewed_late",
+            "",
+            json!({
+                "late_ms": late.as_millis() as u64,
+                "lease_left_ms": left.as_millis() as u64,
+            }),
         ),
         _ => {}
     }

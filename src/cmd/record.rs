@@ -42,11 +42,13 @@ pub enum Outcome {
     NotRun,
     /// `--once-per`: the window's run was already done (by whom: the record's `by`).
     Skipped,
+    /// A newer run displaced it, waiting or running (`--newest`; who: the record's `by`): 79.
+    Superseded,
 }
 
 impl Outcome {
     /// Every outcome, in the order the metrics list them.
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 12] = [
         Outcome::Ok,
         Outcome::Failed,
         Outcome::Signal,
@@ -58,10 +60,11 @@ impl Outcome {
         Outcome::Unavailable,
         Outcome::NotRun,
         Outcome::Skipped,
+        Outcome::Superseded,
     ];
 
     /// Every outcome's name.
-    pub fn names() -> [&'static str; 11] {
+    pub fn names() -> [&'static str; 12] {
         Outcome::ALL.map(Outcome::as_str)
     }
 
@@ -78,6 +81,7 @@ impl Outcome {
             Outcome::Unavailable => "unavailable",
             Outcome::NotRun => "not-run",
             Outcome::Skipped => "skipped",
+            Outcome::Superseded => "superseded",
         }
     }
 
@@ -93,6 +97,7 @@ impl Outcome {
             Failure::Interrupted { signal, .. } => (Outcome::Interrupted, Some(*signal)),
             Failure::Lost { .. } => (Outcome::Lost, None),
             Failure::TimedOut { .. } => (Outcome::TimedOut, None),
+            Failure::Superseded { .. } => (Outcome::Superseded, None),
             Failure::CannotRun { .. } => (Outcome::NotRun, None),
             f if f.code() == Some(Code::Unavailable) => (Outcome::Unavailable, None),
             _ => return None,
@@ -122,6 +127,8 @@ pub struct Recorder<'a> {
     recorded: bool,
     /// `--once-per`: the run that already did this run's window (`skipped`).
     skipped_by: Option<String>,
+    /// The run that displaced this one (`superseded`): the record's `by` too.
+    superseded_by: std::sync::Mutex<Option<String>>,
 }
 
 impl<'a> Recorder<'a> {
@@ -145,6 +152,7 @@ impl<'a> Recorder<'a> {
             unanswered: false,
             recorded: false,
             skipped_by: None,
+            superseded_by: std::sync::Mutex::new(None),
         }
     }
 
@@ -221,6 +229,10 @@ impl<'a> Recorder<'a> {
             }
         );
         if let Some((outcome, signal)) = Outcome::of_failure(failure) {
+            if let Failure::Superseded { by, .. } = failure {
+                // (Told once: `failed` is the run's last word.)
+                *self.superseded_by.lock().unwrap_or_else(|e| e.into_inner()) = Some(by_words(by));
+            }
             self.keep(
                 outcome,
                 i64::from(failure.exit_code(self.args.wait.busy_code())),
@@ -412,9 +424,25 @@ impl<'a> Recorder<'a> {
             outcome: Some(outcome.as_str().into()),
             code: Some(code),
             signal: signal.map(|s| s.as_str().trim_start_matches("SIG").to_string()),
-            by: self.skipped_by.clone(),
+            by: (self.skipped_by.clone())
+                .or_else(|| self.superseded_by.lock().ok().and_then(|b| b.clone())),
             held_until_ms: None,
         }
+    }
+}
+
+/// The run that displaced this one as the history's `by` names it: `alice@ci-2 pid 4411
+/// (deploy #43)`, its label or program masked as every record's is (the script that wrote it
+/// got the masked holder record).
+fn by_words(by: &crate::lock::Holder) -> String {
+    let who = crate::lock::Holder {
+        since_ms: None,
+        ..by.clone()
+    }
+    .describe(0);
+    match &by.command {
+        Some(what) => format!("{who} ({what})"),
+        None => who,
     }
 }
 

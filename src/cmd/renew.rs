@@ -13,7 +13,7 @@ pub fn run(ctx: &Context, args: &RenewArgs) -> Result<u8> {
     let locker = ctx.locker()?;
     let renewed = locker.renew(&key, &token, args.ttl, locker.op_timeout());
     match renewed.map_err(|e| Failure::redis(&key, e))? {
-        Renewed::Yes(ttl) => {
+        Renewed::Yes(ttl) | Renewed::Superseded { ttl, .. } => {
             ctx.say(format_args!(
                 "renewed lock '{}' for {}",
                 key.name,

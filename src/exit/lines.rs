@@ -184,6 +184,26 @@ pub(super) fn interrupted(about: &About, signal: Signal, when: Interruption) -> 
     }
 }
 
+/// `lock 'deploy' was superseded by a newer run, alice@ci-2 pid 4411 (deploy #43): this run
+/// left the line`, or, for a run whose command was stopped, `…: its command was stopped (SIGTERM)
+/// and the lock handed on`.
+pub(super) fn superseded(about: &About, by: &Holder, running: Option<Signal>) -> String {
+    let mut who = Holder {
+        since_ms: None,
+        ..by.clone()
+    }
+    .describe(0);
+    if let Some(what) = &by.command {
+        who.push_str(&format!(" ({what})"));
+    }
+    match running {
+        None => format!("{about} was superseded by a newer run, {who}: this run left the line"),
+        Some(signal) => format!(
+            "{about} was superseded by a newer run, {who}: its command was stopped ({signal}) and the lock handed on"
+        ),
+    }
+}
+
 /// What a request was about, as the lines name it.
 impl fmt::Display for About {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -200,6 +220,7 @@ impl fmt::Display for Loss {
         match self {
             Loss::NotOwner(why) => write!(f, "Redis says the token no longer owns it ({why})"),
             Loss::Replaced(error) => write!(f, "the key was replaced: {}", error.detail),
+            Loss::Superseded(by) => write!(f, "a newer run asked it, {}", by.describe(0)),
             Loss::RanOut { grace, last } => {
                 let grace = crate::lock::human_duration(*grace);
                 // Not "runs out within": when rlock was stopped or the machine slept, the lease

@@ -15,7 +15,10 @@
 --         hold (optional, ms: --hold-at-least): the grant records "hold_until" (now + hold, by
 --         this server's clock) in the state, and the lock lives at least that long, so that a
 --         release before then leaves it to expire then (release.lua) and a holder that dies
---         does not free it sooner
+--         does not free it sooner; newest (optional, exclusive locks only: --newest "1",
+--         --cancel-running "2"): the request displaces the older waiters that asked for it too,
+--         and with "2" a holder whose grant asked for "2" (slot.lua's supersede); a request so
+--         displaced is answered "superseded" (below)
 -- Returns a word, then fields by name (common.lua's reply; a field without a value is left out):
 --   "ok" fence ttl                        granted: the fence, the lease (ms)
 --   "busy" pttl now host pid user since cmd ttl [holders limit ahead] [place]
@@ -32,6 +35,8 @@
 --                                         "shared" or "limit" (with the semaphore's limit);
 --                                         nothing was changed
 --   "wrongtype" type                      the key is not a lock; nothing was changed
+--   "superseded" host pid user cmd        (newest) a newer run displaced this waiter: who it is;
+--                                         the waiter is out of the line
 -- A multi-holder lock (semaphore, shared) is multi.lua's sorted set; slot.lua's take_slot
 -- grants it.
 -- Errors (nothing was changed): WRONGTYPE for a helper key of another type or a fence counter
@@ -45,7 +50,7 @@ local hold = tonumber(a.hold) or 0
 -- The request, as slot.lua's wait_in_line and take_slot read it.
 local r = {lock = lock, state = state, queue = queue, token = token, ttl = ttl, now = now,
   now_us = now_us, join = a.join == "1", channel = channel, mode = mode, limit = limit,
-  try = tonumber(a.try) or 0,
+  try = tonumber(a.try) or 0, newest = a.newest,
   who = {host = a.host or "", pid = a.pid or "", user = a.user or "", cmd = a.cmd or "",
     pidns = a.pidns or ""}}
 
@@ -97,6 +102,21 @@ if mode ~= "" then
     return take_slot(r, kind)
   end
   -- A shared request waits for an exclusive holder like any other request (below).
+end
+
+if r.newest then
+  -- Displaced by a newer run (slot.lua's supersede): its fate, kept (a duplicate of this try,
+  -- or a retry whose reply was lost, must not join the line again).
+  local fate = redis.call("HGET", state, "x:" .. token)
+  if fate then
+    leave_line(queue, state, token)
+    local ok, by = pcall(cjson.decode, fate)
+    by = ok and type(by) == "table" and by or {}
+    return reply("superseded", "host", by.host, "pid", by.pid, "user", by.user, "cmd", by.cmd)
+  end
+  if r.join and not redis.call("ZSCORE", queue, token) then
+    supersede(r, r.newest == "2", kind == "string" and redis.call("GET", lock))
+  end
 end
 
 if kind == "zset" then
@@ -181,6 +201,10 @@ redis.call("SET", lock, token, "PX", math.max(ttl, hold))
 redis.call("HDEL", state, "released", "broken", "next", "next_until", "hold_until", "w:" .. token)
 if hold > 0 then
   redis.call("HSET", state, "hold_until", now + hold)
+end
+if r.newest == "2" then
+  -- --cancel-running: a newer run that asks for it too may stop this holder (supersede).
+  redis.call("HSET", state, "cancel", token)
 end
 redis.call("ZREM", queue, token)
 keep_alive(state, math.max(ttl, hold) + KEEP_MS)

@@ -54,6 +54,8 @@ pub enum Error {
         signal: Signal,
         when: Interruption,
     },
+    /// A newer run that asked for `--newest` too displaced this waiter: who it is.
+    Superseded { about: About, by: Box<Holder> },
 }
 
 impl Error {

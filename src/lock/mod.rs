@@ -109,6 +109,17 @@ pub struct Request<'a> {
     /// Nobody else gets the lock until this long after the grant, by the server's clock, even
     /// once it is released (`--hold-at-least`).
     pub hold: Option<Duration>,
+    /// Newest wins (`--newest`, `--cancel-running`); exclusive locks only.
+    pub newest: Newest,
+}
+
+/// Who a newer run displaces (`--newest`): nobody, the waiters that asked for it too, or those
+/// and a holder that asked for `Running` too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Newest {
+    Off,
+    Waiters,
+    Running,
 }
 
 /// A lock held by this process.
@@ -160,6 +171,9 @@ pub enum Released {
 pub enum Renewed {
     /// Extended for this long.
     Yes(Duration),
+    /// Extended for this long, and a newer run `by` asked this holder, whose grant asked for
+    /// `--cancel-running`, to stop (`Newest::Running`).
+    Superseded { ttl: Duration, by: Box<Holder> },
     /// The token no longer owns the lock: free, or someone else's.
     NotOwner(NotOwner),
 }

@@ -43,6 +43,9 @@ pub enum Note<'a> {
     RoomAgain { key: &'a str, after: Duration },
     /// A renewal failed; it is retried while the lease lasts.
     RenewalFailed { error: &'a RenewError },
+    /// A renewal succeeded `late` after it was due, with `left` of the lease it extended still
+    /// to run.
+    RenewedLate { late: Duration, left: Duration },
     /// Redlock: the lock is now on `held` of `of` masters.
     Spread { held: usize, of: usize },
 }

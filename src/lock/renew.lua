@@ -3,7 +3,10 @@
 -- KEYS[1] lock  KEYS[2] state
 -- ARGV by name (common.lua's args): token; ttl (ms; absent for the TTL the lock was last given)
 -- Returns a word, then fields by name (common.lua's reply):
---   "renewed" ttl    extended: ttl is the lease it now has (ms)
+--   "renewed" ttl [superseded host pid user cmd]
+--                    extended: ttl is the lease it now has (ms); superseded (1) when a newer
+--                    run asked this holder, whose grant asked for --cancel-running, to stop
+--                    (slot.lua's supersede), and who that run is
 --   "free" [broken]  nobody holds it: the lease ran out, or the lock was deleted; broken (1)
 --                    when a forced release broke this token's lock (release.lua's record)
 --   "other" pttl     someone else holds it
@@ -83,6 +86,14 @@ if recorded then
     redis.pcall("HSET", state, "renewed", now, "ttl", ttl)
   else
     redis.pcall("HSET", state, "renewed", now)
+  end
+  local fate = redis.call("HGET", state, "cancel") == token and
+    redis.call("HGET", state, "x:" .. token)
+  if fate then
+    local ok, by = pcall(cjson.decode, fate)
+    by = ok and type(by) == "table" and by or {}
+    return reply("renewed", "ttl", left, "superseded", 1, "host", by.host, "pid", by.pid,
+      "user", by.user, "cmd", by.cmd)
   end
 end
 return reply("renewed", "ttl", left)

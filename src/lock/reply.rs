@@ -49,7 +49,7 @@ impl KeyType {
 }
 
 /// What Redis knows of a holder that rlock wrote.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Holder {
     pub host: Option<String>,
     pub pid: Option<HolderPid>,

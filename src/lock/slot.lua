@@ -13,8 +13,10 @@ local function wait_in_line(r, horizon)
       r.token)
     keep_alive(r.queue, horizon + KEEP_MS)
     if joined == 1 or redis.call("HEXISTS", r.state, "w:" .. r.token) == 0 then
+      -- newest: the waiter asked for --newest ("1", or "2" with --cancel-running), and a newer
+      -- waiter that asked for it too displaces it (supersede, below).
       redis.call("HSET", r.state, "w:" .. r.token, cjson.encode({host = r.who.host,
-        pid = r.who.pid, user = r.who.user, cmd = r.who.cmd}))
+        pid = r.who.pid, user = r.who.user, cmd = r.who.cmd, newest = r.newest}))
     end
     keep_alive(r.state, horizon + KEEP_MS)
   end
@@ -136,4 +138,45 @@ local function take_slot(r, kind)
   end
   wait_in_line(r, wait)
   return reply("queued", "wait", wait, "now", now)
+end
+
+-- --newest: request `r`, joining the line now, displaces every waiter in it that asked for
+-- --newest too (all of them came before it), and with `running` (--cancel-running) the holder
+-- `holder`, when its grant asked for --cancel-running. A displaced waiter leaves the line here;
+-- its fate, who displaced it, is written as "x:<token>" in the state, and the message on its
+-- own channel ("x") only wakes it: it reads its fate from here at its next try (acquire) or
+-- renewal (renew.lua), so that a message anyone could publish decides nothing. A waiter nobody
+-- listens for has gone: it leaves the line, and no fate is kept for it. A fate is kept KEEP_MS
+-- (a late duplicate of a try must read it too), and dropped by the next displacement after.
+local function supersede(r, running, holder)
+  for _, f in ipairs(redis.call("HKEYS", r.state)) do
+    if string.sub(f, 1, 2) == "x:" then
+      local ok, old = pcall(cjson.decode, redis.call("HGET", r.state, f))
+      if not ok or type(old) ~= "table" or (tonumber(old.at) or 0) + KEEP_MS < r.now then
+        redis.call("HDEL", r.state, f)
+      end
+    end
+  end
+  local by = cjson.encode({host = r.who.host, pid = r.who.pid, user = r.who.user,
+    cmd = r.who.cmd, at = r.now})
+  for _, t in ipairs(redis.call("ZRANGE", r.queue, 0, -1)) do
+    local ok, w = pcall(cjson.decode, redis.call("HGET", r.state, "w:" .. t) or "")
+    if t ~= r.token and ok and type(w) == "table" and w.newest then
+      leave_line(r.queue, r.state, t)
+      redis.call("HDEL", r.state, "go:" .. t)
+      if redis.call("HGET", r.state, "next") == t then
+        redis.call("HDEL", r.state, "next", "next_until")
+      end
+      if redis.call("PUBLISH", r.channel .. ":" .. t, "x") > 0 then
+        redis.call("HSET", r.state, "x:" .. t, by)
+      end
+    end
+  end
+  if running and holder and holder ~= r.token and
+      redis.call("HGET", r.state, "cancel") == holder and
+      redis.call("HGET", r.state, "token") == holder and
+      redis.call("HEXISTS", r.state, "x:" .. holder) == 0 then
+    redis.call("HSET", r.state, "x:" .. holder, by)
+    redis.call("PUBLISH", r.channel .. ":" .. holder, "x")
+  end
 end

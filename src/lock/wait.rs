@@ -234,7 +234,10 @@ impl<T: Tries> Waiter<'_, T> {
                     // (through Sentinels, whose question comes first). A deployment refused as
                     // it is (Redlock's members, before anything is written) has nothing to
                     // leave, and may not even answer.
-                    if !failure.is_unavailable() && !matches!(failure, Error::Config(_)) {
+                    // A waiter displaced by a newer run is out of the line already.
+                    if !failure.is_unavailable()
+                        && !matches!(failure, Error::Config(_) | Error::Superseded { .. })
+                    {
                         self.tries.leave(self.budget());
                     }
                     return Err(failure);
@@ -311,6 +314,7 @@ impl<T: Tries> Waiter<'_, T> {
                 Seen::Handed,
                 None,
             ),
+            Attempt::Superseded { by } => return Step::GaveUp(superseded(key, by)),
         };
         self.last_busy = Some(seen.clone());
         let mut until = Instant::now() + sleep_for;
@@ -522,6 +526,14 @@ pub(super) fn interrupted(key: &LockKey, signal: Signal) -> Error {
         about: About::from(key),
         signal,
         when: Interruption::Waiting,
+    }
+}
+
+/// The failure of a waiter that a newer run `by` displaced (`--newest`).
+pub(super) fn superseded(key: &LockKey, by: crate::lock::Holder) -> Error {
+    Error::Superseded {
+        about: About::from(key),
+        by: Box::new(by),
     }
 }
 

@@ -16,6 +16,7 @@ use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
 use super::Enforce;
+use crate::backend::Subscriber;
 use crate::lock::{Grant, Lease, Locker, Timeline};
 use crate::watchdog::{self, Report};
 
@@ -73,9 +74,30 @@ impl<'s, 'e> LeaseKeeper<'s, 'e> {
                 renews,
                 thread: None,
                 waiting: Some((stop_tx, stop_rx, tx)),
+                hearing: None,
             },
             reports: rx,
         }
+    }
+
+    /// `--cancel-running`: a thread of the scope hears on `subs`, the holder's wake channel, that
+    /// a newer run asked it to stop (`watchdog::hear_newer`), until the keeper stops. Started
+    /// once the command runs: no other thread may exist when the guardian is forked.
+    pub fn hear_newer(&mut self, subs: Vec<Subscriber>) -> io::Result<()> {
+        let r = &mut self.renewer;
+        let Some((_, _, report_tx)) = &r.waiting else {
+            return Ok(());
+        };
+        let report_tx = report_tx.try_clone()?;
+        let (stop_rx, stop_tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let (locker, grant, lease) = (r.locker, r.grant, r.lease);
+        std::thread::Builder::new()
+            .name("newer".into())
+            .spawn_scoped(r.scope, move || {
+                watchdog::hear_newer(locker, grant, lease, subs, stop_rx, |r| report_tx.send(r));
+            })?;
+        r.hearing = Some(stop_tx);
+        Ok(())
     }
 
     /// What the supervisor enforces: the grant's `timeline` (the one the guardian was told at
@@ -108,6 +130,8 @@ pub(super) struct Renewer<'s, 'e> {
     thread: Option<Sender<()>>,
     /// What the thread takes when it starts.
     waiting: Option<(Sender<()>, Receiver<()>, ReportSender)>,
+    /// `--cancel-running`: closed, it ends the thread that hears a newer run's word.
+    hearing: Option<OwnedFd>,
 }
 
 impl Keeper for Renewer<'_, '_> {
@@ -128,6 +152,7 @@ impl Keeper for Renewer<'_, '_> {
     fn stop(&mut self) {
         self.thread = None;
         self.waiting = None;
+        self.hearing = None;
     }
 }
 
@@ -138,6 +163,13 @@ pub(super) struct ReportSender {
 }
 
 impl ReportSender {
+    fn try_clone(&self) -> io::Result<ReportSender> {
+        Ok(ReportSender {
+            tx: self.tx.clone(),
+            wake: self.wake.try_clone()?,
+        })
+    }
+
     pub fn send(&self, report: Report) {
         if self.tx.send(report).is_ok() {
             // A full pipe already holds a wake-up.

@@ -261,6 +261,9 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
                 }
                 self.last_error = None;
             }
+            Event::Watchdog(Report::RenewedLate { late, left }) => {
+                self.observer.observe(Note::RenewedLate { late, left });
+            }
             Event::Watchdog(Report::Spread { held, of }) => {
                 self.observer.observe(Note::Spread { held, of });
             }

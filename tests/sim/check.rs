@@ -59,6 +59,8 @@ pub struct Checker {
     broken: std::collections::HashMap<String, Micros>,
     /// Whether the line's order is checked (one Redis, exclusive).
     pub line: bool,
+    /// Tokens a newer client displaced (`--newest`): none may ever hold.
+    pub displaced: std::collections::HashSet<String>,
     pub violation: Option<String>,
 }
 
@@ -69,6 +71,7 @@ impl Checker {
             holders: Vec::new(),
             broken: Default::default(),
             line,
+            displaced: Default::default(),
             violation: None,
         }
     }
@@ -254,6 +257,35 @@ impl Checker {
             .collect();
         (!ahead.is_empty())
             .then(|| format!("out of line: {token} was granted while {ahead:?} waited ahead of it"))
+    }
+
+    /// After an acquire ran: a token displaced by a newer client (`--newest`, answered
+    /// "superseded" now or before) is never granted, and is out of the line.
+    pub fn displacement(&mut self, call: &Call, after: &Store, reply: &Resp) -> Option<String> {
+        let token = arg(&call.args, "token").filter(|_| call.name == "acquire")?;
+        let Resp::Array(items) = reply else {
+            return None;
+        };
+        if items.first() == Some(&Resp::Bulk("superseded".into())) {
+            self.displaced.insert(token.clone());
+        }
+        // Every fate the scripts wrote (slot.lua's supersede) names a displaced token.
+        if let Some(Data::Hash(state)) = after.data.get(call.keys.get(1)?) {
+            let fates = state.keys().filter_map(|f| f.strip_prefix("x:"));
+            self.displaced.extend(fates.map(str::to_string));
+        }
+        if !self.displaced.contains(token) {
+            return None;
+        }
+        let queue = call.keys.get(2)?;
+        let in_line = matches!(after.data.get(queue), Some(Data::ZSet(z)) if z.iter().any(|(_, m)| m == token));
+        match (items.first(), in_line) {
+            (Some(Resp::Bulk(w)), _) if w == "ok" => {
+                Some(format!("a displaced waiter holds: {token} was granted"))
+            }
+            (_, true) => Some(format!("a displaced waiter is back in line: {token}")),
+            _ => None,
+        }
     }
 
     /// What is left in a store once every client has left and every lease and record could

@@ -35,6 +35,8 @@ pub struct Plan {
     pub max_wait: Duration,
     /// A bug planted in the client's code (on every thread it runs on).
     pub plant: Option<Bug>,
+    /// Newest wins (`--newest`).
+    pub newest: crate::lock::Newest,
 }
 
 pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan) {
@@ -64,6 +66,7 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
             sharing: plan.sharing,
             who: &who,
             hold: None,
+            newest: plan.newest,
         };
         let give_up = clock.now_instant() + plan.max_wait;
         let channel = match locker.is_quorum() {
@@ -95,6 +98,12 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
                     _ => rlock::lock::CHECK_WITHOUT_EXPIRY,
                 },
                 Ok(Attempt::Queued { wait_ms }) => Duration::from_millis(wait_ms.max(0) as u64 + 1),
+                Ok(Attempt::Superseded { .. }) => {
+                    // A newer client displaced this one (--newest): it leaves for good.
+                    listen(&sim, plan.nodes, c, &channel, false);
+                    sim.lock().displaced(c, &token);
+                    break;
+                }
                 Err(e) => {
                     sim.lock().note(format!("c{c} {token}: {e:?}"));
                     if !e.is_transient() {

@@ -89,6 +89,8 @@ pub struct Setup {
     /// Each client after the first asks for its own TTL, one to two times the run's: holders of
     /// one key with different TTLs (Redlock's restart rule counts the holder's lease).
     pub mixed_ttls: bool,
+    /// Every client asks for newest wins (`--newest`): a waiter that joins displaces the others.
+    pub newest: crate::lock::Newest,
 }
 
 /// How a run ended.
@@ -194,6 +196,7 @@ impl Setup {
             script_bug: None,
             host: lua::Host::Redis,
             mixed_ttls: matches!(mode, Mode::Redlock(_)),
+            newest: crate::lock::Newest::Off,
         }
     }
 }
@@ -304,6 +307,7 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
             join: single,
             max_wait: longest * 4,
             plant: setup.bug,
+            newest: setup.newest,
         };
         let s = sim.clone();
         spawn(&sim, c, setup.bug, move || {

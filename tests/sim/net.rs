@@ -358,6 +358,12 @@ impl World {
         {
             self.violation(v);
         }
+        if let Some(v) = self
+            .check
+            .displacement(call, &self.servers[server].store, reply)
+        {
+            self.violation(v);
+        }
     }
 }
 

@@ -82,6 +82,27 @@ fn one_redis_holds_every_invariant() {
     holds(Setup::new(Mode::Single, Sharing::Exclusive));
 }
 
+/// Newest wins: waiters displace each other, the displaced never hold, the line goes on.
+#[test]
+fn one_redis_newest_wins_holds_every_invariant() {
+    holds(Setup {
+        clients: 4,
+        newest: crate::lock::Newest::Waiters,
+        ..Setup::new(Mode::Single, Sharing::Exclusive)
+    });
+}
+
+/// And holders asked to stop for a newer client (`--cancel-running`): a holder so asked stops
+/// renewing, and the lock goes on to the next only once its lease or its command has ended.
+#[test]
+fn one_redis_newest_cancelling_holders_holds_every_invariant() {
+    holds(Setup {
+        clients: 4,
+        newest: crate::lock::Newest::Running,
+        ..Setup::new(Mode::Single, Sharing::Exclusive)
+    });
+}
+
 #[test]
 fn one_redis_semaphore_holds_every_invariant() {
     holds(Setup::new(Mode::Single, Sharing::Limit(2)));

@@ -320,6 +320,13 @@ impl World {
         }
     }
 
+    /// Client `client`'s try for `token` was displaced by a newer one (`--newest`): that token
+    /// must never hold the lock (`Checker::displacement`).
+    pub fn displaced(&mut self, client: usize, token: &str) {
+        self.note(format!("c{client} {token}: displaced by a newer client"));
+        self.check.displaced.insert(token.to_string());
+    }
+
     /// Records a broken invariant (the first one ends the run).
     pub fn violation(&mut self, what: String) {
         if self.shutdown {

@@ -8,7 +8,7 @@ use super::super::Context;
 use super::super::take::{Ask, exec_holder, take};
 use crate::cli::ExecArgs;
 use crate::exit::Failure;
-use crate::lock::{Grant, Interrupt, Locker, Note, Observer};
+use crate::lock::{Grant, Interrupt, Locker, Newest, Note, Observer};
 use crate::signals::{Signals, stop_self};
 use crate::supervise;
 
@@ -28,12 +28,33 @@ pub(super) fn acquire(
         wait: &args.wait,
         who: exec_holder(args),
         hold: args.hold.hold_at_least,
+        newest: newest(locker, args)?,
     };
     let observer = ExecWait {
         ctx,
         program: &args.command[0],
     };
     take(locker, ask, &WaitSignals(signals), &observer)
+}
+
+/// Who this run displaces (`--newest`, `--cancel-running`). Redlock has no one line of waiters
+/// to displace from (each master keeps its own, and waiters race for votes): refused there.
+pub(super) fn newest(locker: &Locker, args: &ExecArgs) -> Result<Newest, Failure> {
+    let newest = match (args.newest, args.cancel_running) {
+        (_, true) => Newest::Running,
+        (true, false) => Newest::Waiters,
+        (false, false) => return Ok(Newest::Off),
+    };
+    if locker.is_quorum() {
+        let what = match newest {
+            Newest::Running => "--cancel-running",
+            _ => "--newest",
+        };
+        return Err(Failure::Usage(format!(
+            "{what} is not available with several --url (Redlock): each master keeps its own line of waiters, so no run can displace another across them; use one Redis (or Sentinel, or Cluster)"
+        )));
+    }
+    Ok(newest)
 }
 
 /// What exec says while it waits: what every wait says, and, when the lock is found busy, at

@@ -35,6 +35,7 @@ fn end_mark(outcome: Option<&str>) -> Option<char> {
         "busy" => 'b',
         "gave-up" => 'g',
         "skipped" => 's',
+        "superseded" => 'S',
         "unavailable" => 'u',
         "not-run" => 'n',
         "abandoned" => 'x',
@@ -45,7 +46,7 @@ fn end_mark(outcome: Option<&str>) -> Option<char> {
 
 /// The legend, two lines within `WIDTH`.
 const LEGEND: [&str; 2] = [
-    "= held  . waiting  s skipped (window done)  b busy  g gave up  x abandoned",
+    "= held  . waiting  s skipped  S superseded  b busy  g gave up  x abandoned",
     "F failed  K signal  L lost  T timed out  I interrupted  u unavailable  n not run",
 ];
 

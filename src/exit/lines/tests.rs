@@ -232,3 +232,35 @@ fn a_failure_stays_small_enough_to_return() {
     // clippy's result_large_err draws the line at 128 bytes.
     assert!(std::mem::size_of::<Failure>() <= 128);
 }
+
+#[test]
+fn a_superseded_run_names_the_newer_one_and_exits_79() {
+    let by = Box::new(Holder {
+        host: Some("runner-3".into()),
+        pid: Some(HolderPid::Pid(4411)),
+        user: Some("ci".into()),
+        command: Some("deploy #43".into()),
+        since_ms: Some(5),
+        ..Holder::default()
+    });
+    let waiting = Failure::Superseded {
+        about: jobs(),
+        by: by.clone(),
+        running: None,
+    };
+    assert_eq!(
+        waiting.to_string(),
+        "lock 'jobs' was superseded by a newer run, ci@runner-3 pid 4411 (deploy #43): this run left the line"
+    );
+    assert_eq!(waiting.exit_code(75), 79);
+    let running = Failure::Superseded {
+        about: jobs(),
+        by,
+        running: Some(Signal::SIGTERM),
+    };
+    assert_eq!(
+        running.to_string(),
+        "lock 'jobs' was superseded by a newer run, ci@runner-3 pid 4411 (deploy #43): its command was stopped (SIGTERM) and the lock handed on"
+    );
+    assert_eq!(running.exit_code(69), 79);
+}

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::super::reply::{Crowd, Holder, Refusal, Reply, millis};
-use super::super::{CHECK_WITHOUT_EXPIRY, Grant, Request, Sharing, Ttl};
+use super::super::{CHECK_WITHOUT_EXPIRY, Grant, Newest, Request, Sharing, Ttl};
 use super::{Args, Call, sources};
 use crate::backend::Script;
 
@@ -31,6 +31,10 @@ pub enum Attempt {
     },
     Queued {
         wait_ms: i64,
+    },
+    /// A newer run displaced this waiter (`--newest`): who it is.
+    Superseded {
+        by: Holder,
     },
 }
 
@@ -92,6 +96,7 @@ impl Call for Acquire<'_> {
             sharing,
             who,
             hold,
+            newest,
         } = *self.req;
         let (mode, limit) = match sharing {
             Sharing::Exclusive => ("", 0),
@@ -113,6 +118,14 @@ impl Call for Acquire<'_> {
             .with("pidns", &who.pidns)
             .with("try", self.nth)
             .with_some("hold", hold.map(|h| h.as_millis().max(1)))
+            .with_some(
+                "newest",
+                match newest {
+                    Newest::Off => None,
+                    Newest::Waiters => Some("1"),
+                    Newest::Running => Some("2"),
+                },
+            )
     }
 
     fn decode(&self, reply: &[Value]) -> Result<Attempt, Refusal> {
@@ -161,6 +174,7 @@ fn answer(r: &[Value]) -> Result<Answer, Refusal> {
         "queued" => Answer::Not(Attempt::Queued {
             wait_ms: f.need_int("wait")?,
         }),
+        "superseded" => Answer::Not(Attempt::Superseded { by: f.holder() }),
         "mismatch" => {
             return Err(Refusal::Mismatch(match f.need_text("held")?.as_str() {
                 "exclusive" => Sharing::Exclusive,
@@ -229,8 +243,38 @@ mod tests {
             assert_eq!(args.get("host"), Some(req.who.host.as_str()));
             assert_eq!(args.get("mode"), Some(""));
             assert_eq!(args.get("try"), Some(call.nth.to_string().as_str()));
+            // Newest wins is off: the script is not even told of it.
+            assert_eq!(args.get("newest"), None);
             assert_eq!(call.keys(), req.key.keys());
         });
+    }
+
+    #[test]
+    fn newest_wins_is_sent_by_name_and_a_displaced_try_is_no_grant() {
+        with_request(|req| {
+            for (newest, sent) in [(Newest::Waiters, "1"), (Newest::Running, "2")] {
+                let req = Request { newest, ..*req };
+                let call = Acquire::new(&req, true, Instant::now());
+                assert_eq!(call.args().get("newest"), Some(sent));
+            }
+        });
+        let reply: Vec<Value> = [
+            "superseded",
+            "host",
+            "ci-2",
+            "pid",
+            "7",
+            "cmd",
+            "deploy #43",
+        ]
+        .map(|w| Value::SimpleString(w.into()))
+        .to_vec();
+        let Ok(Answer::Not(Attempt::Superseded { by })) = answer(&reply) else {
+            panic!("not superseded");
+        };
+        assert_eq!(by.host.as_deref(), Some("ci-2"));
+        assert_eq!(by.command.as_deref(), Some("deploy #43"));
+        assert!(!is_granted(&Value::Array(reply)));
     }
 
     #[test]

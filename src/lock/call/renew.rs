@@ -53,6 +53,10 @@ fn renewed(r: &[Value]) -> Result<Renewed, Refusal> {
     let reply = Reply::parse(r)?;
     let f = &reply.fields;
     Ok(match reply.word.as_str() {
+        "renewed" if f.int("superseded") == Some(1) => Renewed::Superseded {
+            ttl: f.need_millis("ttl")?,
+            by: Box::new(f.holder()),
+        },
         "renewed" => Renewed::Yes(f.need_millis("ttl")?),
         "free" if f.int("broken") == Some(1) => Renewed::NotOwner(NotOwner::Broken),
         "free" => Renewed::NotOwner(NotOwner::Gone),
@@ -67,7 +71,10 @@ fn is_renewed(reply: &Value) -> bool {
     let Value::Array(items) = reply else {
         return false;
     };
-    matches!(renewed(items), Ok(Renewed::Yes(_)))
+    matches!(
+        renewed(items),
+        Ok(Renewed::Yes(_) | Renewed::Superseded { .. })
+    )
 }
 
 /// leave.lua for `token`: a grant is given back only when a try up to `upto` took it (see

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::sleep::{Slept, sleep};
-use super::{Hooks, OUTAGE_BACKOFF_MAX, Tries, interrupted, jitter};
+use super::{Hooks, OUTAGE_BACKOFF_MAX, Tries, interrupted, jitter, superseded};
 use crate::lock::call::acquire::Attempt;
 use crate::lock::error::{About, Error, Seen, Waited};
 use crate::lock::observe::Note;
@@ -76,5 +76,6 @@ pub(super) fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Resul
             crowd,
         })),
         Ok(Attempt::Queued { .. }) => Err(busy(Seen::Handed)),
+        Ok(Attempt::Superseded { by }) => Err(superseded(key, by)),
     }
 }

@@ -20,8 +20,8 @@ pub(super) enum Slept {
     Interrupted(Signal),
 }
 
-/// Sleeps until `until`, a wake-up ("go" on the waiter's own channel, "*" on the shared one), or
-/// a signal. A number of milliseconds on the waiter's channel says when the waiter ahead of it
+/// Sleeps until `until`, a wake-up ("go" on the waiter's own channel, "*" on the shared one;
+/// "x", a newer run may have displaced it, which its next try reads from Redis), or a signal. A number of milliseconds on the waiter's channel says when the waiter ahead of it
 /// loses its chance to claim the lock: the sleep ends then, if not before.
 ///
 /// The waiter sleeps in one `poll` over its subscriptions and the signal descriptor, with the
@@ -54,7 +54,7 @@ pub(super) fn sleep_or_report(
                 return Slept::SubscriberBroken;
             };
             for payload in payloads {
-                if payload == b"go" || payload == b"*" || payload == token.as_bytes() {
+                if [&b"go"[..], b"*", b"x", token.as_bytes()].contains(&payload.as_slice()) {
                     return Slept::Woken;
                 }
                 if let Some(ms) = std::str::from_utf8(&payload)

@@ -120,6 +120,7 @@ impl Observer for Heard {
             Note::ServerFull { .. } => "server full",
             Note::RoomAgain { .. } => "room again",
             Note::RenewalFailed { .. } => "renewal failed",
+            Note::RenewedLate { .. } => "renewed late",
             Note::Spread { .. } => "spread",
         };
         self.0.borrow_mut().push(kind.into());

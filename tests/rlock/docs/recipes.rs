@@ -274,3 +274,63 @@ fn a_busy_lock_is_waited_for_in_ci_and_skipped_in_silence_by_cron() {
         }
     }
 }
+
+/// The CI recipes are newest-wins deploys: behind a running deploy, a waiting one that a newer
+/// one displaces ends at once (79, which the GitHub line counts as done and GitLab's
+/// `allow_failure: exit_codes` as a warning), its log naming the newer job, and never runs;
+/// the newest runs once the lock is free.
+#[test]
+fn the_ci_recipes_deploy_the_newest_waiting_run_only() {
+    let server = RedisServer::start();
+    for recipe in recipes().into_iter().filter(|r| r.ci) {
+        let example = example(recipe.name);
+        let displaced_code = match recipe.name {
+            "gitlab-ci.yml" => {
+                assert!(example.contains("exit_codes: [79]"), "{example}");
+                79
+            }
+            _ => 0,
+        };
+        let dir = stand_ins(recipe.key);
+        let held = run(rlock_at(&server).args(["acquire", "-k", recipe.key, "--ttl", "60s"]));
+        assert_eq!(held.code, 0, "{held}");
+        let token = held.stdout.trim().to_string();
+        let job = |n: &str| {
+            let mut cmd = shell(&server, dir.path(), &recipe.line);
+            cmd.env("GITHUB_RUN_ID", n).env(
+                "CI_JOB_URL",
+                format!("https://gitlab.example.com/acme/shop/-/jobs/{n}"),
+            );
+            Background::spawn(&format!("{}-{n}", recipe.name), dir.path(), &mut cmd)
+        };
+        let queue = crate::common::basic::queue_key(recipe.key);
+        let in_line = || -> usize {
+            redis::cmd("ZCARD")
+                .arg(&queue)
+                .query(&mut server.conn())
+                .expect("ZCARD")
+        };
+        let mut older = job("4242");
+        older.wait_for("the older deploy to wait", Duration::from_secs(5), || {
+            in_line() == 1
+        });
+        let mut newer = job("4243");
+        let (out, _) = older.finish(Duration::from_secs(5));
+        assert_eq!(out.code, displaced_code, "{}: {out}", recipe.name);
+        assert!(
+            out.stderr.contains("was superseded by a newer run") && out.stderr.contains("4243"),
+            "{}: the log names the newer job: {out}",
+            recipe.name
+        );
+        assert!(
+            !out.stdout.contains("under fence"),
+            "{}: {out}",
+            recipe.name
+        );
+        let out = run(rlock_at(&server).args(["release", "-k", recipe.key, "--token", &token]));
+        assert_eq!(out.code, 0, "{out}");
+        let (out, _) = newer.finish(Duration::from_secs(10));
+        assert_eq!(out.code, 0, "{}: {out}", recipe.name);
+        assert!(out.stdout.contains("under fence"), "{}: {out}", recipe.name);
+    }
+}

@@ -235,3 +235,53 @@ fn events_go_to_a_file_and_a_sink_that_fails_never_changes_the_run() {
         "said once: {out}"
     );
 }
+
+/// A renewal that comes late (here: the server frozen past the renewal's due time, the lease
+/// 3 s, renewed every 1 s) is an event `renewed_late` saying how late and how much of the lease
+/// was left; the run goes on and ends well. An on-time renewal says nothing.
+#[test]
+fn a_late_renewal_is_an_event_saying_how_late() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let exec = |name: &str, secs: &str| {
+        Background::spawn(
+            name,
+            dir.path(),
+            rlock_at(&server).args([
+                "--events", "json", "exec", "-k", "late", "--ttl", "3s", "--", "sleep", secs,
+            ]),
+        )
+    };
+    let mut on_time = exec("on-time", "1.5");
+    let (out, _) = on_time.finish(SOON);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        names(&events_in(&out.stderr)),
+        ["acquired", "released"],
+        "{out}"
+    );
+
+    let mut late = exec("late", "2.5");
+    wait_held(&server, &lock_key("late"), &mut late);
+    let held = std::time::Instant::now();
+    // Frozen from before the first renewal is due (1 s after the grant) until 0.6 s after:
+    // the fault itself is a stretch of time.
+    server.freeze();
+    wait_until("the renewal to be due", Duration::from_secs(3), || {
+        held.elapsed() >= Duration::from_millis(1_600)
+    });
+    server.thaw();
+    let (out, _) = late.finish(SOON);
+    assert_eq!(out.code, 0, "{out}");
+    let events = events_in(&out.stderr);
+    check_common(&events, "late");
+    assert_eq!(
+        names(&events),
+        ["acquired", "renewed_late", "released"],
+        "{out}"
+    );
+    let late_ms = events[1]["late_ms"].as_u64().expect("late_ms");
+    let left_ms = events[1]["lease_left_ms"].as_u64().expect("lease_left_ms");
+    assert!((300..2_000).contains(&late_ms), "{out}");
+    assert!(left_ms < 3_000, "{out}");
+}

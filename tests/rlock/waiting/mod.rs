@@ -10,6 +10,7 @@ mod giving_up;
 mod handoff;
 mod idle_wakeups;
 mod many_waiters;
+mod newest;
 mod no_polling;
 mod speaking;
 mod wakeups;

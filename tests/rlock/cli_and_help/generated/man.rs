@@ -91,6 +91,13 @@ pub(super) const EXIT_STATUS: Section = Section {
              can be made.",
         ),
         Item(
+            "`79`",
+            "`exec --newest`: a newer run that asked for `--newest` too displaced this one from \
+             the line, or (`--cancel-running`, both runs) stopped its command with \
+             `--lost-signal` and took the lock once it was given back. The line names the newer \
+             run (host, pid, label).",
+        ),
+        Item(
             "`124`",
             "`exec`: the command ran for its `--timeout` and was stopped (`--lost-signal`, then \
              SIGKILL `--grace` later), as `timeout`(1) exits; the lock was given back.",
