@@ -28,7 +28,11 @@ pub struct Context {
 
 impl Context {
     pub fn new(global: Global) -> Result<Self, Failure> {
-        let password = Settings::resolve_password(global.password_file.as_deref())?;
+        let password = Settings::resolve_password(
+            global.password_file.as_deref(),
+            global.password_command.as_deref(),
+            global.connect_timeout,
+        )?;
         // RLOCK_URL lists its URLs comma-separated; a --url is one URL, whatever it holds (a
         // password may have a comma).
         let env_urls = std::env::var("RLOCK_URL").ok();
