@@ -13,6 +13,7 @@ mod acl;
 mod cluster;
 mod cluster_failover;
 mod cluster_migration;
+mod credentials;
 mod redlock;
 mod redlock_hold;
 mod redlock_losses;
