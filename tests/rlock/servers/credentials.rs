@@ -328,3 +328,39 @@ fn the_password_commands_output_is_found_nowhere() {
         "stored after the run"
     );
 }
+
+/// A full server (maxclients) answers the login with its refusal: that is a full server, waited
+/// on for --connect-timeout and then 69, not a refused password (77, which no wait cures).
+#[test]
+fn a_full_server_that_answers_the_login_is_full_not_a_refused_password() {
+    let server = RedisServer::start_with(&["--maxclients", "1"]);
+    set_password(&server, OLD);
+    let dir = tempdir();
+    fs::write(dir.path().join("pw"), format!("{OLD}\n")).expect("write the password");
+    // The one client the server takes: once the harness's own earlier connections are gone,
+    // which the server may learn only after it has refused the next one.
+    let until = Instant::now() + SOON;
+    let _filler = loop {
+        let mut conn = server.conn();
+        match redis::cmd("PING").query::<String>(&mut conn) {
+            Ok(_) => break conn,
+            Err(e) if Instant::now() < until => {
+                assert!(e.to_string().contains("max number of clients"), "PING: {e}");
+                thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("PING: {e}"),
+        }
+    };
+    let mut cmd = rotating(&server, &file_source(dir.path()));
+    cmd.args(["--connect-timeout", "1s", "acquire", "-n", "-k", KEY]);
+    let (out, took) = run_within(&mut cmd, FINISH);
+    assert_eq!(out.code, 69, "{out}");
+    assert!(
+        out.stderr.contains("max number of clients reached"),
+        "{out}"
+    );
+    assert!(
+        took >= Duration::from_secs(1),
+        "tried for --connect-timeout: {took:?}"
+    );
+}
