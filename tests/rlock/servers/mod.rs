@@ -14,6 +14,7 @@ mod cluster;
 mod cluster_failover;
 mod cluster_migration;
 mod credentials;
+mod managed_profile;
 mod redlock;
 mod redlock_hold;
 mod redlock_losses;
