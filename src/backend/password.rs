@@ -129,12 +129,19 @@ fn run(line: &str, timeout: Duration) -> Result<String, String> {
         Err(_) => {
             let _ = killpg(group, Signal::SIGKILL);
             return Err(format!(
-                "did not finish within --connect-timeout ({}) and was stopped",
+                "did not finish within {} and was stopped",
                 humantime::format_duration(timeout)
             ));
         }
     };
     let status = status.map_err(|e| format!("could not be waited for: {e}"))?;
+    let bytes = read.map_err(|e| format!("output could not be read: {e}"))?;
+    // Said first: a command whose output was cut short may die of the closed pipe.
+    if bytes.len() as u64 > PASSWORD_MAX {
+        return Err(format!(
+            "printed more than {PASSWORD_MAX} bytes, more than a password"
+        ));
+    }
     if !status.success() {
         return Err(
             match (
@@ -147,17 +154,11 @@ fn run(line: &str, timeout: Duration) -> Result<String, String> {
             },
         );
     }
-    let bytes = read.map_err(|e| format!("output could not be read: {e}"))?;
     password_of(bytes)
 }
 
 /// The password in a command's output: one line, its newline taken off.
 fn password_of(bytes: Vec<u8>) -> Result<String, String> {
-    if bytes.len() as u64 > PASSWORD_MAX {
-        return Err(format!(
-            "printed more than {PASSWORD_MAX} bytes, more than a password"
-        ));
-    }
     let mut text =
         String::from_utf8(bytes).map_err(|_| "printed something that is not UTF-8 text")?;
     if text.ends_with('\n') {
@@ -214,7 +215,7 @@ mod tests {
         // The grandchild keeps the pipe open: only killing the group ends it.
         let got = cmd("sleep 30 & echo late; wait", 300).get();
         assert!(
-            matches!(&got, Err(PasswordError::Command(why)) if why.contains("did not finish within --connect-timeout (300ms)")),
+            matches!(&got, Err(PasswordError::Command(why)) if why.contains("did not finish within 300ms and was stopped")),
             "{got:?}"
         );
         let took = started.elapsed();

@@ -143,7 +143,7 @@ fn a_password_command_that_fails_hangs_or_prints_nothing_ends_the_run_within_con
         // The command's child holds the pipe open: only the whole group's death ends it.
         (
             format!("sleep 30 & echo $! > '{}'; wait", hung.display()),
-            "did not finish within --connect-timeout (1s) and was stopped",
+            "did not finish within 1s and was stopped",
         ),
     ];
     for (line, says) in &cases {
