@@ -59,7 +59,7 @@ _rlock__options() {
 
     case "${cmd}" in
         rlock)
-            opts="-u -v -q -h -V --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help --version acquire release renew inspect exec help"
+            opts="-u -v -q -h -V --url --cluster --sentinel --password-file --password-command --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help --version acquire release renew inspect exec help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -87,6 +87,10 @@ _rlock__options() {
                     return 0
                     ;;
                 --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-command)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -164,7 +168,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__acquire)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --record-args --hold-at-least --once-per --export --json --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --label --record-args --hold-at-least --once-per --export --json --url --cluster --sentinel --password-file --password-command --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -272,6 +276,10 @@ _rlock__options() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --password-command)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --user)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -346,7 +354,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__exec)
-            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --timeout --hold-at-least --once-per --newest --cancel-running --label --record-args --contain --history-limit --history-ttl --metrics-file --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
+            opts="-k -w -n -E -u -v -q -h --key --ttl --wait --no-wait --conflict-exit-code --limit --shared --renew-every --lost-signal --grace --timeout --hold-at-least --once-per --newest --cancel-running --label --record-args --contain --history-limit --history-ttl --metrics-file --url --cluster --sentinel --password-file --password-command --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -509,6 +517,10 @@ _rlock__options() {
                     return 0
                     ;;
                 --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-command)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -684,7 +696,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__inspect)
-            opts="-k -n -u -v -q -h --key --json --watch --history --timeline --count --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
+            opts="-k -n -u -v -q -h --key --json --watch --history --timeline --count --url --cluster --sentinel --password-file --password-command --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -747,6 +759,10 @@ _rlock__options() {
                     return 0
                     ;;
                 --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-command)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -824,7 +840,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__release)
-            opts="-k -u -v -q -h --key --token --force --history-limit --history-ttl --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
+            opts="-k -u -v -q -h --key --token --force --history-limit --history-ttl --url --cluster --sentinel --password-file --password-command --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -887,6 +903,10 @@ _rlock__options() {
                     return 0
                     ;;
                 --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-command)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -964,7 +984,7 @@ _rlock__options() {
             return 0
             ;;
         rlock__subcmd__renew)
-            opts="-k -u -v -q -h --key --token --ttl --url --cluster --sentinel --password-file --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
+            opts="-k -u -v -q -h --key --token --ttl --url --cluster --sentinel --password-file --password-command --user --tls-ca --tls-cert --tls-key --prefix --op-timeout --connect-timeout --replicas --verbose --quiet --events --events-to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1020,6 +1040,10 @@ _rlock__options() {
                     return 0
                     ;;
                 --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-command)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1120,7 +1144,7 @@ _rlock() {
         fi
         if [[ -z $sub ]]; then
             case $word in
-                -u|--url|--sentinel|--password-file|--user|--tls-ca|--tls-cert|--tls-key|--prefix|--op-timeout|--connect-timeout|--replicas|--events|--events-to) (( eq )) || skip=1 ;;
+                -u|--url|--sentinel|--password-file|--password-command|--user|--tls-ca|--tls-cert|--tls-key|--prefix|--op-timeout|--connect-timeout|--replicas|--events|--events-to) (( eq )) || skip=1 ;;
                 -[!-]?*) _rlock__cluster "$word" u || skip=1 ;;
                 -*) ;;
                 exec) sub=$word ;;
@@ -1129,7 +1153,7 @@ _rlock() {
         else
             case $word in
                 --) (( w < COMP_CWORD )) && start=$i; break ;;
-                --conflict-exit-code|--connect-timeout|--contain|--events|--events-to|--grace|--history-limit|--history-ttl|--hold-at-least|--key|--label|--limit|--lost-signal|--metrics-file|--once-per|--op-timeout|--password-file|--prefix|--renew-every|--replicas|--sentinel|--timeout|--tls-ca|--tls-cert|--tls-key|--ttl|--url|--user|--wait|-E|-k|-u|-w) (( eq )) || skip=1 ;;
+                --conflict-exit-code|--connect-timeout|--contain|--events|--events-to|--grace|--history-limit|--history-ttl|--hold-at-least|--key|--label|--limit|--lost-signal|--metrics-file|--once-per|--op-timeout|--password-command|--password-file|--prefix|--renew-every|--replicas|--sentinel|--timeout|--tls-ca|--tls-cert|--tls-key|--ttl|--url|--user|--wait|-E|-k|-u|-w) (( eq )) || skip=1 ;;
                 -[!-]?*) _rlock__cluster "$word" Ekuw || skip=1 ;;
                 -*) ;;
                 *) start=$w; break ;;

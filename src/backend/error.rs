@@ -41,6 +41,8 @@ pub enum Fault {
     Auth,
     /// The server needs a password and rlock gave none (NOAUTH).
     NoPassword,
+    /// --password-command gave no password: it failed, printed nothing or did not finish.
+    Credential,
     /// What answers on the port does not speak Redis's protocol (an HTTP server, a TLS port
     /// spoken to with redis://): not an outage, and not cured by waiting.
     NotRedis,
@@ -167,7 +169,7 @@ impl Fault {
             | Fault::TooOld
             | Fault::BadReply
             | Fault::Other => Class::Unavailable,
-            Fault::NoPassword | Fault::Auth | Fault::Denied => Class::Refused,
+            Fault::NoPassword | Fault::Auth | Fault::Denied | Fault::Credential => Class::Refused,
             Fault::WrongType | Fault::Mismatch => Class::NotALock,
             Fault::Tls(_)
             | Fault::ClusterNode

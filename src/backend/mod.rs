@@ -7,6 +7,7 @@
 mod cluster;
 mod error;
 mod files;
+mod password;
 mod probe;
 mod sentinel;
 mod settings;
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 pub use cluster::Cluster;
 pub use error::{Class, Fault, NodeError, SetupError, TlsRefusal};
+pub use password::{Password, PasswordError};
 pub use sentinel::Sentinel;
 pub use settings::{Settings, TlsFiles, split_urls, with_addr};
 pub use single::{OVER_LIMIT, Single, meanwhile};

@@ -229,6 +229,7 @@ impl Sentinel {
             .map_err(|e| e.at(self.name.clone()))?;
         let node = Arc::new(
             Single::new(client, format!("{} at {addr}", self.name))
+                .password(self.settings.changing_password(&url))
                 .replicated(self.settings.replicas)
                 .tls_files(self.settings.tls.clone()),
         );

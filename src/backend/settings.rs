@@ -7,7 +7,8 @@ use std::time::Duration;
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
 use super::SetupError;
-use super::files::{PASSWORD_MAX, TLS_MAX, read_bounded};
+use super::files::{TLS_MAX, read_bounded};
+use super::password::{Password, read_file};
 use super::{Cluster, Node, Sentinel, Single};
 use crate::redact::{redact, redact_text};
 
@@ -25,7 +26,7 @@ pub struct Settings {
     pub urls: Vec<String>,
     pub cluster: bool,
     pub sentinel: Option<String>,
-    pub password: Option<String>,
+    pub password: Option<Password>,
     /// The ACL user of servers whose URL names none (--user).
     pub user: Option<String>,
     /// How many replicas must acknowledge a grant or a renewal (--replicas).
@@ -35,33 +36,53 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The password from --password-file, else $RLOCK_PASSWORD, else $REDISCLI_AUTH.
-    pub fn resolve_password(file: Option<&Path>) -> Result<Option<String>, SetupError> {
+    /// Where the password comes from: --password-file (read now, to find a mistake at once, and
+    /// again for every connection) or --password-command, else $RLOCK_PASSWORD, else
+    /// $REDISCLI_AUTH. A command is mutually exclusive with every other source (clap refuses it
+    /// beside a file); `timeout` bounds each of its runs (--connect-timeout).
+    pub fn resolve_password(
+        file: Option<&Path>,
+        command: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Option<Password>, SetupError> {
         if let Some(path) = file {
-            let bytes = read_bounded("password file", path, PASSWORD_MAX)?;
-            let text = String::from_utf8(bytes).map_err(|_| {
-                SetupError::Config(format!(
-                    "password file '{}' is not UTF-8 text",
-                    path.display()
-                ))
-            })?;
-            let first = text.lines().next().unwrap_or("").to_string();
-            if first.is_empty() {
-                return Err(SetupError::Config(format!(
-                    "password file '{}' is empty",
-                    path.display()
+            read_file(path)?;
+            return Ok(Some(Password::File(path.to_path_buf())));
+        }
+        let env = ["RLOCK_PASSWORD", "REDISCLI_AUTH"]
+            .into_iter()
+            .find_map(|var| {
+                std::env::var(var)
+                    .ok()
+                    .filter(|v| !v.is_empty())
+                    .map(|v| (var, v))
+            });
+        if let Some(line) = command {
+            if let Some((var, _)) = env {
+                return Err(SetupError::Usage(format!(
+                    "--password-command and ${var} both give the password: keep one (unset ${var})"
                 )));
             }
-            return Ok(Some(first));
-        }
-        for var in ["RLOCK_PASSWORD", "REDISCLI_AUTH"] {
-            if let Ok(v) = std::env::var(var)
-                && !v.is_empty()
-            {
-                return Ok(Some(v));
+            if line.trim().is_empty() {
+                return Err(SetupError::Usage("--password-command is empty".into()));
             }
+            return Ok(Some(Password::Command {
+                line: line.to_string(),
+                timeout,
+            }));
         }
-        Ok(None)
+        Ok(env.map(|(_, v)| Password::Fixed(v)))
+    }
+
+    /// The password a new connection to `url` asks for anew (--password-file,
+    /// --password-command), when the URL gives none of its own.
+    pub fn changing_password(&self, url: &str) -> Option<Password> {
+        let password = self.password.as_ref().filter(|p| p.changes())?;
+        let info = self.connection_info(url).ok()?;
+        info.redis_settings()
+            .password()
+            .is_none()
+            .then(|| password.clone())
     }
 
     /// Parses one URL into connection info, with the fallback password applied.
@@ -99,7 +120,7 @@ impl Settings {
         let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
         if fallback_password
             && settings.password().is_none()
-            && let Some(p) = &self.password
+            && let Some(Password::Fixed(p)) = &self.password
         {
             settings = settings.set_password(p);
         }
@@ -213,6 +234,7 @@ impl Settings {
     /// every grant and renewal.
     pub fn single(&self, url: &str) -> Result<Single, SetupError> {
         Ok(Single::new(self.client(url)?, redact(url))
+            .password(self.changing_password(url))
             .replicated(self.replicas)
             .tls_files(self.tls.clone()))
     }

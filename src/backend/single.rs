@@ -15,7 +15,9 @@ use redis::{RedisResult, Value};
 use super::error::{CHECK_ADDRESS, NOT_REDIS, of_subscription};
 use super::probe::{self, Speaks};
 use super::subscriber::{Addr, Endpoint, tls_config};
-use super::{Eval, Fault, Node, NodeError, Replies, Script, Subscriber, TlsFiles};
+use super::{
+    Eval, Fault, Node, NodeError, Password, PasswordError, Replies, Script, Subscriber, TlsFiles,
+};
 use crate::redact::redact_text;
 use script::{run_script, wait_replicas};
 pub use wire::OVER_LIMIT;
@@ -65,6 +67,8 @@ pub struct Single {
     tls_settled: AtomicBool,
     /// --tls-ca, --tls-cert, --tls-key: for a waiter's own subscriber connection over TLS.
     tls_files: TlsFiles,
+    /// A password asked for anew by every new connection (--password-file, --password-command).
+    password: Option<Password>,
 }
 
 /// What a server of a Redis Cluster said to a script: the reply, or where to send it instead.
@@ -87,7 +91,28 @@ impl Single {
             standalone: AtomicBool::new(false),
             tls_settled: AtomicBool::new(false),
             tls_files: TlsFiles::default(),
+            password: None,
         }
+    }
+
+    /// The password every new connection asks for anew, if it changes (see `password.rs`).
+    pub fn password(self, password: Option<Password>) -> Self {
+        Single { password, ..self }
+    }
+
+    /// The password a new connection logs in with: the URL's own, else the one asked for now.
+    fn login(&self, redis: &redis::RedisConnectionInfo) -> Result<Option<String>, NodeError> {
+        let Some(source) = &self.password else {
+            return Ok(redis.password().map(str::to_string));
+        };
+        source.get().map(Some).map_err(|e| match e {
+            PasswordError::File(e) => e.at(self.name.clone()),
+            PasswordError::Command(why) => NodeError {
+                kind: Fault::Credential,
+                node: self.name.clone(),
+                detail: format!("--password-command {why}"),
+            },
+        })
     }
 
     /// The TLS files every connection uses, for the subscriber connections this server opens
@@ -115,7 +140,7 @@ impl Single {
         Ok(Endpoint {
             addr,
             username: redis.username().map(str::to_string),
-            password: redis.password().map(str::to_string),
+            password: self.login(redis)?,
         })
     }
 
@@ -281,9 +306,15 @@ impl Single {
         wait: Duration,
         (timeout, began): (Duration, Instant),
     ) -> Result<Wire, NodeError> {
-        let info = self.client.get_connection_info();
+        let mut info = self.client.get_connection_info().clone();
+        if self.password.is_some()
+            && let Some(password) = self.login(info.redis_settings())?
+        {
+            let redis = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(redis);
+        }
         // Every read and write on it is bounded too: a frozen server must not hang rlock.
-        Wire::connect(info, self.tls_config()?, wait).map_err(|e| {
+        Wire::connect(&info, self.tls_config()?, wait).map_err(|e| {
             // Connecting may send AUTH or SELECT: the first exchange.
             let mut err = self.diagnosed(&e, true, probe::asking_time(wait, timeout, began));
             // Nothing was sent yet, so a timeout here is a failure to connect.

@@ -54,10 +54,32 @@ pub struct Global {
     )]
     pub sentinel: Option<String>,
 
-    /// Read the Redis password from this file (first line). Without it, $RLOCK_PASSWORD, then
-    /// $REDISCLI_AUTH; a password in the URL itself wins over all of them.
-    #[arg(long, value_name = "PATH", global = true)]
+    /// Read the Redis password from this file (first line), again for every new connection: a
+    /// password rotated in the file is used from the next connection on. Without it,
+    /// $RLOCK_PASSWORD, then $REDISCLI_AUTH; a password in the URL itself wins over all of them.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "RLOCK_PASSWORD_FILE",
+        hide_env_values = true,
+        global = true
+    )]
     pub password_file: Option<PathBuf>,
+
+    /// Run CMD with `sh -c` for every new connection and log in with what it prints (one line):
+    /// a short-lived token (a managed service's IAM token) is fresh at each connection. It must
+    /// exit 0 within --connect-timeout (else it is killed, exit 77); its output is never shown
+    /// or stored. Not with --password-file, $RLOCK_PASSWORD or $REDISCLI_AUTH.
+    #[arg(
+        long,
+        value_name = "CMD",
+        env = "RLOCK_PASSWORD_COMMAND",
+        hide_env_values = true,
+        value_hint = ValueHint::CommandString,
+        conflicts_with = "password_file",
+        global = true
+    )]
+    pub password_command: Option<String>,
 
     /// ACL user to log in as, with the password from --password-file, $RLOCK_PASSWORD or
     /// $REDISCLI_AUTH (like redis-cli --user). It applies to every server whose URL names no

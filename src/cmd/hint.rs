@@ -38,6 +38,11 @@ impl Context {
         let named = [
             ("--sentinel", "RLOCK_SENTINEL", g.sentinel.as_deref()),
             ("--user", "RLOCK_USER", g.user.as_deref()),
+            (
+                "--password-command",
+                "RLOCK_PASSWORD_COMMAND",
+                g.password_command.as_deref(),
+            ),
         ];
         for (flag, var, value) in named {
             if let Some(v) = value.filter(|v| !from_env(var, v)) {
@@ -45,7 +50,7 @@ impl Context {
             }
         }
         let files = [
-            ("--password-file", "", &g.password_file),
+            ("--password-file", "RLOCK_PASSWORD_FILE", &g.password_file),
             ("--tls-ca", "RLOCK_TLS_CA", &g.tls_ca),
             ("--tls-cert", "RLOCK_TLS_CERT", &g.tls_cert),
             ("--tls-key", "RLOCK_TLS_KEY", &g.tls_key),

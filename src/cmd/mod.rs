@@ -28,7 +28,16 @@ pub struct Context {
 
 impl Context {
     pub fn new(global: Global) -> Result<Self, Failure> {
-        let password = Settings::resolve_password(global.password_file.as_deref())?;
+        // A password command has --connect-timeout to run; with 0 (one try), a try's own bound.
+        let command_bound = match global.connect_timeout.is_zero() {
+            true => global.op_timeout,
+            false => global.connect_timeout,
+        };
+        let password = Settings::resolve_password(
+            global.password_file.as_deref(),
+            global.password_command.as_deref(),
+            command_bound,
+        )?;
         // RLOCK_URL lists its URLs comma-separated; a --url is one URL, whatever it holds (a
         // password may have a comma).
         let env_urls = std::env::var("RLOCK_URL").ok();

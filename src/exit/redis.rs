@@ -41,8 +41,11 @@ pub(super) fn line(error: &NodeError, about: &About) -> String {
         ),
         Fault::NotRedis => format!("Redis unavailable for {about}: {error}"),
         Fault::NoPassword => format!("Redis refused rlock for {about}: {error}"),
+        Fault::Credential => format!(
+            "no password to log in with for {about}: {error}; check the command (rlock runs it with sh -c for every new connection: it must print the password and exit 0 within --connect-timeout)"
+        ),
         Fault::Auth => format!(
-            "Redis refused rlock for {about}: {error}; check --password-file, $RLOCK_PASSWORD/$REDISCLI_AUTH or the URL's password, and the user's ACL"
+            "Redis refused rlock for {about}: {error}; check --password-file, --password-command, $RLOCK_PASSWORD/$REDISCLI_AUTH or the URL's password, and the user's ACL"
         ),
         Fault::Denied => match refused_command(&error.detail) {
             Some(command) => format!(

@@ -99,6 +99,13 @@ impl Error {
         }
     }
 
+    /// Refused at login (a wrong password, none given, none to be had from --password-command):
+    /// the try never ran on that connection.
+    pub fn is_login_refused(&self) -> bool {
+        matches!(self, Error::Redis { error, .. }
+            if matches!(error.kind, Fault::Auth | Fault::NoPassword | Fault::Credential))
+    }
+
     /// Redis could not serve the request (exit 69): no usable answer came, or the answer was
     /// an error of the server's own.
     pub fn is_unavailable(&self) -> bool {

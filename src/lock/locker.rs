@@ -228,7 +228,12 @@ pub(super) fn no_quorum(about: About, n: usize, errors: Vec<NodeError>) -> Error
     if let Some(refused) = errors.iter().position(|e| {
         matches!(
             e.kind,
-            Fault::Auth | Fault::NoPassword | Fault::Denied | Fault::Tls(_) | Fault::WrongMode
+            Fault::Auth
+                | Fault::NoPassword
+                | Fault::Credential
+                | Fault::Denied
+                | Fault::Tls(_)
+                | Fault::WrongMode
         )
     }) {
         let mut errors = errors;

@@ -233,10 +233,12 @@ impl<T: Tries> Waiter<'_, T> {
                     // network, what is left of the wait may be too little to send it at all
                     // (through Sentinels, whose question comes first). A deployment refused as
                     // it is (Redlock's members, before anything is written) has nothing to
-                    // leave, and may not even answer.
-                    // A waiter displaced by a newer run is out of the line already.
+                    // leave, and may not even answer. Nor has a waiter refused at login before
+                    // any answer (a second run of a failing --password-command would only delay
+                    // its line). A waiter displaced by a newer run is out of the line already.
                     if !failure.is_unavailable()
                         && !matches!(failure, Error::Config(_) | Error::Superseded { .. })
+                        && (self.heard || !failure.is_login_refused())
                     {
                         self.tries.leave(self.budget());
                     }

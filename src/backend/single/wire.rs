@@ -195,6 +195,14 @@ impl Wire {
             }
             match answer {
                 Value::Okay => {}
+                // A server that cannot take the client now (maxclients, LOADING) says so in
+                // AUTH's place: its words, not a refused password (which no wait cures).
+                Value::ServerError(e)
+                    if e.code() != "WRONGPASS"
+                        && !e.details().unwrap_or_default().contains("password") =>
+                {
+                    return Err(e.into());
+                }
                 _ => {
                     return Err((
                         ErrorKind::AuthenticationFailed,

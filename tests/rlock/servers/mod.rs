@@ -13,6 +13,8 @@ mod acl;
 mod cluster;
 mod cluster_failover;
 mod cluster_migration;
+mod credentials;
+mod managed_profile;
 mod redlock;
 mod redlock_hold;
 mod redlock_losses;

@@ -109,8 +109,12 @@ pub fn acl_url(server: &RedisServer, user: &str) -> String {
 
 /// `redis://127.0.0.1:PORT`, or with `RLOCK_TEST_ACL` the documented user's
 /// `redis://USER:PASSWORD@127.0.0.1:PORT`: how the tests' rlock reaches a server on `port`
-/// (through the proxy in front of it, when it is behind a network: network.rs).
+/// (through the proxy in front of it, when it is behind a network: network.rs). With
+/// `RLOCK_TEST_MANAGED`, the managed user's `rediss://` URL of the server's TLS front.
 pub fn suite_url(port: u16) -> String {
+    if let Some(url) = crate::managed::url(port) {
+        return url;
+    }
     let port = crate::network::client_port(port);
     match suite_acl() {
         Some(which) => {

@@ -252,6 +252,9 @@ pub fn sh(script: &str) -> Command {
             cmd.env_remove(&name);
         }
     }
+    if let Some(ca) = crate::managed::ca_file() {
+        cmd.env("SSL_CERT_FILE", ca);
+    }
     cmd.env_remove("REDISCLI_AUTH")
         .env("RL", rlock_bin())
         .arg("-c")

@@ -54,6 +54,10 @@ pub fn rlock() -> Command {
         }
     }
     cmd.env_remove("REDIS_URL").env_remove("REDISCLI_AUTH");
+    // The managed-service profile's CA, trusted as a system's roots are (managed.rs).
+    if let Some(ca) = crate::managed::ca_file() {
+        cmd.env("SSL_CERT_FILE", ca);
+    }
     cmd
 }
 

@@ -32,6 +32,9 @@ pub struct RedisCluster {
     node_timeout: Duration,
     /// With replicas (failovers): no other heavy set-up runs meanwhile (dropped last).
     _heavy: Option<std::sync::MutexGuard<'static, ()>>,
+    /// Under the managed-service profile, a Cluster without replicas: per node, the port of its
+    /// TLS front, which the node announces (managed.rs).
+    fronts: Vec<u16>,
 }
 
 impl RedisCluster {
@@ -123,11 +126,12 @@ impl RedisCluster {
                 node
             })
             .collect();
-        let cluster = RedisCluster {
+        let mut cluster = RedisCluster {
             nodes,
             proxies,
             node_timeout,
             _heavy: heavy,
+            fronts: Vec::new(),
         };
         let mut create = Command::new(redis_cli_bin());
         create.args(["--cluster", "create"]);
@@ -161,11 +165,44 @@ impl RedisCluster {
                 })
             },
         );
+        if replicas == "0" && !behind_proxies && crate::managed::enabled() {
+            cluster.announce_fronts();
+        }
         cluster
     }
 
-    /// The port clients reach node `i` on: its proxy's, behind proxies.
+    /// Under the managed-service profile: every node announces its TLS front's port, so that
+    /// the slot map sends rlock to the fronts, as a managed Cluster's does. Made once the
+    /// Cluster is up (`redis-cli --cluster create` speaks plain), and only without replicas (a
+    /// replica would follow its master's announced port, a TLS front).
+    fn announce_fronts(&mut self) {
+        self.fronts = self
+            .nodes
+            .iter()
+            .map(|n| crate::managed::front_port(n.port()).expect("a front for every node"))
+            .collect();
+        for (node, front) in self.nodes.iter().zip(&self.fronts) {
+            node.cmd(&["CONFIG", "SET", "cluster-announce-ip", "127.0.0.1"]);
+            node.cmd(&["CONFIG", "SET", "cluster-announce-port", &front.to_string()]);
+        }
+        wait_until(
+            "every cluster node to name the fronts in its slot map",
+            Duration::from_secs(20),
+            || {
+                self.nodes.iter().all(|n| {
+                    slot_owners_on(n)
+                        .is_some_and(|owners| owners.iter().all(|p| self.fronts.contains(p)))
+                })
+            },
+        );
+    }
+
+    /// The port clients reach node `i` on: its proxy's, behind proxies; its TLS front's under
+    /// the managed-service profile.
     pub fn client_port(&self, i: usize) -> u16 {
+        if let Some(front) = self.fronts.get(i) {
+            return *front;
+        }
         self.proxies
             .get(i)
             .map_or(self.nodes[i].port(), |(client, _)| client.port())
@@ -225,7 +262,10 @@ impl RedisCluster {
     /// `rlock --cluster`; with `RLOCK_TEST_ACL`, as the documented user (`acl::suite_url`).
     pub fn urls(&self) -> Vec<String> {
         (0..self.nodes.len())
-            .map(|i| crate::acl::suite_url(self.client_port(i)))
+            .map(|i| match self.fronts.is_empty() {
+                true => crate::acl::suite_url(self.client_port(i)),
+                false => crate::acl::suite_url(self.nodes[i].port()),
+            })
             .collect()
     }
 

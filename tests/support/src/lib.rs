@@ -16,6 +16,7 @@ mod cluster;
 mod features;
 pub mod liar;
 mod limits;
+pub mod managed;
 pub mod network;
 pub mod peak;
 pub mod procfs;

@@ -32,6 +32,9 @@ pub struct RedisServer {
     deployments: Vec<Deployment>,
     /// With a network (`start_across`, `RLOCK_TEST_RTT`): the delaying proxy clients reach it by.
     front: Option<Proxy>,
+    /// With `RLOCK_TEST_MANAGED`: the TLS front rlock reaches it by (managed.rs), held for as
+    /// long as the server lives.
+    _managed: Option<crate::managed::Front>,
     dir: tempfile::TempDir,
 }
 
@@ -60,7 +63,8 @@ impl RedisServer {
             .prefix("rlock-redis-")
             .tempdir()
             .expect("create temp dir for redis-server");
-        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        extra.extend(crate::managed::user_args());
         let password = extra
             .windows(2)
             .rev()
@@ -80,6 +84,9 @@ impl RedisServer {
                     if let Some(front) = &front {
                         network::put_behind(port, front.port());
                     }
+                    let managed = crate::managed::enabled().then(|| {
+                        crate::managed::Front::start(port, front.as_ref().map_or(port, Proxy::port))
+                    });
                     let server = RedisServer {
                         pid: child.id() as i32,
                         child: Some(child),
@@ -88,6 +95,7 @@ impl RedisServer {
                         password,
                         deployments: Vec::new(),
                         front,
+                        _managed: managed,
                         dir,
                     };
                     crate::acl::make_suite_user(&server, &[]);

@@ -129,6 +129,11 @@ pub(super) const ENVIRONMENT: Section = Section {
              in a message: URLs are printed with the password replaced by `***`.",
         ),
         Item(
+            "`RLOCK_PASSWORD_FILE`, `RLOCK_PASSWORD_COMMAND`",
+            "As `--password-file`, `--password-command`: read or run again for every new \
+             connection.",
+        ),
+        Item(
             "`RLOCK_TLS_CA`, `RLOCK_TLS_CERT`, `RLOCK_TLS_KEY`",
             "As `--tls-ca`, `--tls-cert`, `--tls-key`, for `rediss://` URLs.",
         ),
