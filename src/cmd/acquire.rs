@@ -37,6 +37,7 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
                 wait: &args.wait,
                 who,
                 hold: args.hold.hold_at_least,
+                record: None,
             };
             take(&locker, ask, &signals, ctx)?
         }

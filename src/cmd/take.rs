@@ -8,7 +8,7 @@ use crate::cli::{ExecArgs, LabelArg, WaitArgs};
 use crate::exit::Failure;
 use crate::identity::Identity;
 use crate::lock::{
-    Grant, Hooks, Interrupt, LockKey, Locker, Observer, Request, Sharing, WaitPolicy,
+    AtGrant, Grant, Hooks, Interrupt, LockKey, Locker, Observer, Request, Sharing, WaitPolicy,
 };
 use crate::redact::{cap_field, mask_line, redact_command};
 
@@ -24,6 +24,8 @@ pub struct Ask<'a> {
     pub who: Identity,
     /// How long after the grant it stays taken, whatever the holder does (--hold-at-least).
     pub hold: Option<Duration>,
+    /// `exec`'s run, on record from its grant.
+    pub record: Option<&'a AtGrant>,
 }
 
 /// Takes the lock `ask` names, for a fresh token, waiting as its options say: a signal that
@@ -43,6 +45,7 @@ pub fn take(
         sharing: ask.sharing,
         who: &ask.who,
         hold: ask.hold,
+        record: ask.record,
     };
     let policy = WaitPolicy {
         wait: ask.wait.wait,

@@ -41,6 +41,7 @@ pub(crate) mod planted;
 mod read;
 mod redlock;
 mod reply;
+mod running;
 mod wait;
 
 #[cfg(test)]
@@ -66,6 +67,7 @@ pub use locker::Locker;
 pub use observe::{Note, Observer, Silent};
 pub use once::{Look, ONCE, Window, WindowDone};
 pub use reply::{Crowd, Holder, HolderLease, HolderPid, KeyType};
+pub use running::AtGrant;
 pub use wait::{Hooks, Interrupt, WaitPolicy};
 
 /// How often a waiter checks a lock that has no expiry (another client's `SET` without `PX`):
@@ -108,6 +110,8 @@ pub struct Request<'a> {
     /// Nobody else gets the lock until this long after the grant, by the server's clock, even
     /// once it is released (`--hold-at-least`).
     pub hold: Option<Duration>,
+    /// `exec`'s run, on record from its grant: its entry goes with each try (`running.rs`).
+    pub record: Option<&'a AtGrant>,
 }
 
 /// A lock held by this process.

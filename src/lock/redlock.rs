@@ -173,6 +173,7 @@ impl Locker {
             who: &relock.who,
             // A master that missed the grant is not held past the release: the majority is.
             hold: None,
+            record: None,
         };
         // A Redlock grant never waits in line.
         let acquire = Acquire::new(&req, false, self.now());

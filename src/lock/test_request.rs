@@ -23,5 +23,6 @@ pub fn with_request<T>(f: impl FnOnce(&Request) -> T) -> T {
         sharing: Sharing::Exclusive,
         who: &who,
         hold: None,
+        record: None,
     })
 }

@@ -63,6 +63,7 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
             sharing: plan.sharing,
             who: &who,
             hold: None,
+            record: None,
         };
         let give_up = clock.now_instant() + plan.max_wait;
         let channel = match locker.is_quorum() {

@@ -92,6 +92,7 @@ impl Call for Acquire<'_> {
             sharing,
             who,
             hold,
+            record: _,
         } = *self.req;
         let (mode, limit) = match sharing {
             Sharing::Exclusive => ("", 0),
