@@ -386,6 +386,42 @@ impl Node for Cluster {
         }
     }
 
+    /// `first` and `second`, whose keys share a slot, in one write to the slot's master, as on
+    /// one server. A redirection, a slot in migration or a failover, or a connection that
+    /// broke, sends them again one after the other, each routed as `eval` routes it (each
+    /// script is one rlock may run twice: a try or a release of the same token, a record that
+    /// checks what the first did).
+    fn eval_then(
+        &self,
+        first: super::Eval<'_>,
+        second: super::Eval<'_>,
+        timeout: Duration,
+    ) -> Result<super::Replies, NodeError> {
+        let deadline = Instant::now() + timeout;
+        let slot = key_slot(first.keys.first().copied().unwrap_or(""));
+        if second.keys.iter().all(|k| key_slot(k) == slot) {
+            self.ask_again_if_suspect(timeout);
+            if let Ok(master) = self.master_for(slot, timeout) {
+                match master.eval_then(first, second, timeout) {
+                    Err(e)
+                        if matches!(
+                            e.kind,
+                            Fault::WrongMode
+                                | Fault::Migrating
+                                | Fault::ClusterDown
+                                | Fault::Connect
+                                | Fault::Io
+                                | Fault::NotServing
+                        ) => {}
+                    done => return done,
+                }
+            }
+        }
+        let value = self.eval(first.script, first.keys, first.args, left(deadline))?;
+        let second = self.eval(second.script, second.keys, second.args, left(deadline));
+        Ok((value, second))
+    }
+
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError> {
         self.refresh(timeout)?;
         let mut keys = Vec::new();
