@@ -65,11 +65,12 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let held = hold(ctx, &locker, &key, args, &signals, asked, at_grant.as_ref());
     let mut held = held.inspect_err(|e| record.failed(e))?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
-    if held.owner == Owner::Shell || at_grant.is_none() {
-        // A lock inherited from a shell (no try), or Redlock's (`Recorder::at_grant`): on
-        // record now.
-        record.running();
-    }
+    // A lock inherited from a shell (no try), or Redlock's (`Recorder::at_grant`): on record
+    // from a thread beside the command, started with it, so that the command waits for no
+    // master (one that does not answer costs a record TTL/10). No thread to be had, on a host
+    // out of processes: the run's end alone is on record.
+    let on_record_now =
+        record.keeps_history() && (held.owner == Owner::Shell || at_grant.is_none());
     if let Some(window) = window {
         // A run that held the lock while this one waited may have done the window's work.
         match once::done_meanwhile(ctx, &locker, &key, args, window, &mut record) {
@@ -88,9 +89,19 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     if let Some((on, of)) = locker.holding() {
         ctx.say(format_args!("the lock is on {on} of {of} masters"));
     }
-    let (outcome, after) = start(ctx, &locker, &held, args)
-        .map(|child| supervise(ctx, &locker, &held, child, args, &signals))
-        .inspect_err(|e| record.failed(e))?;
+    let recorder = &record;
+    let ran = std::thread::scope(|s| {
+        let on_record = on_record_now
+            .then(|| std::thread::Builder::new().spawn_scoped(s, || recorder.running()));
+        let ran = start(ctx, &locker, &held, args)
+            .map(|child| supervise(ctx, &locker, &held, child, args, &signals));
+        // Before the run's end goes on record, which replaces this entry.
+        if let Some(Ok(on_record)) = on_record {
+            let _ = on_record.join();
+        }
+        ran
+    });
+    let (outcome, after) = ran.inspect_err(|e| record.failed(e))?;
     let died_of = outcome.signal;
     if let Some(window) = held.window
         && once::succeeded(&outcome)

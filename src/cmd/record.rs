@@ -198,8 +198,9 @@ impl<'a> Recorder<'a> {
         Some(AtGrant::new(keep, self.running_entry()))
     }
 
-    /// The run is on record while it runs, written now: for a lock this run did not take with
-    /// a try of its own (one a shell took with `acquire`), and on Redlock (`at_grant`). A write
+    /// The run is on record while it runs, written now (beside the command): for a lock this
+    /// run did not take with a try of its own (one a shell took with `acquire`), and on Redlock
+    /// (`at_grant`). A write
     /// that fails changes nothing and is not said: the run's end is written the same way and
     /// says it (one line, not two).
     pub fn running(&self) {
@@ -211,6 +212,11 @@ impl<'a> Recorder<'a> {
         let _ = self
             .locker
             .record(self.key, keep, &self.running_entry(), timeout);
+    }
+
+    /// Whether the history is on.
+    pub fn keeps_history(&self) -> bool {
+        self.kept().is_some()
     }
 
     /// What the history keeps, None when it is off.

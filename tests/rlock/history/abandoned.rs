@@ -140,3 +140,36 @@ fn a_run_killed_at_its_grant_is_on_record() {
     let runs = history_of(rlock_at(&server), "k", 10);
     assert_eq!(outcomes(&runs), ["ok", "abandoned"], "{runs:?}");
 }
+
+/// `sh -c` that waits until the file `$1` exists.
+const UNTIL_STOP: &str = r#"while [ ! -e "$1" ]; do sleep 0.02; done"#;
+
+#[test]
+fn a_run_under_a_shells_lock_is_on_record_while_it_runs() {
+    // No try of its own to carry the entry: it is written beside the command as it starts.
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let stop = dir.path().join("stop");
+    let script = format!(
+        r#"eval "$("$RL" --url "$URL" acquire --export -k k)" || exit 9
+"$RL" --url "$URL" exec -k k -- sh -c '{UNTIL_STOP}' sh "$STOP"; code=$?
+"$RL" --url "$URL" release -k k; exit $code"#
+    );
+    let mut shell = Background::spawn(
+        "shell",
+        dir.path(),
+        crate::common::basic::sh(&script)
+            .env("URL", server.url())
+            .env("STOP", &stop),
+    );
+    shell.wait_for("the run on record", SOON, || {
+        !history_of(rlock_at(&server), "k", 10).is_empty()
+    });
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["running"], "{runs:?}");
+    std::fs::write(&stop, "").unwrap();
+    let (out, _) = shell.finish(SOON);
+    assert_eq!(out.code, 0, "{out}");
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["released", "ok"], "{runs:?}");
+}
