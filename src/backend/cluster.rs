@@ -388,9 +388,10 @@ impl Node for Cluster {
 
     /// `first` and `second`, whose keys share a slot, in one write to the slot's master, as on
     /// one server. A redirection, a slot in migration or a failover, or a connection that
-    /// broke, sends them again one after the other, each routed as `eval` routes it (each
+    /// failed, sends them again one after the other, each routed as `eval` routes it (each
     /// script is one rlock may run twice: a try or a release of the same token, a record that
-    /// checks what the first did).
+    /// checks what the first did); a master that did not answer within the time is asked about
+    /// at the next request, as `eval` does.
     fn eval_then(
         &self,
         first: super::Eval<'_>,
@@ -401,18 +402,18 @@ impl Node for Cluster {
         let slot = key_slot(first.keys.first().copied().unwrap_or(""));
         if second.keys.iter().all(|k| key_slot(k) == slot) {
             self.ask_again_if_suspect(timeout);
-            if let Ok(master) = self.master_for(slot, timeout) {
+            let url = self.master_url_for(slot, timeout);
+            if let Ok(url) = url
+                && let Ok(master) = self.node(&url)
+            {
                 match master.eval_then(first, second, timeout) {
-                    Err(e)
-                        if matches!(
-                            e.kind,
-                            Fault::WrongMode
-                                | Fault::Migrating
-                                | Fault::ClusterDown
-                                | Fault::Connect
-                                | Fault::Io
-                                | Fault::NotServing
-                        ) => {}
+                    Err(e) if e.kind == Fault::Timeout => {
+                        // As `eval` after a master that took the whole --op-timeout: the next
+                        // request asks the other nodes who serves the slot first.
+                        *self.suspect.lock().unwrap_or_else(|p| p.into_inner()) = Some(url);
+                        return Err(e);
+                    }
+                    Err(e) if e.is_transport() || e.kind == Fault::WrongMode => {}
                     done => return done,
                 }
             }
