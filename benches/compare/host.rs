@@ -39,7 +39,7 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(v: Vec<f64>) -> Spread {
+    pub fn of(v: Vec<f64>) -> Spread {
         let min = v.iter().copied().fold(f64::INFINITY, f64::min);
         let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         Spread {
@@ -163,7 +163,7 @@ pub fn idle_wakeups(tool: &dyn Tool, dir: &Path, window: Duration) -> f64 {
 }
 
 /// Ends a command blocked in `read x < FIFO`.
-fn release(fifo: &Path) {
+pub fn release(fifo: &Path) {
     let mut f = OpenOptions::new()
         .write(true)
         .open(fifo)
@@ -177,7 +177,7 @@ const CHAINED: &str = r#"echo ${EPOCHREALTIME/./} > "$1/start-$2"; read x < "$1/
 /// `samples` handoffs with exactly one waiter queued: each holder's command runs until the
 /// next waiter is in line, then ends; the gaps from its end stamp to the next command's start
 /// stamp, in ms.
-fn handoffs_one_queued(tool: &dyn Tool, dir: &Path, samples: usize) -> Vec<f64> {
+pub fn handoffs_one_queued(tool: &dyn Tool, dir: &Path, samples: usize) -> Vec<f64> {
     let d = fresh(dir, &format!("one-{}", tool.name().replace(' ', "-")));
     let key = format!("handoff-one-{}", std::process::id());
     let base = tool.in_line(&key);
@@ -225,7 +225,7 @@ fn handoffs_one_queued(tool: &dyn Tool, dir: &Path, samples: usize) -> Vec<f64> 
 /// command stamps its start and its end at once; the gaps between one command's end and the
 /// next one's start, over the first `samples` handoffs (while most of the line still waits),
 /// in ms.
-fn handoffs_in_line(tool: &dyn Tool, dir: &Path, n: usize, samples: usize) -> Vec<f64> {
+pub fn handoffs_in_line(tool: &dyn Tool, dir: &Path, n: usize, samples: usize) -> Vec<f64> {
     let d = fresh(dir, &format!("line-{}", tool.name().replace(' ', "-")));
     let key = format!("handoff-line-{}", std::process::id());
     let base = tool.in_line(&key);

@@ -6,7 +6,9 @@
 //! memory (first table); an idle waiter's wake-ups, the handoff with one waiter queued and inside
 //! a line, and `-- true` under the lock (the host table, `compare/host.rs`); lines of waiters
 //! drained through one key, and what they cost as they grow (the waiting table,
-//! `compare/waiting.rs`). docs/benchmarks.md has the last run.
+//! `compare/waiting.rs`); and across a network, `exec -- true` beside the minimal client and the
+//! handoffs, at a 10 ms round trip with the round trips each takes (`compare/network.rs`).
+//! docs/benchmarks.md has the last run.
 //!
 //! Everything runs against `redis-server` processes this program starts on free ports of
 //! 127.0.0.1 and kills at the end, with the tests' own harness (the `rlock-test-support` crate,
@@ -25,7 +27,9 @@
 //!   per waiter, and two connections each on the server)
 //! - `RLOCK_BENCH_CROWD`     waiters started at once against a server with `maxclients 50`
 //!   (default 120)
+//! - `RLOCK_BENCH_RTT_MS`    the round trip of the network rows (default 10)
 //! - `RLOCK_BENCH_ONLY=host` only the host table, for a quick look
+//! - `RLOCK_BENCH_ONLY=network` only the rows across a network
 //! - `RLOCK_BENCH_ONLY=scale` only the scale rows (`compare/scale.rs`): the long line, and the
 //!   crowd over the connection limit
 //! - `RLOCK_BENCH_ONLY=soak` only the long soak (`compare/soak.rs`, the long mode of
@@ -43,6 +47,7 @@ mod idle;
 mod memory;
 mod minimal;
 mod monitor;
+mod network;
 mod process;
 mod redis_cli;
 mod scale;
@@ -90,6 +95,10 @@ fn main() {
             soak::run(cfg.soak_grants.max(1));
             return;
         }
+        Some(Only::Network) => {
+            network::table(&b);
+            return;
+        }
         Some(Only::Scale) => {
             let rows = scale::rows(&b);
             println!();
@@ -110,6 +119,7 @@ fn main() {
     println!();
     first.print();
 
-    // The host table and the waiting table.
+    // The host table and the waiting table, then the rows across a network.
     waiting::tables(&b, scale::rows);
+    network::table(&b);
 }

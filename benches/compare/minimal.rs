@@ -1,7 +1,7 @@
 //! The minimal Redis client the first table puts beside rlock: what a lock on Redis costs with
 //! none of rlock's guarantees. It is this benchmark's own executable, run as
 //! `compare minimal-client PORT KEY CMD…`: one connection, `SET KEY TOKEN NX PX` to take the
-//! lock, CMD run and waited for, a compare-and-delete to give it back. No renewal, no wait, no
+//! lock, CMD run and waited for, a compare-and-delete to give it back: two round trips. No renewal, no wait, no
 //! supervision of CMD, no record; a taken KEY exits 75 at once, as rlock's `-n` does.
 
 use std::process::Command;
@@ -25,7 +25,13 @@ pub fn run_if_asked() {
 }
 
 fn client(port: &str, key: &str, cmd: &[String]) -> i32 {
-    let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+    // Without the `CLIENT SETINFO` the library sends on connecting by default: a round trip
+    // that no lock needs (rlock sends none either).
+    let info =
+        redis::IntoConnectionInfo::into_connection_info(format!("redis://127.0.0.1:{port}/"))
+            .expect("the URL");
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    let mut conn = redis::Client::open(info.set_redis_settings(settings))
         .and_then(|c| c.get_connection())
         .expect("connect");
     let token = format!("{}-{}", std::process::id(), crate::process::now_ns());

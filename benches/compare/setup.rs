@@ -18,6 +18,8 @@ pub enum Only {
     Soak,
     /// Waiting at scale: a long line, and a crowd over the connection limit (`scale.rs`).
     Scale,
+    /// The rows across a network (`network.rs`).
+    Network,
 }
 
 pub struct Config {
@@ -32,6 +34,8 @@ pub struct Config {
     /// a low connection limit (`scale.rs`).
     pub big_line: usize,
     pub crowd: usize,
+    /// The round trip the network rows add (ms).
+    pub rtt_ms: u64,
     pub only: Option<Only>,
 }
 
@@ -56,13 +60,15 @@ impl Config {
             line: num("RLOCK_BENCH_LINE", 300, 1000).max(3) as usize,
             big_line: num("RLOCK_BENCH_BIG_LINE", 3000, 10_000) as usize,
             crowd: num("RLOCK_BENCH_CROWD", 120, 1000) as usize,
+            rtt_ms: num("RLOCK_BENCH_RTT_MS", 10, 1000),
             only: match std::env::var("RLOCK_BENCH_ONLY") {
                 Err(_) => None,
                 Ok(v) if v == "host" => Some(Only::Host),
                 Ok(v) if v == "soak" => Some(Only::Soak),
                 Ok(v) if v == "scale" => Some(Only::Scale),
+                Ok(v) if v == "network" => Some(Only::Network),
                 Ok(v) => exit_with(&format!(
-                    "RLOCK_BENCH_ONLY={v}: the choices are 'host', 'scale' and 'soak'"
+                    "RLOCK_BENCH_ONLY={v}: the choices are 'host', 'network', 'scale' and 'soak'"
                 )),
             },
             soak_grants: match std::env::var("RLOCK_BENCH_SOAK_GRANTS") {

@@ -386,6 +386,43 @@ impl Node for Cluster {
         }
     }
 
+    /// `first` and `second`, whose keys share a slot, in one write to the slot's master, as on
+    /// one server. A redirection, a slot in migration or a failover, or a connection that
+    /// failed, sends them again one after the other, each routed as `eval` routes it (each
+    /// script is one rlock may run twice: a try or a release of the same token, a record that
+    /// checks what the first did); a master that did not answer within the time is asked about
+    /// at the next request, as `eval` does.
+    fn eval_then(
+        &self,
+        first: super::Eval<'_>,
+        second: super::Eval<'_>,
+        timeout: Duration,
+    ) -> Result<super::Replies, NodeError> {
+        let deadline = Instant::now() + timeout;
+        let slot = key_slot(first.keys.first().copied().unwrap_or(""));
+        if second.keys.iter().all(|k| key_slot(k) == slot) {
+            self.ask_again_if_suspect(timeout);
+            let url = self.master_url_for(slot, timeout);
+            if let Ok(url) = url
+                && let Ok(master) = self.node(&url)
+            {
+                match master.eval_then(first, second, timeout) {
+                    Err(e) if e.kind == Fault::Timeout => {
+                        // As `eval` after a master that took the whole --op-timeout: the next
+                        // request asks the other nodes who serves the slot first.
+                        *self.suspect.lock().unwrap_or_else(|p| p.into_inner()) = Some(url);
+                        return Err(e);
+                    }
+                    Err(e) if e.is_transport() || e.kind == Fault::WrongMode => {}
+                    done => return done,
+                }
+            }
+        }
+        let value = self.eval(first.script, first.keys, first.args, left(deadline))?;
+        let second = self.eval(second.script, second.keys, second.args, left(deadline));
+        Ok((value, second))
+    }
+
     fn scan(&self, pattern: &str, timeout: Duration) -> Result<Vec<String>, NodeError> {
         self.refresh(timeout)?;
         let mut keys = Vec::new();

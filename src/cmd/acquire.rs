@@ -38,6 +38,7 @@ pub fn run(ctx: &Context, args: &AcquireArgs) -> Result<u8> {
                 who,
                 hold: args.hold.hold_at_least,
                 newest: crate::lock::Newest::Off,
+                record: None,
             };
             take(&locker, ask, &signals, ctx)?
         }

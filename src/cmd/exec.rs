@@ -1,6 +1,5 @@
 //! `rlock exec`: take the lock, run the command under it, and give it back.
 
-use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -15,7 +14,7 @@ mod wait;
 use super::record::Recorder;
 use crate::cli::ExecArgs;
 use crate::exit::{Code, Exit, Failure, LostHow};
-use crate::lock::{About, Grant, HoldRecord, Interruption, Lease, Locker, Renewed, Ttl};
+use crate::lock::{About, AtGrant, Grant, HoldRecord, Interruption, Lease, Locker, Renewed, Ttl};
 use crate::signals::Signals;
 use crate::supervise::{
     self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
@@ -26,9 +25,6 @@ use wait::{acquire, interrupt};
 /// `--once-per`: the start of the window the command does, seconds since the epoch by Redis's
 /// clock.
 const WINDOW_VAR: &str = "RLOCK_WINDOW";
-
-/// How long a command runs before its run's start goes on record (`Recorder::running`).
-const RECORD_AFTER: Duration = Duration::from_secs(1);
 
 /// How long rlock waits for the guardian's word that the command started, at least: it comes at
 /// once, unless the machine is very busy or the guardian is stuck (then it is killed).
@@ -56,7 +52,7 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // The lease asked for, checked (once) before any Redis traffic.
     let asked = lease(ctx, args, args.ttl)?;
     let locker = ctx.locker()?;
-    // The run on record (history, metrics): written once it has ended, never before the start.
+    // The run on record (history, metrics): from its grant (`running`), and how it ended.
     let mut record = Recorder::asked(ctx, &locker, &key, args);
     // --once-per: the window this run fired in; a window already done ends the run here.
     let window = match once::fired(ctx, &locker, &key, args, &mut record) {
@@ -64,9 +60,18 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
         Err(done) => return Ok(done?),
     };
 
-    let held = hold(ctx, &locker, &key, args, &signals, asked);
+    // On one server the run's entry goes with each try, and the one granted writes it: a run
+    // is on record from its grant, whatever becomes of its rlock after, at no round trip more.
+    let at_grant = record.at_grant();
+    let held = hold(ctx, &locker, &key, args, &signals, asked, at_grant.as_ref());
     let mut held = held.inspect_err(|e| record.failed(e))?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
+    // A lock inherited from a shell (no try), or Redlock's (`Recorder::at_grant`): on record
+    // from a thread beside the command, started with it, so that the command waits for no
+    // master (one that does not answer costs a record TTL/10). No thread to be had, on a host
+    // out of processes: the run's end alone is on record.
+    let on_record_now =
+        record.keeps_history() && (held.owner == Owner::Shell || at_grant.is_none());
     if let Some(window) = window {
         // A run that held the lock while this one waited may have done the window's work.
         match once::done_meanwhile(ctx, &locker, &key, args, window, &mut record) {
@@ -85,22 +90,14 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     if let Some((on, of)) = locker.holding() {
         ctx.say(format_args!("the lock is on {on} of {of} masters"));
     }
-    // On record while it runs: the run's start is written once its command has run for
-    // RECORD_AFTER, from a thread beside it, so that a command done sooner costs no round trip
-    // more (its end is on record all the same). No thread to be had, on a host out of
-    // processes: the run's end alone is on record.
-    let (ended, hear_end) = std::sync::mpsc::channel::<()>();
     let recorder = &record;
     let ran = std::thread::scope(|s| {
-        let on_record = std::thread::Builder::new().spawn_scoped(s, move || {
-            if hear_end.recv_timeout(RECORD_AFTER) == Err(RecvTimeoutError::Timeout) {
-                recorder.running();
-            }
-        });
+        let on_record = on_record_now
+            .then(|| std::thread::Builder::new().spawn_scoped(s, || recorder.running()));
         let ran = start(ctx, &locker, &held, args)
             .map(|child| supervise(ctx, &locker, &held, child, args, &signals));
-        drop(ended);
-        if let Ok(on_record) = on_record {
+        // Before the run's end goes on record, which replaces this entry.
+        if let Some(Ok(on_record)) = on_record {
             let _ = on_record.join();
         }
         ran
@@ -190,11 +187,12 @@ fn hold(
     args: &ExecArgs,
     signals: &Signals,
     asked: Lease,
+    record: Option<&AtGrant>,
 ) -> Result<Held, Failure> {
     let (mut grant, owner) = match inherited(ctx, locker, key)? {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
-        None => (acquire(ctx, locker, key, args, signals)?, Owner::Us),
+        None => (acquire(ctx, locker, key, args, signals, record)?, Owner::Us),
     };
     let lease = kept_by(ctx, args, asked, &grant)?;
     if owner == Owner::Shell {

@@ -2,8 +2,9 @@
 //! (`lock/history.rs`) and, with `--metrics-file`, the key's lines in a Prometheus text file
 //! (`metrics.rs`).
 //!
-//! Nothing here runs before the command starts, and nothing here can change the run: a write
-//! that fails is said with `-v` and forgotten, the exit code stays what it was.
+//! Nothing here can change the run: a write that fails is said with `-v` and forgotten, the
+//! exit code stays what it was. The run's first entry (`running`) goes with the try that is
+//! granted the lock (`at_grant`), so no write here costs the run a round trip before its command.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -13,7 +14,7 @@ use nix::sys::signal::Signal;
 use super::Context;
 use crate::cli::ExecArgs;
 use crate::exit::{Code, Exit, Failure, LostHow};
-use crate::lock::{Grant, HoldRecord, Keep, LockKey, Locker, NotOwner, RunRecord, Waited};
+use crate::lock::{AtGrant, Grant, HoldRecord, Keep, LockKey, Locker, NotOwner, RunRecord, Waited};
 use crate::metrics;
 use crate::watchdog::Loss;
 
@@ -191,27 +192,58 @@ impl<'a> Recorder<'a> {
         }
     }
 
-    /// The run is on record while it runs (exec writes this once its command has run a moment,
-    /// `RECORD_AFTER`): an entry `running`, which the entry of how it ends replaces (record.lua). A run whose rlock dies without that end stays `running` while its
-    /// lease lasts, and `inspect --history` shows it `abandoned` after (`cmd/inspect/history.rs`).
-    /// A write that fails changes nothing and is not said: the run's end is written the same
-    /// way and says it (one line, not two).
+    /// The run's entry at its grant (an entry `running`), for one server's tries to carry: the
+    /// try granted writes it (`lock::AtGrant`). None when the history is off, and on Redlock,
+    /// where `running` writes it once the grant is known. The entry of how the run ends
+    /// replaces it (record.lua). A run whose rlock dies without that end stays `running` while
+    /// its lease lasts, and `inspect --history` shows it `abandoned` after
+    /// (`cmd/inspect/history.rs`).
+    pub fn at_grant(&self) -> Option<AtGrant> {
+        let keep = self.kept()?;
+        if self.locker.is_quorum() {
+            return None;
+        }
+        Some(AtGrant::new(keep, self.running_entry()))
+    }
+
+    /// The run is on record while it runs, written now (beside the command): for a lock this
+    /// run did not take with a try of its own (one a shell took with `acquire`), and on Redlock
+    /// (`at_grant`). A write
+    /// that fails changes nothing and is not said: the run's end is written the same way and
+    /// says it (one line, not two).
     pub fn running(&self) {
-        let history = &self.args.record.history;
-        if !self.ours || history.history_limit == 0 || self.granted.is_none() {
+        let Some(keep) = self.kept() else { return };
+        if !self.ours || self.granted.is_none() {
             return;
         }
+        let timeout = self.locker.node_timeout(self.args.ttl);
+        let _ = self
+            .locker
+            .record(self.key, keep, &self.running_entry(), timeout);
+    }
+
+    /// Whether the history is on.
+    pub fn keeps_history(&self) -> bool {
+        self.kept().is_some()
+    }
+
+    /// What the history keeps, None when it is off.
+    fn kept(&self) -> Option<Keep> {
+        let history = &self.args.record.history;
+        (history.history_limit > 0).then_some(Keep {
+            runs: history.history_limit,
+            ttl: history.history_ttl,
+        })
+    }
+
+    /// The run's entry while it runs: how it ended left out.
+    fn running_entry(&self) -> RunRecord {
         let mut run = self.record(Outcome::Ok, 0, None);
         run.outcome = Some("running".into());
         run.code = None;
         run.ended_ms = None;
         run.held_ms = None;
-        let keep = Keep {
-            runs: history.history_limit,
-            ttl: history.history_ttl,
-        };
-        let timeout = self.locker.node_timeout(self.args.ttl);
-        let _ = self.locker.record(self.key, keep, &run, timeout);
+        run
     }
 
     /// The run ended with `failure` before its command ran (or, for a lost lock, while it ran).

@@ -8,7 +8,8 @@ use crate::cli::{ExecArgs, LabelArg, WaitArgs};
 use crate::exit::Failure;
 use crate::identity::Identity;
 use crate::lock::{
-    Grant, Hooks, Interrupt, LockKey, Locker, Newest, Observer, Request, Sharing, WaitPolicy,
+    AtGrant, Grant, Hooks, Interrupt, LockKey, Locker, Newest, Observer, Request, Sharing,
+    WaitPolicy,
 };
 use crate::redact::{cap_field, mask_line, redact_command};
 
@@ -26,6 +27,8 @@ pub struct Ask<'a> {
     pub hold: Option<Duration>,
     /// Newest wins (`exec --newest`, `--cancel-running`).
     pub newest: Newest,
+    /// `exec`'s run, on record from its grant.
+    pub record: Option<&'a AtGrant>,
 }
 
 /// Takes the lock `ask` names, for a fresh token, waiting as its options say: a signal that
@@ -46,6 +49,7 @@ pub fn take(
         who: &ask.who,
         hold: ask.hold,
         newest: ask.newest,
+        record: ask.record,
     };
     let policy = WaitPolicy {
         wait: ask.wait.wait,

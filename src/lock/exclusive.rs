@@ -53,9 +53,12 @@ impl Locker {
         // A Redlock waiter does not queue: queues on independent masters could disagree on
         // who is first. It waits for the release's "anyone" wake-up instead.
         let call = Acquire::new(req, join_queue && !self.is_quorum(), self.now());
-        let results = self.on_each(|i, n| match identified.get(i) {
-            Some(Err(e)) => Err(e.clone()),
-            _ => call::run(n, &call, timeout),
+        // exec's run goes on record with the try that is granted (one server: `running.rs`).
+        let record = req.record.filter(|_| !self.is_quorum());
+        let results = self.on_each(|i, n| match (identified.get(i), record) {
+            (Some(Err(e)), _) => Err(e.clone()),
+            (_, Some(record)) => record.try_on(n, &call, timeout),
+            (_, None) => call::run(n, &call, timeout),
         });
         if !self.is_quorum() {
             let mut result = results.into_iter().next().expect("one node");
@@ -260,6 +263,7 @@ impl Locker {
                     keep: record.keep,
                     entries: &history,
                     released_by: None,
+                    granted_to: None,
                 };
                 if let Err(e) = call::run(n, &call, self.op_timeout) {
                     note = Some(e.to_string());
@@ -298,6 +302,7 @@ impl Locker {
             keep,
             entries: &entries,
             released_by: Some(release.token),
+            granted_to: None,
         };
         let (reply, gave_back, recorded) =
             call::run_then(n, release, &record, self.op_timeout, |said| {

@@ -221,12 +221,14 @@ pub static RECORD: Script = Script::new("record", sources::RECORD);
 pub static HISTORY: Script = Script::new("history", sources::HISTORY).long_reply();
 
 /// record.lua: appends `entries` to `key`'s history, which keeps `keep`; with `released_by`,
-/// only if that token has just released the lock (sent with its release).
+/// only if that token has just released the lock (sent with its release); with `granted_to`,
+/// only if that token holds it, with its grant's fence (sent with a try, `running.rs`).
 pub(super) struct Record<'a> {
     pub key: &'a LockKey,
     pub keep: Keep,
     pub entries: &'a Entries,
     pub released_by: Option<&'a str>,
+    pub granted_to: Option<&'a str>,
 }
 
 impl Call for Record<'_> {
@@ -238,9 +240,10 @@ impl Call for Record<'_> {
     }
 
     fn keys(&self) -> Vec<&str> {
-        match self.released_by {
-            Some(_) => vec![&self.key.history, &self.key.state],
-            None => vec![&self.key.history],
+        match (self.released_by, self.granted_to) {
+            (_, Some(_)) => vec![&self.key.history, &self.key.state, &self.key.redis_key],
+            (Some(_), None) => vec![&self.key.history, &self.key.state],
+            (None, None) => vec![&self.key.history],
         }
     }
 
@@ -250,6 +253,7 @@ impl Call for Record<'_> {
             .args(Args::new())
             .with("entries", entries)
             .with_some("released_by", self.released_by)
+            .with_some("granted_to", self.granted_to)
     }
 
     fn decode(&self, reply: &[Value]) -> Result<Option<String>, Refusal> {
@@ -315,6 +319,7 @@ impl Locker {
             keep,
             entries: &entries,
             released_by: None,
+            granted_to: None,
         };
         self.on_all(|n| call::run(n, &call, timeout))
             .into_iter()

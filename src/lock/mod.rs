@@ -41,6 +41,7 @@ mod planted;
 mod read;
 mod redlock;
 mod reply;
+mod running;
 #[cfg(feature = "sim-seams")]
 #[doc(hidden)]
 pub mod seams;
@@ -67,6 +68,7 @@ pub use locker::Locker;
 pub use observe::{Note, Observer, Silent};
 pub use once::{Look, ONCE, Window, WindowDone};
 pub use reply::{Crowd, Holder, HolderLease, HolderPid, KeyType};
+pub use running::AtGrant;
 pub use wait::{Hooks, Interrupt, WaitPolicy};
 
 /// How often a waiter checks a lock that has no expiry (another client's `SET` without `PX`):
@@ -111,6 +113,8 @@ pub struct Request<'a> {
     pub hold: Option<Duration>,
     /// Newest wins (`--newest`, `--cancel-running`); exclusive locks only.
     pub newest: Newest,
+    /// `exec`'s run, on record from its grant: its entry goes with each try (`running.rs`).
+    pub record: Option<&'a AtGrant>,
 }
 
 /// Who a newer run displaces (`--newest`): nobody, the waiters that asked for it too, or those

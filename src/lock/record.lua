@@ -1,8 +1,8 @@
 -- record: appends runs to a lock's history, a stream capped at a number of runs, which
 -- expires a set time after the last run recorded (every key rlock writes expires).
 --
--- KEYS[1]    the history, {K}:history (in the lock's cluster slot); KEYS[2] (with released_by)
---            the lock's state, {K}:state
+-- KEYS[1]    the history, {K}:history (in the lock's cluster slot); KEYS[2] (with released_by
+--            or granted_to) the lock's state, {K}:state; KEYS[3] (with granted_to) the lock, K
 -- ARGV       by name, as common.lua's args reads them: keep_runs, how many runs to keep: exact
 --            MAXLEN (an approximate `~` trims only whole stream nodes, 100 entries by default,
 --            so a cap of 10 would keep 100); keep_ms, how long the history lives after this
@@ -10,9 +10,13 @@
 --            value (src/lock/history.rs); released_by (optional), a token: append only if the
 --            state says this token has just released the lock (sent with that release, in the
 --            same round trip: exec's run is on record when its release gave the lock back);
---            a hold the release left to expire later (--hold-at-least) adds held_until_ms
+--            a hold the release left to expire later (--hold-at-least) adds held_until_ms;
+--            granted_to (optional), a token: append only if the lock is this token's now, the
+--            entry given its grant's fence from the state (sent with each try at the lock, in
+--            the same round trip: exec's run is on record from its grant, src/lock/running.rs)
 --
--- Replies: {"recorded", "id", ID}; {"skipped"} when released_by's token did not release it. Errors, nothing written: WRONGTYPE when the key holds
+-- Replies: {"recorded", "id", ID}; {"skipped"} when released_by's token did not release it, or
+-- granted_to's does not hold the lock. Errors, nothing written: WRONGTYPE when the key holds
 -- something other than a stream; NOPERM (asked first on Redis 7) when the user may not XADD or
 -- PEXPIRE it.
 --
@@ -60,6 +64,32 @@ if a.released_by then
     held_until = kept[2]
   end
 end
+-- The fence of the lock granted_to's token holds (one holder, or a slot of a multi-holder
+-- lock: multi.lua's "h:<token>"); nil when it holds none.
+local function granted_fence(lock, state, token)
+  if type_of(state) ~= "hash" then
+    return nil
+  end
+  local kind = type_of(lock)
+  if kind == "string" and redis.call("GET", lock) == token and
+      redis.call("HGET", state, "token") == token then
+    return redis.call("HGET", state, "fence")
+  end
+  if kind == "zset" and redis.call("ZSCORE", lock, token) then
+    local ok, h = pcall(cjson.decode, redis.call("HGET", state, "h:" .. token) or "")
+    if ok and type(h) == "table" and h.fence then
+      return tostring(h.fence)
+    end
+  end
+  return nil
+end
+local grant_fence = nil
+if a.granted_to then
+  grant_fence = granted_fence(KEYS[3], KEYS[2], a.granted_to)
+  if not grant_fence then
+    return {"skipped"}
+  end
+end
 local kind = type_of(history)
 if kind ~= "none" and kind ~= "stream" then
   raise("WRONGTYPE rlock's history key '" .. history .. "' holds a " .. kind .. ", not a stream")
@@ -105,6 +135,10 @@ for _, entry in ipairs(cjson.decode(a.entries)) do
   end
   if run and outcome ~= "running" then
     drop_running(run, fence)
+  end
+  if grant_fence then
+    entry[#entry + 1] = "fence"
+    entry[#entry + 1] = grant_fence
   end
   if held_until then
     entry[#entry + 1] = "held_until_ms"

@@ -174,6 +174,7 @@ impl Locker {
             // A master that missed the grant is not held past the release: the majority is.
             hold: None,
             newest: super::Newest::Off,
+            record: None,
         };
         // A Redlock grant never waits in line.
         let acquire = Acquire::new(&req, false, self.now());

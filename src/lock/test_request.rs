@@ -24,5 +24,6 @@ pub fn with_request<T>(f: impl FnOnce(&Request) -> T) -> T {
         who: &who,
         hold: None,
         newest: super::Newest::Off,
+        record: None,
     })
 }

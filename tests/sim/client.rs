@@ -67,6 +67,7 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
             who: &who,
             hold: None,
             newest: plan.newest,
+            record: None,
         };
         let give_up = clock.now_instant() + plan.max_wait;
         let channel = match locker.is_quorum() {

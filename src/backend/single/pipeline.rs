@@ -1,13 +1,15 @@
-//! Two scripts in one write: the release and the run's record, which must not share a script
-//! (an ACL that refuses the history must not refuse the release) nor cost a round trip more.
+//! Two scripts in one write: the release and the run's record, or a try at the lock and the
+//! run's entry at its grant, which must not share a script (an ACL that refuses the history must
+//! not refuse the lock) nor cost a round trip more.
 
 use super::*;
 
 impl Single {
-    /// `first` and `second` in one write (EVALSHA each), their replies read in order; a script
-    /// the server has no copy of is sent whole after them, and the second again after the first
-    /// when only the first was missing (the second had run before it). None when the pair cannot go as one (a write that must WAIT for
-    /// replicas, a script always sent whole), and `eval_then` sends them one after the other.
+    /// `first` and `second` in one write (EVALSHA each), their replies read in order; the scripts
+    /// the server has no copy of are sent whole after them, in one write, and the second again
+    /// after the first when only the first was missing (the second had run before it). None when
+    /// the pair cannot go as one (a write that must WAIT for replicas, a script always sent
+    /// whole), and `eval_then` sends them one after the other.
     pub(super) fn pipelined(
         &self,
         first: Eval<'_>,
@@ -35,29 +37,31 @@ impl Single {
                 work();
             }
             sent?;
-            let mut replies = Vec::with_capacity(2);
-            while replies.len() < 2 {
-                match c.recv_response()? {
-                    Value::Push { .. } => continue,
-                    value => replies.push(value.extract_error()),
-                }
-            }
+            let mut replies = vec![next_reply(c)?, next_reply(c)?];
             let no_script = |r: &RedisResult<Value>| {
                 matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
             };
-            // Sent whole, in order, when the server has no copy (a flush, a restart). When only
-            // the first was missing, the second ran before it, and the second is one that
-            // depends on the first (the record of what the release did): it runs again after.
+            // Sent whole, in order, when the server has no copy (a flush, a restart), again in
+            // one write: a second that records what the first did is sent with it (an rlock
+            // killed a moment after a grant has its run on record). When only the first was
+            // missing, the second ran before it, and the second is one that depends on the
+            // first (the record of what the release or the grant did): it runs again after.
             let first_missing = no_script(&replies[0]);
-            for (n, (reply, eval)) in replies.iter_mut().zip([&first, &second]).enumerate() {
-                if no_script(reply) || (n == 1 && first_missing) {
-                    *reply = redis::cmd("EVAL")
-                        .arg(eval.script.source)
-                        .arg(eval.keys.len())
-                        .arg(eval.keys)
-                        .arg(eval.args)
-                        .query(c);
-                }
+            let again: Vec<usize> = (0..2)
+                .filter(|&n| no_script(&replies[n]) || (n == 1 && first_missing))
+                .collect();
+            let evals = [&first, &second];
+            let mut whole = Vec::new();
+            for &n in &again {
+                whole.extend(packed(evals[n], "EVAL", evals[n].script.source));
+            }
+            // A connection that breaks meanwhile is each reply's failure, as a reply's own.
+            let sent = match whole.is_empty() {
+                true => Ok(()),
+                false => c.send_packed_command(&whole),
+            };
+            for &n in &again {
+                replies[n] = sent.clone().and_then(|_| next_reply(c)?);
             }
             let second = replies.pop().expect("two replies");
             let first = replies.pop().expect("two replies");
@@ -77,6 +81,17 @@ impl Single {
                 self.eval(first.script, first.keys, first.args, timeout)
                     .map(|value| (value, second_reply)),
             ),
+        }
+    }
+}
+
+/// The next reply on `c` (a push message skipped): the server's answer, an error reply as the
+/// inner error; the outer error is the connection's.
+fn next_reply(c: &mut Wire) -> RedisResult<RedisResult<Value>> {
+    loop {
+        match c.recv_response()? {
+            Value::Push { .. } => continue,
+            value => return Ok(value.extract_error()),
         }
     }
 }

@@ -8,18 +8,19 @@ use super::super::Context;
 use super::super::take::{Ask, exec_holder, take};
 use crate::cli::ExecArgs;
 use crate::exit::Failure;
-use crate::lock::{Grant, Interrupt, Locker, Newest, Note, Observer};
+use crate::lock::{AtGrant, Grant, Interrupt, Locker, Newest, Note, Observer};
 use crate::signals::{Signals, stop_self};
 use crate::supervise;
 
 /// Takes the lock, waiting as the options say; the holder is this process and its command (or
-/// the --label).
+/// the --label). With `record`, the run is on record from its grant.
 pub(super) fn acquire(
     ctx: &Context,
     locker: &Locker,
     key: &crate::lock::LockKey,
     args: &ExecArgs,
     signals: &Signals,
+    record: Option<&AtGrant>,
 ) -> Result<Grant, Failure> {
     let ask = Ask {
         key,
@@ -29,6 +30,7 @@ pub(super) fn acquire(
         who: exec_holder(args),
         hold: args.hold.hold_at_least,
         newest: newest(locker, args)?,
+        record,
     };
     let observer = ExecWait {
         ctx,

@@ -97,6 +97,7 @@ impl Call for Acquire<'_> {
             who,
             hold,
             newest,
+            record: _,
         } = *self.req;
         let (mode, limit) = match sharing {
             Sharing::Exclusive => ("", 0),

@@ -1,7 +1,7 @@
-//! Every run is on record while it runs: `running` once its command has run a second, replaced
-//! by how it ended; a
-//! run whose rlock was SIGKILLed (alone, or with its guardian, as a host that goes down) shows as
-//! `abandoned` once its lease has run out, and the next run's entry comes above it.
+//! Every run is on record from its grant: `running`, written with the try that is granted,
+//! replaced by how it ended; a run whose rlock was SIGKILLed (alone, or with its guardian, as a
+//! host that goes down), even a moment after its grant, shows as `abandoned` once its lease has
+//! run out, and the next run's entry comes above it.
 
 use super::*;
 use crate::common::basic::lock_key;
@@ -27,7 +27,7 @@ fn killed_run_is_abandoned(with_guardian: bool) {
         rlock_at(&server).args(["exec", "-k", "k", "--ttl", "1s", "--", "sleep", "30"]),
     );
     wait_held(&server, &lock, &mut rl);
-    // Written beside the command once it has run a second.
+    // Written with the grant, in its round trip.
     wait_until("the run's start on record", SOON, || {
         !history_of(rlock_at(&server), "k", 10).is_empty()
     });
@@ -99,4 +99,77 @@ fn a_run_that_ended_is_on_record_once() {
     );
     let runs = history_of(rlock_at(&server), "k", 10);
     assert_eq!(outcomes(&runs), ["ok", "ok", "ok"], "{runs:?}");
+}
+
+#[test]
+fn a_run_killed_at_its_grant_is_on_record() {
+    // A CI job cancelled hard the moment it got the lock: rlock and its guardian, if it has one
+    // yet, SIGKILLed as soon as the lock is seen held. The run was on record with its grant.
+    let server = RedisServer::start();
+    // The scripts loaded, as on any server in use: the try and the run's entry go in one write.
+    assert_eq!(exec(&server, "warm", &["--", "true"]).code, 0);
+    let dir = tempdir();
+    let lock = lock_key("k");
+    let mut rl = Background::spawn(
+        "holder",
+        dir.path(),
+        rlock_at(&server).args(["exec", "-k", "k", "--ttl", "1s", "--", "sleep", "5"]),
+    );
+    wait_held(&server, &lock, &mut rl);
+    // Stopped first, so that it starts nothing more; then all of it killed.
+    rl.kill(Signal::SIGSTOP);
+    for pid in children(rl.pid()) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    rl.kill(Signal::SIGKILL);
+    let _ = rl.finish(SOON);
+    wait_until("the run's grant on record", Duration::from_secs(2), || {
+        !history_of(rlock_at(&server), "k", 10).is_empty()
+    });
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert!(
+        runs[0]["fence"].is_i64() && runs[0]["granted_ms"].is_i64(),
+        "{runs:?}"
+    );
+    wait_until("the killed run's lease to run out", SOON, || {
+        !server.exists(&lock)
+    });
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["abandoned"], "{runs:?}");
+    assert_eq!(exec(&server, "k", &["--", "true"]).code, 0);
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["ok", "abandoned"], "{runs:?}");
+}
+
+/// `sh -c` that waits until the file `$1` exists.
+const UNTIL_STOP: &str = r#"while [ ! -e "$1" ]; do sleep 0.02; done"#;
+
+#[test]
+fn a_run_under_a_shells_lock_is_on_record_while_it_runs() {
+    // No try of its own to carry the entry: it is written beside the command as it starts.
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let stop = dir.path().join("stop");
+    let script = format!(
+        r#"eval "$("$RL" --url "$URL" acquire --export -k k)" || exit 9
+"$RL" --url "$URL" exec -k k -- sh -c '{UNTIL_STOP}' sh "$STOP"; code=$?
+"$RL" --url "$URL" release -k k; exit $code"#
+    );
+    let mut shell = Background::spawn(
+        "shell",
+        dir.path(),
+        crate::common::basic::sh(&script)
+            .env("URL", server.url())
+            .env("STOP", &stop),
+    );
+    shell.wait_for("the run on record", SOON, || {
+        !history_of(rlock_at(&server), "k", 10).is_empty()
+    });
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["running"], "{runs:?}");
+    std::fs::write(&stop, "").unwrap();
+    let (out, _) = shell.finish(SOON);
+    assert_eq!(out.code, 0, "{out}");
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["released", "ok"], "{runs:?}");
 }

@@ -118,6 +118,41 @@ fn on_redlock_every_master_that_answers_keeps_the_run_and_a_reading_merges_them(
 }
 
 #[test]
+fn on_redlock_a_run_is_on_record_on_every_master_while_it_runs() {
+    // Written once the grant is known, with the majority's fence: a reading sees it running,
+    // not abandoned, and its end replaces it on every master.
+    let nodes = masters();
+    let dir = tempdir();
+    let stop = dir.path().join("stop");
+    let mut rl = Background::spawn(
+        "holder",
+        dir.path(),
+        redlock(&nodes)
+            .args(["exec", "-k", "k", "--", "sh", "-c"])
+            .arg(r#"while [ ! -e "$1" ]; do sleep 0.02; done"#)
+            .arg("sh")
+            .arg(&stop),
+    );
+    rl.wait_for("the run on record on every master", SOON, || {
+        nodes.iter().all(|n| xlen(n, "{rlock:k}:history") == 1)
+    });
+    let runs = history_of(redlock(&nodes), "k", 10);
+    assert_eq!(outcomes(&runs), ["running"], "{runs:#?}");
+    std::fs::write(&stop, "").unwrap();
+    let (out, _) = rl.finish(SOON);
+    assert_eq!(out.code, 0, "{out}");
+    let runs = history_of(redlock(&nodes), "k", 10);
+    assert_eq!(outcomes(&runs), ["ok"], "{runs:#?}");
+    for n in &nodes {
+        assert_eq!(
+            xlen(n, "{rlock:k}:history"),
+            1,
+            "its start gave way to its end"
+        );
+    }
+}
+
+#[test]
 fn on_a_cluster_a_release_records_the_hold_on_the_locks_master() {
     let cluster = RedisCluster::start();
     let out = run(clustered(&cluster).args(["acquire", "--json", "-k", "held", "--label", "pair"]));

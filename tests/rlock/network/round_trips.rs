@@ -49,3 +49,46 @@ fn exec_takes_two_round_trips_a_grant_and_a_renewal_one_each() {
     });
     assert_eq!(n, 1, "a renewal");
 }
+
+#[test]
+fn exec_on_a_cluster_takes_two_round_trips_to_the_locks_master() {
+    // The run's entry goes with the grant, and its end with the release, in one write to the
+    // slot's master each, as on one server.
+    let cluster = crate::common::RedisCluster::start_masters_behind_proxies();
+    let at = |args: &[&str]| {
+        let mut cmd = rlock();
+        cmd.arg("--cluster");
+        for url in cluster.urls() {
+            cmd.arg("--url").arg(url);
+        }
+        run(cmd.args(args))
+    };
+    let pieces = || -> Vec<usize> {
+        (0..3)
+            .map(|i| {
+                cluster
+                    .client_proxy(i)
+                    .expect("behind proxies")
+                    .pieces(Dir::ToServer)
+            })
+            .collect()
+    };
+    // The scripts loaded on the lock's master first.
+    assert_eq!(at(&["exec", "-k", "x", "--", "true"]).code, 0);
+    let before = pieces();
+    let out = at(&["exec", "-k", "x", "--", "true"]);
+    assert_eq!(out.code, 0, "{out}");
+    let sent: Vec<usize> = pieces().iter().zip(&before).map(|(a, b)| a - b).collect();
+    let master = (0..3)
+        .find(|&i| {
+            matches!(
+                cluster.node(i).try_cmd(&["EXISTS", "{rlock:x}:history"]),
+                Ok(redis::Value::Int(1))
+            )
+        })
+        .expect("the run on record on the lock's master");
+    assert!(
+        sent.iter().sum::<usize>() == 3 && sent[master] >= 2,
+        "the slot map from one node, then the grant and the release on node {master}: {sent:?}"
+    );
+}

@@ -275,13 +275,11 @@ fn acl_every_documented_right_is_needed() {
         // never sees; Redis 7 asks for the right in advance (redis.acl_check_cmd), Redis 6
         // cannot, so there only the lifecycle's own commands show as needed.
         let asked_in_advance = crate::common::redis_version().0 >= 7;
-        // XDEL runs when a run that was on record while it ran ends (its start gives way to
-        // its end), and a run goes on record once its command has run a second, which the
-        // lifecycle's short commands never do: `history::abandoned` runs that path.
+        // XDEL runs at each exec's end: its run is on record from its grant, and that entry
+        // gives way to how it ended.
         if result.is_ok()
             && denials.is_empty()
             && (asked_in_advance || missing != "+zremrangebyscore")
-            && missing != "+xdel"
         {
             ok.push(missing);
         }

@@ -238,7 +238,7 @@ fn cluster_renewals_follow_moved_when_the_locks_slot_moves_during_exec() {
     });
 
     begin_migration(&cluster, slot, 0, 1);
-    // The run's start on record too (a stream in the lock's slot), once it has run a second.
+    // The run's start on record too (a stream in the lock's slot), from its grant.
     let history = format!("{{rlock:{name}}}:history");
     move_keys(&cluster, 0, 1, &[&lock, &state, &history]);
     end_migration(&cluster, slot, 1);

@@ -87,6 +87,17 @@ impl RedisCluster {
         cluster
     }
 
+    /// Three masters, no replica, each client link through a fault proxy (`client_proxy`):
+    /// what rlock sends each master can be counted there.
+    pub fn start_masters_behind_proxies() -> Self {
+        Self::start_nodes(0, Duration::from_millis(2000), true)
+    }
+
+    /// The proxy in front of node `i`'s client port, behind proxies.
+    pub fn client_proxy(&self, i: usize) -> Option<&Proxy> {
+        self.proxies.get(i).map(|(client, _)| client)
+    }
+
     fn start_nodes(replicas: usize, node_timeout: Duration, behind_proxies: bool) -> Self {
         let heavy = (replicas > 0).then(crate::heavy);
         let mut proxies = Vec::new();
