@@ -158,6 +158,13 @@ fn a_failovers_fence_survives_lost_writes() {
     holds_within(with_lost_data(Mode::Unreplicated), CI_SEEDS_LOST_DATA);
 }
 
+/// A master with its replica, every grant acknowledged by it (--replicas), the master's data
+/// lost (restarted empty, FLUSHALL, its `:state` deleted) beside the failover: the fence rises.
+#[test]
+fn replicas_fence_survives_lost_data() {
+    holds_within(with_lost_data(Mode::Replicas), CI_SEEDS_LOST_DATA);
+}
+
 /// Redlock's restart rule, exercised: grants that miss a master, and a master they reached
 /// restarted empty inside the rule's window.
 #[test]
