@@ -9,8 +9,9 @@
 //! against a model of the Redis commands it calls; every decision of the client side (the
 //! try, its give-back, the Redlock vote and validity, the renewal schedule, the deadline) is
 //! the library's own code, run on simulated time (`rlock::clock`). The invariants
-//! (`check.rs`) are checked at every grant and after every script; the first broken one ends
-//! the run with its seed and the events that led to it.
+//! (`check.rs`, and liveness in `live.rs`) are checked at every grant, after every script and
+//! once the run is over; the first broken one ends the run with its seed and the events that
+//! led to it.
 //!
 //! The test target `sim` of the crate rlock-sim (this folder): it drives the library through its
 //! public API and the seams of `rlock::lock::seams` (the feature `sim-seams`: one try at a time,
