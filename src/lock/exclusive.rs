@@ -81,9 +81,10 @@ impl Locker {
                 // failover could lose it. Give it back so it does not sit out its whole TTL. (A
                 // script the ACL refused, or one answered with MOVED, the other wrong mode,
                 // wrote nothing: the give-back finds nothing to give.)
-                let given_back = self
-                    .leave_within(key, token, capped(self.op_timeout, left()))
-                    .is_ok();
+                let given_back = !planted_no_give_back()
+                    && self
+                        .leave_within(key, token, capped(self.op_timeout, left()))
+                        .is_ok();
                 if matches!(e.kind, Fault::Replicas | Fault::WrongMode | Fault::BadReply)
                     && given_back
                 {
@@ -423,6 +424,10 @@ fn broken_holder(said: ReleaseReply) -> Result<Option<String>, Refusal> {
 /// which may have restarted empty under that holder. The holder's lease, not the asker's TTL:
 /// holders of one key may ask for different TTLs (see docs/safety.md, "Redlock").
 fn votes(results: &[NodeAttempt], uptimes: &[Option<Duration>]) -> Vec<bool> {
+    #[cfg(feature = "sim-seams")]
+    if super::planted::on(super::planted::Bug::NoRestartRule) {
+        return vec![true; results.len()];
+    }
     let longest = longest_lease(results);
     (0..results.len())
         .map(|i| match (longest, uptimes.get(i).copied().flatten()) {
@@ -430,6 +435,15 @@ fn votes(results: &[NodeAttempt], uptimes: &[Option<Duration>]) -> Vec<bool> {
             _ => true,
         })
         .collect()
+}
+
+/// Whether the simulation planted a try that is never given back (always false in the binary).
+fn planted_no_give_back() -> bool {
+    #[cfg(feature = "sim-seams")]
+    if super::planted::on(super::planted::Bug::NoGiveBack) {
+        return true;
+    }
+    false
 }
 
 /// The longest lease the busy answers report, each the longer of the holder's remaining PTTL

@@ -116,6 +116,11 @@ impl Lease {
                 crate::lock::human_duration(grace)
             )));
         }
+        #[cfg(feature = "sim-seams")]
+        let renew_every = match super::planted::on(super::planted::Bug::SlowRenewal) {
+            true => ttl + ttl / 10,
+            false => renew_every,
+        };
         Ok(Lease {
             ttl,
             renew_every,

@@ -13,6 +13,13 @@ pub enum Bug {
     NoDrift,
     /// Redlock counts a server named twice twice (`Locker::identify` lets it through).
     CountTwice,
+    /// A try whose reply never came is not given back (`Locker::attempt`, one Redis).
+    NoGiveBack,
+    /// Renewals fall due only after the lease has ended (`Lease::new`'s interval).
+    SlowRenewal,
+    /// Redlock counts the vote of a master that may have restarted empty under the holder
+    /// (`exclusive::votes` without the restart rule).
+    NoRestartRule,
 }
 
 thread_local! {

@@ -61,6 +61,9 @@ pub struct Checker {
     pub line: bool,
     /// Tokens a newer client displaced (`--newest`): none may ever hold.
     pub displaced: std::collections::HashSet<String>,
+    /// Data may be lost (an empty restart, FLUSHALL, a failover that loses writes): two holders
+    /// at once are its documented outcome, but the fence must still rise.
+    pub lossy: bool,
     pub violation: Option<String>,
 }
 
@@ -72,6 +75,7 @@ impl Checker {
             broken: Default::default(),
             line,
             displaced: Default::default(),
+            lossy: false,
             violation: None,
         }
     }
@@ -119,6 +123,7 @@ impl Checker {
                 .join(", ")
         };
         let mut broken = match self.allows {
+            _ if self.lossy => None,
             Allows::One if !beside.is_empty() => Some(format!(
                 "two holders: c{client} ({token}) was granted while {} held the lock",
                 names()
@@ -212,6 +217,16 @@ impl Checker {
         }
     }
 
+    /// Whether some client was granted `token` (and heard of it).
+    pub fn holds_token(&self, token: &str) -> bool {
+        self.holders.iter().any(|h| h.token == token)
+    }
+
+    /// Whether holder `holder`'s lock was deleted behind its back.
+    pub fn was_broken(&self, holder: usize) -> bool {
+        self.holders[holder].broken.is_some()
+    }
+
     /// The deadline holder `holder` runs until now.
     pub fn deadline(&self, holder: usize) -> Micros {
         self.holders[holder].deadline
@@ -298,4 +313,31 @@ impl Checker {
             .collect();
         (!left.is_empty()).then(|| format!("left in the store after every client left: {left:?}"))
     }
+}
+
+/// A try whose server granted and whose reply never reached its client in time.
+#[derive(Debug)]
+pub struct Orphan {
+    pub client: usize,
+    pub token: String,
+    pub server: String,
+    /// When its client stopped waiting for the reply.
+    pub at: Micros,
+    /// Given back (a `leave` was sent for its token) or granted to its client after all.
+    pub settled: bool,
+}
+
+/// What the liveness invariants keep track of.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// When each client last met a fault.
+    pub met: Vec<Option<Micros>>,
+    pub orphans: Vec<Orphan>,
+    /// Redlock: restart empty a master that a grant reached, while a master it missed misses
+    /// it (at most one every `spacing`).
+    pub restart_in_window: bool,
+    pub spacing: Micros,
+    pub last_restart: Option<Micros>,
+    /// The run's --op-timeout (true time, with the clients' rate error).
+    pub op_timeout: Micros,
 }

@@ -159,7 +159,7 @@ fn hold(
     let c = plan.client;
     let ttl_us = plan.ttl.as_micros() as Micros;
     let first = clock.true_of(lease.timeline(grant.sent).ends);
-    let holder = {
+    let (holder, sent) = {
         let mut w = sim.lock();
         if w.shutdown {
             return;
@@ -177,7 +177,8 @@ fn hold(
         if let Some(v) = broken {
             w.violation(v);
         }
-        id
+        w.restart_in_window(&grant.token, ttl_us);
+        (id, sent)
     };
     let length = {
         let mut w = sim.lock();
@@ -206,6 +207,12 @@ fn hold(
                             w.violation(v);
                         }
                     }
+                    // Stopped for a newer run (`--cancel-running`): its lease ends by design,
+                    // which the liveness check must not count as a lease lost to no fault.
+                    Report::Lost(rlock::watchdog::Loss::Superseded(by)) => {
+                        w.live.met[c] = Some(now);
+                        w.note(format!("c{c} superseded by {by:?}"));
+                    }
                     other => w.note(format!("c{c} renewal: {other:?}")),
                 }
             };
@@ -226,6 +233,10 @@ fn hold(
     {
         let mut w = sim.lock();
         let now = w.now;
+        // Stopped at its deadline before its command ended: the lease was lost.
+        if now >= w.check.deadline(holder) && now < ends {
+            w.lease_lost(c, holder, sent);
+        }
         w.check.ended(holder, now);
         w.note(format!("c{c} command of {} ended", grant.token));
     }

@@ -16,6 +16,7 @@ impl World {
 
 fn apply(w: &mut World, f: Fault) {
     w.note(format!("FAULT {f:?}"));
+    w.fault_met(&f);
     match f {
         Fault::Freeze(s) => w.servers[s].frozen = w.servers[s].up,
         Fault::Delete(s) => {
@@ -31,6 +32,30 @@ fn apply(w: &mut World, f: Fault) {
                 for token in held {
                     w.check.broken(&token, now);
                 }
+            }
+        }
+        Fault::Flush(node) => {
+            let s = w.nodes[node];
+            if w.servers[s].up && !w.servers[s].frozen {
+                let key = w.lock_key.clone();
+                let now = w.now;
+                let held: Vec<String> = match w.servers[s].store.data.get(&key) {
+                    Some(Data::Str(token)) => vec![token.clone()],
+                    Some(Data::ZSet(holders)) => holders.iter().map(|(_, t)| t.clone()).collect(),
+                    _ => Vec::new(),
+                };
+                w.servers[s].store = Default::default();
+                for token in held {
+                    w.check.broken(&token, now);
+                }
+            }
+        }
+        Fault::LoseState(node) => {
+            let s = w.nodes[node];
+            if w.servers[s].up && !w.servers[s].frozen {
+                let state = format!("{}:state", w.lock_key);
+                w.servers[s].store.data.remove(&state);
+                w.servers[s].store.expires.remove(&state);
             }
         }
         Fault::Thaw(s) => w.thaw(s),
@@ -125,6 +150,16 @@ pub fn plan(w: &mut World, model: Model, length: Micros, ttl: Micros) {
                 w.at(t, Kind::Fault(Fault::Delete(master)));
             }
             _ => {}
+        }
+        // Lost data on node 0's master of the moment (drawn only by the models that lose it, so
+        // that the other models' seeds plan what they always did).
+        if (model.flushes || model.lost_state) && w.rng.chance(0.3) {
+            let at = t + w.rng.range(0, d);
+            match w.rng.chance(0.5) {
+                true if model.flushes => w.at(at, Kind::Fault(Fault::Flush(0))),
+                _ if model.lost_state => w.at(at, Kind::Fault(Fault::LoseState(0))),
+                _ => {}
+            }
         }
         t += d + w.rng.range(ttl / 10, 2 * ttl);
     }

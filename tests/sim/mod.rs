@@ -9,8 +9,9 @@
 //! against a model of the Redis commands it calls; every decision of the client side (the
 //! try, its give-back, the Redlock vote and validity, the renewal schedule, the deadline) is
 //! the library's own code, run on simulated time (`rlock::clock`). The invariants
-//! (`check.rs`) are checked at every grant and after every script; the first broken one ends
-//! the run with its seed and the events that led to it.
+//! (`check.rs`, and liveness in `live.rs`) are checked at every grant, after every script and
+//! once the run is over; the first broken one ends the run with its seed and the events that
+//! led to it.
 //!
 //! The test target `sim` of the crate rlock-sim (this folder): it drives the library through its
 //! public API and the seams of `rlock::lock::seams` (the feature `sim-seams`: one try at a time,
@@ -22,6 +23,7 @@ compile_error!("one Lua per build: the feature lua51 (the default) or lua54, not
 mod check;
 mod client;
 mod faults;
+mod live;
 mod lua;
 mod model;
 mod net;
@@ -32,6 +34,8 @@ mod world;
 
 #[cfg(test)]
 mod answers;
+#[cfg(test)]
+mod planted;
 #[cfg(test)]
 mod tests;
 
@@ -91,6 +95,9 @@ pub struct Setup {
     pub mixed_ttls: bool,
     /// Every client asks for newest wins (`--newest`): a waiter that joins displaces the others.
     pub newest: rlock::lock::Newest,
+    /// Data may be lost within the model: two holders at once are then its documented outcome,
+    /// and only the fence is checked across it (`Checker::lossy`).
+    pub lossy: bool,
 }
 
 /// How a run ended.
@@ -169,6 +176,36 @@ pub fn with_empty_restarts(mode: Mode) -> Setup {
     }
 }
 
+/// Lost data within the one-Redis or replica model (`mode`): restarts empty (one at a time),
+/// FLUSHALL and a lost `:state` beside the mode's own faults (a failover that loses writes, for
+/// `Mode::Unreplicated`). Two holders at once are then the documented outcome (docs/safety.md);
+/// the fence must still rise across every grant.
+pub fn with_lost_data(mode: Mode) -> Setup {
+    let base = Setup::new(mode, Sharing::Exclusive);
+    Setup {
+        model: Model {
+            empty_restarts: 3,
+            flushes: true,
+            lost_state: true,
+            ..base.model
+        },
+        lossy: true,
+        ..base
+    }
+}
+
+/// Redlock's restart rule on purpose: client 0 never reaches the last master, so its grants
+/// miss it, and a master its grant reached restarts empty within a quarter TTL of the grant
+/// (one restart every three TTLs at most): without the rule, a try in that window wins the
+/// votes of the restarted master and of the one the grant missed.
+pub fn with_restarts_in_the_window(mode: Mode) -> Setup {
+    let mut setup = with_empty_restarts(mode);
+    setup.model.empty_restarts = 0;
+    setup.model.missed_master = true;
+    setup.model.restarts_in_window = true;
+    setup
+}
+
 /// The weather of every run: sub-millisecond delays, now and then a spike, some loss.
 pub fn weather() -> Weather {
     Weather {
@@ -197,6 +234,7 @@ impl Setup {
             host: lua::Host::Redis,
             mixed_ttls: matches!(mode, Mode::Redlock(_)),
             newest: rlock::lock::Newest::Off,
+            lossy: false,
         }
     }
 }
@@ -209,7 +247,8 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
         Sharing::Shared => Allows::Readers,
     };
     let single = !matches!(setup.mode, Mode::Redlock(_) | Mode::TwoNamesOneServer);
-    let check = Checker::new(allows, single && allows == Allows::One);
+    let mut check = Checker::new(allows, single && allows == Allows::One);
+    check.lossy = setup.lossy;
     let mut world = World::new(seed, setup.weather, check);
     world.script_plant = setup.script_bug;
     let e = setup.rate_error;
@@ -266,6 +305,21 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
         });
     }
     let ttl_us = ttl.as_micros() as Micros;
+    world.live.met = vec![None; setup.clients];
+    world.live.op_timeout = (op_timeout.as_micros() as f64 * (1.0 + 2.0 * e)) as Micros;
+    world.live.restart_in_window = setup.model.restarts_in_window;
+    world.live.spacing = 3 * longest.as_micros() as Micros;
+    if setup.model.missed_master {
+        // Client 0 never reaches the last master: its grants miss it.
+        let last = servers - 1;
+        world.at(
+            0,
+            world::Kind::Fault(model::Fault::Cut {
+                client: 0,
+                server: last,
+            }),
+        );
+    }
     let length = longest.as_micros() as Micros * 4 * u64::from(setup.rounds);
     faults::plan(&mut world, setup.model, length, ttl_us);
     world.note(format!(
@@ -318,9 +372,32 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
     let all_left = sim.run(length * 4 + 60_000_000);
     sim.join_all();
     let mut w = sim.lock();
-    if w.check.violation.is_none() && all_left {
-        // Every client has left: once every lease and record could have expired, nothing but
-        // the history is left.
+    if w.check.violation.is_none() && !all_left {
+        w.violation_at_end(format!(
+            "a client never ended: the run was cut off at {} us with clients still at work",
+            length * 4 + 60_000_000
+        ));
+    }
+    if w.check.violation.is_none() {
+        // Every client has left: once every lease could have ended (by the servers' clocks,
+        // their rate error and a millisecond allowed), the lock and its line are gone, before
+        // anything longer-lived expires.
+        let by = w.now + (longest.as_micros() as f64 * (1.0 + 2.0 * e)) as Micros + 1_000;
+        for s in 0..w.servers.len() {
+            if !w.servers[s].up || w.servers[s].master.is_some() {
+                continue;
+            }
+            let now_ms = w.servers[s].clock_us(by) / 1000;
+            let mut store = w.servers[s].store.clone();
+            store.expire_all(now_ms);
+            if let Some(v) = live::left_after_leases(&store) {
+                let name = w.servers[s].name.clone();
+                w.violation_at_end(format!("{name}: {v}"));
+            }
+        }
+    }
+    if w.check.violation.is_none() {
+        // Once every lease and record could have expired, nothing but the history is left.
         let later = w.now + 200_000_000;
         for s in 0..w.servers.len() {
             if !w.servers[s].up || w.servers[s].master.is_some() {
@@ -330,7 +407,7 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
             w.servers[s].store.expire_all(now_ms);
             if let Some(v) = Checker::leftovers(&w.servers[s].store) {
                 let name = w.servers[s].name.clone();
-                w.violation(format!("{name}: {v}"));
+                w.violation_at_end(format!("{name}: {v}"));
             }
         }
     }

@@ -10,6 +10,11 @@ pub enum Fault {
     Crash(usize),
     /// Someone deletes the lock's key behind rlock's back (`DEL`, `rlock release --force`).
     Delete(usize),
+    /// FLUSHALL on node N's master: it forgets everything, and says nothing.
+    Flush(usize),
+    /// Node N's master loses the lock's record (`:state`, with its fence counter): evicted,
+    /// deleted by hand.
+    LoseState(usize),
     /// A crashed server starts again, with its data (`keep`) or empty.
     Restart {
         server: usize,
@@ -61,4 +66,12 @@ pub struct Model {
     pub deletes: bool,
     pub pauses: bool,
     pub failovers: bool,
+    /// Client 0 never reaches the last server: its grants miss that master.
+    pub missed_master: bool,
+    /// Redlock: a master a grant reached restarts empty soon after, while the grant misses
+    /// another (`live.rs`), one restart every three TTLs at most.
+    pub restarts_in_window: bool,
+    /// FLUSHALL on a master, and its lock's record (`:state`) deleted.
+    pub flushes: bool,
+    pub lost_state: bool,
 }

@@ -41,6 +41,7 @@ impl World {
         if let Some(plant) = self.script_plant {
             plant(&mut call);
         }
+        self.sending(client, &call);
         let req = self.requests.len();
         let replicas = if call.replicated.is_some() {
             self.replicas
@@ -66,6 +67,7 @@ impl World {
             self.servers[server].name
         ));
         if !self.servers[server].up {
+            self.met(client);
             // Refused at once, if the refusal gets back.
             if let Some(d) = self.delay(client, server) {
                 self.requests[req].reply = Some(Err(node_error(
@@ -122,9 +124,11 @@ impl World {
         };
         let s = &self.servers[server];
         if !s.up || s.generation != generation || self.link(client, server).cut {
+            self.met(client);
             return;
         }
         if self.servers[server].frozen {
+            self.met(client);
             self.servers[server].backlog.push((req, copy));
             return;
         }
@@ -352,6 +356,7 @@ impl World {
         {
             self.check.regranted(token);
         }
+        self.check_line_kept(server, call, before);
         if let Some(v) =
             self.check
                 .line_order(call, before, &self.servers[server].store, reply, now_ms)

@@ -12,6 +12,10 @@ use super::*;
 const CI_SEEDS: u64 = 150;
 const CI_SEEDS_REDLOCK: u64 = 80;
 const CI_SEEDS_REDLOCK_OF_FIVE: u64 = 50;
+/// The runs that lose data, and those that time restarts inside Redlock's restart rule's
+/// window, repeat a mode explored above with more faults: fewer seeds.
+const CI_SEEDS_LOST_DATA: u64 = 100;
+const CI_SEEDS_IN_THE_WINDOW: u64 = 50;
 
 /// The Lua 5.4 build explores a third of each mode's seeds: it is there to show that the
 /// scripts answer alike in 5.4 (`answers.rs` compares the runs themselves), and the protocol's
@@ -32,12 +36,18 @@ fn budget(ci: u64) -> std::ops::Range<u64> {
 }
 
 /// Explores `setup` over the budget: every invariant must hold.
-fn holds(setup: Setup) {
+pub(super) fn holds(setup: Setup) {
     let ci = match setup.mode {
         Mode::Redlock(3) => CI_SEEDS_REDLOCK,
         Mode::Redlock(_) => CI_SEEDS_REDLOCK_OF_FIVE,
         _ => CI_SEEDS,
-    } / LUA54_SHARE;
+    };
+    holds_within(setup, ci);
+}
+
+/// As `holds`, over `ci` seeds in CI.
+pub(super) fn holds_within(setup: Setup, ci: u64) {
+    let ci = ci / LUA54_SHARE;
     let started = std::time::Instant::now();
     let seeds = budget(ci);
     match explore(&setup, seeds.clone()) {
@@ -56,7 +66,7 @@ fn holds(setup: Setup) {
 }
 
 /// Explores `setup` until a seed breaks an invariant, which must happen within the budget.
-fn found(setup: Setup) -> Box<Outcome> {
+pub(super) fn found(setup: Setup) -> Box<Outcome> {
     let seeds = budget(CI_SEEDS);
     match explore(&setup, seeds.clone()) {
         Ok(c) => panic!(
@@ -71,7 +81,7 @@ fn found(setup: Setup) -> Box<Outcome> {
 }
 
 /// As `found`, and the violation found is `what`.
-fn finds(setup: Setup, what: &str) {
+pub(super) fn finds(setup: Setup, what: &str) {
     let outcome = found(setup);
     let v = outcome.violation.as_deref().unwrap_or_default();
     assert!(v.contains(what), "not {what:?}: {}", outcome.report());
@@ -155,6 +165,37 @@ fn redlock_of_five_survives_empty_restarts_one_at_a_time() {
     holds(with_empty_restarts(Mode::Redlock(5)));
 }
 
+/// One Redis that loses data (restarted empty, FLUSHALL, its `:state` deleted): two holders at
+/// once are documented, but every grant's fence rises above every hold that ended before it.
+#[test]
+fn one_redis_fence_survives_lost_data() {
+    holds_within(with_lost_data(Mode::Single), CI_SEEDS_LOST_DATA);
+}
+
+/// A failover to a replica that missed writes (without --replicas), with the master's data
+/// lost as on one Redis: the fence still rises.
+#[test]
+fn a_failovers_fence_survives_lost_writes() {
+    holds_within(with_lost_data(Mode::Unreplicated), CI_SEEDS_LOST_DATA);
+}
+
+/// A master with its replica, every grant acknowledged by it (--replicas), the master's data
+/// lost (restarted empty, FLUSHALL, its `:state` deleted) beside the failover: the fence rises.
+#[test]
+fn replicas_fence_survives_lost_data() {
+    holds_within(with_lost_data(Mode::Replicas), CI_SEEDS_LOST_DATA);
+}
+
+/// Redlock's restart rule, exercised: grants that miss a master, and a master they reached
+/// restarted empty inside the rule's window.
+#[test]
+fn redlock_of_three_survives_empty_restarts_inside_the_restart_rule_s_window() {
+    holds_within(
+        with_restarts_in_the_window(Mode::Redlock(3)),
+        CI_SEEDS_IN_THE_WINDOW,
+    );
+}
+
 // Outside the fault model (docs/safety.md): the simulation shows each unsafe, with its seed.
 
 /// A Redlock holder whose grant missed one master, that master's neighbour restarted empty, and
@@ -195,7 +236,7 @@ fn outside_a_failover_without_replicas_makes_two_holders() {
 
 /// Replaces `from` with `to` in the script `name`, which must contain it (so that a change of
 /// the script that moves the line fails here, not silently).
-fn replace(call: &mut server::Call, name: &str, from: &str, to: &str) {
+pub(super) fn replace(call: &mut server::Call, name: &str, from: &str, to: &str) {
     if call.name == name {
         assert!(call.source.contains(from), "{name} no longer has {from:?}");
         call.source = call.source.replacen(from, to, 1);

@@ -69,6 +69,8 @@ pub enum Kind {
     Heard { client: usize },
     /// A fault begins or ends.
     Fault(super::model::Fault),
+    /// The time for a give-back of a grant nobody saw is up (`live.rs`).
+    GiveBack { orphan: usize },
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -149,6 +151,8 @@ pub struct World {
     pub lock_key: String,
     /// How the scripts are changed on their way to the servers (planted bugs).
     pub script_plant: Option<fn(&mut Call)>,
+    /// What the liveness invariants keep track of.
+    pub live: super::check::Live,
 }
 
 /// The world, its lock, and what the scheduler waits on (each thread waits on its own).
@@ -199,6 +203,7 @@ impl World {
             trace: VecDeque::new(),
             script_plant: None,
             lock_key: "rlock:jobs".into(),
+            live: Default::default(),
         }
     }
 
@@ -234,11 +239,16 @@ impl World {
         let w = self.weather;
         let link = self.link(client, server).clone();
         if link.cut || self.rng.chance(w.loss) {
+            self.met(client);
             return None;
         }
         let mut d = self.rng.range(w.base.0, w.base.1);
         if self.rng.chance(w.spike_chance) {
             d += self.rng.range(0, w.spike);
+            self.met(client);
+        }
+        if link.extra > 0 {
+            self.met(client);
         }
         Some(d + link.extra)
     }
@@ -306,6 +316,7 @@ impl World {
                         "c{} timeout on {name} (req {req})",
                         self.requests[req].client
                     ));
+                    self.timed_out(req);
                     self.finish(req, Err(node_error(Fault::Timeout, &name, "timed out")));
                 }
             }
@@ -317,6 +328,7 @@ impl World {
                 }
             }
             Kind::Fault(f) => self.strike(f),
+            Kind::GiveBack { orphan } => self.check_give_back(orphan),
         }
     }
 
