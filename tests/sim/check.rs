@@ -262,7 +262,7 @@ impl Checker {
     /// After an acquire ran: a token displaced by a newer client (`--newest`, answered
     /// "superseded" now or before) is never granted, and is out of the line.
     pub fn displacement(&mut self, call: &Call, after: &Store, reply: &Resp) -> Option<String> {
-        let token = arg(&call.args, "token").filter(|_| call.name == "acquire")?;
+        let token = call.arg("token").filter(|_| call.name == "acquire")?;
         let Resp::Array(items) = reply else {
             return None;
         };

@@ -36,7 +36,7 @@ pub struct Plan {
     /// A bug planted in the client's code (on every thread it runs on).
     pub plant: Option<Bug>,
     /// Newest wins (`--newest`).
-    pub newest: crate::lock::Newest,
+    pub newest: rlock::lock::Newest,
 }
 
 pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan) {

@@ -90,7 +90,7 @@ pub struct Setup {
     /// one key with different TTLs (Redlock's restart rule counts the holder's lease).
     pub mixed_ttls: bool,
     /// Every client asks for newest wins (`--newest`): a waiter that joins displaces the others.
-    pub newest: crate::lock::Newest,
+    pub newest: rlock::lock::Newest,
 }
 
 /// How a run ended.
@@ -196,7 +196,7 @@ impl Setup {
             script_bug: None,
             host: lua::Host::Redis,
             mixed_ttls: matches!(mode, Mode::Redlock(_)),
-            newest: crate::lock::Newest::Off,
+            newest: rlock::lock::Newest::Off,
         }
     }
 }

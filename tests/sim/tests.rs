@@ -87,7 +87,7 @@ fn one_redis_holds_every_invariant() {
 fn one_redis_newest_wins_holds_every_invariant() {
     holds(Setup {
         clients: 4,
-        newest: crate::lock::Newest::Waiters,
+        newest: rlock::lock::Newest::Waiters,
         ..Setup::new(Mode::Single, Sharing::Exclusive)
     });
 }
@@ -98,7 +98,7 @@ fn one_redis_newest_wins_holds_every_invariant() {
 fn one_redis_newest_cancelling_holders_holds_every_invariant() {
     holds(Setup {
         clients: 4,
-        newest: crate::lock::Newest::Running,
+        newest: rlock::lock::Newest::Running,
         ..Setup::new(Mode::Single, Sharing::Exclusive)
     });
 }
