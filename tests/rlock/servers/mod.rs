@@ -185,18 +185,6 @@ fn clustered_as(cluster: &RedisCluster, user: &str) -> Command {
     cmd
 }
 
-/// `rlock --sentinel NAME --url S1 --url S2 --url S3`; with `RLOCK_TEST_ACL`, logged in to the
-/// master as the documented user.
-fn via_sentinels(set: &Sentinels) -> Command {
-    let mut cmd = rlock();
-    suite_login_behind_sentinels(&mut cmd);
-    cmd.arg("--sentinel").arg(set.name());
-    for url in set.urls() {
-        cmd.arg("--url").arg(url);
-    }
-    cmd
-}
-
 /// Runs `cmd` and asserts exit code `code`; returns the output.
 fn expect(code: i32, cmd: &mut Command) -> Output {
     let out = run(cmd);
