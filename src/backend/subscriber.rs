@@ -236,7 +236,10 @@ pub fn tls_config(
     Ok(Arc::new(config))
 }
 
-fn tcp(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
+/// A TCP connection to the first of `host`'s addresses that takes one within `timeout`, without
+/// Nagle's delay, each read and write within `timeout`: how every connection rlock opens itself
+/// (a subscriber's, a `Wire`'s) starts.
+pub(super) fn tcp(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the host name resolved to nothing");
     for addr in (host, port).to_socket_addrs()? {
         match TcpStream::connect_timeout(&addr, timeout) {

@@ -36,7 +36,7 @@ use nix::sys::signal::Signal;
 
 use self::once::try_once;
 use self::progress::Progress;
-use self::sleep::{Slept, sleep, sleep_or_report};
+use self::sleep::{Slept, jitter, sleep, sleep_or_report};
 use super::call::acquire::Attempt;
 use super::error::{About, Error, Interruption, Seen, Waited};
 use super::exclusive::capped;
@@ -537,12 +537,6 @@ pub(super) fn superseded(key: &LockKey, by: crate::lock::Holder) -> Error {
         about: About::from(key),
         by: Box::new(by),
     }
-}
-
-/// Up to 20 ms, different in every process.
-pub(super) fn jitter() -> Duration {
-    let bytes = uuid::Uuid::new_v4().into_bytes();
-    Duration::from_micros(u64::from(u16::from_le_bytes([bytes[0], bytes[1]])) % 20_000)
 }
 
 mod once;

@@ -29,8 +29,9 @@ fn the_modules_of_src_import_each_other_without_a_circle() {
     let (ok, said) = layers(&["--check"]);
     assert!(
         ok,
-        "scripts/layers --check found a circle of imports in src/ (a lower layer must not use a \
-         higher one: give it an error or a type of its own, and a From above):\n{said}"
+        "scripts/layers --check found a circle of imports, in src/ or another crate of the \
+         workspace (a lower layer must not use a higher one: give it an error or a type of its \
+         own, and a From above):\n{said}"
     );
 }
 

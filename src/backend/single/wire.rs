@@ -11,13 +11,15 @@
 //! and errors are the crate's own.
 
 use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult, Value};
 use rustls::pki_types::ServerName;
+
+use crate::backend::subscriber::tcp;
 
 /// How much of a reply rlock holds: more is an error, found as soon as a header announces it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -357,20 +359,6 @@ fn timed_out() -> RedisError {
 fn wrong_arity(answer: &Value) -> bool {
     matches!(answer, Value::ServerError(e)
         if e.details().is_some_and(|d| d.contains("wrong number of arguments for 'auth' command")))
-}
-
-fn tcp(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "the host name resolved to nothing");
-    for addr in (host, port).to_socket_addrs()? {
-        match TcpStream::connect_timeout(&addr, timeout) {
-            Ok(s) => {
-                s.set_nodelay(true)?;
-                return Ok(s);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
 }
 
 /// Where the framing of one reply stands: how far it is read, and how many values each list

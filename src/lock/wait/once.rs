@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::sleep::{Slept, sleep};
-use super::{Hooks, OUTAGE_BACKOFF_MAX, Tries, interrupted, jitter, superseded};
+use super::sleep::{Slept, jitter, sleep};
+use super::{Hooks, OUTAGE_BACKOFF_MAX, Tries, interrupted, superseded};
 use crate::lock::call::acquire::Attempt;
 use crate::lock::error::{About, Error, Seen, Waited};
 use crate::lock::observe::Note;

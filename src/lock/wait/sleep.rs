@@ -1,5 +1,5 @@
 //! A waiter's sleep: one `poll` over its subscriptions and the signal descriptor, until a
-//! wake-up, a signal or the time it may sleep.
+//! wake-up, a signal or the time it may sleep; and the jitter that keeps waiters' pauses apart.
 
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -86,4 +86,10 @@ pub(super) fn sleep_or_report(
         // EINTR (a stop and continue) only means: look again.
         let _ = poll(&mut fds, timeout);
     }
+}
+
+/// Up to 20 ms, different in every process.
+pub(super) fn jitter() -> Duration {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    Duration::from_micros(u64::from(u16::from_le_bytes([bytes[0], bytes[1]])) % 20_000)
 }

@@ -115,23 +115,10 @@ fn a_forged_nothing_left_is_not_believed(way: Way) {
         heartbeat(d).is_some()
     });
     // The next holder waits in line before the forgery: it starts the moment the lock is free.
-    let mut cmd = rlock_at(&server);
-    cmd.args(["exec", "-w", "30s", "-k", KEY, "--", "sh", "-c"])
-        .arg(r#"date +%s%N > "$D/second""#)
-        .env("D", d);
-    let mut second = Bg::spawn("next holder", d, &mut cmd);
-    let queue = crate::common::basic::queue_key(KEY);
-    second.wait_for("the next holder in line", Duration::from_secs(10), || {
-        crate::common::basic::q::<i64>(&server, &["ZCARD", &queue]) == 1
-    });
+    let second = next_holder_in_line(&server, d);
     fs::write(d.join("go"), "").expect("go");
-    let (second, _) = second.finish(Duration::from_secs(40));
+    let (second, at) = next_holder_ran(second, d, Duration::from_secs(40));
     assert_eq!(second.code, 0, "{second}");
-    let at: i64 = fs::read_to_string(d.join("second"))
-        .expect("the second holder ran")
-        .trim()
-        .parse()
-        .expect("a time");
     assert!(d.join("forged").exists(), "the forgery did not run");
     assert_silent_after(d, at, "the next holder's start");
     let (out, _) = rl.finish(Duration::from_secs(10));
@@ -209,14 +196,34 @@ fn a_stopped_rlocks_kill_lands_before_the_key_expires_on_a_loaded_host() {
     assert_eq!(out.code, 76, "{out}");
 }
 
-/// `rlock exec -w 20s` on the test's key, its command writing its start (ns) to `$D/second`.
-fn next_holder(server: &RedisServer, d: &Path) -> (Output, i64) {
+/// `rlock exec -w WAIT` on the test's key, its command writing its start (ns) to `$D/second`.
+fn next_holder_cmd(server: &RedisServer, d: &Path, wait: &str) -> Command {
     let mut cmd = rlock_at(server);
-    cmd.args(["exec", "-w", "20s", "-k", KEY, "--", "sh", "-c"])
+    cmd.args(["exec", "-w", wait, "-k", KEY, "--", "sh", "-c"])
         .arg(r#"date +%s%N > "$D/second""#)
         .env("D", d);
-    let mut bg = Bg::spawn("next holder", d, &mut cmd);
-    let (out, _) = bg.finish(Duration::from_secs(30));
+    cmd
+}
+
+/// The next holder, run to its end.
+fn next_holder(server: &RedisServer, d: &Path) -> (Output, i64) {
+    let cmd = &mut next_holder_cmd(server, d, "20s");
+    next_holder_ran(Bg::spawn("next holder", d, cmd), d, Duration::from_secs(30))
+}
+
+/// The next holder (`-w 30s`), once it waits in line: it starts the moment the lock is free.
+fn next_holder_in_line(server: &RedisServer, d: &Path) -> Bg {
+    let mut second = Bg::spawn("next holder", d, &mut next_holder_cmd(server, d, "30s"));
+    let queue = crate::common::basic::queue_key(KEY);
+    second.wait_for("the next holder in line", Duration::from_secs(10), || {
+        crate::common::basic::q::<i64>(server, &["ZCARD", &queue]) == 1
+    });
+    second
+}
+
+/// How the next holder ended (within `timeout`), and when its command started (ns).
+fn next_holder_ran(mut second: Bg, d: &Path, timeout: Duration) -> (Output, i64) {
+    let (out, _) = second.finish(timeout);
     let at = fs::read_to_string(d.join("second"))
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -266,15 +273,7 @@ fn a_users_forgery_reaches_nothing(way: Way) {
     rl.wait_for("heartbeats", Duration::from_secs(10), || {
         heartbeat(d).is_some()
     });
-    let mut cmd = rlock_at(&server);
-    cmd.args(["exec", "-w", "30s", "-k", KEY, "--", "sh", "-c"])
-        .arg(r#"date +%s%N > "$D/second""#)
-        .env("D", d);
-    let mut second = Bg::spawn("next holder", d, &mut cmd);
-    let queue = crate::common::basic::queue_key(KEY);
-    second.wait_for("the next holder in line", Duration::from_secs(10), || {
-        crate::common::basic::q::<i64>(&server, &["ZCARD", &queue]) == 1
-    });
+    let second = next_holder_in_line(&server, d);
     fs::write(d.join("go"), "").expect("go");
     rl.wait_for("the forgery's try", Duration::from_secs(10), || {
         fs::read_to_string(d.join("forged")).is_ok_and(|s| s == "refused")
@@ -283,13 +282,8 @@ fn a_users_forgery_reaches_nothing(way: Way) {
         server.exists(LOCK),
         "the lock is still held after the forgery"
     );
-    let (second, _) = second.finish(Duration::from_secs(40));
+    let (second, at) = next_holder_ran(second, d, Duration::from_secs(40));
     assert_eq!(second.code, 0, "{second}");
-    let at: i64 = fs::read_to_string(d.join("second"))
-        .expect("the second holder ran")
-        .trim()
-        .parse()
-        .expect("a time");
     assert_silent_after(d, at, "the next holder's start");
     let (out, _) = rl.finish(Duration::from_secs(10));
     assert_eq!(

@@ -3,7 +3,7 @@
 //! answers, read back merged).
 
 use super::*;
-use crate::common::acl::{Deployment, suite_login_behind_sentinels, suite_url};
+use crate::common::acl::{Deployment, suite_url};
 use crate::common::{RedisCluster, Sentinels, rlock};
 
 fn clustered(cluster: &RedisCluster) -> Command {
@@ -220,19 +220,12 @@ fn on_redlock_a_release_records_the_hold_on_every_master_and_a_reading_shows_it_
 #[test]
 fn behind_sentinels_the_history_is_on_the_master_they_name() {
     let set = Sentinels::start("locks");
-    let via_sentinels = || {
-        let mut cmd = rlock();
-        suite_login_behind_sentinels(&mut cmd);
-        cmd.arg("--sentinel").arg(set.name());
-        for url in set.urls() {
-            cmd.arg("--url").arg(url);
-        }
-        cmd
-    };
-    let out = run(via_sentinels().args(["exec", "-k", "k", "--", "sh", "-c", "exit 6"]));
+    let out = run(set
+        .rlock()
+        .args(["exec", "-k", "k", "--", "sh", "-c", "exit 6"]));
     assert_eq!(out.code, 6, "{out}");
     assert_eq!(xlen(set.server(0), "{rlock:k}:history"), 1, "on the master");
-    let runs = history_of(via_sentinels(), "k", 10);
+    let runs = history_of(set.rlock(), "k", 10);
     assert_eq!(outcomes(&runs), ["failed"]);
     assert_eq!(runs[0]["code"], 6);
 }

@@ -2,7 +2,7 @@
 //! Redlock of three, Sentinel.
 
 use super::*;
-use crate::common::acl::{Deployment, suite_login_behind_sentinels, suite_url};
+use crate::common::acl::{Deployment, suite_url};
 use crate::common::{Mode, RedisServer, Sentinels, rlock, rlock_at, run, wait_until};
 
 /// Time for the holder's lock to show, or a waiter's give-back to arrive.
@@ -86,15 +86,7 @@ fn redlock_of_three_a_region_away_busy_is_75_and_silent_is_69() {
 
 fn sentinel(rtt: Rtt) {
     let set = Sentinels::start_across("net", rtt);
-    let cmd = || {
-        let mut cmd = rlock();
-        suite_login_behind_sentinels(&mut cmd);
-        cmd.arg("--sentinel").arg(set.name());
-        for url in set.urls() {
-            cmd.arg("--url").arg(url);
-        }
-        cmd
-    };
+    let cmd = || set.rlock();
     let token = hold(cmd());
     busy_every_time(rtt, cmd);
     only_the_holder(set.server(0), &token);

@@ -149,6 +149,21 @@ fn redlock(nodes: &[RedisServer]) -> Command {
     cmd
 }
 
+/// A proxy in front of `node` that accepts connections and drops every byte: whoever reaches
+/// the node through it finds it slow for as long as the proxy lives.
+fn blackholed(node: &RedisServer) -> crate::common::Proxy {
+    let proxy = crate::common::Proxy::start(node.port());
+    proxy.set(crate::common::Mode::Blackhole);
+    proxy
+}
+
+/// Redlock over the first two of three `nodes` directly and over the third through `third`.
+fn redlock_via(nodes: &[RedisServer], third: &crate::common::Proxy) -> Command {
+    let mut cmd = redlock(&nodes[..2]);
+    cmd.arg("--url").arg(url_of(third.port()));
+    cmd
+}
+
 /// `rlock --cluster --url SEED …` with every node of `cluster` as a seed.
 fn clustered(cluster: &RedisCluster) -> Command {
     let mut cmd = rlock();
@@ -166,18 +181,6 @@ fn clustered_as(cluster: &RedisCluster, user: &str) -> Command {
     for node in cluster.nodes() {
         cmd.arg("--url")
             .arg(format!("redis://{user}:{SECRET}@127.0.0.1:{}", node.port()));
-    }
-    cmd
-}
-
-/// `rlock --sentinel NAME --url S1 --url S2 --url S3`; with `RLOCK_TEST_ACL`, logged in to the
-/// master as the documented user.
-fn via_sentinels(set: &Sentinels) -> Command {
-    let mut cmd = rlock();
-    suite_login_behind_sentinels(&mut cmd);
-    cmd.arg("--sentinel").arg(set.name());
-    for url in set.urls() {
-        cmd.arg("--url").arg(url);
     }
     cmd
 }

@@ -433,22 +433,13 @@ fn redlock_a_wait_with_a_blackholed_master_ends_at_its_bound() {
         n.cmd(&["SET", LOCK, "foreign", "PX", "60000"]);
     }
     // The third master answers nothing: connections are accepted and every byte dropped.
-    let proxy = crate::common::Proxy::start(nodes[2].port());
-    proxy.set(crate::common::Mode::Blackhole);
-    let urls = [
-        "-u",
-        &url_of(nodes[0].port()),
-        "-u",
-        &url_of(nodes[1].port()),
-        "-u",
-        &url_of(proxy.port()),
-    ];
+    let proxy = blackholed(&nodes[2]);
     for (args, bound) in [
         (&["exec", "-w", "2.5s", "-k", KEY, "--", "true"][..], 2500),
         (&["acquire", "-w", "3s", "-k", KEY][..], 3000),
     ] {
         let started = Instant::now();
-        let out = run(rlock().args(urls).args(args));
+        let out = run(redlock_via(&nodes, &proxy).args(args));
         let took = started.elapsed();
         assert_eq!(out.code, 75, "{out}");
         // The try in flight when the wait ends finishes: the silent master costs it its

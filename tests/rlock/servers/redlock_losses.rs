@@ -281,20 +281,11 @@ fn redlock_a_master_slow_at_the_grant_and_one_empty_restart_never_make_two_holde
         let mut nodes = start_nodes(3);
         let dir = tempdir();
         let d = dir.path();
-        let proxy = crate::common::Proxy::start(nodes[2].port());
-        proxy.set(crate::common::Mode::Blackhole);
+        let proxy = blackholed(&nodes[2]);
         let mut a = Bg::spawn_group(
             "a",
             d,
-            rlock()
-                .args([
-                    "-u",
-                    &url_of(nodes[0].port()),
-                    "-u",
-                    &url_of(nodes[1].port()),
-                    "-u",
-                    &url_of(proxy.port()),
-                ])
+            redlock_via(&nodes, &proxy)
                 .args(["exec", "-k", KEY, "--ttl", "3s", "--"])
                 .args(beating_until_stopped("a")),
         );
@@ -342,20 +333,11 @@ fn redlock_a_short_ttl_after_one_empty_restart_never_takes_a_longer_lease() {
         let mut nodes = start_nodes(3);
         let dir = tempdir();
         let d = dir.path();
-        let proxy = crate::common::Proxy::start(nodes[2].port());
-        proxy.set(crate::common::Mode::Blackhole);
+        let proxy = blackholed(&nodes[2]);
         let mut a = Bg::spawn_group(
             "a",
             d,
-            rlock()
-                .args([
-                    "-u",
-                    &url_of(nodes[0].port()),
-                    "-u",
-                    &url_of(nodes[1].port()),
-                    "-u",
-                    &url_of(proxy.port()),
-                ])
+            redlock_via(&nodes, &proxy)
                 .args(["exec", "-k", KEY, "--ttl", "60s", "--"])
                 .args(beating_until_stopped("a")),
         );

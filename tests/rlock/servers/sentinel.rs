@@ -11,7 +11,8 @@ fn sentinel_discovery_locks_on_the_master_the_sentinels_name() {
     let (master, replica) = (set.server(0), set.server(1));
     let out = expect(
         0,
-        via_sentinels(&set).args(["-v", "acquire", "--json", "-k", KEY, "--ttl", "60s"]),
+        set.rlock()
+            .args(["-v", "acquire", "--json", "-k", KEY, "--ttl", "60s"]),
     );
     let token = token_of(&out);
     let first_fence = fence_of(&out);
@@ -27,14 +28,11 @@ fn sentinel_discovery_locks_on_the_master_the_sentinels_name() {
     wait_until("the lock to reach the replica", SOON, || {
         replica.get(LOCK).as_deref() == Some(token.as_str())
     });
-    let out = expect(
-        0,
-        via_sentinels(&set).args(["inspect", "--json", "-k", KEY]),
-    );
+    let out = expect(0, set.rlock().args(["inspect", "--json", "-k", KEY]));
     assert_eq!(json(&out)["token"].as_str(), Some(token.as_str()), "{out}");
     expect(
         0,
-        via_sentinels(&set).args(["release", "-k", KEY, "--token", &token]),
+        set.rlock().args(["release", "-k", KEY, "--token", &token]),
     );
     assert_eq!(master.get(LOCK), None);
 
@@ -86,7 +84,7 @@ fn exec_via_sentinels(set: &Sentinels, dir: &Path, opts: &[&str]) -> (Bg, String
     let mut rl = Bg::spawn_group(
         "exec",
         dir,
-        via_sentinels(set)
+        set.rlock()
             .args(["exec", "-k", KEY])
             .args(opts)
             .args(["--", "sh", "-c"])
@@ -186,7 +184,9 @@ fn sentinel_forced_failover_never_lets_a_second_holder_in_while_exec_runs() {
     let until = Instant::now() + Duration::from_secs(15);
     let mut overlap = None;
     while Instant::now() < until && pid_alive(child) {
-        let out = run(via_sentinels(&set).args(["acquire", "-n", "-k", KEY, "--ttl", "30s"]));
+        let out = run(set
+            .rlock()
+            .args(["acquire", "-n", "-k", KEY, "--ttl", "30s"]));
         if out.code == 0 && pid_alive(child) {
             overlap = Some(out);
             break;

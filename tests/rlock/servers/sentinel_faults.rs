@@ -9,8 +9,9 @@ fn a_frozen_first_sentinel_never_loses_a_lock_on_a_healthy_master() {
     let set = Sentinels::start("locks");
     set.freeze_sentinel(0);
     let started = Instant::now();
-    let out =
-        run(via_sentinels(&set).args(["exec", "-k", KEY, "--ttl", "5s", "--", "sleep", "10"]));
+    let out = run(set
+        .rlock()
+        .args(["exec", "-k", KEY, "--ttl", "5s", "--", "sleep", "10"]));
     let took = started.elapsed();
     set.thaw_sentinel(0);
     assert_eq!(
@@ -32,7 +33,7 @@ fn with_every_sentinel_frozen_the_final_release_takes_at_most_op_timeout() {
     let mut rl = Bg::spawn_group(
         "exec",
         d,
-        via_sentinels(&set)
+        set.rlock()
             .args(["--op-timeout", "2s", "exec", "-k", KEY, "--ttl", "60s"])
             .args(["--", "sh", "-c"])
             .arg(HOLD_UNTIL_STOP),

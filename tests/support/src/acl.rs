@@ -10,8 +10,6 @@
 
 use std::process::Command;
 
-use crate::server::RedisServer;
-
 /// The password the tests give the documented users (the docs say `PASSWORD`).
 pub const ACL_PASSWORD: &str = "acl-Tst-pw-47";
 
@@ -87,24 +85,15 @@ impl Deployment {
 /// `redis-cli --cluster` use.
 const DEFAULT_WITHOUT_SCRIPTS: [&str; 5] = ["ACL", "SETUSER", "default", "-eval", "-evalsha"];
 
-/// Runs the documented `line` on `server`, verbatim but for the password.
-pub fn apply_acl_line(server: &RedisServer, line: &str) {
+/// The documented `line`, verbatim but for the password, as a command's words.
+fn with_password(line: &str) -> Vec<String> {
     let line = line.replace(">PASSWORD", &format!(">{ACL_PASSWORD}"));
-    let args: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(server.cmd(&args), redis::Value::Okay, "{line}");
+    line.split_whitespace().map(String::from).collect()
 }
 
 /// The user of the line (`ACL SETUSER NAME …`).
 pub fn acl_user_of(line: &str) -> &str {
     line.split_whitespace().nth(2).expect("ACL SETUSER NAME")
-}
-
-/// `redis://USER:PASSWORD@127.0.0.1:PORT` for a user made from a documented line.
-pub fn acl_url(server: &RedisServer, user: &str) -> String {
-    format!(
-        "redis://{user}:{ACL_PASSWORD}@127.0.0.1:{}",
-        server.client_port()
-    )
 }
 
 /// `redis://127.0.0.1:PORT`, or with `RLOCK_TEST_ACL` the documented user's
@@ -139,26 +128,23 @@ pub fn suite_login_behind_sentinels(cmd: &mut Command) -> &mut Command {
     cmd
 }
 
-/// Makes the user `RLOCK_TEST_ACL` asks for on `server`, if any, with the additions of the
-/// `deployments` it belongs to; on a server of any deployment, the default user loses rlock's
-/// scripts (as the server starts, and again after each restart).
-pub fn make_suite_user(server: &RedisServer, deployments: &[Deployment]) {
-    if let Some(which) = suite_acl() {
-        apply_acl_line(server, &documented_acl(which));
-        for deployment in deployments {
-            apply_acl_line(server, &deployment.addition());
-        }
-        if !deployments.is_empty() {
-            assert_eq!(
-                server.cmd(&DEFAULT_WITHOUT_SCRIPTS),
-                redis::Value::Okay,
-                "{DEFAULT_WITHOUT_SCRIPTS:?}"
-            );
-        }
+/// The commands that make the user `RLOCK_TEST_ACL` asks for, if any, on a server of the
+/// `deployments` given, with their additions; on a server of any deployment, the default user
+/// loses rlock's scripts. `RedisServer` runs them as it starts, and again when it joins a
+/// deployment (each must answer OK).
+pub(crate) fn suite_user_commands(deployments: &[Deployment]) -> Vec<Vec<String>> {
+    let Some(which) = suite_acl() else {
+        return Vec::new();
+    };
+    let mut commands = vec![with_password(&documented_acl(which))];
+    commands.extend(deployments.iter().map(|d| with_password(&d.addition())));
+    if !deployments.is_empty() {
+        commands.push(DEFAULT_WITHOUT_SCRIPTS.map(String::from).to_vec());
     }
+    commands
 }
 
-/// The users `make_suite_user` makes, as `redis-server` arguments: `--user NAME` and the rules of
+/// The users `suite_user_commands` makes, as `redis-server` arguments: `--user NAME` and the rules of
 /// each line in the order they are run (a server's configuration defines a user once), and the
 /// default user likewise. For a server restarted under a running rlock, which between its start
 /// and an `ACL SETUSER` would refuse the documented user's login (WRONGPASS, 77), never a
@@ -167,10 +153,10 @@ pub fn suite_user_args(deployments: &[Deployment]) -> Vec<String> {
     let Some(which) = suite_acl() else {
         return Vec::new();
     };
-    let first = documented_acl(which).replace(">PASSWORD", &format!(">{ACL_PASSWORD}"));
+    let first = documented_acl(which);
     let user = acl_user_of(&first).to_string();
     let mut args: Vec<String> = vec!["--user".into()];
-    args.extend(first.split_whitespace().skip(2).map(String::from));
+    args.extend(with_password(&first).into_iter().skip(2));
     for deployment in deployments {
         let addition = deployment.addition();
         assert_eq!(acl_user_of(&addition), user, "{addition}");

@@ -101,8 +101,18 @@ impl fmt::Display for Output {
 /// (after SIGKILL) if it takes longer than `RUN_TIMEOUT`, or if a process it left behind keeps
 /// its stdout or stderr open that long.
 pub fn run(cmd: &mut Command) -> Output {
-    let started = Instant::now();
-    let deadline = started + RUN_TIMEOUT;
+    run_looking(cmd, Duration::from_millis(5), |_| {}).0
+}
+
+/// `run`, calling `look` with the child's pid every `pause` while it runs, each time before its
+/// exit is looked for (so the last call is at most one pause before the end); also returns
+/// when its exit was seen.
+pub(crate) fn run_looking(
+    cmd: &mut Command,
+    pause: Duration,
+    mut look: impl FnMut(u32),
+) -> (Output, Instant) {
+    let deadline = Instant::now() + RUN_TIMEOUT;
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -122,6 +132,7 @@ pub fn run(cmd: &mut Command) -> Output {
     };
 
     let status = loop {
+        look(child.id());
         if let Some(status) = child.try_wait().expect("wait for child") {
             break status;
         }
@@ -135,8 +146,9 @@ pub fn run(cmd: &mut Command) -> Output {
                 text(&err_buf)
             );
         }
-        thread::sleep(Duration::from_millis(5));
+        thread::sleep(pause);
     };
+    let exited = Instant::now();
     while !(out_thread.is_finished() && err_thread.is_finished()) {
         if Instant::now() >= deadline {
             panic!(
@@ -151,14 +163,15 @@ pub fn run(cmd: &mut Command) -> Output {
     }
     let _ = out_thread.join();
     let _ = err_thread.join();
-    Output {
+    let out = Output {
         code: status
             .code()
             .or(status.signal().map(|s| -s))
             .expect("exit code or signal"),
         stdout: text(&out_buf),
         stderr: text(&err_buf),
-    }
+    };
+    (out, exited)
 }
 
 /// A buffer that a thread fills from a reader, and that thread: what `drain` returns.

@@ -11,6 +11,7 @@ pub mod acl;
 mod background;
 pub mod basic;
 mod binary;
+mod certs;
 mod cli;
 mod cluster;
 mod features;
@@ -54,6 +55,7 @@ pub fn runs(default: usize) -> usize {
 pub use self::{
     background::Background,
     binary::{Drain, Output, drain, rlock, rlock_as_default, rlock_at, rlock_bin, run},
+    certs::TestCerts,
     cli::redis_cli_bin,
     cluster::{PROXIED_NODE_TIMEOUT, RedisCluster},
     features::{proxied_cluster_or_skip, tls_or_skip, tryagain_counted_or_skip},
@@ -63,6 +65,6 @@ pub use self::{
     sentinel::{LoneSentinel, Sentinels},
     server::RedisServer,
     spawn::{free_port, redis_version},
-    tls::{TestCerts, TlsServer},
+    tls::TlsServer,
     wait::{pid_alive, wait_for_file, wait_until, wait_until_every},
 };

@@ -28,7 +28,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::tls::TestCerts;
+use crate::certs::TestCerts;
 
 /// The user rlock logs in as, and its password.
 pub const USER: &str = "managed";

@@ -4,11 +4,10 @@
 //! Not the kernel's `ru_maxrss` from `wait4`: that also counts the memory the child had before
 //! its exec, which for a child spawned by the (large) test process is the test process's own.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::binary::{Output, drain};
-use crate::limits::RUN_TIMEOUT;
+use crate::binary::{Output, run_looking};
 
 /// How a measured run went.
 pub struct Measured {
@@ -26,51 +25,19 @@ fn high_water(pid: u32) -> Option<u64> {
     line.trim().trim_end_matches("kB").trim().parse().ok()
 }
 
-/// Runs `cmd` to completion (stdin from /dev/null, output captured) and measures it. Panics,
-/// after SIGKILL, if it runs longer than `RUN_TIMEOUT`.
+/// Runs `cmd` to completion as `run` does (stdin from /dev/null, output captured, SIGKILL and
+/// a panic after `RUN_TIMEOUT`) and measures it.
 pub fn run_measured(cmd: &mut Command) -> Measured {
     let started = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot spawn {:?}: {e}", cmd.get_program()));
-    let (out_buf, out_thread) = drain(child.stdout.take().expect("piped stdout"));
-    let (err_buf, err_thread) = drain(child.stderr.take().expect("piped stderr"));
     let mut peak_kib = 0;
-    let status = loop {
-        // Before the exit is looked for: the last look is at most one pause before the end.
-        if let Some(kib) = high_water(child.id()) {
+    let (out, exited) = run_looking(cmd, Duration::from_millis(2), |pid| {
+        if let Some(kib) = high_water(pid) {
             peak_kib = peak_kib.max(kib);
         }
-        if let Some(status) = child.try_wait().expect("wait for the child") {
-            break status;
-        }
-        if started.elapsed() > RUN_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{:?} ran longer than {RUN_TIMEOUT:?}", cmd.get_program());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let took = started.elapsed();
-    let _ = out_thread.join();
-    let _ = err_thread.join();
-    let text = |buf: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>| {
-        String::from_utf8_lossy(&buf.lock().unwrap()).into_owned()
-    };
-    use std::os::unix::process::ExitStatusExt;
+    });
     Measured {
-        out: Output {
-            code: status
-                .code()
-                .or(status.signal().map(|s| -s))
-                .expect("exit code or signal"),
-            stdout: text(&out_buf),
-            stderr: text(&err_buf),
-        },
-        took,
+        out,
+        took: exited - started,
         peak_kib,
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::process::Child;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{self, Signal};
@@ -221,6 +221,18 @@ impl Sentinels {
     /// The name the Sentinels know the master by.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// `rlock --sentinel NAME --url S1 --url S2 …` over every Sentinel; with `RLOCK_TEST_ACL`,
+    /// logged in to the master as the documented user (the Sentinels themselves have none).
+    pub fn rlock(&self) -> Command {
+        let mut cmd = crate::binary::rlock();
+        crate::acl::suite_login_behind_sentinels(&mut cmd);
+        cmd.arg("--sentinel").arg(&self.name);
+        for url in self.urls() {
+            cmd.arg("--url").arg(url);
+        }
+        cmd
     }
 
     /// `redis://127.0.0.1:PORT` of every Sentinel (of its proxy, behind proxies).

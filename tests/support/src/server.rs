@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 
-use crate::acl::Deployment;
+use crate::acl::{self, Deployment};
 use crate::limits::{CONN_TIMEOUT, READY_TIMEOUT, START_ATTEMPTS};
 use crate::network::{self, Rtt};
 use crate::proxy::Proxy;
@@ -98,7 +98,7 @@ impl RedisServer {
                         _managed: managed,
                         dir,
                     };
-                    crate::acl::make_suite_user(&server, &[]);
+                    server.make_suite_user();
                     return server;
                 }
                 Err(e) => {
@@ -121,9 +121,18 @@ impl RedisServer {
     pub fn join(&mut self, deployment: Deployment) -> &mut Self {
         if !self.deployments.contains(&deployment) {
             self.deployments.push(deployment);
-            crate::acl::make_suite_user(self, &self.deployments);
+            self.make_suite_user();
         }
         self
+    }
+
+    /// Makes the user `RLOCK_TEST_ACL` asks for, if any, with the additions of the server's
+    /// deployments (acl.rs).
+    fn make_suite_user(&self) {
+        for command in acl::suite_user_commands(&self.deployments) {
+            let args: Vec<&str> = command.iter().map(String::as_str).collect();
+            assert_eq!(self.cmd(&args), redis::Value::Okay, "{}", command.join(" "));
+        }
     }
 
     /// The server's own port (behind a network, not the one clients reach it by: see
@@ -197,7 +206,7 @@ impl RedisServer {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut args = base_args(self.port, self.dir.path());
         args.extend(self.extra.iter().cloned());
-        args.extend(crate::acl::suite_user_args(&self.deployments));
+        args.extend(acl::suite_user_args(&self.deployments));
         loop {
             let mut child = spawn_redis(&args, self.dir.path());
             match wait_ready(&mut child, self.port, self.password.as_deref(), deadline) {
