@@ -262,29 +262,31 @@ impl Life {
         }
     }
 
-    /// Nothing the command started runs any more: stops what was put in the cgroup from
-    /// outside, removes the cgroup when it is this process's to remove, and leaves.
+    /// Nothing the command started runs any more, and rlock was told so: leaves at once, so
+    /// that rlock, which waits for this process's end before it releases, waits for nothing
+    /// else. What was put in the cgroup from outside (by a privileged hand) is rlock's to stop:
+    /// it finds the cgroup populated once this process is gone, and kills it (`confirm.rs`).
+    /// Only when rlock died (the request pipe closed without its farewell), or this process
+    /// left the cgroup to stop the command, is the cgroup this process's: it stops what is left
+    /// in it and removes it.
     fn finish(&self) -> ! {
-        // A process in the cgroup that is no descendant was put there from outside (by a
-        // privileged hand): it goes too, before the cgroup does.
         if let Some(c) = &self.cgroup {
-            if c.holds_other_than(self.me) {
+            let rlock_died = if self.rlock_gone {
+                !self.said_done
+            } else {
+                farewell(&self.requests) == Some(false)
+            };
+            // Having left to stop the command, it removes the cgroup: what is still in it goes
+            // first (the rmdir would fail).
+            if (rlock_died || self.left.get()) && c.holds_other_than(self.me) {
                 self.stop_all(Signal::SIGKILL);
                 let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
                 while c.holds_other_than(self.me) && std::time::Instant::now() < until {
                     std::thread::sleep(std::time::Duration::from_millis(2));
                 }
             }
-            // Still in it on a run that ended by itself: rlock removes it once this process
-            // has gone, unless rlock is gone too (killed as the command ended): then the cgroup
-            // is this process's to remove, having left it. rlock, alive, says farewell before
-            // it closes the pipe (and would wait for the milliseconds leaving the cgroup
-            // costs); a pipe closed without it is rlock's death.
-            let rlock_died = if self.rlock_gone {
-                !self.said_done
-            } else {
-                farewell(&self.requests) == Some(false)
-            };
+            // Else rlock, alive, removes it once this process has gone (leaving would cost this
+            // process milliseconds).
             if self.left.get() || (rlock_died && c.leave().is_ok()) {
                 c.remove();
             }
