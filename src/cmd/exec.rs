@@ -90,19 +90,21 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // processes: the run's end alone is on record.
     let (ended, hear_end) = std::sync::mpsc::channel::<()>();
     let recorder = &record;
-    let ran = std::thread::scope(|s| {
-        let on_record = std::thread::Builder::new().spawn_scoped(s, move || {
-            if hear_end.recv_timeout(RECORD_AFTER) == Err(RecvTimeoutError::Timeout) {
-                recorder.running();
+    // The thread starts once the guardian is forked: no other thread may exist at a fork.
+    let ran = start(ctx, &locker, &held, args).map(|child| {
+        std::thread::scope(|s| {
+            let on_record = std::thread::Builder::new().spawn_scoped(s, move || {
+                if hear_end.recv_timeout(RECORD_AFTER) == Err(RecvTimeoutError::Timeout) {
+                    recorder.running();
+                }
+            });
+            let ran = supervise(ctx, &locker, &held, child, args, &signals);
+            drop(ended);
+            if let Ok(on_record) = on_record {
+                let _ = on_record.join();
             }
-        });
-        let ran = start(ctx, &locker, &held, args)
-            .map(|child| supervise(ctx, &locker, &held, child, args, &signals));
-        drop(ended);
-        if let Ok(on_record) = on_record {
-            let _ = on_record.join();
-        }
-        ran
+            ran
+        })
     });
     let (outcome, after) = ran.inspect_err(|e| record.failed(e))?;
     let died_of = outcome.signal;

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use super::LaunchError;
 use super::contain::{self, Cgroup};
-use super::spawn::{Forked, Prepared, cannot_run, fork_guardian};
+use super::spawn::{Prepared, cannot_run, fork_guardian};
 use super::terminal::Terminal;
 use crate::lock::{Limit, Timeline};
 
@@ -145,27 +145,20 @@ pub fn launch(
         told.extend_from_slice(&timeline(lease));
     }
     let _ = nix::unistd::write(&req_write, &told);
-    // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
-    // no lock another thread had taken; the child runs `guard`, which never returns and uses
-    // none of glibc's thread-id functions.
-    let forked = unsafe { fork_guardian(cgroup.as_ref().map(Cgroup::dir_fd), required) };
-    let forked = forked.map_err(|e| give_up(fork_failure(e, cgroup.as_ref(), required)))?;
-    match forked {
-        Forked::Child { in_cgroup } => {
-            drop(req_write);
-            drop(ev_read);
-            let cgroup = cgroup.map(|c| (c, in_cgroup));
+    let (child, in_cgroup, (req_write, ev_read)) = fork_guardian(
+        cgroup.as_ref().map(Cgroup::dir_fd),
+        required,
+        (req_write, ev_read),
+        |in_cgroup| {
+            let cgroup = cgroup.as_ref().filter(|_| in_cgroup);
             guard(&prepared, terminal, rlock_pgrp, cgroup, req_read, ev_write)
-        }
-        Forked::Parent { child, in_cgroup } => {
-            let (cgroup, why_no_cgroup) = born_in(cgroup, in_cgroup, why_no_cgroup);
-            drop(req_read);
-            drop(ev_write);
-            let mut guardian = Guardian::new(child, req_write, ev_read, cgroup.as_ref());
-            guardian.alone = alone;
-            guardian.wait_for_start(why_no_cgroup, terminal, rlock_pgrp, &argv[0], answer_by)
-        }
-    }
+        },
+    )
+    .map_err(|e| give_up(fork_failure(e, cgroup.as_ref(), required)))?;
+    let (cgroup, why_no_cgroup) = born_in(cgroup, in_cgroup, why_no_cgroup);
+    let mut guardian = Guardian::new(child, req_write, ev_read, cgroup.as_ref());
+    guardian.alone = alone;
+    guardian.wait_for_start(why_no_cgroup, terminal, rlock_pgrp, &argv[0], answer_by)
 }
 
 /// The requests that tell the guardian the lease's moments, in one write.

@@ -32,14 +32,12 @@ pub(super) fn guard(
     prepared: &Prepared,
     terminal: Option<Terminal>,
     rlock_pgrp: Pid,
-    cgroup: Option<(Cgroup, bool)>,
+    cgroup: Option<&Cgroup>,
     requests: OwnedFd,
     events: OwnedFd,
 ) -> ! {
-    // The cgroup, when the guardian was born in it (and so the command is); else the tree.
-    let cgroup = cgroup.filter(|(_, born_in)| *born_in).map(|(c, _)| c);
     let chld = settle(&requests);
-    let leader = start_command(prepared, terminal, rlock_pgrp, cgroup.as_ref(), &events);
+    let leader = start_command(prepared, terminal, rlock_pgrp, cgroup, &events);
     Life {
         me: getpid().as_raw(),
         cgroup,
@@ -159,11 +157,11 @@ fn start_command(
 }
 
 /// The guardian once the command runs: what it watches, and what it has been told.
-struct Life {
+struct Life<'a> {
     /// The guardian's pid: the root of the tree below it, and not to be killed with it.
     me: i32,
     /// The cgroup the command runs in (when the guardian was born in it); else the tree.
-    cgroup: Option<Cgroup>,
+    cgroup: Option<&'a Cgroup>,
     /// Whether the guardian has left the cgroup (to stop what is in it without stopping itself).
     left: Cell<bool>,
     /// In the tree: what the walks for earlier signals saw, SIGKILLed first when the time comes.
@@ -202,7 +200,7 @@ struct Moments {
     kill_at: Option<Instant>,
 }
 
-impl Life {
+impl Life<'_> {
     /// Round after round until nothing below runs: reap and pass up what changed, wait for the
     /// next change or request, go on killing if asked to, and take rlock's request.
     fn run(mut self) -> ! {
