@@ -20,7 +20,7 @@ use crate::signals::Signals;
 use crate::supervise::{
     self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
 };
-use wait::{acquire, interrupt};
+use wait::{Early, acquire, interrupt};
 
 /// `--once-per`: the start of the window the command does, seconds since the epoch by Redis's
 /// clock.
@@ -63,7 +63,8 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
         Err(done) => return Ok(done?),
     };
 
-    let held = hold(ctx, &locker, &key, args, &signals, asked);
+    let early = Early::new();
+    let held = hold(ctx, &locker, &key, args, &signals, asked, &early);
     let mut held = held.inspect_err(|e| record.failed(e))?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
     if let Some(window) = window {
@@ -91,7 +92,7 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     let (ended, hear_end) = std::sync::mpsc::channel::<()>();
     let recorder = &record;
     // The thread starts once the guardian is forked: no other thread may exist at a fork.
-    let ran = start(ctx, &locker, &held, args).map(|child| {
+    let ran = start(ctx, &locker, &held, args, early.take()).map(|child| {
         std::thread::scope(|s| {
             let on_record = std::thread::Builder::new().spawn_scoped(s, move || {
                 if hear_end.recv_timeout(RECORD_AFTER) == Err(RecvTimeoutError::Timeout) {
@@ -191,11 +192,12 @@ fn hold(
     args: &ExecArgs,
     signals: &Signals,
     asked: Lease,
+    early: &std::rc::Rc<Early>,
 ) -> Result<Held, Failure> {
     let (mut grant, owner) = match inherited(ctx, locker, key)? {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
-        None => (acquire(ctx, locker, key, args, signals)?, Owner::Us),
+        None => (acquire(ctx, locker, key, args, signals, early)?, Owner::Us),
     };
     let lease = kept_by(ctx, args, asked, &grant)?;
     if owner == Owner::Shell {
@@ -245,7 +247,13 @@ fn hold(
 /// started by the guardian, which keeps everything the command starts below itself, in a cgroup
 /// of its own where one can be made; the guardian stops all of it when the lease runs out or
 /// rlock is killed.
-fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result<Child, Failure> {
+fn start(
+    ctx: &Context,
+    locker: &Locker,
+    held: &Held,
+    args: &ExecArgs,
+    early: Option<wait::Made>,
+) -> Result<Child, Failure> {
     let grant = &held.grant;
     let renewer_pid = match held.owner {
         Owner::OuterExec => nested::enclosing_exec(&grant.token).unwrap_or(0),
@@ -263,8 +271,9 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
             return Err(Failure::Internal(format!("cannot make a pipe: {e}")));
         }
     };
+    // Made while Redis answered the grant, most often.
     let made = (args.contain != Containment::Tree).then(|| {
-        let made = Cgroup::create();
+        let made = early.unwrap_or_else(Cgroup::create);
         if let Ok((_, stopped)) = &made {
             for dir in stopped {
                 ctx.say(format_args!(

@@ -10,16 +10,50 @@ use crate::cli::ExecArgs;
 use crate::exit::Failure;
 use crate::lock::{Grant, Interrupt, Locker, Note, Observer};
 use crate::signals::{Signals, stop_self};
-use crate::supervise;
+use crate::supervise::{self, Cgroup, Containment};
+
+/// The command's cgroup, made while Redis answers the first try for the lock rather than
+/// between the grant and the command's start; or why none could be made, and the directories of
+/// rlocks no longer running that were stopped on the way. Removed when rlock must wait (a
+/// waiter holds none, and makes one once granted), and when dropped untaken.
+pub(super) struct Early(std::cell::RefCell<Option<Made>>);
+
+/// What `Cgroup::create` made.
+pub(super) type Made = Result<(Cgroup, Vec<std::path::PathBuf>), String>;
+
+impl Early {
+    pub(super) fn new() -> std::rc::Rc<Early> {
+        std::rc::Rc::new(Early(std::cell::RefCell::new(None)))
+    }
+
+    /// The cgroup made early, if one was (or why none could be).
+    pub(super) fn take(&self) -> Option<Made> {
+        self.0.borrow_mut().take()
+    }
+
+    fn remove(&self) {
+        if let Some(Ok((cgroup, _))) = self.take() {
+            cgroup.remove();
+        }
+    }
+}
+
+impl Drop for Early {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
 
 /// Takes the lock, waiting as the options say; the holder is this process and its command (or
-/// the --label).
+/// the --label). The command's cgroup is made into `early` while Redis answers the first try
+/// (unless `--contain tree`), and removed again if the lock is busy.
 pub(super) fn acquire(
     ctx: &Context,
     locker: &Locker,
     key: &crate::lock::LockKey,
     args: &ExecArgs,
     signals: &Signals,
+    early: &std::rc::Rc<Early>,
 ) -> Result<Grant, Failure> {
     let ask = Ask {
         key,
@@ -32,8 +66,19 @@ pub(super) fn acquire(
     let observer = ExecWait {
         ctx,
         program: &args.command[0],
+        early,
     };
-    take(locker, ask, &WaitSignals(signals), &observer)
+    let made = early.clone();
+    let make: Box<dyn FnOnce()> = match args.contain {
+        Containment::Tree => Box::new(|| {}),
+        _ => Box::new(move || *made.0.borrow_mut() = Some(Cgroup::create())),
+    };
+    let grant =
+        crate::backend::meanwhile(make, || take(locker, ask, &WaitSignals(signals), &observer));
+    if grant.is_err() {
+        early.remove();
+    }
+    grant
 }
 
 /// What exec says while it waits: what every wait says, and, when the lock is found busy, at
@@ -43,10 +88,14 @@ pub(super) fn acquire(
 struct ExecWait<'a> {
     ctx: &'a Context,
     program: &'a std::ffi::OsString,
+    early: &'a Early,
 }
 
 impl Observer for ExecWait<'_> {
     fn observe(&self, note: Note<'_>) {
+        if let Note::WaitBegins { .. } = note {
+            self.early.remove();
+        }
         if let Note::WaitBegins { key, .. } = note
             && let Err(why) = supervise::runnable(self.program)
         {
