@@ -17,9 +17,7 @@ use crate::cli::ExecArgs;
 use crate::exit::{Code, Exit, Failure, LostHow};
 use crate::lock::{About, Grant, HoldRecord, Interruption, Lease, Locker, Renewed, Ttl};
 use crate::signals::Signals;
-use crate::supervise::{
-    self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
-};
+use crate::supervise::{self, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal};
 use wait::{Early, acquire, interrupt};
 
 /// `--once-per`: the start of the window the command does, seconds since the epoch by Redis's
@@ -252,7 +250,7 @@ fn start(
     locker: &Locker,
     held: &Held,
     args: &ExecArgs,
-    early: Option<wait::Made>,
+    early: Option<wait::Ready>,
 ) -> Result<Child, Failure> {
     let grant = &held.grant;
     let renewer_pid = match held.owner {
@@ -263,46 +261,30 @@ fn start(
     if let Some(window) = held.window {
         env.push((WINDOW_VAR, (window.start_ms() / 1000).to_string()));
     }
+    // Made while Redis answered the grant, most often.
+    let ready = early.unwrap_or_else(|| wait::ready(args.contain, &args.command));
+    for dir in &ready.stopped {
+        ctx.say(format_args!(
+            "stopped what an rlock no longer running left in {}",
+            dir.display()
+        ));
+    }
+    let standby = ready.standby.inspect_err(|_| release(ctx, locker, held))?;
     // The renewal thread's reports (it starts once the first renewal is due).
     let reports = match Reports::new() {
         Ok(reports) => reports,
         Err(e) => {
+            standby.dismiss();
             release(ctx, locker, held);
             return Err(Failure::Internal(format!("cannot make a pipe: {e}")));
         }
     };
-    // Made while Redis answered the grant, most often.
-    let made = (args.contain != Containment::Tree).then(|| {
-        let made = early.unwrap_or_else(Cgroup::create);
-        if let Ok((_, stopped)) = &made {
-            for dir in stopped {
-                ctx.say(format_args!(
-                    "stopped what an rlock no longer running left in {}",
-                    dir.display()
-                ));
-            }
-        }
-        made.map(|(cgroup, _)| cgroup)
-    });
-    let (cgroup, why_not) = match made {
-        None => (None, Some("--contain tree".to_string())),
-        Some(made) => match made {
-            Ok(cgroup) => (Some(cgroup), None),
-            Err(why) if args.contain == Containment::Cgroup => {
-                release(ctx, locker, held);
-                return Err(Failure::Config(format!(
-                    "--contain cgroup: {why}; the command was not started (--contain auto falls back to the process tree)"
-                )));
-            }
-            Err(why) => (None, Some(why)),
-        },
-    };
-    supervise::adopt_orphans();
-    let terminal = Terminal::foreground();
-    // The guardian holds the lease from its first instant, so rlock may wait for its word that
-    // the command started past the point where the lease needs enforcing: a grant that came late
-    // (a slow server) leaves little of the lease, and the guardian stops the command by its
-    // moments meanwhile. A guardian that says nothing within START_ANSWER is killed.
+    let terminal = standby.terminal();
+    // The guardian holds the lease from the command's first instant, so rlock may wait for its
+    // word that the command started past the point where the lease needs enforcing: a grant
+    // that came late (a slow server) leaves little of the lease, and the guardian stops the
+    // command by its moments meanwhile. A guardian that says nothing within START_ANSWER is
+    // killed.
     let timeline = timeline(held);
     let answer_by = match timeline {
         None => Instant::now() + START_ANSWER,
@@ -312,18 +294,9 @@ fn start(
         guardian,
         pgid,
         containment,
-    } = supervise::launch(
-        &args.command,
-        &env,
-        terminal,
-        cgroup,
-        why_not,
-        args.contain == Containment::Cgroup,
-        args.lost_signal,
-        timeline,
-        answer_by,
-    )
-    .inspect_err(|_| release(ctx, locker, held))?;
+    } = standby
+        .launch(&env, args.lost_signal, timeline, answer_by)
+        .inspect_err(|_| release(ctx, locker, held))?;
     ctx.say(format_args!("the command runs contained by {containment}"));
     Ok(Child {
         pgid,

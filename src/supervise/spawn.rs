@@ -49,7 +49,12 @@ pub(super) struct Prepared {
 
 impl Prepared {
     /// `argv`, and rlock's environment with `env` added (replacing variables of those names).
-    pub(super) fn new(argv: &[OsString], env: &[(&str, String)]) -> Result<Self, LaunchError> {
+    /// `file`: where `argv[0]` was found on PATH (`found_on_path`).
+    pub(super) fn new(
+        argv: &[OsString],
+        file: Option<CString>,
+        env: &[(&str, String)],
+    ) -> Result<Self, LaunchError> {
         let c_string = |bytes: Vec<u8>| {
             CString::new(bytes)
                 .map_err(|_| LaunchError::Usage("the command has a NUL byte in it".into()))
@@ -78,7 +83,7 @@ impl Prepared {
         };
         let (argp, envp) = (pointers(&args), pointers(&vars));
         Ok(Prepared {
-            file: found_on_path(&argv[0]),
+            file,
             _strings: (args, vars),
             argp,
             envp,
@@ -87,11 +92,11 @@ impl Prepared {
 }
 
 /// The file execvp would run for a bare `program`: the first executable file of that name in a
-/// directory of PATH. Looked up here, in the parent, so that the child execs it at once: execvp
-/// tries each directory of PATH in turn, and each exec that fails costs about what this whole
-/// lookup does. None for a path (it has a slash), without PATH, or when nothing is found: then
+/// directory of PATH. Looked up before the child runs (by the guardian, while rlock waits for
+/// the grant), so that the child execs it at once: execvp tries each directory of PATH in turn,
+/// and each exec that fails costs about what this whole lookup does. None for a path (it has a slash), without PATH, or when nothing is found: then
 /// the child searches as execvp does, and says why it could not run.
-fn found_on_path(program: &OsString) -> Option<CString> {
+pub(super) fn found_on_path(program: &OsString) -> Option<CString> {
     use nix::unistd::{AccessFlags, access};
     let bytes = program.as_bytes();
     if bytes.is_empty() || bytes.contains(&b'/') {

@@ -10,43 +10,74 @@ use crate::cli::ExecArgs;
 use crate::exit::Failure;
 use crate::lock::{Grant, Interrupt, Locker, Note, Observer};
 use crate::signals::{Signals, stop_self};
-use crate::supervise::{self, Cgroup, Containment};
+use crate::supervise::{self, Cgroup, Containment, LaunchError, Standby, Terminal};
 
-/// The command's cgroup, made while Redis answers the first try for the lock rather than
-/// between the grant and the command's start; or why none could be made, and the directories of
-/// rlocks no longer running that were stopped on the way. Removed when rlock must wait (a
-/// waiter holds none, and makes one once granted), and when dropped untaken.
-pub(super) struct Early(std::cell::RefCell<Option<Made>>);
+/// The command's guardian (and its cgroup), made while Redis answers the first try for the
+/// lock rather than between the grant and the command's start. Dismissed when rlock must wait (a
+/// waiter holds neither, and makes both once granted), and when dropped untaken.
+pub(super) struct Early(std::cell::RefCell<Option<Ready>>);
 
-/// What `Cgroup::create` made.
-pub(super) type Made = Result<(Cgroup, Vec<std::path::PathBuf>), String>;
+/// A guardian waiting for the word to start the command (or why none could be made), and the
+/// directories of rlocks no longer running whose leftovers were stopped on the way.
+pub(super) struct Ready {
+    pub(super) standby: Result<Standby, LaunchError>,
+    pub(super) stopped: Vec<std::path::PathBuf>,
+}
+
+/// Makes the cgroup of `command` (as `contain` asks) and its guardian, there.
+pub(super) fn ready(contain: Containment, command: &[std::ffi::OsString]) -> Ready {
+    let required = contain == Containment::Cgroup;
+    let mut stopped = Vec::new();
+    let (cgroup, why_not) = match (contain != Containment::Tree).then(Cgroup::create) {
+        None => (None, Some("--contain tree".to_string())),
+        Some(Ok((cgroup, left))) => {
+            stopped = left;
+            (Some(cgroup), None)
+        }
+        Some(Err(why)) if required => {
+            let standby = Err(LaunchError::Config(format!(
+                "--contain cgroup: {why}; the command was not started (--contain auto falls back to the process tree)"
+            )));
+            return Ready { standby, stopped };
+        }
+        Some(Err(why)) => (None, Some(why)),
+    };
+    supervise::adopt_orphans();
+    let terminal = Terminal::foreground();
+    let standby = supervise::stand_by(command, terminal, cgroup, why_not, required);
+    Ready { standby, stopped }
+}
 
 impl Early {
     pub(super) fn new() -> std::rc::Rc<Early> {
         std::rc::Rc::new(Early(std::cell::RefCell::new(None)))
     }
 
-    /// The cgroup made early, if one was (or why none could be).
-    pub(super) fn take(&self) -> Option<Made> {
+    /// The guardian made early, if one was (or why none could be).
+    pub(super) fn take(&self) -> Option<Ready> {
         self.0.borrow_mut().take()
     }
 
-    fn remove(&self) {
-        if let Some(Ok((cgroup, _))) = self.take() {
-            cgroup.remove();
+    fn dismiss(&self) {
+        if let Some(Ready {
+            standby: Ok(standby),
+            ..
+        }) = self.take()
+        {
+            standby.dismiss();
         }
     }
 }
 
 impl Drop for Early {
     fn drop(&mut self) {
-        self.remove();
+        self.dismiss();
     }
 }
 
 /// Takes the lock, waiting as the options say; the holder is this process and its command (or
-/// the --label). The command's cgroup is made into `early` while Redis answers the first try
-/// (unless `--contain tree`), and removed again if the lock is busy.
+/// the --label). The command's guardian and cgroup are made into `early` while Redis answers
+/// the first try, and dismissed again if the lock is busy.
 pub(super) fn acquire(
     ctx: &Context,
     locker: &Locker,
@@ -69,14 +100,14 @@ pub(super) fn acquire(
         early,
     };
     let made = early.clone();
-    let make: Box<dyn FnOnce()> = match args.contain {
-        Containment::Tree => Box::new(|| {}),
-        _ => Box::new(move || *made.0.borrow_mut() = Some(Cgroup::create())),
-    };
+    let (contain, command) = (args.contain, args.command.clone());
+    let make: Box<dyn FnOnce()> = Box::new(move || {
+        *made.0.borrow_mut() = Some(ready(contain, &command));
+    });
     let grant =
         crate::backend::meanwhile(make, || take(locker, ask, &WaitSignals(signals), &observer));
     if grant.is_err() {
-        early.remove();
+        early.dismiss();
     }
     grant
 }
@@ -94,7 +125,7 @@ struct ExecWait<'a> {
 impl Observer for ExecWait<'_> {
     fn observe(&self, note: Note<'_>) {
         if let Note::WaitBegins { .. } = note {
-            self.early.remove();
+            self.early.dismiss();
         }
         if let Note::WaitBegins { key, .. } = note
             && let Err(why) = supervise::runnable(self.program)

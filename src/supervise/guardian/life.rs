@@ -18,26 +18,38 @@ use nix::unistd::{Pid, getpid, setpgid};
 
 use super::NAME;
 use super::protocol::{
-    DONE, Event, KILL_AT, LIMIT_AT, LIMIT_KILL_AT, LOST_SIGNAL, SIGNAL, SIGNAL_AT, decode,
+    DONE, Event, KILL_AT, LIMIT_AT, LIMIT_KILL_AT, LOST_SIGNAL, SIGNAL, SIGNAL_AT, START, decode,
     moment_of, tell,
 };
 use crate::supervise::contain::{self, Cgroup};
-use crate::supervise::spawn::{Prepared, start};
+use crate::supervise::spawn::{Prepared, found_on_path, start};
 use crate::supervise::terminal::Terminal;
 
-/// The guardian's life: start the command, then pass its changes up, reap what it leaves,
-/// signal everything below on request, and once rlock is gone (end of file on `requests`)
-/// SIGKILL everything below and leave. Never returns.
+/// The guardian's life: wait for rlock's word to start `argv` (with the lock's variables), start
+/// it, then pass its changes up, reap what it leaves, signal everything below on request, and
+/// once rlock is gone (end of file on `requests`) SIGKILL everything below and leave. rlock
+/// dismissing it before the start (anything but `START` first), it leaves. Never returns.
 pub(super) fn guard(
-    prepared: &Prepared,
+    argv: &[std::ffi::OsString],
     terminal: Option<Terminal>,
     rlock_pgrp: Pid,
     cgroup: Option<&Cgroup>,
     requests: OwnedFd,
     events: OwnedFd,
 ) -> ! {
-    let chld = settle(&requests);
-    let leader = start_command(prepared, terminal, rlock_pgrp, cgroup, &events);
+    let chld = settle();
+    // Looked up while rlock waits for the grant.
+    let file = found_on_path(&argv[0]);
+    let Some(env) = told_to_start(&requests) else {
+        leave()
+    };
+    let _ = nix::fcntl::fcntl(&requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+    let env: Vec<(&str, String)> = env.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let Ok(prepared) = Prepared::new(argv, file, &env) else {
+        tell(&events, &[Event::NotStarted(Errno::EINVAL)]);
+        leave()
+    };
+    let leader = start_command(&prepared, terminal, rlock_pgrp, cgroup, &events);
     Life {
         me: getpid().as_raw(),
         cgroup,
@@ -59,10 +71,45 @@ pub(super) fn guard(
     .run()
 }
 
+/// rlock's word to start the command: the variables to add to its environment. None when rlock
+/// said anything else first, or closed the pipe.
+fn told_to_start(requests: &OwnedFd) -> Option<Vec<(String, String)>> {
+    let mut head = [0u8; 12];
+    read_all(requests, &mut head)?;
+    let (tag, len, _) = decode(&head);
+    if tag != START {
+        return None;
+    }
+    let mut blob = vec![0u8; usize::try_from(len).ok()?];
+    read_all(requests, &mut blob)?;
+    blob.split(|&b| b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let v = std::str::from_utf8(v).ok()?;
+            let (name, value) = v.split_once('=')?;
+            Some((name.to_string(), value.to_string()))
+        })
+        .collect()
+}
+
+/// Fills `buf` from `fd`, a blocking pipe; None at its end.
+fn read_all(fd: &OwnedFd, buf: &mut [u8]) -> Option<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match nix::unistd::read(fd, &mut buf[done..]) {
+            Ok(0) => return None,
+            Ok(n) => done += n,
+            Err(Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(())
+}
+
 /// Makes this process the guardian: its own name, the subreaper of all the command starts, a
-/// process group of its own, SIGCHLD and the terminal's stop signals blocked, and `requests`
-/// non-blocking. Returns the signalfd that SIGCHLD is read from, if one could be made.
-fn settle(requests: &OwnedFd) -> nix::Result<SignalFd> {
+/// process group of its own, SIGCHLD and the terminal's stop signals blocked. Returns the
+/// signalfd that SIGCHLD is read from, if one could be made.
+fn settle() -> nix::Result<SignalFd> {
     let _ = nix::sys::prctl::set_name(NAME);
     // Inherited from rlock already; said again, so that the guardian never rests on it.
     crate::supervise::not_dumpable();
@@ -86,9 +133,7 @@ fn settle(requests: &OwnedFd) -> nix::Result<SignalFd> {
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None);
     let mut sigchld = SigSet::empty();
     sigchld.add(Signal::SIGCHLD);
-    let chld = SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
-    let _ = nix::fcntl::fcntl(requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
-    chld
+    SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
 }
 
 /// Overwrites this process's copy of rlock's command line (the memory `/proc/PID/cmdline`
