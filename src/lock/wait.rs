@@ -100,6 +100,14 @@ pub(super) trait Tries {
     fn first_contact(&self) -> Duration;
 }
 
+/// `attempt()`, with the observer's `while_trying` work done while Redis answers.
+fn trying<T>(observer: &dyn Observer, attempt: impl FnOnce() -> T) -> T {
+    match observer.while_trying() {
+        Some(work) => crate::backend::meanwhile(work, attempt),
+        None => attempt(),
+    }
+}
+
 /// The tries of `req` on `locker`.
 struct Asking<'a> {
     locker: &'a Locker,
@@ -259,7 +267,12 @@ impl<T: Tries> Waiter<'_, T> {
         }
         // Counted from the try's start: a try that fails may have taken --op-timeout.
         let tried = Instant::now();
-        let attempt = self.tries.attempt(self.subscribed, self.budget());
+        let attempt = trying(self.hooks.observer, || {
+            self.tries.attempt(self.subscribed, self.budget())
+        });
+        if !matches!(attempt, Ok(Attempt::Granted(_))) {
+            self.hooks.observer.not_granted();
+        }
         if let Some(signal) = self.hooks.interrupt.take() {
             // (A grant that raced with the signal is given back by `wait`'s leave.)
             return Step::GaveUp(interrupted(key, signal));

@@ -12,9 +12,9 @@ use crate::lock::{Grant, Interrupt, Locker, Note, Observer};
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{self, Cgroup, Containment, LaunchError, Standby, Terminal};
 
-/// The command's guardian (and its cgroup), made while Redis answers the first try for the
-/// lock rather than between the grant and the command's start. Dismissed when rlock must wait (a
-/// waiter holds neither, and makes both once granted), and when dropped untaken.
+/// The command's guardian (and its cgroup), made while Redis answers a try for the lock rather
+/// than between the grant and the command's start. Dismissed when the try grants nothing (a
+/// waiter holds neither while it waits), and when dropped untaken.
 pub(super) struct Early(std::cell::RefCell<Option<Ready>>);
 
 /// A guardian waiting for the word to start the command (or why none could be made), and the
@@ -77,7 +77,7 @@ impl Drop for Early {
 
 /// Takes the lock, waiting as the options say; the holder is this process and its command (or
 /// the --label). The command's guardian and cgroup are made into `early` while Redis answers
-/// the first try, and dismissed again if the lock is busy.
+/// each try, and dismissed again when it grants nothing.
 pub(super) fn acquire(
     ctx: &Context,
     locker: &Locker,
@@ -94,18 +94,8 @@ pub(super) fn acquire(
         who: exec_holder(args),
         hold: args.hold.hold_at_least,
     };
-    let observer = ExecWait {
-        ctx,
-        program: &args.command[0],
-        early,
-    };
-    let made = early.clone();
-    let (contain, command) = (args.contain, args.command.clone());
-    let make: Box<dyn FnOnce()> = Box::new(move || {
-        *made.0.borrow_mut() = Some(ready(contain, &command));
-    });
-    let grant =
-        crate::backend::meanwhile(make, || take(locker, ask, &WaitSignals(signals), &observer));
+    let observer = ExecWait { ctx, args, early };
+    let grant = take(locker, ask, &WaitSignals(signals), &observer);
     if grant.is_err() {
         early.dismiss();
     }
@@ -118,17 +108,14 @@ pub(super) fn acquire(
 /// look the command up twice.
 struct ExecWait<'a> {
     ctx: &'a Context,
-    program: &'a std::ffi::OsString,
-    early: &'a Early,
+    args: &'a ExecArgs,
+    early: &'a std::rc::Rc<Early>,
 }
 
 impl Observer for ExecWait<'_> {
     fn observe(&self, note: Note<'_>) {
-        if let Note::WaitBegins { .. } = note {
-            self.early.dismiss();
-        }
         if let Note::WaitBegins { key, .. } = note
-            && let Err(why) = supervise::runnable(self.program)
+            && let Err(why) = supervise::runnable(&self.args.command[0])
         {
             self.ctx.note(format_args!(
                 "{why}; waiting for lock '{key}' anyway (it may appear meanwhile)"
@@ -139,6 +126,22 @@ impl Observer for ExecWait<'_> {
 
     fn hears_progress(&self) -> bool {
         self.ctx.hears_progress()
+    }
+
+    /// The guardian (and its cgroup) made while Redis answers, unless one is made already.
+    fn while_trying(&self) -> Option<Box<dyn FnOnce()>> {
+        if self.early.0.borrow().is_some() {
+            return None;
+        }
+        let made = self.early.clone();
+        let (contain, command) = (self.args.contain, self.args.command.clone());
+        Some(Box::new(move || {
+            *made.0.borrow_mut() = Some(ready(contain, &command));
+        }))
+    }
+
+    fn not_granted(&self) {
+        self.early.dismiss();
     }
 }
 

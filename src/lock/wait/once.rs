@@ -25,7 +25,7 @@ pub(super) fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Resul
     let mut backoff = Duration::from_millis(50);
     let mut said = false;
     let attempt = loop {
-        match tries.attempt(false, None) {
+        match super::trying(hooks.observer, || tries.attempt(false, None)) {
             Err(failure) if failure.is_transient() && !failure.is_short_of_replicas() => {
                 if let Some(signal) = hooks.interrupt.take() {
                     return Err(interrupted(key, signal));
