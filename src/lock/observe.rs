@@ -56,8 +56,8 @@ pub trait Observer {
         false
     }
 
-    /// Work to do while Redis answers a try for the lock (`backend::meanwhile`), ready for a
-    /// grant: `exec` makes the command's guardian then. None by default.
+    /// Work to do while Redis answers a try of a wait for the lock (`backend::meanwhile`), ready
+    /// for a grant: `exec` makes the command's guardian then. None by default.
     fn while_trying(&self) -> Option<Box<dyn FnOnce()>> {
         None
     }

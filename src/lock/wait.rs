@@ -267,9 +267,14 @@ impl<T: Tries> Waiter<'_, T> {
         }
         // Counted from the try's start: a try that fails may have taken --op-timeout.
         let tried = Instant::now();
-        let attempt = trying(self.hooks.observer, || {
-            self.tries.attempt(self.subscribed, self.budget())
-        });
+        // Work for a grant only where one may come: not on the retries of an outage (or of a
+        // full server), which may come in their hundreds.
+        let attempt = match self.outage {
+            None => trying(self.hooks.observer, || {
+                self.tries.attempt(self.subscribed, self.budget())
+            }),
+            Some(_) => self.tries.attempt(self.subscribed, self.budget()),
+        };
         if !matches!(attempt, Ok(Attempt::Granted(_))) {
             self.hooks.observer.not_granted();
         }

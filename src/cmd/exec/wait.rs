@@ -77,7 +77,7 @@ impl Drop for Early {
 
 /// Takes the lock, waiting as the options say; the holder is this process and its command (or
 /// the --label). The command's guardian and cgroup are made into `early` while Redis answers
-/// each try, and dismissed again when it grants nothing.
+/// each try of a wait (not `-n`'s single try), and dismissed again when it grants nothing.
 pub(super) fn acquire(
     ctx: &Context,
     locker: &Locker,
