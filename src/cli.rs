@@ -13,7 +13,7 @@ mod parse;
 pub mod usage;
 mod values;
 pub use global::{DEFAULT_PREFIX, DEFAULT_URL, Global};
-pub use parse::{SUBCOMMANDS, forget_empty_variables, parse, subcommand_names};
+pub use parse::{SUBCOMMANDS, empty_variables, parse, subcommand_names};
 use values::{
     SignalParser, duration, non_empty, once_window, once_without_command, positive_duration,
     ttl_duration, watch_interval,

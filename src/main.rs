@@ -17,8 +17,11 @@ extern "C" fn note_closed_descriptors() {
 }
 
 fn main() -> ExitCode {
-    // SAFETY: the first thing rlock does; no other thread exists yet.
-    unsafe { rlock::cli::forget_empty_variables() };
+    for name in rlock::cli::empty_variables() {
+        // SAFETY: the first thing rlock does; no other thread exists yet, so none reads the
+        // environment meanwhile.
+        unsafe { std::env::remove_var(name) };
+    }
     let args: Vec<OsString> = std::env::args_os().collect();
     ExitCode::from(run(&args))
 }

@@ -15,9 +15,16 @@ static CLOSED: AtomicU8 = AtomicU8::new(0);
 
 /// Notes which standard descriptors are closed; run by `main.rs` before Rust's start-up.
 pub fn note_closed_descriptors() {
-    for fd in 0..3 {
-        // SAFETY: F_GETFD reads a descriptor's flags and changes nothing.
-        if unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFD) } == -1 {
+    use std::os::fd::AsFd;
+    let flags =
+        |fd: std::os::fd::BorrowedFd<'_>| nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD);
+    let closed = [
+        flags(std::io::stdin().as_fd()),
+        flags(std::io::stdout().as_fd()),
+        flags(std::io::stderr().as_fd()),
+    ];
+    for (fd, flags) in closed.iter().enumerate() {
+        if flags.is_err() {
             CLOSED.fetch_or(1 << fd, Ordering::Relaxed);
         }
     }

@@ -10,7 +10,7 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 
-use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, pthread_sigmask};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::{getpgrp, getpid, getppid};
 
@@ -107,20 +107,31 @@ impl AsFd for Signals {
 
 /// Puts `sig` back to its default action. rlock installs no handler of its own for any signal:
 /// this only undoes an inherited SIG_IGN.
-fn set_default(sig: Signal) -> nix::Result<SigHandler> {
-    // SAFETY: SIG_DFL is not a handler function; no handler of rlock's is replaced, so nothing
-    // that runs in signal context changes.
-    unsafe { nix::sys::signal::signal(sig, SigHandler::SigDfl) }
+fn set_default(sig: Signal) -> nix::Result<()> {
+    disposition(sig, true).map(drop)
 }
 
 /// True if `sig` is ignored (SIG_IGN) in this process.
 pub fn is_ignored(sig: Signal) -> bool {
-    // SAFETY: sigaction with a null new action only reads the current disposition into `old`,
-    // a zeroed sigaction that lives on this stack frame.
+    disposition(sig, false).unwrap_or(false)
+}
+
+/// Whether `sig` was ignored (SIG_IGN), read by sigaction, which also puts it back to its
+/// default action (SIG_DFL) when `to_default`.
+fn disposition(sig: Signal, to_default: bool) -> nix::Result<bool> {
+    // SAFETY: sigaction reads the disposition into `old`, a zeroed sigaction on this stack
+    // frame, and sets `default` (SIG_DFL, no handler function, an empty mask) only when asked:
+    // no handler of rlock's is replaced, so nothing that runs in signal context changes.
     unsafe {
+        let mut default: nix::libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = nix::libc::SIG_DFL;
         let mut old: nix::libc::sigaction = std::mem::zeroed();
-        nix::libc::sigaction(sig as i32, std::ptr::null(), &mut old) == 0
-            && old.sa_sigaction == nix::libc::SIG_IGN
+        let new = match to_default {
+            true => &default as *const nix::libc::sigaction,
+            false => std::ptr::null(),
+        };
+        nix::errno::Errno::result(nix::libc::sigaction(sig as i32, new, &mut old))?;
+        Ok(old.sa_sigaction == nix::libc::SIG_IGN)
     }
 }
 

@@ -13,23 +13,16 @@ use clap::{Args, Command, CommandFactory, FromArgMatches};
 
 use super::{AcquireArgs, Cli, ExecArgs, Global, InspectArgs, ReleaseArgs, RenewArgs};
 
-/// Removes every `RLOCK_*` variable that is set but empty from this process's environment: an
-/// empty variable means "not set", as in most tools, and must not be read as a value (clap
-/// would read `RLOCK_CONNECT_TIMEOUT=` as an empty duration, even beside an explicit
-/// `--connect-timeout 3s`). The command `exec` runs inherits the environment without them.
-///
-/// # Safety
-///
-/// No other thread may be running (or read the environment meanwhile): call it first in `main`.
-pub unsafe fn forget_empty_variables() {
-    let empty: Vec<OsString> = std::env::vars_os()
+/// Every `RLOCK_*` variable that is set but empty, which `main` removes from the process's
+/// environment before anything reads it: an empty variable means "not set", as in most tools,
+/// and must not be read as a value (clap would read `RLOCK_CONNECT_TIMEOUT=` as an empty
+/// duration, even beside an explicit `--connect-timeout 3s`). The command `exec` runs inherits
+/// the environment without them.
+pub fn empty_variables() -> Vec<OsString> {
+    std::env::vars_os()
         .filter(|(name, value)| value.is_empty() && name.as_encoded_bytes().starts_with(b"RLOCK_"))
         .map(|(name, _)| name)
-        .collect();
-    for name in empty {
-        // SAFETY: the caller promises that no other thread runs.
-        unsafe { std::env::remove_var(name) };
-    }
+        .collect()
 }
 
 /// `args` (the program's name first) parsed, or clap's error with the whole tree that raised it.

@@ -14,13 +14,11 @@ mod wait;
 use super::record::Recorder;
 use crate::cli::ExecArgs;
 use crate::exit::{Code, Exit, Failure, LostHow};
-use crate::lock::{About, AtGrant, Grant, HoldRecord, Interruption, Lease, Locker, Renewed, Ttl};
+use crate::lock::{About, Grant, HoldRecord, Interruption, Lease, Locker, Renewed, Ttl};
 use crate::signals::Signals;
-use crate::supervise::{
-    self, Cgroup, Containment, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal,
-};
+use crate::supervise::{self, Guardian, Launched, LeaseKeeper, Outcome, Reports, Terminal};
 use crate::watchdog::Loss;
-use wait::{acquire, interrupt};
+use wait::{Early, WithTries, acquire, interrupt};
 
 /// `--once-per`: the start of the window the command does, seconds since the epoch by Redis's
 /// clock.
@@ -63,7 +61,12 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // On one server the run's entry goes with each try, and the one granted writes it: a run
     // is on record from its grant, whatever becomes of its rlock after, at no round trip more.
     let at_grant = record.at_grant();
-    let held = hold(ctx, &locker, &key, args, &signals, asked, at_grant.as_ref());
+    let early = Early::new();
+    let with = WithTries {
+        record: at_grant.as_ref(),
+        early: &early,
+    };
+    let held = hold(ctx, &locker, &key, args, &signals, asked, &with);
     let mut held = held.inspect_err(|e| record.failed(e))?;
     record.granted(&held.grant, held.owner != Owner::OuterExec);
     // A lock inherited from a shell (no try), or Redlock's (`Recorder::at_grant`): on record
@@ -91,16 +94,18 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
         ctx.say(format_args!("the lock is on {on} of {of} masters"));
     }
     let recorder = &record;
-    let ran = std::thread::scope(|s| {
-        let on_record = on_record_now
-            .then(|| std::thread::Builder::new().spawn_scoped(s, || recorder.running()));
-        let ran = start(ctx, &locker, &held, args)
-            .map(|child| supervise(ctx, &locker, &held, child, args, &signals));
-        // Before the run's end goes on record, which replaces this entry.
-        if let Some(Ok(on_record)) = on_record {
-            let _ = on_record.join();
-        }
-        ran
+    // The thread starts once the guardian is forked: no other thread may exist at a fork.
+    let ran = start(ctx, &locker, &held, args, early.take()).map(|child| {
+        std::thread::scope(|s| {
+            let on_record = on_record_now
+                .then(|| std::thread::Builder::new().spawn_scoped(s, || recorder.running()));
+            let ran = supervise(ctx, &locker, &held, child, args, &signals);
+            // Before the run's end goes on record, which replaces this entry.
+            if let Some(Ok(on_record)) = on_record {
+                let _ = on_record.join();
+            }
+            ran
+        })
     });
     let (outcome, after) = ran.inspect_err(|e| record.failed(e))?;
     let died_of = outcome.signal;
@@ -187,12 +192,12 @@ fn hold(
     args: &ExecArgs,
     signals: &Signals,
     asked: Lease,
-    record: Option<&AtGrant>,
+    with: &WithTries,
 ) -> Result<Held, Failure> {
     let (mut grant, owner) = match inherited(ctx, locker, key)? {
         Some(grant) if inside_exec(&grant.token) => (grant, Owner::OuterExec),
         Some(grant) => (grant, Owner::Shell),
-        None => (acquire(ctx, locker, key, args, signals, record)?, Owner::Us),
+        None => (acquire(ctx, locker, key, args, signals, with)?, Owner::Us),
     };
     let lease = kept_by(ctx, args, asked, &grant)?;
     if owner == Owner::Shell {
@@ -242,7 +247,13 @@ fn hold(
 /// started by the guardian, which keeps everything the command starts below itself, in a cgroup
 /// of its own where one can be made; the guardian stops all of it when the lease runs out or
 /// rlock is killed.
-fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result<Child, Failure> {
+fn start(
+    ctx: &Context,
+    locker: &Locker,
+    held: &Held,
+    args: &ExecArgs,
+    early: Option<wait::Ready>,
+) -> Result<Child, Failure> {
     let grant = &held.grant;
     let renewer_pid = match held.owner {
         Owner::OuterExec => nested::enclosing_exec(&grant.token).unwrap_or(0),
@@ -252,45 +263,30 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
     if let Some(window) = held.window {
         env.push((WINDOW_VAR, (window.start_ms() / 1000).to_string()));
     }
+    // Made while Redis answered the grant, most often.
+    let ready = early.unwrap_or_else(|| wait::ready(args.contain, &args.command));
+    for dir in &ready.stopped {
+        ctx.say(format_args!(
+            "stopped what an rlock no longer running left in {}",
+            dir.display()
+        ));
+    }
+    let standby = ready.standby.inspect_err(|_| release(ctx, locker, held))?;
     // The renewal thread's reports (it starts once the first renewal is due).
     let reports = match Reports::new() {
         Ok(reports) => reports,
         Err(e) => {
+            standby.dismiss();
             release(ctx, locker, held);
             return Err(Failure::Internal(format!("cannot make a pipe: {e}")));
         }
     };
-    let made = (args.contain != Containment::Tree).then(|| {
-        let made = Cgroup::create();
-        if let Ok((_, stopped)) = &made {
-            for dir in stopped {
-                ctx.say(format_args!(
-                    "stopped what an rlock no longer running left in {}",
-                    dir.display()
-                ));
-            }
-        }
-        made.map(|(cgroup, _)| cgroup)
-    });
-    let (cgroup, why_not) = match made {
-        None => (None, Some("--contain tree".to_string())),
-        Some(made) => match made {
-            Ok(cgroup) => (Some(cgroup), None),
-            Err(why) if args.contain == Containment::Cgroup => {
-                release(ctx, locker, held);
-                return Err(Failure::Config(format!(
-                    "--contain cgroup: {why}; the command was not started (--contain auto falls back to the process tree)"
-                )));
-            }
-            Err(why) => (None, Some(why)),
-        },
-    };
-    supervise::adopt_orphans();
-    let terminal = Terminal::foreground();
-    // The guardian holds the lease from its first instant, so rlock may wait for its word that
-    // the command started past the point where the lease needs enforcing: a grant that came late
-    // (a slow server) leaves little of the lease, and the guardian stops the command by its
-    // moments meanwhile. A guardian that says nothing within START_ANSWER is killed.
+    let terminal = standby.terminal();
+    // The guardian holds the lease from the command's first instant, so rlock may wait for its
+    // word that the command started past the point where the lease needs enforcing: a grant
+    // that came late (a slow server) leaves little of the lease, and the guardian stops the
+    // command by its moments meanwhile. A guardian that says nothing within START_ANSWER is
+    // killed.
     let timeline = timeline(held);
     let answer_by = match timeline {
         None => Instant::now() + START_ANSWER,
@@ -300,18 +296,9 @@ fn start(ctx: &Context, locker: &Locker, held: &Held, args: &ExecArgs) -> Result
         guardian,
         pgid,
         containment,
-    } = supervise::launch(
-        &args.command,
-        &env,
-        terminal,
-        cgroup,
-        why_not,
-        args.contain == Containment::Cgroup,
-        args.lost_signal,
-        timeline,
-        answer_by,
-    )
-    .inspect_err(|_| release(ctx, locker, held))?;
+    } = standby
+        .launch(&env, args.lost_signal, timeline, answer_by)
+        .inspect_err(|_| release(ctx, locker, held))?;
     ctx.say(format_args!("the command runs contained by {containment}"));
     Ok(Child {
         pgid,

@@ -58,6 +58,16 @@ pub trait Observer {
     fn hears_progress(&self) -> bool {
         false
     }
+
+    /// Work to do while Redis answers a try of a wait for the lock (`backend::meanwhile`), ready
+    /// for a grant: `exec` makes the command's guardian then. None by default.
+    fn while_trying(&self) -> Option<Box<dyn FnOnce()>> {
+        None
+    }
+
+    /// A try got no grant (the lock busy, or no answer) and the wait goes on: what
+    /// `while_trying` made is not to be held meanwhile.
+    fn not_granted(&self) {}
 }
 
 /// Hears nothing.

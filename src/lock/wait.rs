@@ -34,12 +34,12 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use self::asking::Asking;
 use self::once::try_once;
 use self::progress::Progress;
 use self::sleep::{Slept, jitter, sleep, sleep_or_report};
 use super::call::acquire::Attempt;
 use super::error::{About, Error, Interruption, Seen, Waited};
-use super::exclusive::capped;
 use super::observe::{Note, Observer};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
@@ -100,41 +100,11 @@ pub(super) trait Tries {
     fn first_contact(&self) -> Duration;
 }
 
-/// The tries of `req` on `locker`.
-struct Asking<'a> {
-    locker: &'a Locker,
-    req: &'a Request<'a>,
-}
-
-impl Tries for Asking<'_> {
-    fn attempt(&self, join: bool, within: Option<Duration>) -> Result<Attempt, Error> {
-        self.locker.attempt(self.req, join, within)
-    }
-
-    fn leave(&self, within: Option<Duration>) {
-        let timeout = capped(self.locker.op_timeout(), within);
-        let _ = self
-            .locker
-            .leave_within(self.req.key, self.req.token, timeout);
-    }
-
-    fn subscribe(&self, within: Option<Duration>) -> Result<Vec<Subscriber>, Error> {
-        let timeout = capped(self.locker.op_timeout(), within);
-        self.locker
-            .subscribers(self.req.key, self.req.token, timeout)
-            .map_err(|e| Error::redis(self.req.key, e))
-    }
-
-    fn hang_up(&self) {
-        self.locker.hang_up();
-    }
-
-    fn races(&self) -> bool {
-        self.locker.is_quorum()
-    }
-
-    fn first_contact(&self) -> Duration {
-        self.locker.first_contact()
+/// `attempt()`, with the observer's `while_trying` work done while Redis answers.
+fn trying<T>(observer: &dyn Observer, attempt: impl FnOnce() -> T) -> T {
+    match observer.while_trying() {
+        Some(work) => crate::backend::meanwhile(work, attempt),
+        None => attempt(),
     }
 }
 
@@ -264,7 +234,17 @@ impl<T: Tries> Waiter<'_, T> {
         }
         // Counted from the try's start: a try that fails may have taken --op-timeout.
         let tried = Instant::now();
-        let attempt = self.tries.attempt(self.subscribed, self.budget());
+        // Work for a grant only where one may come: not on the retries of an outage (or of a
+        // full server), which may come in their hundreds.
+        let attempt = match self.outage {
+            None => trying(self.hooks.observer, || {
+                self.tries.attempt(self.subscribed, self.budget())
+            }),
+            Some(_) => self.tries.attempt(self.subscribed, self.budget()),
+        };
+        if !matches!(attempt, Ok(Attempt::Granted(_))) {
+            self.hooks.observer.not_granted();
+        }
         if let Some(signal) = self.hooks.interrupt.take() {
             // (A grant that raced with the signal is given back by `wait`'s leave.)
             return Step::GaveUp(interrupted(key, signal));
@@ -539,6 +519,7 @@ pub(super) fn superseded(key: &LockKey, by: crate::lock::Holder) -> Error {
     }
 }
 
+mod asking;
 mod once;
 mod progress;
 mod sleep;

@@ -38,12 +38,12 @@ use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{Pid, getpgrp};
+use nix::unistd::Pid;
 use std::time::{Duration, Instant};
 
 use super::LaunchError;
 use super::contain::{self, Cgroup};
-use super::spawn::{Forked, Prepared, cannot_run, fork_guardian};
+use super::spawn::cannot_run;
 use super::terminal::Terminal;
 use crate::lock::{Limit, Timeline};
 
@@ -52,10 +52,11 @@ pub const NAME: &std::ffi::CStr = c"rl-guardian";
 
 mod life;
 mod protocol;
+mod standby;
 
-use life::guard;
 pub use protocol::Event;
-use protocol::{DONE, KILL_AT, LIMIT_AT, LIMIT_KILL_AT, LOST_SIGNAL, SIGNAL, SIGNAL_AT, encode};
+use protocol::{DONE, KILL_AT, LIMIT_AT, LIMIT_KILL_AT, SIGNAL, SIGNAL_AT, encode};
+pub use standby::{Standby, stand_by};
 
 /// How often rlock looks whether a guardian that has not said the command started was
 /// stopped (SIGCHLD is not read before the supervisor runs).
@@ -96,76 +97,6 @@ pub struct Launched {
     pub pgid: Pid,
     /// What contains it, said with `-v`.
     pub containment: String,
-}
-
-/// Starts the guardian, which starts `argv` (as `spawn` describes) as its child, in `cgroup`
-/// when there is one. If the guardian cannot be started, neither is the command (exit 70); nor
-/// when it cannot be started in the cgroup and the cgroup is `required` (exit 78). rlock waits
-/// for the guardian's word that the command started until `answer_by` at most: a guardian
-/// that has not answered then is killed with what it started (exit 70), a stopped one is
-/// continued meanwhile. `lost_signal` and the lease's timeline are the guardian's from its first
-/// instant, before rlock hears that the command started: a grant that came late leaves the
-/// lease short, and the guardian enforces it whatever rlock is doing. This is the one time the
-/// grant's timeline is told; renewals are told by `Guardian::renewed`.
-#[allow(clippy::too_many_arguments)]
-pub fn launch(
-    argv: &[OsString],
-    env: &[(&str, String)],
-    terminal: Option<Terminal>,
-    cgroup: Option<Cgroup>,
-    why_no_cgroup: Option<String>,
-    required: bool,
-    lost_signal: Signal,
-    lease: Option<Timeline>,
-    answer_by: Instant,
-) -> Result<Launched, LaunchError> {
-    let give_up = |failure: LaunchError| {
-        if let Some(c) = &cgroup {
-            c.remove();
-        }
-        failure
-    };
-    let prepared = Prepared::new(argv, env).map_err(give_up)?;
-    let (req_read, req_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
-        .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
-    let (ev_read, ev_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
-        .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
-    let rlock_pgrp = getpgrp();
-    // Whether this process had children before (a shell that exec'd rlock may leave some).
-    let alone = matches!(
-        waitpid(None, Some(WaitPidFlag::WNOHANG)),
-        Err(Errno::ECHILD)
-    );
-    // Both sides count the lease's moments from this moment.
-    protocol::base();
-    // Written before the fork, read by the guardian as soon as the command started: the pipe
-    // holds them (a few messages, well under its capacity).
-    let mut told = encode(LOST_SIGNAL, lost_signal as i32, 0).to_vec();
-    if let Some(lease) = lease {
-        told.extend_from_slice(&timeline(lease));
-    }
-    let _ = nix::unistd::write(&req_write, &told);
-    // SAFETY: no other thread exists (see spawn.rs), so the child's copy of rlock's memory holds
-    // no lock another thread had taken; the child runs `guard`, which never returns and uses
-    // none of glibc's thread-id functions.
-    let forked = unsafe { fork_guardian(cgroup.as_ref().map(Cgroup::dir_fd), required) };
-    let forked = forked.map_err(|e| give_up(fork_failure(e, cgroup.as_ref(), required)))?;
-    match forked {
-        Forked::Child { in_cgroup } => {
-            drop(req_write);
-            drop(ev_read);
-            let cgroup = cgroup.map(|c| (c, in_cgroup));
-            guard(&prepared, terminal, rlock_pgrp, cgroup, req_read, ev_write)
-        }
-        Forked::Parent { child, in_cgroup } => {
-            let (cgroup, why_no_cgroup) = born_in(cgroup, in_cgroup, why_no_cgroup);
-            drop(req_read);
-            drop(ev_write);
-            let mut guardian = Guardian::new(child, req_write, ev_read, cgroup.as_ref());
-            guardian.alone = alone;
-            guardian.wait_for_start(why_no_cgroup, terminal, rlock_pgrp, &argv[0], answer_by)
-        }
-    }
 }
 
 /// The requests that tell the guardian the lease's moments, in one write.

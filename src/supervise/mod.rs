@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 pub use contain::{Cgroup, Mode as Containment};
-pub use guardian::{Guardian, Launched, launch};
+pub use guardian::{Guardian, Launched, Standby, stand_by};
 pub use keeper::{LeaseKeeper, Renewal, Reports};
 pub use spawn::runnable;
 pub use terminal::Terminal;

@@ -1,23 +1,26 @@
 //! Starting the guardian (a fork of rlock, born in the command's cgroup when there is one) and,
-//! from the guardian, the command. Every `unsafe` block of starting a process is in this file.
+//! from the guardian, the command. Every `unsafe` block of starting a process is in this file,
+//! two of them:
 //!
-//! Two invariants make the blocks below sound, and `exec` keeps them:
+//! - **The guardian's fork** (`fork_guardian`): born in the cgroup by `clone3` with
+//!   `CLONE_INTO_CGROUP`, which neither glibc nor nix wraps.
+//! - **The command's start** (`start`), as `posix_spawn` makes it: a child that shares the
+//!   guardian's memory until its exec (`clone` with `CLONE_VM | CLONE_VFORK`). Not
+//!   `std::process::Command`: two things only the child itself can do before its exec (SIGKILL on
+//!   its parent's death, `PR_SET_PDEATHSIG`, which no spawn attribute sets; the terminal's
+//!   foreground for its group from its first instruction, as a shell's job has it) need
+//!   `pre_exec`, and with `pre_exec` Command forks: the guardian's page tables are copied, and
+//!   every page either side writes before the exec is copied again, on every run. Measured
+//!   against this start, a run of `exec -- true` took more CPU and more page faults.
+//!
+//! Two invariants make both sound, and `exec` keeps them:
 //! - **No signal handlers are installed.** rlock blocks the signals it acts on and reads them
 //!   from a signalfd (`crate::signals`); no code of rlock's ever runs in signal context, so a
-//!   child sharing rlock's memory cannot be entered by a handler.
-//! - **No other thread exists at spawn.** The command is spawned, and the guardian forked,
-//!   before the renewal thread starts (it starts when the first renewal is due), and Redlock's
-//!   per-node threads are scoped and joined before. So no lock (malloc's, stdio's) can be held
-//!   by another thread at the fork or in the vfork child.
-//!
-//! Why each block is needed at all: the guardian is born in the cgroup by `clone3` with
-//! `CLONE_INTO_CGROUP`, which neither glibc nor nix wraps (a plain `fork` where the kernel has
-//! no clone3); the command is started vfork-style (`clone` with `CLONE_VM | CLONE_VFORK`) with a
-//! parent-death signal, a process group and the terminal set in the child, which
-//! `std::process::Command` cannot do without a fork that copies the guardian's memory; in that
-//! child only raw calls on memory prepared before are allowed (`execvpe`, `tcsetpgrp` on a raw
-//! descriptor, the default SIGPIPE disposition, `_exit`), since nix's wrappers allocate or want
-//! owned descriptors.
+//!   child sharing the guardian's memory cannot be entered by a handler.
+//! - **No other thread exists at either start.** The guardian is forked before any thread of
+//!   rlock's starts (the renewal thread and the run's record start after it; Redlock's
+//!   per-node threads are scoped and joined before), and it has one thread. So no lock
+//!   (malloc's, stdio's) can be held by another thread at the fork or in the vfork child.
 
 use std::ffi::{CString, OsString};
 use std::io;
@@ -46,7 +49,12 @@ pub(super) struct Prepared {
 
 impl Prepared {
     /// `argv`, and rlock's environment with `env` added (replacing variables of those names).
-    pub(super) fn new(argv: &[OsString], env: &[(&str, String)]) -> Result<Self, LaunchError> {
+    /// `file`: where `argv[0]` was found on PATH (`found_on_path`).
+    pub(super) fn new(
+        argv: &[OsString],
+        file: Option<CString>,
+        env: &[(&str, String)],
+    ) -> Result<Self, LaunchError> {
         let c_string = |bytes: Vec<u8>| {
             CString::new(bytes)
                 .map_err(|_| LaunchError::Usage("the command has a NUL byte in it".into()))
@@ -75,7 +83,7 @@ impl Prepared {
         };
         let (argp, envp) = (pointers(&args), pointers(&vars));
         Ok(Prepared {
-            file: found_on_path(&argv[0]),
+            file,
             _strings: (args, vars),
             argp,
             envp,
@@ -84,11 +92,11 @@ impl Prepared {
 }
 
 /// The file execvp would run for a bare `program`: the first executable file of that name in a
-/// directory of PATH. Looked up here, in the parent, so that the child execs it at once: execvp
-/// tries each directory of PATH in turn, and each exec that fails costs about what this whole
-/// lookup does. None for a path (it has a slash), without PATH, or when nothing is found: then
+/// directory of PATH. Looked up before the child runs (by the guardian, while rlock waits for
+/// the grant), so that the child execs it at once: execvp tries each directory of PATH in turn,
+/// and each exec that fails costs about what this whole lookup does. None for a path (it has a slash), without PATH, or when nothing is found: then
 /// the child searches as execvp does, and says why it could not run.
-fn found_on_path(program: &OsString) -> Option<CString> {
+pub(super) fn found_on_path(program: &OsString) -> Option<CString> {
     use nix::unistd::{AccessFlags, access};
     let bytes = program.as_bytes();
     if bytes.is_empty() || bytes.contains(&b'/') {
@@ -103,38 +111,65 @@ fn found_on_path(program: &OsString) -> Option<CString> {
 
 /// Starts `argv` directly (no shell, searching PATH) as the leader of a new process group, with
 /// the terminal's foreground when rlock had it, SIGKILL on its parent's death, no blocked
-/// signals, and rlock's environment plus `env`, in its parent's cgroup. Ok with its pid once it
-/// has exec'd; or the error of its exec (or of the clone).
+/// signals, SIGPIPE as usual, and rlock's environment plus `env`, in its parent's cgroup. Ok
+/// with its pid once it has exec'd; or the error of its exec (or of the clone).
 ///
-/// The child is started as `posix_spawn` does, sharing its parent's memory until it execs
-/// (vfork): the page tables are not copied, and no page has to be copied on write afterwards.
-/// So the child only makes async-signal-safe system calls on memory prepared before, and
-/// reports a failed exec through `exec_errno`.
+/// The child shares its parent's memory until it execs (vfork): the page tables are not copied,
+/// and no page has to be copied on write afterwards. So the child only makes async-signal-safe
+/// system calls on memory prepared before, and reports a failed exec through `exec_errno`.
 ///
 /// Must be called from a thread that lives as long as its process: the parent-death signal
 /// fires when the *thread* that forked the child exits.
 pub(super) fn start(prepared: &Prepared, terminal: Option<Terminal>) -> Result<Pid, io::Error> {
-    let argp = &prepared.argp;
+    let (argp, envp) = (&prepared.argp, &prepared.envp);
     let parent = getpid();
     // Resolved here: the child may not touch Rust's standard handles (they allocate on first use).
     let tty = terminal.map(Terminal::raw_fd);
     let exec_errno = AtomicI32::new(0);
-    let child = Box::new(|| -> isize {
-        exec_errno.store(become_the_command(prepared, tty, parent), Ordering::Relaxed);
-        // SAFETY: leaving the child at once, running nothing of rlock's (no atexit handlers, no
-        // destructors, no flushing of rlock's buffers).
-        unsafe { nix::libc::_exit(127) }
-    });
     // The child's stack: its own frames, and glibc's execvpe builds a path (and for a script
     // with no #!, a new argument list) on it. Above malloc's mmap threshold (128 KiB), so that
     // it comes as fresh zero pages, of which the child touches a few, rather than as heap that
     // must be cleared.
     let mut stack = vec![0u8; 256 * 1024 + 8 * argp.len()];
-    // SAFETY: CLONE_VM | CLONE_VFORK: the child runs on `stack` in rlock's memory while rlock
-    // is suspended, and only until it execs or exits; it makes only async-signal-safe calls on
-    // memory prepared above, and by the invariants at the top of this file no handler and no
-    // other thread can observe the shared memory meanwhile.
+    // SAFETY: CLONE_VM | CLONE_VFORK: the child runs the closure on `stack` in the guardian's
+    // memory while the guardian is suspended, until it execs or exits; by the invariants at the
+    // top of this file no handler and no other thread can observe the shared memory meanwhile.
+    // The child makes only async-signal-safe system calls, on memory prepared above, and leaves
+    // by its exec or `_exit`, running nothing of rlock's (no destructor, no atexit handler):
+    // - setpgid, and tcsetpgrp on the terminal's descriptor (0, 1 or 2, open for the life of
+    //   the process) with SIGTTOU blocked, an error (no terminal any more) ignored;
+    // - the parent-death signal, and kill(getpid()) if the parent died before it was armed
+    //   (not raise(): raise signals the thread glibc believes it is, and the guardian, a child
+    //   of a raw clone3, still carries its parent's thread id there);
+    // - SIGPIPE back to SIG_DFL (Rust's runtime ignores it; SIG_DFL is no handler, and the
+    //   child has a signal table of its own: no CLONE_SIGHAND), and no blocked signal;
+    // - execvpe with null-terminated arrays pointing into strings that outlive the child's use
+    //   of them (the parent waits, suspended, until the exec). The file found on PATH first
+    //   (execvpe does not search a name with a slash, and still runs a script without #! by
+    //   /bin/sh); should it have gone meanwhile, the search as execvp makes it, which also gives
+    //   the error to report.
     let pid = unsafe {
+        let child = Box::new(|| -> isize {
+            let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+            if let Some(fd) = tty {
+                let mut ttou = SigSet::empty();
+                ttou.add(Signal::SIGTTOU);
+                let _ = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&ttou), None);
+                nix::libc::tcsetpgrp(fd, getpid().as_raw());
+            }
+            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+            if getppid() != parent {
+                let _ = nix::sys::signal::kill(getpid(), Signal::SIGKILL);
+            }
+            let _ = nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigDfl);
+            let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+            if let Some(file) = &prepared.file {
+                nix::libc::execvpe(file.as_ptr(), argp.as_ptr(), envp.as_ptr());
+            }
+            nix::libc::execvpe(argp[0], argp.as_ptr(), envp.as_ptr());
+            exec_errno.store(Errno::last_raw(), Ordering::Relaxed);
+            nix::libc::_exit(127)
+        });
         nix::sched::clone(
             child,
             &mut stack,
@@ -149,44 +184,6 @@ pub(super) fn start(prepared: &Prepared, terminal: Option<Terminal>) -> Result<P
             Err(io::Error::from_raw_os_error(errno))
         }
     }
-}
-
-/// In the child, before the exec: a process group of its own, the terminal, SIGKILL when its
-/// parent dies, SIGPIPE as usual and no blocked signal; then the exec. Returns the exec's errno
-/// (it returns only when the exec failed). Async-signal-safe system calls only, on memory
-/// prepared before.
-fn become_the_command(prepared: &Prepared, tty: Option<i32>, parent: Pid) -> i32 {
-    let (argp, envp) = (&prepared.argp, &prepared.envp);
-    let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
-    if let Some(fd) = tty {
-        take_terminal(fd, getpid());
-    }
-    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
-    if getppid() != parent {
-        // The parent died before the parent-death signal was armed. kill(getpid()), not
-        // raise(): raise signals the thread glibc believes it is, and the guardian, a child of
-        // a raw clone3, still carries its parent's thread id there.
-        let _ = nix::sys::signal::kill(getpid(), Signal::SIGKILL);
-    }
-    // SAFETY: restoring the default disposition of SIGPIPE (Rust's runtime ignores it in rlock;
-    // the command must get it as usual). SIG_DFL is no handler, and the child has a signal table
-    // of its own (no CLONE_SIGHAND).
-    unsafe {
-        let _ = nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigDfl);
-    }
-    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-    // SAFETY: both arrays are null-terminated and point into strings that outlive the child's
-    // use of them (the parent waits, suspended by CLONE_VFORK, until the exec); so does `file`.
-    // The file found on PATH first (execvpe does not search a name with a slash, and still runs
-    // a script without #! by /bin/sh); should it have gone meanwhile, the search as execvp
-    // makes it, which also gives the error to report.
-    unsafe {
-        if let Some(file) = &prepared.file {
-            nix::libc::execvpe(file.as_ptr(), argp.as_ptr(), envp.as_ptr());
-        }
-        nix::libc::execvpe(argp[0], argp.as_ptr(), envp.as_ptr())
-    };
-    nix::errno::Errno::last_raw()
 }
 
 /// clone3's arguments (`struct clone_args`, as far as `cgroup`: CLONE_ARGS_SIZE_VER2).
@@ -210,39 +207,76 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Forks the guardian, into the cgroup whose directory is open as `cgroup_dir` from its first
 /// instant (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7), so that the command, which the
-/// guardian starts vfork-style, is born there too. Not a move into the cgroup after the start:
-/// moving a process (writing `cgroup.procs`) waits for an RCU grace period on most kernels, and
-/// a second fork (the command cloned into the cgroup with its own copy of the guardian's memory)
-/// copies page tables for nothing. Where clone3 cannot (an older kernel, a cgroup it
-/// may not start a process in), a plain fork, and `Forked::in_cgroup` is false; or, when
-/// `required` (`--contain cgroup`), clone3's error and no fork at all.
+/// guardian starts, is born there too. Not a move into the cgroup after the start: moving a
+/// process (writing `cgroup.procs`) waits for an RCU grace period on most kernels. Where clone3
+/// cannot (an older kernel, a cgroup it may not start a process in), a plain fork, and the
+/// guardian is in no cgroup; or, when `required` (`--contain cgroup`), clone3's error and no
+/// fork at all.
 ///
-/// # Safety
-/// As for `fork`: no other thread may exist at the call (so no lock is held in the child's copy
-/// of the memory), and the child must never return into code that expects to run once. After
-/// clone3, glibc in the child still takes itself for the parent's thread (its cached thread id
-/// is not updated): the child must not use `raise`, `pthread_kill` or glibc's own fork.
-pub(super) unsafe fn fork_guardian(
+/// The child drops `parents_own` (what only the parent may hold: its ends of the pipes) and
+/// runs `guardian` (told whether it was born in the cgroup), which never returns; the parent
+/// drops `guardian` (and so the child's ends it holds) and gets the child's pid, whether it was
+/// born in the cgroup, and `parents_own` back. No other thread may exist (see the top of this
+/// file; checked in debug builds): the child's copy of the memory must hold no lock another
+/// thread had taken. After clone3, glibc in the child still takes itself for the parent's
+/// thread (its cached thread id is not updated): `guardian` must not use `raise` or
+/// `pthread_kill`.
+pub(super) fn fork_guardian<P>(
     cgroup_dir: Option<i32>,
     required: bool,
-) -> Result<Forked, Errno> {
-    if let Some(dir) = cgroup_dir {
-        let args = CloneArgs {
-            flags: CLONE_INTO_CGROUP,
-            exit_signal: Signal::SIGCHLD as u64,
-            cgroup: dir as u64,
-            ..CloneArgs::default()
-        };
-        // SAFETY: clone3 without CLONE_VM is a fork: the child returns 0 here on a copy of this
-        // process's memory; the caller keeps the rules above.
-        let pid = unsafe {
-            nix::libc::syscall(
+    parents_own: P,
+    guardian: impl FnOnce(bool) -> std::convert::Infallible,
+) -> Result<(Pid, bool, P), Errno> {
+    debug_assert!(
+        std::fs::read_dir("/proc/self/task").map_or(true, |tasks| tasks.count() == 1),
+        "the guardian is forked while another thread runs"
+    );
+    let forked = fork(cgroup_dir, required)?;
+    match forked {
+        Forked::Child { in_cgroup } => {
+            drop(parents_own);
+            // An uninhabited value: the guardian never returns.
+            #[allow(unreachable_code)]
+            match guardian(in_cgroup) {}
+        }
+        Forked::Parent { child, in_cgroup } => Ok((child, in_cgroup, parents_own)),
+    }
+}
+
+/// The fork of `fork_guardian`.
+fn fork(cgroup_dir: Option<i32>, required: bool) -> Result<Forked, Errno> {
+    let args = cgroup_dir.map(|dir| CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        exit_signal: Signal::SIGCHLD as u64,
+        cgroup: dir as u64,
+        ..CloneArgs::default()
+    });
+    let clone3 = |args: &CloneArgs| {
+        // SAFETY: clone3 without CLONE_VM is a fork, and so is clone with SIGCHLD alone (where
+        // the kernel has no clone3, Linux 5.3): the child returns 0 here on a copy of this
+        // process's memory, where `fork_guardian` runs the guardian, which never returns; no
+        // other thread exists (the invariants at the top of this file), so no lock is held in
+        // that copy. `args` is a `struct clone_args` of the size given, alive for the call.
+        unsafe {
+            match nix::libc::syscall(
                 nix::libc::SYS_clone3,
-                &args as *const CloneArgs,
+                args as *const CloneArgs,
                 std::mem::size_of::<CloneArgs>(),
-            )
-        };
-        match pid {
+            ) {
+                -1 if args.flags == 0 && Errno::last() == Errno::ENOSYS => nix::libc::syscall(
+                    nix::libc::SYS_clone,
+                    nix::libc::SIGCHLD,
+                    0usize,
+                    0usize,
+                    0usize,
+                    0usize,
+                ),
+                pid => pid,
+            }
+        }
+    };
+    if let Some(args) = &args {
+        match clone3(args) {
             0 => return Ok(Forked::Child { in_cgroup: true }),
             pid if pid > 0 => {
                 return Ok(Forked::Parent {
@@ -257,33 +291,27 @@ pub(super) unsafe fn fork_guardian(
             _ => {}
         }
     }
-    // SAFETY: as the caller promises.
-    match unsafe { nix::unistd::fork() }? {
-        nix::unistd::ForkResult::Child => Ok(Forked::Child { in_cgroup: false }),
-        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent {
-            child,
+    // A plain fork.
+    let pid = match clone3(&CloneArgs {
+        exit_signal: Signal::SIGCHLD as u64,
+        ..CloneArgs::default()
+    }) {
+        -1 => return Err(Errno::last()),
+        pid => pid,
+    };
+    Ok(match pid {
+        0 => Forked::Child { in_cgroup: false },
+        pid => Forked::Parent {
+            child: Pid::from_raw(pid as i32),
             in_cgroup: false,
-        }),
-    }
+        },
+    })
 }
 
-/// Which side of `fork_guardian` this is, and whether the guardian was born in the cgroup.
-pub(super) enum Forked {
+/// Which side of `fork` this is, and whether the guardian was born in the cgroup.
+enum Forked {
     Child { in_cgroup: bool },
     Parent { child: Pid, in_cgroup: bool },
-}
-
-/// `Terminal::hand_to` for the vfork child, on a raw descriptor: async-signal-safe system
-/// calls only.
-fn take_terminal(fd: i32, pgrp: Pid) {
-    let mut ttou = SigSet::empty();
-    ttou.add(Signal::SIGTTOU);
-    let mut old = SigSet::empty();
-    let _ = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old));
-    // SAFETY: tcsetpgrp on fd 0, 1 or 2, which stay open for the life of the process; an
-    // error (no terminal any more) is harmless and ignored.
-    unsafe { nix::libc::tcsetpgrp(fd, pgrp.as_raw()) };
-    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
 }
 
 /// Whether `program` could be run now, as execvp would find it: a path with a slash must be an

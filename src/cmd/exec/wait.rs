@@ -10,18 +10,92 @@ use crate::cli::ExecArgs;
 use crate::exit::Failure;
 use crate::lock::{AtGrant, Grant, Interrupt, Locker, Newest, Note, Observer};
 use crate::signals::{Signals, stop_self};
-use crate::supervise;
+use crate::supervise::{self, Cgroup, Containment, LaunchError, Standby, Terminal};
+
+/// The command's guardian (and its cgroup), made while Redis answers a try for the lock rather
+/// than between the grant and the command's start. Dismissed when the try grants nothing (a
+/// waiter holds neither while it waits), and when dropped untaken.
+pub(super) struct Early(std::cell::RefCell<Option<Ready>>);
+
+/// A guardian waiting for the word to start the command (or why none could be made), and the
+/// directories of rlocks no longer running whose leftovers were stopped on the way.
+pub(super) struct Ready {
+    pub(super) standby: Result<Standby, LaunchError>,
+    pub(super) stopped: Vec<std::path::PathBuf>,
+}
+
+/// Makes the cgroup of `command` (as `contain` asks) and its guardian, there.
+pub(super) fn ready(contain: Containment, command: &[std::ffi::OsString]) -> Ready {
+    let required = contain == Containment::Cgroup;
+    let mut stopped = Vec::new();
+    let (cgroup, why_not) = match (contain != Containment::Tree).then(Cgroup::create) {
+        None => (None, Some("--contain tree".to_string())),
+        Some(Ok((cgroup, left))) => {
+            stopped = left;
+            (Some(cgroup), None)
+        }
+        Some(Err(why)) if required => {
+            let standby = Err(LaunchError::Config(format!(
+                "--contain cgroup: {why}; the command was not started (--contain auto falls back to the process tree)"
+            )));
+            return Ready { standby, stopped };
+        }
+        Some(Err(why)) => (None, Some(why)),
+    };
+    supervise::adopt_orphans();
+    let terminal = Terminal::foreground();
+    let standby = supervise::stand_by(command, terminal, cgroup, why_not, required);
+    Ready { standby, stopped }
+}
+
+impl Early {
+    pub(super) fn new() -> std::rc::Rc<Early> {
+        std::rc::Rc::new(Early(std::cell::RefCell::new(None)))
+    }
+
+    /// The guardian made early, if one was (or why none could be).
+    pub(super) fn take(&self) -> Option<Ready> {
+        self.0.borrow_mut().take()
+    }
+
+    fn dismiss(&self) {
+        if let Some(Ready {
+            standby: Ok(standby),
+            ..
+        }) = self.take()
+        {
+            standby.dismiss();
+        }
+    }
+}
+
+impl Drop for Early {
+    fn drop(&mut self) {
+        self.dismiss();
+    }
+}
+
+/// What goes with each try for the lock besides the request: the run's entry on record, which
+/// the try that is granted writes (one Redis, Sentinel, Cluster), and the guardian made while
+/// Redis answers.
+pub(super) struct WithTries<'a> {
+    pub(super) record: Option<&'a AtGrant>,
+    pub(super) early: &'a std::rc::Rc<Early>,
+}
 
 /// Takes the lock, waiting as the options say; the holder is this process and its command (or
-/// the --label). With `record`, the run is on record from its grant.
+/// the --label). With `record`, the run is on record from its grant. The command's guardian and
+/// cgroup are made into `early` while Redis answers each try of a wait (not `-n`'s single try),
+/// and dismissed again when it grants nothing.
 pub(super) fn acquire(
     ctx: &Context,
     locker: &Locker,
     key: &crate::lock::LockKey,
     args: &ExecArgs,
     signals: &Signals,
-    record: Option<&AtGrant>,
+    with: &WithTries,
 ) -> Result<Grant, Failure> {
+    let early = with.early;
     let ask = Ask {
         key,
         ttl: args.ttl,
@@ -30,13 +104,14 @@ pub(super) fn acquire(
         who: exec_holder(args),
         hold: args.hold.hold_at_least,
         newest: newest(locker, args)?,
-        record,
+        record: with.record,
     };
-    let observer = ExecWait {
-        ctx,
-        program: &args.command[0],
-    };
-    take(locker, ask, &WaitSignals(signals), &observer)
+    let observer = ExecWait { ctx, args, early };
+    let grant = take(locker, ask, &WaitSignals(signals), &observer);
+    if grant.is_err() {
+        early.dismiss();
+    }
+    grant
 }
 
 /// Who this run displaces (`--newest`, `--cancel-running`). Redlock has no one line of waiters
@@ -65,13 +140,14 @@ pub(super) fn newest(locker: &Locker, args: &ExecArgs) -> Result<Newest, Failure
 /// look the command up twice.
 struct ExecWait<'a> {
     ctx: &'a Context,
-    program: &'a std::ffi::OsString,
+    args: &'a ExecArgs,
+    early: &'a std::rc::Rc<Early>,
 }
 
 impl Observer for ExecWait<'_> {
     fn observe(&self, note: Note<'_>) {
         if let Note::WaitBegins { key, .. } = note
-            && let Err(why) = supervise::runnable(self.program)
+            && let Err(why) = supervise::runnable(&self.args.command[0])
         {
             self.ctx.note(format_args!(
                 "{why}; waiting for lock '{key}' anyway (it may appear meanwhile)"
@@ -82,6 +158,22 @@ impl Observer for ExecWait<'_> {
 
     fn hears_progress(&self) -> bool {
         self.ctx.hears_progress()
+    }
+
+    /// The guardian (and its cgroup) made while Redis answers, unless one is made already.
+    fn while_trying(&self) -> Option<Box<dyn FnOnce()>> {
+        if self.early.0.borrow().is_some() {
+            return None;
+        }
+        let made = self.early.clone();
+        let (contain, command) = (self.args.contain, self.args.command.clone());
+        Some(Box::new(move || {
+            *made.0.borrow_mut() = Some(ready(contain, &command));
+        }))
+    }
+
+    fn not_granted(&self) {
+        self.early.dismiss();
     }
 }
 

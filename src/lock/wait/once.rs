@@ -25,6 +25,9 @@ pub(super) fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Resul
     let mut backoff = Duration::from_millis(50);
     let mut said = false;
     let attempt = loop {
+        // No `while_trying` here: a single try (`-n`) finds the lock busy as often as not (the
+        // same cron job on several hosts), and work made for a grant would then be undone at
+        // once on the busy path.
         match tries.attempt(false, None) {
             Err(failure) if failure.is_transient() && !failure.is_short_of_replicas() => {
                 if let Some(signal) = hooks.interrupt.take() {

@@ -18,28 +18,38 @@ use nix::unistd::{Pid, getpid, setpgid};
 
 use super::NAME;
 use super::protocol::{
-    DONE, Event, KILL_AT, LIMIT_AT, LIMIT_KILL_AT, LOST_SIGNAL, SIGNAL, SIGNAL_AT, decode,
+    DONE, Event, KILL_AT, LIMIT_AT, LIMIT_KILL_AT, LOST_SIGNAL, SIGNAL, SIGNAL_AT, START, decode,
     moment_of, tell,
 };
 use crate::supervise::contain::{self, Cgroup};
-use crate::supervise::spawn::{Prepared, start};
+use crate::supervise::spawn::{Prepared, found_on_path, start};
 use crate::supervise::terminal::Terminal;
 
-/// The guardian's life: start the command, then pass its changes up, reap what it leaves,
-/// signal everything below on request, and once rlock is gone (end of file on `requests`)
-/// SIGKILL everything below and leave. Never returns.
+/// The guardian's life: wait for rlock's word to start `argv` (with the lock's variables), start
+/// it, then pass its changes up, reap what it leaves, signal everything below on request, and
+/// once rlock is gone (end of file on `requests`) SIGKILL everything below and leave. rlock
+/// dismissing it before the start (anything but `START` first), it leaves. Never returns.
 pub(super) fn guard(
-    prepared: &Prepared,
+    argv: &[std::ffi::OsString],
     terminal: Option<Terminal>,
     rlock_pgrp: Pid,
-    cgroup: Option<(Cgroup, bool)>,
+    cgroup: Option<&Cgroup>,
     requests: OwnedFd,
     events: OwnedFd,
 ) -> ! {
-    // The cgroup, when the guardian was born in it (and so the command is); else the tree.
-    let cgroup = cgroup.filter(|(_, born_in)| *born_in).map(|(c, _)| c);
-    let chld = settle(&requests);
-    let leader = start_command(prepared, terminal, rlock_pgrp, cgroup.as_ref(), &events);
+    let chld = settle();
+    // Looked up while rlock waits for the grant.
+    let file = found_on_path(&argv[0]);
+    let Some(env) = told_to_start(&requests) else {
+        leave()
+    };
+    let _ = nix::fcntl::fcntl(&requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+    let env: Vec<(&str, String)> = env.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let Ok(prepared) = Prepared::new(argv, file, &env) else {
+        tell(&events, &[Event::NotStarted(Errno::EINVAL)]);
+        leave()
+    };
+    let leader = start_command(&prepared, terminal, rlock_pgrp, cgroup, &events);
     Life {
         me: getpid().as_raw(),
         cgroup,
@@ -61,10 +71,45 @@ pub(super) fn guard(
     .run()
 }
 
+/// rlock's word to start the command: the variables to add to its environment. None when rlock
+/// said anything else first, or closed the pipe.
+fn told_to_start(requests: &OwnedFd) -> Option<Vec<(String, String)>> {
+    let mut head = [0u8; 12];
+    read_all(requests, &mut head)?;
+    let (tag, len, _) = decode(&head);
+    if tag != START {
+        return None;
+    }
+    let mut blob = vec![0u8; usize::try_from(len).ok()?];
+    read_all(requests, &mut blob)?;
+    blob.split(|&b| b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let v = std::str::from_utf8(v).ok()?;
+            let (name, value) = v.split_once('=')?;
+            Some((name.to_string(), value.to_string()))
+        })
+        .collect()
+}
+
+/// Fills `buf` from `fd`, a blocking pipe; None at its end.
+fn read_all(fd: &OwnedFd, buf: &mut [u8]) -> Option<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match nix::unistd::read(fd, &mut buf[done..]) {
+            Ok(0) => return None,
+            Ok(n) => done += n,
+            Err(Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(())
+}
+
 /// Makes this process the guardian: its own name, the subreaper of all the command starts, a
-/// process group of its own, SIGCHLD and the terminal's stop signals blocked, and `requests`
-/// non-blocking. Returns the signalfd that SIGCHLD is read from, if one could be made.
-fn settle(requests: &OwnedFd) -> nix::Result<SignalFd> {
+/// process group of its own, SIGCHLD and the terminal's stop signals blocked. Returns the
+/// signalfd that SIGCHLD is read from, if one could be made.
+fn settle() -> nix::Result<SignalFd> {
     let _ = nix::sys::prctl::set_name(NAME);
     // Inherited from rlock already; said again, so that the guardian never rests on it.
     crate::supervise::not_dumpable();
@@ -88,9 +133,7 @@ fn settle(requests: &OwnedFd) -> nix::Result<SignalFd> {
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None);
     let mut sigchld = SigSet::empty();
     sigchld.add(Signal::SIGCHLD);
-    let chld = SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC);
-    let _ = nix::fcntl::fcntl(requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
-    chld
+    SignalFd::with_flags(&sigchld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
 }
 
 /// Overwrites this process's copy of rlock's command line (the memory `/proc/PID/cmdline`
@@ -159,11 +202,11 @@ fn start_command(
 }
 
 /// The guardian once the command runs: what it watches, and what it has been told.
-struct Life {
+struct Life<'a> {
     /// The guardian's pid: the root of the tree below it, and not to be killed with it.
     me: i32,
     /// The cgroup the command runs in (when the guardian was born in it); else the tree.
-    cgroup: Option<Cgroup>,
+    cgroup: Option<&'a Cgroup>,
     /// Whether the guardian has left the cgroup (to stop what is in it without stopping itself).
     left: Cell<bool>,
     /// In the tree: what the walks for earlier signals saw, SIGKILLed first when the time comes.
@@ -202,7 +245,7 @@ struct Moments {
     kill_at: Option<Instant>,
 }
 
-impl Life {
+impl Life<'_> {
     /// Round after round until nothing below runs: reap and pass up what changed, wait for the
     /// next change or request, go on killing if asked to, and take rlock's request.
     fn run(mut self) -> ! {
@@ -262,29 +305,31 @@ impl Life {
         }
     }
 
-    /// Nothing the command started runs any more: stops what was put in the cgroup from
-    /// outside, removes the cgroup when it is this process's to remove, and leaves.
+    /// Nothing the command started runs any more, and rlock was told so: leaves at once, so
+    /// that rlock, which waits for this process's end before it releases, waits for nothing
+    /// else. What was put in the cgroup from outside (by a privileged hand) is rlock's to stop:
+    /// it finds the cgroup populated once this process is gone, and kills it (`confirm.rs`).
+    /// Only when rlock died (the request pipe closed without its farewell), or this process
+    /// left the cgroup to stop the command, is the cgroup this process's: it stops what is left
+    /// in it and removes it.
     fn finish(&self) -> ! {
-        // A process in the cgroup that is no descendant was put there from outside (by a
-        // privileged hand): it goes too, before the cgroup does.
         if let Some(c) = &self.cgroup {
-            if c.holds_other_than(self.me) {
+            let rlock_died = if self.rlock_gone {
+                !self.said_done
+            } else {
+                farewell(&self.requests) == Some(false)
+            };
+            // Having left to stop the command, it removes the cgroup: what is still in it goes
+            // first (the rmdir would fail).
+            if (rlock_died || self.left.get()) && c.holds_other_than(self.me) {
                 self.stop_all(Signal::SIGKILL);
                 let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
                 while c.holds_other_than(self.me) && std::time::Instant::now() < until {
                     std::thread::sleep(std::time::Duration::from_millis(2));
                 }
             }
-            // Still in it on a run that ended by itself: rlock removes it once this process
-            // has gone, unless rlock is gone too (killed as the command ended): then the cgroup
-            // is this process's to remove, having left it. rlock, alive, says farewell before
-            // it closes the pipe (and would wait for the milliseconds leaving the cgroup
-            // costs); a pipe closed without it is rlock's death.
-            let rlock_died = if self.rlock_gone {
-                !self.said_done
-            } else {
-                farewell(&self.requests) == Some(false)
-            };
+            // Else rlock, alive, removes it once this process has gone (leaving would cost this
+            // process milliseconds).
             if self.left.get() || (rlock_died && c.leave().is_ok()) {
                 c.remove();
             }

@@ -59,6 +59,9 @@ pub(super) const KILL_AT: i32 = 13;
 /// The command's time limit (`--timeout`), as `Lease::limit` made it: the lost-signal at it,
 /// SIGKILL at its kill moment. Sent once, together.
 pub(super) const LIMIT_AT: i32 = 12;
+/// The command may start: the first request, followed by this many bytes of the variables to
+/// add to its environment (`NAME=VALUE`, each ended by a NUL byte).
+pub(super) const START: i32 = 15;
 pub(super) const LIMIT_KILL_AT: i32 = 14;
 
 /// The moment moments are counted from: taken before the guardian is forked, so that both

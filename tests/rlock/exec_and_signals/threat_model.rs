@@ -5,7 +5,8 @@
 //! the command could open, and by the escaped loop's heartbeats against the next holder's start.
 
 use super::containment::{
-    Escape, KEY, LOCK, Reaper, Way, as_user, assert_silent_after, exec, open_dir, requires_root,
+    Escape, KEY, LOCK, Reaper, Way, as_user, assert_silent_after, cgroup_of, exec, open_dir,
+    requires_root,
 };
 use super::process_group::heartbeat;
 use crate::common::{Background as Bg, Output, RedisServer, rlock_at};
@@ -139,6 +140,79 @@ fn a_forged_nothing_left_is_not_believed_in_a_cgroup() {
     for _ in 0..3 {
         a_forged_nothing_left_is_not_believed(Way::Cgroup);
     }
+}
+
+/// In a cgroup, a lost lease ends in `cgroup.kill`: a process put in the command's cgroup from
+/// outside (by root), which is below neither the guardian nor rlock and ignores the lost-signal,
+/// is reached by nothing else, and is SIGKILLed by the time rlock has exited 76. The command
+/// itself ends at the lost-signal, so that the guardian never has to escalate on its own.
+#[test]
+fn a_lost_lease_in_a_cgroup_ends_in_cgroup_kill() {
+    a_stop_in_a_cgroup_ends_in_cgroup_kill(&[], 76);
+}
+
+/// The command's time limit likewise (exit 124).
+#[test]
+fn a_time_limit_in_a_cgroup_ends_in_cgroup_kill() {
+    a_stop_in_a_cgroup_ends_in_cgroup_kill(&["--timeout", "1s"], 124);
+}
+
+/// A process started by the test, in a group of its own, killed when dropped.
+struct Stranger(Child);
+
+impl Drop for Stranger {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn a_stop_in_a_cgroup_ends_in_cgroup_kill(opts: &[&str], code: i32) {
+    use std::os::unix::process::ExitStatusExt;
+    requires_root();
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let d = dir.path();
+    let mut cmd = rlock_at(&server);
+    cmd.args(["exec", "--contain", "cgroup", "-k", KEY])
+        .args(SHORT)
+        .args(opts)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            r#"echo $$ > "$D/cmd.pid"; exec sleep 600"#,
+        ]);
+    let mut rl = Bg::spawn_group("rlock", d, &mut cmd);
+    rl.wait_for("the command", Duration::from_secs(10), || {
+        d.join("cmd.pid").exists()
+    });
+    let mut stranger = Stranger(
+        Command::new("sh")
+            .args(["-c", r#"trap "" TERM; exec sleep 600"#])
+            .process_group(0)
+            .spawn()
+            .expect("a stranger"),
+    );
+    let procs = cgroup_of(rl.pid()).join("cgroup.procs");
+    fs::write(&procs, stranger.0.id().to_string()).expect("the stranger put in the cgroup");
+    if code == 76 {
+        server.cmd(&["DEL", LOCK]);
+    }
+    let (out, _) = rl.finish(Duration::from_secs(10));
+    assert_eq!(out.code, code, "{out}");
+    // SIGKILLed (by nobody but rlock and its guardian), and reaped by the test a moment later.
+    let until = std::time::Instant::now() + Duration::from_secs(1);
+    let status = loop {
+        match stranger.0.try_wait().expect("try_wait") {
+            Some(status) => break status,
+            None if std::time::Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            None => panic!("the stranger in the cgroup outlived rlock's exit: {out}"),
+        }
+    };
+    assert_eq!(status.signal(), Some(Signal::SIGKILL as i32), "{status:?}");
 }
 
 /// Two busy loops per CPU, stopped when dropped.
