@@ -111,6 +111,7 @@ impl Inbox<'_> {
                         Event::Exited(code, sig)
                     }
                     guardian::Event::Empty => Event::Empty,
+                    guardian::Event::OwnClock { limit, .. } => Event::OwnClock { limit },
                     guardian::Event::Signalled(number) => {
                         self.signalled = number;
                         continue;

@@ -33,6 +33,14 @@ pub enum Event {
     /// process got the signal (for SIGSTOP: every process has stopped, or the guardian gave up
     /// waiting), or the guardian is killing everything already.
     Signalled(i32),
+    /// The guardian sent this signal (the lost-signal, or SIGKILL) to everything below on its
+    /// own clock: at the lease's moment (`limit` false) or the time limit's. rlock may have taken
+    /// a renewal that came too late to reach the guardian: its own moments then say nothing
+    /// happened, and without this word the command's death would pass for its own.
+    OwnClock {
+        signal: Signal,
+        limit: bool,
+    },
 }
 
 const STARTED: i32 = 1;
@@ -42,6 +50,7 @@ const CONTINUED: i32 = 4;
 const EXITED: i32 = 5;
 const EMPTY: i32 = 6;
 const SIGNALLED: i32 = 9;
+const OWN_CLOCK: i32 = 15;
 /// A request: this signal to every process the command started (and the request's number,
 /// which `Event::Signalled` gives back once it is done).
 pub(super) const SIGNAL: i32 = 7;
@@ -117,6 +126,7 @@ impl Event {
             Event::Exited(code, sig) => encode(EXITED, code as i32, sig.map_or(0, |s| s as i32)),
             Event::Empty => encode(EMPTY, 0, 0),
             Event::Signalled(n) => encode(SIGNALLED, n, 0),
+            Event::OwnClock { signal, limit } => encode(OWN_CLOCK, signal as i32, limit as i32),
         }
     }
 
@@ -134,6 +144,10 @@ impl Event {
             EXITED => Event::Exited(a as u8, signal(b)),
             EMPTY => Event::Empty,
             SIGNALLED => Event::Signalled(a),
+            OWN_CLOCK => Event::OwnClock {
+                signal: signal(a)?,
+                limit: b != 0,
+            },
             _ => return None,
         })
     }
