@@ -167,6 +167,16 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// The guardian's word that it stopped the command on its own clock comes up whole: which
+    /// signal, and whether the lease's moment or the time limit's.
+    #[test]
+    fn a_stop_on_the_guardians_own_clock_is_told_whole() {
+        for (signal, limit) in [(Signal::SIGTERM, false), (Signal::SIGKILL, true)] {
+            let told = Event::OwnClock { signal, limit };
+            assert_eq!(Event::decode(&told.encode()), Some(told));
+        }
+    }
+
     /// A moment reaches the guardian as the very instant rlock holds: no rounding, before
     /// `base` as after it, past 32 bits of milliseconds.
     #[test]
