@@ -263,9 +263,12 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
             // moved by a renewal, say the lease runs on: the renewal came too late to reach the
             // guardian. The run is lost, said so, not a command that died of its own. (Once
             // rlock's own moment has come too, `enforce_deadline` says why; the time limit's
-            // moments no renewal moves, so rlock's own say it.)
+            // moments no renewal moves, so rlock's own say it; and once rlock sent the
+            // lost-signal itself, to what outlived the leader, the guardian's SIGKILL keeps the
+            // moment it had then: no renewal came too late.)
             Event::OwnClock { limit: false }
                 if self.lost.is_none()
+                    && !self.deadlines.signalled()
                     && self
                         .deadlines
                         .signal_at()

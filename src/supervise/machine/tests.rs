@@ -267,6 +267,29 @@ fn a_guardian_that_stops_the_command_on_its_own_clock_makes_the_run_lost() {
     assert_eq!(out.code, 143);
 }
 
+/// What outlived the leader got the lost-signal from rlock: the guardian's SIGKILL on its own
+/// clock then keeps the lease's moment of that time, which later renewals do not move. The run
+/// is not lost for it.
+#[test]
+fn the_guardians_kill_of_leftovers_on_its_own_clock_is_no_loss() {
+    let (out, log) = run_with(3_000, 1_000, false, 0, |start| {
+        vec![
+            (1_000, Event::Exited(0, None)),
+            (
+                1_100,
+                Event::Watchdog(Report::Renewed {
+                    lease: timeline(start + ms(6_000), ms(1_000)),
+                }),
+            ),
+            (1_900, Event::OwnClock { limit: false }),
+            (1_910, Event::Empty),
+        ]
+    });
+    assert_eq!(when(&log, "all TERM"), 1_000);
+    assert!(out.lost.is_none(), "{:?}", out.lost);
+    assert_eq!(out.code, 0);
+}
+
 /// The guardian's word at a moment rlock's own moments also say: rlock's own reason stands
 /// (the lease ran out), and the time limit's word changes nothing.
 #[test]
