@@ -108,14 +108,17 @@ impl Group {
 
     /// `sig` to the group, unless its number may be another group's now.
     pub(super) fn signal(&mut self, sig: Signal) {
-        // The pidfd first, without asking whether the leader lives: one system call.
+        // The pidfd first, without asking whether the leader lives: one system call. ESRCH:
+        // nobody is left in the group. A kernel without the flag says EINVAL (a filter that
+        // forbids the call, ENOSYS or EPERM): the number then, as far as it is surely the group's.
         if let (true, Some(fd)) = (self.by_pidfd, &self.pidfd) {
             match send_to_group(fd, sig) {
-                Err(nix::errno::Errno::EINVAL) => self.by_pidfd = false,
-                _ => return,
+                Ok(()) | Err(nix::errno::Errno::ESRCH) => return,
+                Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS) => self.by_pidfd = false,
+                Err(_) => {}
             }
         }
-        if route(self.leader(), self.by_pidfd) == Route::Number {
+        if route(self.leader(), false) == Route::Number {
             let _ = killpg(self.pgid, sig);
         }
     }
