@@ -48,6 +48,9 @@ pub enum Loss {
     /// Not lost: a newer run `by` asked this holder to stop (`--cancel-running`). The lock is
     /// still held, and given back once the command is stopped.
     Superseded(Box<Holder>),
+    /// The guardian stopped the command at the lease's moment, on its own clock, while rlock
+    /// had taken a renewal that moved it: the renewal came too late to reach the guardian.
+    TooLate,
 }
 
 /// Renews `grant` every `lease.renew_every`, the first time `lease.renew_every` after the grant

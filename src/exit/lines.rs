@@ -221,6 +221,9 @@ impl fmt::Display for Loss {
             Loss::NotOwner(why) => write!(f, "Redis says the token no longer owns it ({why})"),
             Loss::Replaced(error) => write!(f, "the key was replaced: {}", error.detail),
             Loss::Superseded(by) => write!(f, "a newer run asked it, {}", by.describe(0)),
+            Loss::TooLate => f.write_str(
+                "the guardian stopped the command at the lease's moment, as the renewal came too late to reach it",
+            ),
             Loss::RanOut { grace, last } => {
                 let grace = crate::lock::human_duration(*grace);
                 // Not "runs out within": when rlock was stopped or the machine slept, the lease

@@ -152,6 +152,11 @@ impl Deadlines {
         !std::mem::replace(&mut self.signalled, true)
     }
 
+    /// The lost-signal has gone to the group (from here).
+    pub fn signalled(&self) -> bool {
+        self.signalled
+    }
+
     pub fn killed(&self) -> bool {
         self.killed
     }

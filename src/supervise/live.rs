@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags};
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::sys::time::TimeSpec;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
+use super::group::Group;
 use super::keeper::ReportReceiver;
 use super::machine::{Event, World};
 use super::terminal::Terminal;
@@ -111,6 +112,7 @@ impl Inbox<'_> {
                         Event::Exited(code, sig)
                     }
                     guardian::Event::Empty => Event::Empty,
+                    guardian::Event::OwnClock { limit, .. } => Event::OwnClock { limit },
                     guardian::Event::Signalled(number) => {
                         self.signalled = number;
                         continue;
@@ -211,6 +213,8 @@ fn reap_orphans() {
 pub(super) struct Live<'a> {
     pub inbox: Inbox<'a>,
     pub pgid: Pid,
+    /// The group as signals reach it: never by a number another group may have taken since.
+    pub group: Group,
     pub terminal: Option<Terminal>,
 }
 
@@ -228,13 +232,13 @@ impl World for Live<'_> {
     }
 
     fn signal_group(&mut self, sig: Signal) {
-        let _ = killpg(self.pgid, sig);
+        self.group.signal(sig);
     }
 
     fn signal_all(&mut self, sig: Signal) {
         // From here at once, not waiting for the guardian to be scheduled.
         if sig == Signal::SIGKILL {
-            let _ = killpg(self.pgid, sig);
+            self.group.signal(sig);
             let by = Instant::now() + KILL_ANSWER;
             self.inbox.answer_by.get_or_insert(by);
         }
@@ -261,7 +265,7 @@ impl World for Live<'_> {
         if let (Some(t), true) = (self.terminal, foreground) {
             t.hand_to(self.pgid);
         }
-        let _ = killpg(self.pgid, Signal::SIGCONT);
+        self.group.signal(Signal::SIGCONT);
         if !self.inbox.guardian_gone {
             self.inbox.guardian.signal_all(Signal::SIGCONT);
         }

@@ -24,6 +24,11 @@ pub(super) enum Event {
     Exited(u8, Option<Signal>),
     /// Nothing the command started runs any more.
     Empty,
+    /// The guardian sent the lost-signal or SIGKILL on its own clock, at the lease's moment
+    /// (`limit` false) or the time limit's.
+    OwnClock {
+        limit: bool,
+    },
     Watchdog(Report),
 }
 
@@ -254,6 +259,27 @@ impl<'a, K: Keeper, W: World> Supervisor<'a, K, W> {
                 }
             }
             Event::Continued => self.stopped = false,
+            // The guardian stopped the command at the lease's moment while rlock's moments,
+            // moved by a renewal, say the lease runs on: the renewal came too late to reach the
+            // guardian. The run is lost, said so, not a command that died of its own. (Once
+            // rlock's own moment has come too, `enforce_deadline` says why; the time limit's
+            // moments no renewal moves, so rlock's own say it; and once rlock sent the
+            // lost-signal itself, to what outlived the leader, the guardian's SIGKILL keeps the
+            // moment it had then: no renewal came too late.)
+            Event::OwnClock { limit: false }
+                if self.lost.is_none()
+                    && !self.deadlines.signalled()
+                    && self
+                        .deadlines
+                        .signal_at()
+                        .is_some_and(|at| self.world.now() < at) =>
+            {
+                self.lost = Some(Loss::TooLate);
+                let now = self.world.now();
+                self.deadlines.lock_lost(now);
+                self.term(true);
+            }
+            Event::OwnClock { .. } => {}
             Event::Watchdog(Report::Renewed { lease }) if self.lost.is_none() => {
                 self.deadlines.renewed(lease);
                 if let Some(lease) = self.deadlines.lease() {

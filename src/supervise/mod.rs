@@ -5,6 +5,7 @@
 mod confirm;
 mod contain;
 mod deadlines;
+mod group;
 mod guardian;
 mod keeper;
 mod live;
@@ -110,6 +111,7 @@ pub fn supervise(
     }
     let world = live::Live {
         pgid: guardian.pgid(),
+        group: group::Group::open(guardian.pgid(), guardian.pid()),
         inbox: live::Inbox {
             guardian,
             guardian_gone: false,

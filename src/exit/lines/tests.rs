@@ -144,6 +144,10 @@ fn a_lost_lock_says_why_and_what_the_command_was_sent() {
         lost(running(ran_out(None))),
         "lost lock 'jobs' while the command ran: could not renew it before the last 2s of its lease (--grace) (no renewal succeeded); sent SIGTERM to everything the command started"
     );
+    assert_eq!(
+        lost(running(Loss::TooLate)),
+        "lost lock 'jobs' while the command ran: the guardian stopped the command at the lease's moment, as the renewal came too late to reach it; sent SIGTERM to everything the command started"
+    );
     let timeout = RenewError::Node(node(Fault::Timeout, "timed out"));
     assert_eq!(
         lost(running(ran_out(Some(timeout)))),

@@ -454,21 +454,39 @@ impl Life<'_> {
 
     /// What the lease's moments (and the time limit's) say now, whatever rlock is doing
     /// (stopped, killed, stuck): the lost-signal to everything below at its moment, SIGKILL at
-    /// its own.
+    /// its own. rlock hears each (`OwnClock`): a renewal it took may not have reached this
+    /// process in time, and the command's death must not then pass for its own.
     fn enforce_deadline(&mut self) {
         while let Some(at) = self.next_due() {
             let now = Instant::now();
             if now < at {
                 return;
             }
-            let Some(lost) = self.lost_signal else { return };
-            match !self.lost_sent && self.signal_due().is_some_and(|s| now >= s) {
-                true => {
-                    self.lost_sent = true;
-                    self.stop_all(lost);
+            // A renewal rlock wrote since this round's read moves the moment: read it first.
+            // That narrows the race with a renewal that comes at the last moment; it cannot
+            // close it (rlock may be about to write), hence `OwnClock`.
+            if !self.rlock_gone {
+                self.take_requests();
+                if self.next_due().is_none_or(|at| now < at) {
+                    continue;
                 }
-                false => self.killing = true,
             }
+            let Some(lost) = self.lost_signal else { return };
+            // The lease's moment when it has come, else the time limit's.
+            let (signal, lease_due) =
+                match !self.lost_sent && self.signal_due().is_some_and(|s| now >= s) {
+                    true => {
+                        self.lost_sent = true;
+                        self.stop_all(lost);
+                        (lost, self.lease.signal_at)
+                    }
+                    false => {
+                        self.killing = true;
+                        (Signal::SIGKILL, self.lease.kill_at)
+                    }
+                };
+            let limit = lease_due.is_none_or(|at| now < at);
+            tell(&self.events, &[Event::OwnClock { signal, limit }]);
         }
     }
 

@@ -33,6 +33,14 @@ pub enum Event {
     /// process got the signal (for SIGSTOP: every process has stopped, or the guardian gave up
     /// waiting), or the guardian is killing everything already.
     Signalled(i32),
+    /// The guardian sent this signal (the lost-signal, or SIGKILL) to everything below on its
+    /// own clock: at the lease's moment (`limit` false) or the time limit's. rlock may have taken
+    /// a renewal that came too late to reach the guardian: its own moments then say nothing
+    /// happened, and without this word the command's death would pass for its own.
+    OwnClock {
+        signal: Signal,
+        limit: bool,
+    },
 }
 
 const STARTED: i32 = 1;
@@ -42,6 +50,7 @@ const CONTINUED: i32 = 4;
 const EXITED: i32 = 5;
 const EMPTY: i32 = 6;
 const SIGNALLED: i32 = 9;
+const OWN_CLOCK: i32 = 15;
 /// A request: this signal to every process the command started (and the request's number,
 /// which `Event::Signalled` gives back once it is done).
 pub(super) const SIGNAL: i32 = 7;
@@ -120,6 +129,7 @@ impl Event {
             Event::Exited(code, sig) => encode(EXITED, code as i32, sig.map_or(0, |s| s as i32)),
             Event::Empty => encode(EMPTY, 0, 0),
             Event::Signalled(n) => encode(SIGNALLED, n, 0),
+            Event::OwnClock { signal, limit } => encode(OWN_CLOCK, signal as i32, limit as i32),
         }
     }
 
@@ -137,6 +147,10 @@ impl Event {
             EXITED => Event::Exited(a as u8, signal(b)),
             EMPTY => Event::Empty,
             SIGNALLED => Event::Signalled(a),
+            OWN_CLOCK => Event::OwnClock {
+                signal: signal(a)?,
+                limit: b != 0,
+            },
             _ => return None,
         })
     }
@@ -155,6 +169,16 @@ pub(super) fn tell(events: &OwnedFd, news: &[Event]) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// The guardian's word that it stopped the command on its own clock comes up whole: which
+    /// signal, and whether the lease's moment or the time limit's.
+    #[test]
+    fn a_stop_on_the_guardians_own_clock_is_told_whole() {
+        for (signal, limit) in [(Signal::SIGTERM, false), (Signal::SIGKILL, true)] {
+            let told = Event::OwnClock { signal, limit };
+            assert_eq!(Event::decode(&told.encode()), Some(told));
+        }
+    }
 
     /// A moment reaches the guardian as the very instant rlock holds: no rounding, before
     /// `base` as after it, past 32 bits of milliseconds.

@@ -243,6 +243,74 @@ fn a_renewal_moves_both_deadlines() {
     assert!(matches!(out.lost, Some(Loss::RanOut { .. })));
 }
 
+/// A renewal rlock took just before the lease's moment that reached the guardian too late: the
+/// guardian stops the command at the old moment on its own clock and says so. The run is lost
+/// (76, said), not a command that died of TERM on its own (143, silent).
+#[test]
+fn a_guardian_that_stops_the_command_on_its_own_clock_makes_the_run_lost() {
+    let (out, log) = run_with(3_000, 1_000, false, 0, |start| {
+        vec![
+            (
+                1_990,
+                Event::Watchdog(Report::Renewed {
+                    lease: timeline(start + ms(6_000), ms(1_000)),
+                }),
+            ),
+            (2_001, Event::OwnClock { limit: false }),
+            (2_010, Event::Exited(143, Some(Signal::SIGTERM))),
+            (2_010, Event::Empty),
+        ]
+    });
+    assert!(matches!(out.lost, Some(Loss::TooLate)), "{:?}", out.lost);
+    assert_eq!(when(&log, "all TERM"), 2_001);
+    assert!(said(&log).contains(&"renewal stop"));
+    assert_eq!(out.code, 143);
+}
+
+/// What outlived the leader got the lost-signal from rlock: the guardian's SIGKILL on its own
+/// clock then keeps the lease's moment of that time, which later renewals do not move. The run
+/// is not lost for it.
+#[test]
+fn the_guardians_kill_of_leftovers_on_its_own_clock_is_no_loss() {
+    let (out, log) = run_with(3_000, 1_000, false, 0, |start| {
+        vec![
+            (1_000, Event::Exited(0, None)),
+            (
+                1_100,
+                Event::Watchdog(Report::Renewed {
+                    lease: timeline(start + ms(6_000), ms(1_000)),
+                }),
+            ),
+            (1_900, Event::OwnClock { limit: false }),
+            (1_910, Event::Empty),
+        ]
+    });
+    assert_eq!(when(&log, "all TERM"), 1_000);
+    assert!(out.lost.is_none(), "{:?}", out.lost);
+    assert_eq!(out.code, 0);
+}
+
+/// The guardian's word at a moment rlock's own moments also say: rlock's own reason stands
+/// (the lease ran out), and the time limit's word changes nothing.
+#[test]
+fn the_guardians_word_at_rlocks_own_moment_changes_nothing() {
+    let (out, _) = run(
+        3_000,
+        1_000,
+        vec![
+            (2_000, Event::OwnClock { limit: false }),
+            (2_010, Event::OwnClock { limit: true }),
+            (2_020, Event::Exited(143, Some(Signal::SIGTERM))),
+            (2_020, Event::Empty),
+        ],
+    );
+    assert!(
+        matches!(out.lost, Some(Loss::RanOut { .. })),
+        "{:?}",
+        out.lost
+    );
+}
+
 #[test]
 fn redis_saying_the_lock_is_gone_signals_at_once_and_kills_grace_later() {
     let (out, log) = run(
