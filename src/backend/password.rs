@@ -4,16 +4,21 @@
 //! current one whenever rlock connects: at the start, after a cut connection, a failover or a long
 //! wait. The password itself is never kept: it is asked for, sent in AUTH and dropped.
 
+use std::ffi::CString;
 use std::fmt;
-use std::io::Read;
-use std::os::unix::process::CommandExt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, sigprocmask};
-use nix::unistd::Pid;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn};
+use nix::sys::signal::{SigSet, Signal, killpg};
+use nix::sys::stat::Mode;
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::{Pid, pipe2};
+use rustix::process::PidfdFlags;
 
 use super::SetupError;
 use super::files::{PASSWORD_MAX, read_bounded};
@@ -93,68 +98,131 @@ pub fn read_file(path: &std::path::Path) -> Result<String, SetupError> {
 /// A command still running at `timeout` is killed with its whole process group: a helper that
 /// waits for a prompt nobody answers must not hold up a connection.
 fn run(line: &str, timeout: Duration) -> Result<String, String> {
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(line)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .process_group(0);
-    // SAFETY: sigprocmask is async-signal-safe. rlock blocks the signals it reads from a
-    // signalfd, and a child inherits the mask: the command gets signals as any program does.
-    unsafe {
-        cmd.pre_exec(|| {
-            sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
-            Ok(())
-        });
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("could not be started: {e}"))?;
-    let group = Pid::from_raw(child.id() as i32);
-    let Some(out) = child.stdout.take() else {
-        return Err("could not be started: no pipe for its output".into());
-    };
-    let (tx, rx) = mpsc::channel();
-    // A thread of its own reads the output and reaps the command, so that this one can stop
-    // waiting at `timeout` whatever the command does with its pipe.
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let read = out.take(PASSWORD_MAX + 1).read_to_end(&mut bytes);
-        let status = child.wait();
-        let _ = tx.send((read.map(|_| bytes), status));
-    });
-    let (read, status) = match rx.recv_timeout(timeout) {
-        Ok(done) => done,
-        Err(_) => {
-            let _ = killpg(group, Signal::SIGKILL);
-            return Err(format!(
-                "did not finish within {} and was stopped",
-                humantime::format_duration(timeout)
-            ));
+    let deadline = Instant::now() + timeout;
+    let (child, out) = spawn(line).map_err(|e| format!("could not be started: {e}"))?;
+    // All in this thread: a thread of rlock's still alive when the guardian is forked would
+    // leave the fork a copy of memory with locks that thread held. The command is rlock's
+    // unreaped child, so its pidfd is surely its own.
+    let pidfd = rustix::process::Pid::from_raw(child.as_raw())
+        .and_then(|pid| rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok());
+    let read = read_until(&out, deadline);
+    // Closed before the wait: a command whose output was cut short ends of the closed pipe.
+    drop(out);
+    let ended = matches!(read, Ok(Some(_))) && ends_by(child, pidfd.as_ref(), deadline);
+    if !ended {
+        let _ = killpg(child, Signal::SIGKILL);
+        let _ = waitpid(child, None);
+        if let Err(e) = read {
+            return Err(format!("output could not be read: {e}"));
         }
-    };
-    let status = status.map_err(|e| format!("could not be waited for: {e}"))?;
-    let bytes = read.map_err(|e| format!("output could not be read: {e}"))?;
+        return Err(format!(
+            "did not finish within {} and was stopped",
+            humantime::format_duration(timeout)
+        ));
+    }
+    let status = waitpid(child, None).map_err(|e| format!("could not be waited for: {e}"))?;
+    let bytes = read.ok().flatten().unwrap_or_default();
     // Said first: a command whose output was cut short may die of the closed pipe.
     if bytes.len() as u64 > PASSWORD_MAX {
         return Err(format!(
             "printed more than {PASSWORD_MAX} bytes, more than a password"
         ));
     }
-    if !status.success() {
-        return Err(
-            match (
-                status.code(),
-                std::os::unix::process::ExitStatusExt::signal(&status),
-            ) {
-                (Some(code), _) => format!("exited with status {code}"),
-                (_, Some(sig)) => format!("was killed by signal {sig}"),
-                _ => format!("failed ({status})"),
-            },
-        );
+    match status {
+        WaitStatus::Exited(_, 0) => password_of(bytes),
+        WaitStatus::Exited(_, code) => Err(format!("exited with status {code}")),
+        WaitStatus::Signaled(_, sig, _) => Err(format!("was killed by signal {}", sig as i32)),
+        other => Err(format!("failed ({other:?})")),
     }
-    password_of(bytes)
+}
+
+/// What `out` gives until its end, or until more than a password could be; None at `deadline`.
+fn read_until(out: &OwnedFd, deadline: Instant) -> nix::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    while bytes.len() as u64 <= PASSWORD_MAX {
+        if !ready(out.as_fd(), deadline)? {
+            return Ok(None);
+        }
+        match nix::unistd::read(out, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(bytes))
+}
+
+/// Whether `child` ended by `deadline` (its pidfd readable; without pidfds, looked at in turn).
+fn ends_by(child: Pid, pidfd: Option<&OwnedFd>, deadline: Instant) -> bool {
+    match pidfd {
+        Some(fd) => ready(fd.as_fd(), deadline).unwrap_or(false),
+        // A zombie, unreaped: its stat's state is Z (and its pid is not reused meanwhile).
+        None => loop {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            match state {
+                Some('Z') | None => break true,
+                _ if Instant::now() >= deadline => break false,
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        },
+    }
+}
+
+/// Whether `fd` can be read before `deadline`.
+fn ready(fd: BorrowedFd, deadline: Instant) -> nix::Result<bool> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let wait =
+            PollTimeout::try_from(left.max(Duration::from_millis(1))).unwrap_or(PollTimeout::MAX);
+        match poll(&mut [PollFd::new(fd, PollFlags::POLLIN)], wait) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => {}
+            Ok(_) => return Ok(true),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Starts `/bin/sh -c line` (posix_spawn, no code of rlock's in the child): stdin /dev/null,
+/// stdout a pipe whose reading end is returned, stderr rlock's, the leader of a process group
+/// of its own, with no signal blocked (rlock blocks those it reads from a signalfd, and a child
+/// would inherit the mask) and SIGPIPE as usual (rlock ignores it), in rlock's environment.
+fn spawn(line: &str) -> nix::Result<(Pid, OwnedFd)> {
+    let (read, write) = pipe2(OFlag::O_CLOEXEC)?;
+    let mut actions = PosixSpawnFileActions::init()?;
+    actions.add_open(0, "/dev/null", OFlag::O_RDONLY, Mode::empty())?;
+    actions.add_dup2(write.as_raw_fd(), 1)?;
+    let mut attr = PosixSpawnAttr::init()?;
+    attr.set_flags(
+        PosixSpawnFlags::POSIX_SPAWN_SETPGROUP
+            | PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK
+            | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF,
+    )?;
+    attr.set_pgroup(Pid::from_raw(0))?;
+    attr.set_sigmask(&SigSet::empty())?;
+    let mut pipe = SigSet::empty();
+    pipe.add(Signal::SIGPIPE);
+    attr.set_sigdefault(&pipe)?;
+    let to_c = |s: &[u8]| CString::new(s).map_err(|_| nix::errno::Errno::EINVAL);
+    let args = [c"sh".to_owned(), c"-c".to_owned(), to_c(line.as_bytes())?];
+    let env = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.into_vec();
+            kv.push(b'=');
+            kv.extend(v.into_vec());
+            CString::new(kv).ok()
+        })
+        .collect::<Vec<_>>();
+    let pid = posix_spawn(c"/bin/sh", &actions, &attr, &args, &env)?;
+    drop(write);
+    Ok((pid, read))
 }
 
 /// The password in a command's output: one line, its newline taken off.
