@@ -37,7 +37,14 @@ impl Single {
                 work();
             }
             sent?;
-            let mut replies = vec![next_reply(c)?, next_reply(c)?];
+            let first_reply = next_reply(c)?;
+            // A server that refused the first and then closed the connection (an unauthenticated
+            // client's long command) has said why: the second's failure is the connection's.
+            let second_reply = match next_reply(c) {
+                Err(e) if first_reply.is_err() => Err(e),
+                second => second?,
+            };
+            let mut replies = vec![first_reply, second_reply];
             let no_script = |r: &RedisResult<Value>| {
                 matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
             };
