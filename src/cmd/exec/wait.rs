@@ -106,7 +106,12 @@ pub(super) fn acquire(
         newest: newest(locker, args)?,
         record: with.record,
     };
-    let observer = ExecWait { ctx, args, early };
+    let observer = ExecWait {
+        ctx,
+        args,
+        early,
+        quorum: locker.is_quorum(),
+    };
     let grant = take(locker, ask, &WaitSignals(signals), &observer);
     if grant.is_err() {
         early.dismiss();
@@ -142,6 +147,10 @@ struct ExecWait<'a> {
     ctx: &'a Context,
     args: &'a ExecArgs,
     early: &'a std::rc::Rc<Early>,
+    /// Redlock asks its masters from threads of their own, one of which may still wait for a
+    /// master that does not answer: no guardian is forked while they live (the fork would copy
+    /// memory with locks they hold), so it is made after the grant, as without a wait.
+    quorum: bool,
 }
 
 impl Observer for ExecWait<'_> {
@@ -162,7 +171,7 @@ impl Observer for ExecWait<'_> {
 
     /// The guardian (and its cgroup) made while Redis answers, unless one is made already.
     fn while_trying(&self) -> Option<Box<dyn FnOnce()>> {
-        if self.early.0.borrow().is_some() {
+        if self.quorum || self.early.0.borrow().is_some() {
             return None;
         }
         let made = self.early.clone();
