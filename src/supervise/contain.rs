@@ -258,14 +258,6 @@ pub fn remove_cgroup(dir: &Path) {
     }
 }
 
-/// Removes the cgroups that rlocks no longer alive left beside `dir` (an rlock and its guardian
-/// killed together leave theirs); see `remove_abandoned`.
-pub fn remove_abandoned_beside(dir: &Path) {
-    if let Some(parent) = dir.parent() {
-        remove_abandoned(parent);
-    }
-}
-
 /// Stops and removes the cgroups in `parent` that rlocks no longer alive left: every one is
 /// `rlock-PID` or `rlock-PID-N`, and one whose PID runs no more has no owner. What still runs in
 /// one (an rlock and its guardian were both killed, by the OOM killer or `kill -9`) is work

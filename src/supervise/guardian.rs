@@ -389,11 +389,6 @@ impl Guardian {
             cgroup,
             ..
         } = self;
-        // Cgroups that rlocks no longer alive left beside this one go too, while Redis answers
-        // the release (the command is over: nothing waits for this).
-        if let Some(dir) = &cgroup {
-            contain::remove_abandoned_beside(dir);
-        }
         let _ = nix::unistd::write(&requests, &encode(DONE, 0, 0));
         drop(requests);
         let gone = || {
