@@ -117,7 +117,7 @@ pub fn run(ctx: &Context, args: &ExecArgs) -> Result<Exit> {
     // The lock first: the next holder waits for nothing else. The run goes on record right
     // after, by a script of its own, should the release give the lock back.
     let run = if outcome.lost.is_none() && !outcome.leftovers {
-        record.at_release(&finished(args, &held, &outcome), died_of)
+        record.at_release(&finished(args, &held, &outcome), died_of, at_grant.as_ref())
     } else {
         None
     };

@@ -316,7 +316,13 @@ impl<'a> Recorder<'a> {
     /// (release.lua says so, record.lua writes it): None when the history is off or the run is not ours,
     /// and on Redlock, where a release can give the lock back on some masters and find it lost
     /// on the others: one run would then be on record twice, ended two ways.
-    pub fn at_release(&self, exit: &Result<Exit>, died_of: Option<Signal>) -> Option<HoldRecord> {
+    /// `at_grant` is the entry its grant wrote, if one did.
+    pub fn at_release(
+        &self,
+        exit: &Result<Exit>,
+        died_of: Option<Signal>,
+        at_grant: Option<&AtGrant>,
+    ) -> Option<HoldRecord> {
         let history = &self.args.record.history;
         if !self.ours || history.history_limit == 0 || self.locker.is_quorum() {
             return None;
@@ -326,7 +332,12 @@ impl<'a> Recorder<'a> {
             runs: history.history_limit,
             ttl: history.history_ttl,
         };
-        Some(HoldRecord::of_run(keep, self.record(outcome, code, signal)))
+        let running_id = at_grant.and_then(AtGrant::written);
+        Some(HoldRecord::of_run(
+            keep,
+            self.record(outcome, code, signal),
+            running_id,
+        ))
     }
 
     /// The release gave the lock back and recorded the run (`at_release`), but for `unrecorded`

@@ -68,6 +68,7 @@ fn hold_record(args: &ReleaseArgs) -> Option<HoldRecord> {
         run: uuid::Uuid::new_v4().to_string(),
         by: format!("{}@{} pid {ppid}", me.user, me.host),
         run_end: None,
+        running_id: None,
     })
 }
 

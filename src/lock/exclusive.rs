@@ -241,7 +241,11 @@ impl Locker {
     {
         // exec's run, known before the release, goes in the same round trip (one server).
         let run = record
-            .and_then(|r| r.run_end.as_ref().map(|run| (r.keep, run)))
+            .and_then(|r| {
+                r.run_end
+                    .as_ref()
+                    .map(|run| (r.keep, run, r.running_id.as_deref()))
+            })
             .filter(|_| !self.is_quorum());
         let release = Release {
             key,
@@ -250,8 +254,8 @@ impl Locker {
             record: if run.is_some() { None } else { record },
         };
         let results = self.on_all(|n| {
-            if let Some((keep, run)) = run {
-                return self.release_with_run(n, &release, keep, run, &decode);
+            if let Some((keep, run, running_id)) = run {
+                return self.release_with_run(n, &release, (keep, running_id), run, &decode);
             }
             let (reply, history, unrecorded) =
                 call::run_as(n, &release, self.op_timeout, |said| {
@@ -265,6 +269,7 @@ impl Locker {
                     entries: &history,
                     released_by: None,
                     granted_to: None,
+                    running_id: None,
                 };
                 if let Err(e) = call::run(n, &call, self.op_timeout) {
                     note = Some(e.to_string());
@@ -286,14 +291,15 @@ impl Locker {
     }
 
     /// `release` on node `n` and, sent with it, exec's `run` for the history should that release
-    /// give the lock back (record.lua checks the state): one round trip. Should another client's
+    /// give the lock back (record.lua checks the state), in place of its entry `running` (the
+    /// one at `running_id` when the grant's write said where): one round trip. Should another client's
     /// command have come between the two (the run skipped though the lock was given back), the
     /// run is recorded on its own after. What keeps it from the history is the note.
     fn release_with_run<T>(
         &self,
         n: &dyn Node,
         release: &Release<'_>,
-        keep: Keep,
+        (keep, running_id): (Keep, Option<&str>),
         run: &RunRecord,
         decode: &(impl Fn(ReleaseReply) -> Result<T, Refusal> + Sync),
     ) -> Result<(T, Option<String>), NodeError> {
@@ -304,6 +310,7 @@ impl Locker {
             entries: &entries,
             released_by: Some(release.token),
             granted_to: None,
+            running_id,
         };
         let (reply, gave_back, recorded) =
             call::run_then(n, release, &record, self.op_timeout, |said| {

@@ -183,16 +183,20 @@ pub struct HoldRecord {
     /// `exec`'s run as it ends if the release gives the lock back: recorded in place of the
     /// hold, and only then (exec records a lost run itself). None for `rlock release`.
     pub run_end: Option<RunRecord>,
+    /// The stream ID of the run's entry `running`, when its grant's write said it: the record
+    /// of how the run ended replaces that entry alone, not looking through the newest runs.
+    pub running_id: Option<String>,
 }
 
 impl HoldRecord {
     /// `exec`'s run, recorded by the release that ends it should that release the lock.
-    pub fn of_run(keep: Keep, run: RunRecord) -> HoldRecord {
+    pub fn of_run(keep: Keep, run: RunRecord, running_id: Option<String>) -> HoldRecord {
         HoldRecord {
             keep,
             run: run.run.clone().unwrap_or_default(),
             by: String::new(),
             run_end: Some(run),
+            running_id,
         }
     }
 
@@ -222,13 +226,15 @@ pub static HISTORY: Script = Script::new("history", sources::HISTORY).long_reply
 
 /// record.lua: appends `entries` to `key`'s history, which keeps `keep`; with `released_by`,
 /// only if that token has just released the lock (sent with its release); with `granted_to`,
-/// only if that token holds it, with its grant's fence (sent with a try, `running.rs`).
+/// only if that token holds it, with its grant's fence (sent with a try, `running.rs`); with
+/// `running_id`, the run's entry `running` is that one (`HoldRecord::running_id`).
 pub(super) struct Record<'a> {
     pub key: &'a LockKey,
     pub keep: Keep,
     pub entries: &'a Entries,
     pub released_by: Option<&'a str>,
     pub granted_to: Option<&'a str>,
+    pub running_id: Option<&'a str>,
 }
 
 impl Call for Record<'_> {
@@ -254,6 +260,7 @@ impl Call for Record<'_> {
             .with("entries", entries)
             .with_some("released_by", self.released_by)
             .with_some("granted_to", self.granted_to)
+            .with_some("running_id", self.running_id)
     }
 
     fn decode(&self, reply: &[Value]) -> Result<Option<String>, Refusal> {
@@ -320,6 +327,7 @@ impl Locker {
             entries: &entries,
             released_by: None,
             granted_to: None,
+            running_id: None,
         };
         self.on_all(|n| call::run(n, &call, timeout))
             .into_iter()

@@ -13,7 +13,9 @@
 --            a hold the release left to expire later (--hold-at-least) adds held_until_ms;
 --            granted_to (optional), a token: append only if the lock is this token's now, the
 --            entry given its grant's fence from the state (sent with each try at the lock, in
---            the same round trip: exec's run is on record from its grant, src/lock/running.rs)
+--            the same round trip: exec's run is on record from its grant, src/lock/running.rs);
+--            running_id (optional), the stream ID of the run's entry of its grant, when that
+--            write said it: the entry to replace is looked for there alone
 --
 -- Replies: {"recorded", "id", ID}; {"skipped"} when released_by's token did not release it, or
 -- granted_to's does not hold the lock. Errors, nothing written: WRONGTYPE when the key holds
@@ -105,10 +107,15 @@ if redis.acl_check_cmd then
 end
 -- A run's entry of its grant ("running", src/cmd/record.rs) gives way to the entry of how it
 -- ended, found by its run ID or its grant's fence (a hold `release --force` broke is on record
--- under the release's run): the newest keep_runs entries are looked through for it. Neither a
--- refused read nor a refused XDEL stops the record (pcall): the readers keep one entry per run.
+-- under the release's run): at running_id when the run knows it, else the newest keep_runs
+-- entries are looked through for it. Neither a refused read nor a refused XDEL stops the record
+-- (pcall): the readers keep one entry per run.
 local function drop_running(run, fence)
-  local ok, recent = pcall(redis.call, "XREVRANGE", history, "+", "-", "COUNT", a.keep_runs)
+  local newest, oldest, count = "+", "-", a.keep_runs
+  if a.running_id then
+    newest, oldest, count = a.running_id, a.running_id, 1
+  end
+  local ok, recent = pcall(redis.call, "XREVRANGE", history, newest, oldest, "COUNT", count)
   if not ok or type(recent) ~= "table" then
     return
   end

@@ -8,6 +8,7 @@
 //! majority refused would keep the entry of a grant that never was. There the caller writes the
 //! entry once the grant is known (`Locker::record`).
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,6 +25,8 @@ pub struct AtGrant {
     /// The server refused the entry (an ACL without the history, a server without streams):
     /// the next tries go without it, each refusal being one more line in the server's ACL LOG.
     refused: AtomicBool,
+    /// The entry's stream ID, once a try's write said it (the try granted).
+    written: Mutex<Option<String>>,
 }
 
 impl AtGrant {
@@ -33,7 +36,13 @@ impl AtGrant {
             keep,
             run,
             refused: AtomicBool::new(false),
+            written: Mutex::new(None),
         }
+    }
+
+    /// The stream ID of the entry the granted try wrote, if its write said it.
+    pub fn written(&self) -> Option<String> {
+        self.written.lock().ok()?.clone()
     }
 
     /// `try_` on `node` within `timeout`, with this entry in the same write. What becomes of the
@@ -62,12 +71,20 @@ impl AtGrant {
             entries: &entries,
             released_by: None,
             granted_to: Some(try_.req.token),
+            running_id: None,
         };
         let (attempt, recorded) = call::run_then(node, try_, &record, timeout, Ok)?;
-        if let Err(e) = recorded
-            && matches!(e.kind, Fault::Denied | Fault::WrongType | Fault::Other)
-        {
-            self.refused.store(true, Ordering::Relaxed);
+        match recorded {
+            Ok(Some(id)) => {
+                if let Ok(mut written) = self.written.lock() {
+                    *written = Some(id);
+                }
+            }
+            Ok(None) => {}
+            Err(e) if matches!(e.kind, Fault::Denied | Fault::WrongType | Fault::Other) => {
+                self.refused.store(true, Ordering::Relaxed);
+            }
+            Err(_) => {}
         }
         Ok(attempt)
     }

@@ -480,17 +480,33 @@ impl Store {
                 }
                 Resp::Bulk(id)
             }
+            "XDEL" => {
+                let ids = argv[2..].to_vec();
+                match self.data.get_mut(arg(1)?) {
+                    Some(Data::Stream(entries)) => {
+                        let before = entries.len();
+                        entries.retain(|(id, _)| !ids.contains(id));
+                        int(before - entries.len())
+                    }
+                    None => Resp::Int(0),
+                    Some(_) => return Err(err(WRONGTYPE)),
+                }
+            }
             "XREVRANGE" => {
                 let count = match argv.get(4) {
                     Some(w) if w.eq_ignore_ascii_case("COUNT") => num(5)?.max(0) as usize,
                     _ => usize::MAX,
                 };
+                let (newest, oldest) = (stream_id(arg(2)?, true)?, stream_id(arg(3)?, false)?);
                 match self.live(arg(1)?, now) {
                     None => Resp::Array(Vec::new()),
                     Some(Data::Stream(entries)) => Resp::Array(
                         entries
                             .iter()
                             .rev()
+                            .filter(|(id, _)| {
+                                stream_id(id, false).is_ok_and(|id| oldest <= id && id <= newest)
+                            })
                             .take(count)
                             .map(|(id, fields)| {
                                 Resp::Array(vec![
@@ -513,4 +529,24 @@ impl Store {
             }
         })
     }
+}
+
+/// A stream ID as XREVRANGE reads a bound: `+`, `-`, `MS-SEQ`, or `MS` (its first sequence
+/// number as the oldest bound, its last as the newest).
+fn stream_id(word: &str, newest: bool) -> Result<(i64, i64), Resp> {
+    let bad = || err("ERR Invalid stream ID specified as stream command argument");
+    Ok(match word {
+        "+" => (i64::MAX, i64::MAX),
+        "-" => (0, 0),
+        _ => match word.split_once('-') {
+            Some((ms, seq)) => (
+                ms.parse().map_err(|_| bad())?,
+                seq.parse().map_err(|_| bad())?,
+            ),
+            None => (
+                word.parse().map_err(|_| bad())?,
+                if newest { i64::MAX } else { 0 },
+            ),
+        },
+    })
 }

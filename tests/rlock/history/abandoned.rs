@@ -173,3 +173,47 @@ fn a_run_under_a_shells_lock_is_on_record_while_it_runs() {
     let runs = history_of(rlock_at(&server), "k", 10);
     assert_eq!(outcomes(&runs), ["released", "ok"], "{runs:?}");
 }
+
+/// Two shared holders' runs overlap, and the first to start ends first: its end replaces its
+/// own `running` entry, which is not the newest (the other's is), and the other's end its own.
+/// The raw stream, not only the readers (which keep one entry a run), holds two entries.
+#[test]
+fn overlapping_runs_each_replace_their_own_running_entry() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let history = "{rlock:k}:history";
+    let run = |name: &str, stop: &std::path::Path| {
+        Background::spawn(
+            name,
+            dir.path(),
+            rlock_at(&server)
+                .args(["exec", "-k", "k", "--shared", "--"])
+                .args(["sh", "-c", UNTIL_STOP, "sh"])
+                .arg(stop),
+        )
+    };
+    let (stop_a, stop_b) = (dir.path().join("a"), dir.path().join("b"));
+    let mut a = run("first", &stop_a);
+    a.wait_for("the first run on record", SOON, || {
+        xlen(&server, history) == 1
+    });
+    let mut b = run("second", &stop_b);
+    b.wait_for("the second run on record", SOON, || {
+        xlen(&server, history) == 2
+    });
+    std::fs::write(&stop_a, "").unwrap();
+    assert_eq!(a.finish(SOON).0.code, 0);
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["ok", "running"], "{runs:?}");
+    assert_eq!(
+        xlen(&server, history),
+        2,
+        "the first run's `running` is gone"
+    );
+    std::fs::write(&stop_b, "").unwrap();
+    assert_eq!(b.finish(SOON).0.code, 0);
+    let runs = history_of(rlock_at(&server), "k", 10);
+    assert_eq!(outcomes(&runs), ["ok", "ok"], "{runs:?}");
+    assert_ne!(runs[0]["run"], runs[1]["run"], "{runs:?}");
+    assert_eq!(xlen(&server, history), 2, "one entry a run");
+}
