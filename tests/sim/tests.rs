@@ -196,6 +196,23 @@ fn redlock_of_three_survives_empty_restarts_inside_the_restart_rule_s_window() {
     );
 }
 
+/// `--hold-at-least` and `--once-per`: no grant inside another's hold, no window run again once
+/// marked done, beside every other invariant.
+#[test]
+fn one_redis_with_holds_and_windows_holds_every_invariant() {
+    holds(with_terms(Mode::Single));
+}
+
+/// `--once-per` over a master and its replica (--replicas: a mark reaches the replica before it
+/// is answered), across a failover: no window acknowledged done is run again.
+#[test]
+fn replicas_with_windows_hold_every_invariant() {
+    holds(Setup {
+        hold_at_least: false,
+        ..with_terms(Mode::Replicas)
+    });
+}
+
 // Outside the fault model (docs/safety.md): the simulation shows each unsafe, with its seed.
 
 /// A Redlock holder whose grant missed one master, that master's neighbour restarted empty, and
