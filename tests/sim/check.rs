@@ -29,7 +29,8 @@ struct Holder {
     shared: bool,
     fence: i64,
     start: Micros,
-    /// The lease deadline the client last knew of (true time).
+    /// When its command is stopped at the latest, as its supervisor last knew (true time): the
+    /// SIGKILL of its lease's timeline, landed.
     deadline: Micros,
     /// When its command ended before that.
     end: Option<Micros>,
