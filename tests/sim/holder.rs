@@ -218,13 +218,23 @@ pub fn hold(
         })
     };
     let ends = clock.now_true() + length;
+    // When the SIGKILL that stopped the command landed (true time), if one did.
     let killed = loop {
-        let (now, over) = {
+        let (now, over, told) = {
             let w = sim.lock();
-            (w.now, w.shutdown)
+            (w.now, w.shutdown, w.check.deadline(holder))
         };
         if over {
             break None;
+        }
+        if now >= told && now < ends {
+            // The guardian's SIGKILL landed at the moment it was last told, while this rlock,
+            // stopped, took a renewal too late to tell it (exec's `Loss::TooLate`): the lock is
+            // given up for lost, the command is gone.
+            let mut watch = watch.lock().expect("the watch");
+            watch.lost = true;
+            watch.stop = None;
+            break Some(told);
         }
         let (due, next) = {
             let mut watch = watch.lock().expect("the watch");
@@ -245,7 +255,7 @@ pub fn hold(
             }
         }
         if due.kill {
-            break Some(now);
+            break Some(clock.true_of(clock.at(now) + lands));
         }
         if now >= ends {
             break None;
@@ -253,11 +263,11 @@ pub fn hold(
         let end = clock.at(ends);
         clock.sleep(next.map_or(end, |n| n.min(end)));
     };
-    if let Some(at) = killed {
+    if let Some(landed) = killed {
         // SIGKILL went: the command is gone once it has landed.
         sim.lock()
             .note(format!("c{c} command of {} killed", grant.token));
-        clock.sleep(clock.at(at) + lands);
+        clock.sleep(clock.at(landed));
     }
     {
         let mut w = sim.lock();
