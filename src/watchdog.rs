@@ -80,6 +80,14 @@ pub fn renew_loop(
     };
     // When the next renewal was due: a retry after a failure does not move it.
     let mut due = next;
+    // The simulation's planted bug: a stop that never comes (a sender kept alive elsewhere).
+    #[cfg(feature = "sim-seams")]
+    let (_kept, deaf) = std::sync::mpsc::channel::<()>();
+    #[cfg(feature = "sim-seams")]
+    let stop = match crate::lock::seams::planted(crate::lock::seams::Bug::DeafRenewals) {
+        true => deaf,
+        false => stop,
+    };
     loop {
         if clock.wait(&stop, next) {
             return;

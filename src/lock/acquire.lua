@@ -128,8 +128,11 @@ end
 
 local current = redis.call("GET", lock)
 if current == token then
-  -- Already ours: a retried acquire whose first reply was lost, or a reentrant one.
-  redis.call("PEXPIRE", lock, ttl)
+  -- Already ours: a retried acquire whose first reply was lost, or a reentrant one. Its lease
+  -- is made the TTL at least, never shorter: the grant's --hold-at-least stays.
+  if redis.call("PTTL", lock) < ttl then
+    redis.call("PEXPIRE", lock, ttl)
+  end
   -- A give-back sent after an earlier try must not undo what this one confirms. (Before
   -- keep_alive: a state that had gone is made anew here, and must expire too.)
   if (tonumber(redis.call("HGET", state, "try")) or 0) < r.try then

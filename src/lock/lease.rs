@@ -133,7 +133,14 @@ impl Lease {
     pub fn timeline(&self, sent: Instant) -> Timeline {
         let ends = deadline(sent, self.ttl);
         let signal_at = ends.checked_sub(self.grace).unwrap_or(ends);
-        let kill_at = ends
+        #[cfg(feature = "sim-seams")]
+        let ends_for_kill = match super::planted::on(super::planted::Bug::KillWithoutDrift) {
+            true => ends + drift(self.ttl),
+            false => ends,
+        };
+        #[cfg(not(feature = "sim-seams"))]
+        let ends_for_kill = ends;
+        let kill_at = ends_for_kill
             .checked_sub(kill_margin(self.ttl, self.grace))
             .unwrap_or(ends)
             .max(signal_at);

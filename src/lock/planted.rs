@@ -20,6 +20,12 @@ pub enum Bug {
     /// Redlock counts the vote of a master that may have restarted empty under the holder
     /// (`exclusive::votes` without the restart rule).
     NoRestartRule,
+    /// The lease's SIGKILL moment counted back from the TTL, without the drift allowance
+    /// (`Lease::timeline`'s `kill_at`; its end and lost-signal keep it).
+    KillWithoutDrift,
+    /// The renewal thread never hears its stop (`watchdog::renew_loop`): it renews the lease for
+    /// ever after the command ended, and rlock, which waits for it, never ends.
+    DeafRenewals,
 }
 
 thread_local! {

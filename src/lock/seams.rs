@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::{Error, LockKey, Locker, Request};
 
 pub use super::call::acquire::Attempt;
-pub use super::planted::{Bug, plant};
+pub use super::planted::{Bug, on as planted, plant};
 
 /// One try at taking the lock, and its give-back if its reply never came
 /// (`Locker::attempt`, the try every wait makes).

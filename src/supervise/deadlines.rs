@@ -12,7 +12,7 @@ use crate::lock::{Limit, Timeline};
 
 /// The supervisor's deadlines for one run.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Deadlines {
+pub struct Deadlines {
     /// The lease's moments, as the renewals have moved them; None when another rlock enforces
     /// the lease (a nested exec inside `rlock exec`).
     lease: Option<Timeline>,
@@ -34,7 +34,7 @@ pub(super) struct Deadlines {
 
 /// What is due at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Due {
+pub struct Due {
     /// The lease has come to its lost-signal and no renewal came: the lock is given up for lost
     /// now, and the lost-signal goes (said once).
     pub runs_out: bool,

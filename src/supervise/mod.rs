@@ -10,6 +10,8 @@ mod guardian;
 mod keeper;
 mod live;
 mod machine;
+#[cfg(feature = "sim-seams")]
+pub mod seams;
 mod spawn;
 mod terminal;
 

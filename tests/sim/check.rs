@@ -2,9 +2,10 @@
 //! instant, fences that only rise, a line served in its order, and nothing left behind.
 //!
 //! A holder is a client that has been granted the lock and whose command has not been made to
-//! stop: it stops when the client ends it (before its release), or at the lease deadline its
-//! rlock last knew of (the guardian's SIGKILL), whichever comes first. A command that ignores
-//! SIGTERM runs to that deadline, so the deadline is what counts.
+//! stop: it stops when the client ends it (before its release), or once the SIGKILL its
+//! supervisor's deadlines send (`holder.rs`: the lease timeline's kill moment, as the last
+//! renewal moved it) has landed, whichever comes first. A command that ignores the lost-signal
+//! runs that long, so that moment is what counts (the holder's `deadline` here).
 
 use super::Micros;
 use super::server::Call;
@@ -28,7 +29,8 @@ struct Holder {
     shared: bool,
     fence: i64,
     start: Micros,
-    /// The lease deadline the client last knew of (true time).
+    /// When its command is stopped at the latest, as its supervisor last knew (true time): the
+    /// SIGKILL of its lease's timeline, landed.
     deadline: Micros,
     /// When its command ended before that.
     end: Option<Micros>,
@@ -340,4 +342,13 @@ pub struct Live {
     pub last_restart: Option<Micros>,
     /// The run's --op-timeout (true time, with the clients' rate error).
     pub op_timeout: Micros,
+}
+
+/// What the invariants of `--hold-at-least` and `--once-per` keep track of (`terms.rs`).
+#[derive(Debug, Default)]
+pub struct Terms {
+    /// Grants that asked for a hold: the server, the token, and when the hold ends (server ms).
+    pub holds: Vec<(usize, String, i64)>,
+    /// Windows marked done: the window's index, the run's token, when (true time).
+    pub marks: Vec<(i64, String, Micros)>,
 }

@@ -1,22 +1,22 @@
 //! One simulated `rlock exec`: tries for the lock with the library's own `Locker` (a Redlock
-//! majority, identities, validity and give-backs included), runs "the command" while the
-//! library's own renewal thread (`watchdog::renew_loop`) keeps the lease, and releases.
+//! majority, identities, validity and give-backs included), then holds it (`holder.rs`: "the
+//! command" runs while the library's own renewal thread keeps the lease, stopped at the moments
+//! of the lease's timeline) and releases. With `--once-per`, looks at the window first.
 //!
 //! What is the simulation's own: when a client starts, how long its command runs, and how a
 //! waiter sleeps between tries (until the holder's lease would end, or until a published
 //! wake-up reaches it: a model of `wait.rs`, whose sleeping is file descriptors and signals).
 
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use rlock::identity::Identity;
 use rlock::lock::seams::{Attempt, Bug, attempt, channel as wake_channel};
 use rlock::lock::{Lease, LockKey, Locker, Request, Sharing};
-use rlock::watchdog::{self, Report};
 
 use super::Micros;
-use super::seams::{SimClock, spawn};
+use super::holder::{Who, fired, hold};
+use super::seams::SimClock;
 use super::world::{Sim, me};
 
 /// What one client does.
@@ -37,6 +37,10 @@ pub struct Plan {
     pub plant: Option<Bug>,
     /// Newest wins (`--newest`).
     pub newest: rlock::lock::Newest,
+    /// `--hold-at-least`.
+    pub hold: Option<Duration>,
+    /// `--once-per`: the windows' length.
+    pub once_per: Option<Duration>,
 }
 
 pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan) {
@@ -59,13 +63,21 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
         let now = clock.now_true();
         clock.sleep(clock.at(now + gap));
         let token = format!("c{c}-r{round}");
+        // --once-per: the window this run fired in; a window already done ends the round here.
+        let window = match plan.once_per {
+            Some(len) => match fired(&sim, &locker, &key, len, c) {
+                Some(window) => Some(window),
+                None => continue,
+            },
+            None => None,
+        };
         let req = Request {
             key: &key,
             token: &token,
             ttl: plan.ttl,
             sharing: plan.sharing,
             who: &who,
-            hold: None,
+            hold: plan.hold,
             newest: plan.newest,
             record: None,
         };
@@ -86,7 +98,12 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
             let pause = match answer {
                 Ok(Attempt::Granted(grant)) => {
                     listen(&sim, plan.nodes, c, &channel, false);
-                    hold(&sim, &locker, &clock, &plan, lease, grant);
+                    let who = Who {
+                        client: c,
+                        sharing: plan.sharing,
+                        plant: plan.plant,
+                    };
+                    hold(&sim, &locker, &clock, who, lease, grant, window);
                     break;
                 }
                 Ok(Attempt::Busy { .. } | Attempt::Queued { .. }) if !listening => {
@@ -144,106 +161,4 @@ fn listen(sim: &Sim, nodes: usize, c: usize, channel: &str, on: bool) {
             who.push(c);
         }
     }
-}
-
-/// Holds a grant: the command runs until it ends or until the lease deadline, the renewal
-/// thread renews, then the lock is released.
-fn hold(
-    sim: &Arc<Sim>,
-    locker: &Arc<Locker>,
-    clock: &Arc<SimClock>,
-    plan: &Plan,
-    lease: Lease,
-    grant: rlock::lock::Grant,
-) {
-    let c = plan.client;
-    let ttl_us = plan.ttl.as_micros() as Micros;
-    let first = clock.true_of(lease.timeline(grant.sent).ends);
-    let (holder, sent) = {
-        let mut w = sim.lock();
-        if w.shutdown {
-            return;
-        }
-        let now = w.now;
-        let shared = plan.sharing == Sharing::Shared;
-        let sent = clock.true_of(grant.sent);
-        let (id, broken) = w
-            .check
-            .granted(now, sent, c, &grant.token, shared, grant.fence, first);
-        w.note(format!(
-            "c{c} HOLDS {} (fence {}) until {first} us",
-            grant.token, grant.fence
-        ));
-        if let Some(v) = broken {
-            w.violation(v);
-        }
-        w.restart_in_window(&grant.token, ttl_us);
-        (id, sent)
-    };
-    let length = {
-        let mut w = sim.lock();
-        match w.rng.range(0, 2) {
-            0 => w.rng.range(ttl_us / 20, ttl_us / 2),
-            1 => w.rng.range(ttl_us, ttl_us * 3),
-            _ => w.rng.range(ttl_us * 3, ttl_us * 6),
-        }
-    };
-    let (stop, stopped) = mpsc::channel::<()>();
-    let renewer = {
-        let (sim2, locker, clock2, grant) =
-            (sim.clone(), locker.clone(), clock.clone(), grant.clone());
-        spawn(sim, c, plan.plant, move || {
-            let report = |r: Report| {
-                let mut w = sim2.lock();
-                let now = w.now;
-                match r {
-                    Report::Renewed { lease: moments } => {
-                        let deadline = moments.ends;
-                        let d = clock2.true_of(deadline);
-                        let usable = lease.ttl - rlock::lock::drift(lease.ttl);
-                        let sent = clock2.true_of(deadline - usable);
-                        w.note(format!("c{c} renewed until {d} us"));
-                        if let Some(v) = w.check.renewed(holder, now, sent, d) {
-                            w.violation(v);
-                        }
-                    }
-                    // Stopped for a newer run (`--cancel-running`): its lease ends by design,
-                    // which the liveness check must not count as a lease lost to no fault.
-                    Report::Lost(rlock::watchdog::Loss::Superseded(by)) => {
-                        w.live.met[c] = Some(now);
-                        w.note(format!("c{c} superseded by {by:?}"));
-                    }
-                    other => w.note(format!("c{c} renewal: {other:?}")),
-                }
-            };
-            watchdog::renew_loop(&locker, &grant, lease, stopped, report);
-        })
-    };
-    let ends = clock.now_true() + length;
-    loop {
-        let (now, deadline, over) = {
-            let w = sim.lock();
-            (w.now, w.check.deadline(holder), w.shutdown)
-        };
-        if over || now >= ends || now >= deadline {
-            break;
-        }
-        clock.sleep(clock.at(ends.min(deadline)));
-    }
-    {
-        let mut w = sim.lock();
-        let now = w.now;
-        // Stopped at its deadline before its command ended: the lease was lost.
-        if now >= w.check.deadline(holder) && now < ends {
-            w.lease_lost(c, holder, sent);
-        }
-        w.check.ended(holder, now);
-        w.note(format!("c{c} command of {} ended", grant.token));
-    }
-    drop(stop);
-    sim.lock().poke(renewer);
-    sim.join(me(), renewer);
-    let released = locker.release(&grant.key, &grant.token);
-    sim.lock()
-        .note(format!("c{c} release of {}: {released:?}", grant.token));
 }

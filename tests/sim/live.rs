@@ -123,8 +123,8 @@ impl World {
         self.violation(v);
     }
 
-    /// Holder `holder` of client `client` was stopped at its lease deadline, before its command
-    /// ended, at `now`: the invariant it breaks unless it met a fault since its try was sent at
+    /// Holder `holder` of client `client` had its lease run out (the supervisor gave the lock up
+    /// for lost) before its command ended, at `now`: the invariant it breaks unless it met a fault since its try was sent at
     /// `sent` (or its lock was deleted behind its back).
     pub fn lease_lost(&mut self, client: usize, holder: usize, sent: Micros) {
         if self.shutdown || self.check.was_broken(holder) {
@@ -214,13 +214,14 @@ impl World {
 /// What is left of a store once every client has left and every lease could have ended (no
 /// key expired that would not have by then): nothing of the lock itself. Its record, the history
 /// and the line may stay longer: the record keeps the fence for a minute after the lease, and a
-/// waiter whose give-up was lost stays in line until the line's own expiry.
+/// waiter whose give-up was lost stays in line until the line's own expiry; `--once-per`'s
+/// window record lives two windows and a minute.
 pub fn left_after_leases(store: &Store) -> Option<String> {
     let left: Vec<&String> = store
         .data
         .keys()
         .filter(|k| {
-            !["history", "state", "q"]
+            !["history", "state", "q", "once"]
                 .iter()
                 .any(|h| k.ends_with(&format!(":{h}")))
         })

@@ -7,10 +7,11 @@
 //! crashed and restarted (with their data or empty), a failover, clients paused, clocks that
 //! run at slightly different rates. Every script is the text build.rs sends, run in Lua 5.1
 //! against a model of the Redis commands it calls; every decision of the client side (the
-//! try, its give-back, the Redlock vote and validity, the renewal schedule, the deadline) is
-//! the library's own code, run on simulated time (`rlock::clock`). The invariants
-//! (`check.rs`, and liveness in `live.rs`) are checked at every grant, after every script and
-//! once the run is over; the first broken one ends the run with its seed and the events that
+//! try, its give-back, the Redlock vote and validity, the renewal schedule, the lease's
+//! timeline and the supervisor's deadlines over it, `--once-per`'s window record) is the
+//! library's own code, run on simulated time (`rlock::clock`). The invariants (`check.rs`,
+//! liveness in `live.rs`, those of `--hold-at-least` and `--once-per` in `terms.rs`) are
+//! checked at every grant, after every script and once the run is over; the first broken one ends the run with its seed and the events that
 //! led to it.
 //!
 //! The test target `sim` of the crate rlock-sim (this folder): it drives the library through its
@@ -23,6 +24,7 @@ compile_error!("one Lua per build: the feature lua51 (the default) or lua54, not
 mod check;
 mod client;
 mod faults;
+mod holder;
 mod live;
 mod lua;
 mod model;
@@ -30,6 +32,7 @@ mod net;
 mod seams;
 mod server;
 mod store;
+mod terms;
 mod world;
 
 #[cfg(test)]
@@ -98,6 +101,10 @@ pub struct Setup {
     /// Data may be lost within the model: two holders at once are then its documented outcome,
     /// and only the fence is checked across it (`Checker::lossy`).
     pub lossy: bool,
+    /// Every client asks for `--hold-at-least` (a hold of half its TTL to twice it).
+    pub hold_at_least: bool,
+    /// Every client runs `--once-per` (windows of two to six TTLs).
+    pub once_per: bool,
 }
 
 /// How a run ended.
@@ -206,6 +213,22 @@ pub fn with_restarts_in_the_window(mode: Mode) -> Setup {
     setup
 }
 
+/// `--hold-at-least` and `--once-per` (`terms.rs`), every client asking for both, in `mode`'s
+/// fault model but for locks deleted behind their holders' backs (a forced break ends a hold by
+/// design).
+pub fn with_terms(mode: Mode) -> Setup {
+    let base = Setup::new(mode, Sharing::Exclusive);
+    Setup {
+        model: Model {
+            deletes: false,
+            ..base.model
+        },
+        hold_at_least: true,
+        once_per: true,
+        ..base
+    }
+}
+
 /// The weather of every run: sub-millisecond delays, now and then a spike, some loss.
 pub fn weather() -> Weather {
     Weather {
@@ -235,6 +258,8 @@ impl Setup {
             mixed_ttls: matches!(mode, Mode::Redlock(_)),
             newest: rlock::lock::Newest::Off,
             lossy: false,
+            hold_at_least: false,
+            once_per: false,
         }
     }
 }
@@ -297,6 +322,20 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
         })
         .collect();
     let longest = ttls.iter().copied().max().unwrap_or(ttl);
+    let holds: Vec<Option<Duration>> = ttls
+        .iter()
+        .map(|t| {
+            let ms = t.as_millis() as u64;
+            setup
+                .hold_at_least
+                .then(|| Duration::from_millis(world.rng.range(ms / 2, ms * 2)))
+        })
+        .collect();
+    let once_per = setup
+        .once_per
+        .then(|| Duration::from_millis(world.rng.range(2 * ttl_ms, 6 * ttl_ms)));
+    // How long a lock may stay once its last holder has left: its lease, or its hold.
+    let lasts = holds.iter().flatten().copied().fold(longest, Duration::max);
     for _ in 0..setup.clients {
         let rate = world.rng.real(1.0 - e, 1.0 + e);
         world.clients.push(world::ClientState {
@@ -326,6 +365,9 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
         "seed {seed}: {:?} {:?}, ttls {ttls:?}, op timeout {op_timeout:?}, {} clients",
         setup.mode, setup.sharing, setup.clients
     ));
+    if setup.hold_at_least || setup.once_per {
+        world.note(format!("holds {holds:?}, once per {once_per:?}"));
+    }
 
     let sim = Arc::new(Sim::new(world));
     let origin = Instant::now();
@@ -362,6 +404,8 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
             max_wait: longest * 4,
             plant: setup.bug,
             newest: setup.newest,
+            hold: holds[c],
+            once_per,
         };
         let s = sim.clone();
         spawn(&sim, c, setup.bug, move || {
@@ -382,7 +426,7 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
         // Every client has left: once every lease could have ended (by the servers' clocks,
         // their rate error and a millisecond allowed), the lock and its line are gone, before
         // anything longer-lived expires.
-        let by = w.now + (longest.as_micros() as f64 * (1.0 + 2.0 * e)) as Micros + 1_000;
+        let by = w.now + (lasts.as_micros() as f64 * (1.0 + 2.0 * e)) as Micros + 1_000;
         for s in 0..w.servers.len() {
             if !w.servers[s].up || w.servers[s].master.is_some() {
                 continue;

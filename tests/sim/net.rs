@@ -357,6 +357,7 @@ impl World {
             self.check.regranted(token);
         }
         self.check_line_kept(server, call, before);
+        self.check_terms(server, call, before, reply);
         if let Some(v) =
             self.check
                 .line_order(call, before, &self.servers[server].store, reply, now_ms)

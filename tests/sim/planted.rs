@@ -128,3 +128,72 @@ fn planted_a_lock_without_expiry_is_found_left_behind() {
         "every lease could have ended",
     );
 }
+
+/// SIGKILL's moment counted back from the TTL without the drift allowance
+/// (`Lease::timeline`'s `kill_at`, the moment the supervisor and the guardian both count down
+/// to): the command outlives the key on a client whose clock runs slow.
+#[test]
+fn planted_a_kill_moment_without_the_drift_allowance_is_found() {
+    finds(
+        Setup {
+            bug: Some(Bug::KillWithoutDrift),
+            ..Setup::new(Mode::Single, Sharing::Exclusive)
+        },
+        "two holders",
+    );
+}
+
+/// A renewal thread that never hears its stop: its rlock, which waits for it once the command
+/// has ended, never ends, and renews the lock for ever. No two holders, no lost lease: only
+/// "every client ends" sees it.
+#[test]
+fn planted_renewals_that_never_stop_are_found() {
+    finds(
+        Setup {
+            bug: Some(Bug::DeafRenewals),
+            ..Setup::new(Mode::Single, Sharing::Exclusive)
+        },
+        "a client never ended",
+    );
+}
+
+/// A release that forgets `--hold-at-least` (release.lua deletes the lock before the hold
+/// ends): the next waiter is granted inside the hold.
+#[test]
+fn planted_a_release_that_cuts_a_hold_short_is_found() {
+    fn plant(call: &mut server::Call) {
+        replace(
+            call,
+            "release",
+            "if hold_until and hold_until > now then",
+            "if false then",
+        );
+    }
+    finds(
+        Setup {
+            script_bug: Some(plant),
+            ..with_terms(Mode::Single)
+        },
+        "a hold was cut short",
+    );
+}
+
+/// A window mark that writes nothing (once.lua): every run of a window does its work again.
+#[test]
+fn planted_a_window_mark_that_writes_nothing_is_found() {
+    fn plant(call: &mut server::Call) {
+        replace(
+            call,
+            "once",
+            "if not done or tonumber(done) < tonumber(a.window) then",
+            "if false then",
+        );
+    }
+    finds(
+        Setup {
+            script_bug: Some(plant),
+            ..with_terms(Mode::Single)
+        },
+        "a window done was run again",
+    );
+}

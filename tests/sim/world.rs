@@ -153,6 +153,8 @@ pub struct World {
     pub script_plant: Option<fn(&mut Call)>,
     /// What the liveness invariants keep track of.
     pub live: super::check::Live,
+    /// What the invariants of `--hold-at-least` and `--once-per` keep track of.
+    pub terms: super::check::Terms,
 }
 
 /// The world, its lock, and what the scheduler waits on (each thread waits on its own).
@@ -204,6 +206,7 @@ impl World {
             script_plant: None,
             lock_key: "rlock:jobs".into(),
             live: Default::default(),
+            terms: Default::default(),
         }
     }
 

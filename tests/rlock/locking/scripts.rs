@@ -106,6 +106,27 @@ fn a_retried_acquire_script_is_idempotent() {
     assert!(!server.exists(&lock_key("jobs")));
 }
 
+/// A retried acquire of a grant with --hold-at-least longer than its TTL leaves the hold: the
+/// lease is made the TTL at least, never shorter (the simulation found a retry that cut it).
+#[test]
+fn a_retried_acquire_keeps_the_grant_s_hold() {
+    let server = RedisServer::start();
+    let eval = || -> Vec<redis::Value> {
+        redis::cmd("EVAL")
+            .arg(rlock::lock::ACQUIRE.source)
+            .arg(3)
+            .arg(&[lock_key("jobs"), state_key("jobs"), queue_key("jobs")][..])
+            .arg(&["token", "tok-1", "ttl", "1000", "hold", "60000"][..])
+            .arg(&["join", "0", "check", "5000", "channel", "{rlock:jobs}:wake"][..])
+            .query(&mut server.conn())
+            .expect("EVAL acquire.lua")
+    };
+    let first = eval();
+    assert_eq!(first, eval(), "a retry answers like the first call");
+    let pttl = server.pttl(&lock_key("jobs"));
+    assert!(pttl > 50_000, "the retry cut the hold to {pttl} ms");
+}
+
 /// Mutual exclusion, and no grant left behind: an acquire whose reply never came is followed by an owner-checked release with
 /// the same token, so that a grant nobody saw does not sit out its TTL. The server is kept busy
 /// (DEBUG SLEEP) while rlock's acquire is sent; rlock times out, gives the grant back, and when
