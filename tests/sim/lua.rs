@@ -10,8 +10,10 @@
 //! `tests.rs` show it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use mlua::{Function, Lua, Table, Value, Variadic};
+use mlua::{Function, HookTriggers, Lua, Table, Value, Variadic, VmState};
 
 use super::store::{Resp, Server, Store};
 
@@ -67,7 +69,13 @@ pub enum Host {
 pub struct Scripting {
     lua: Lua,
     compiled: HashMap<String, Function>,
+    /// Thousands of instructions the script running has taken.
+    steps: Arc<AtomicU64>,
 }
+
+/// Thousands of Lua instructions a script may take before it is stopped: a script that never
+/// ends would hold its server (BUSY) for good. rlock's take a few hundred at most.
+const STEPS: u64 = 10_000;
 
 fn text(s: &mlua::String) -> String {
     String::from_utf8_lossy(&s.as_bytes()).into_owned()
@@ -332,9 +340,22 @@ impl Scripting {
             Ok(())
         };
         set_up().expect("the scripting environment");
+        let steps = Arc::new(AtomicU64::new(0));
+        let counted = steps.clone();
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(1000),
+            move |_, _| match counted.fetch_add(1, Ordering::Relaxed) < STEPS {
+                true => Ok(VmState::Continue),
+                false => Err(mlua::Error::RuntimeError(
+                    "BUSY the script ran for too long".into(),
+                )),
+            },
+        )
+        .expect("a hook");
         Scripting {
             lua,
             compiled: HashMap::new(),
+            steps,
         }
     }
 
@@ -373,6 +394,7 @@ impl Scripting {
         globals.set("KEYS", seq(keys)).expect("KEYS");
         globals.set("ARGV", seq(args)).expect("ARGV");
         self.lua.set_app_data(exec);
+        self.steps.store(0, Ordering::Relaxed);
         let result = function.call::<Value>(());
         let exec = self
             .lua

@@ -1,0 +1,248 @@
+//! The mutation pass over the scripts (mutants.rs): each mutant runs against the kill budget,
+//! a few seeds of each deployment and way of sharing, and is killed by the first broken
+//! invariant (a script that fails is one: `net.rs`). In CI a fixed sample of the mutants runs,
+//! and every one of it must be killed; `RLOCK_SIM_MUTANTS=all` runs every mutant and prints
+//! each one's fate and the share killed (`RLOCK_SIM_MUTANTS=acquire.lua:` those whose ID
+//! begins so). docs/tests.md, "The mutation pass", has the figures and the survivors.
+
+use std::sync::Arc;
+
+use super::mutants::{self, Mutant};
+use super::*;
+
+/// The kill budget: setups, and how many seeds of each (from 0), tried seed by seed across
+/// them so that the cheap kills come first.
+fn kill_budget() -> Vec<(&'static str, Setup, u64)> {
+    let newest = |n| Setup {
+        clients: 4,
+        newest: n,
+        ..Setup::new(Mode::Single, Sharing::Exclusive)
+    };
+    vec![
+        ("one Redis", Setup::new(Mode::Single, Sharing::Exclusive), 8),
+        ("--limit 2", Setup::new(Mode::Single, Sharing::Limit(2)), 6),
+        ("--shared", Setup::new(Mode::Single, Sharing::Shared), 6),
+        ("--newest", newest(rlock::lock::Newest::Waiters), 3),
+        ("--cancel-running", newest(rlock::lock::Newest::Running), 3),
+        (
+            "replicas",
+            Setup::new(Mode::Replicas, Sharing::Exclusive),
+            3,
+        ),
+        ("lost data", with_lost_data(Mode::Single), 3),
+        // A Redlock run costs as much as a dozen on one Redis.
+        (
+            "Redlock of 3",
+            Setup::new(Mode::Redlock(3), Sharing::Exclusive),
+            1,
+        ),
+    ]
+}
+
+/// Mutants that behave as the shipped scripts do, whatever the run: none can kill them.
+const EQUIVALENT: &[(&str, &str)] = &[];
+
+/// Mutants the kill budget does not kill though they change what a script does: the gaps,
+/// each with why.
+const GAPS: &[(&str, &str)] = &[];
+
+/// How many mutants CI's sample has, and the seed it is drawn with.
+const CI_SAMPLE: usize = 24;
+const SAMPLE_SEED: u64 = 59;
+
+/// What became of a mutant.
+enum Fate {
+    Killed {
+        by: &'static str,
+        seed: u64,
+        what: String,
+    },
+    Survived,
+}
+
+fn try_to_kill(mutant: &Arc<Mutant>) -> Fate {
+    let budget = kill_budget();
+    let most = budget.iter().map(|b| b.2).max().unwrap_or(0);
+    for seed in 0..most {
+        for (label, setup, seeds) in &budget {
+            if seed >= *seeds {
+                continue;
+            }
+            let setup = Setup {
+                mutant: Some(mutant.clone()),
+                ..setup.clone()
+            };
+            let outcome = run(&setup, seed);
+            if let Some(what) = outcome.violation {
+                return Fate::Killed {
+                    by: label,
+                    seed,
+                    what,
+                };
+            }
+        }
+    }
+    Fate::Survived
+}
+
+fn listed(table: &[(&str, &str)], id: &str) -> bool {
+    table.iter().any(|(i, _)| *i == id)
+}
+
+/// A fixed draw of `n` of `from` (xorshift from `seed`), in their order.
+fn sample(from: Vec<Arc<Mutant>>, n: usize, seed: u64) -> Vec<Arc<Mutant>> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut keys: Vec<(u64, Arc<Mutant>)> = from
+        .into_iter()
+        .map(|m| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x, m)
+        })
+        .collect();
+    keys.sort_by_key(|k| k.0);
+    keys.truncate(n);
+    let mut out: Vec<Arc<Mutant>> = keys.into_iter().map(|k| k.1).collect();
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    out
+}
+
+/// The sample CI runs: drawn from the mutants neither equivalent nor a known gap.
+#[test]
+fn a_sample_of_the_scripts_mutants_is_killed() {
+    let which = std::env::var("RLOCK_SIM_MUTANTS").unwrap_or_default();
+    let all = mutants::all();
+    let total = all.len();
+    let chosen: Vec<Arc<Mutant>> = match which.as_str() {
+        "" => sample(
+            all.into_iter()
+                .filter(|m| !listed(EQUIVALENT, &m.id) && !listed(GAPS, &m.id))
+                .collect(),
+            CI_SAMPLE / LUA54_SHARE_OF_MUTANTS,
+            SAMPLE_SEED,
+        ),
+        "all" => all,
+        prefix => all
+            .into_iter()
+            .filter(|m| m.id.starts_with(prefix))
+            .collect(),
+    };
+    let started = std::time::Instant::now();
+    let fates = fates_of(&chosen);
+    let (mut killed, mut equivalent, mut unexpected) = (0, 0, Vec::new());
+    for (m, fate) in chosen.iter().zip(&fates) {
+        match fate {
+            Fate::Killed { by, seed, what } => {
+                killed += 1;
+                let what = what.lines().next().unwrap_or_default();
+                eprintln!("killed   {} by {by} seed {seed}: {what}", m.id);
+            }
+            Fate::Survived => {
+                let why = EQUIVALENT
+                    .iter()
+                    .chain(GAPS)
+                    .find(|(i, _)| *i == m.id)
+                    .map(|(_, why)| *why);
+                equivalent += usize::from(listed(EQUIVALENT, &m.id));
+                eprintln!(
+                    "survived {}: `{}` -> `{}`{}",
+                    m.id,
+                    m.before,
+                    m.after,
+                    why.map(|w| format!(" ({w})")).unwrap_or_default()
+                );
+                if why.is_none() {
+                    unexpected.push(m.id.clone());
+                }
+            }
+        }
+    }
+    let counted = chosen.len() - equivalent;
+    eprintln!(
+        "mutants: {} run of {total}, {equivalent} equivalent, {killed} of {counted} others killed ({:.1} %) in {:.1?}",
+        chosen.len(),
+        100.0 * killed as f64 / counted.max(1) as f64,
+        started.elapsed()
+    );
+    if which.is_empty() {
+        assert!(
+            unexpected.is_empty(),
+            "mutants of the scripts not killed: {unexpected:?}"
+        );
+    }
+}
+
+/// The Lua 5.4 build runs a third of the sample, as it explores a third of the seeds.
+const LUA54_SHARE_OF_MUTANTS: usize = if cfg!(feature = "lua54") { 3 } else { 1 };
+
+/// Each mutant's fate, over `RLOCK_SIM_JOBS` threads (one unless asked).
+fn fates_of(chosen: &[Arc<Mutant>]) -> Vec<Fate> {
+    let jobs: usize = std::env::var("RLOCK_SIM_JOBS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let mut fates: Vec<Option<Fate>> = chosen.iter().map(|_| None).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|j| {
+                s.spawn(move || {
+                    chosen
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| i % jobs == j)
+                        .map(|(i, m)| (i, try_to_kill(m)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            for (i, fate) in h.join().expect("a mutant's runs") {
+                fates[i] = Some(fate);
+            }
+        }
+    });
+    fates.into_iter().map(|f| f.expect("every fate")).collect()
+}
+
+/// The tables name mutants that exist, and the generator makes the same ones every time.
+#[test]
+fn the_mutants_are_stable_and_the_tables_name_them() {
+    let (a, b) = (mutants::all(), mutants::all());
+    let ids: Vec<&str> = a.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, b.iter().map(|m| m.id.as_str()).collect::<Vec<_>>());
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "two mutants with one ID");
+    for (id, why) in EQUIVALENT.iter().chain(GAPS) {
+        assert!(ids.contains(id), "{id} is no mutant ({why})");
+    }
+    for op in ["cmp", "and", "or", "drop", "inc", "dec"] {
+        assert!(
+            ids.iter().any(|i| i.contains(&format!(":{op}:"))),
+            "no {op}"
+        );
+    }
+}
+
+/// Every file mutated is in a script the clients send: a mutant of each changes what runs.
+#[test]
+fn every_file_mutated_is_sent() {
+    let all = mutants::all();
+    for (file, _) in mutants::FILES {
+        let first = all
+            .iter()
+            .find(|m| m.id.starts_with(&format!("{file}:")))
+            .expect("a mutant of every file");
+        for sharing in [Sharing::Exclusive, Sharing::Limit(2)] {
+            let setup = Setup {
+                mutant: Some(first.clone()),
+                ..Setup::new(Mode::Single, sharing)
+            };
+            run(&setup, 0);
+        }
+        assert!(first.applied() > 0, "{file} is in no script sent");
+    }
+}
