@@ -9,11 +9,12 @@
 //! that leans on 5.1 answers differently there, and the invariants or the answers of
 //! `tests.rs` show it.
 
+use std::collections::BTreeSet;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use mlua::{Function, HookTriggers, Lua, Table, Value, Variadic, VmState};
+use mlua::{DebugEvent, Function, HookTriggers, Lua, Table, Value, Variadic, VmState};
 
 use super::store::{Resp, Server, Store};
 
@@ -72,6 +73,13 @@ pub struct Scripting {
     /// Thousands of instructions the script running has taken.
     steps: Arc<AtomicU64>,
 }
+
+/// The lines the scripts ran, by the script's SHA1, and each script's text: recorded only
+/// while `COVERAGE` is on (the mutation pass's look at what its kill budget reaches), by the
+/// Lua of a server started meanwhile.
+pub static COVERAGE: AtomicBool = AtomicBool::new(false);
+pub static LINES: Mutex<BTreeSet<(String, usize)>> = Mutex::new(BTreeSet::new());
+pub static SOURCES: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
 
 /// Thousands of Lua instructions a script may take before it is stopped: a script that never
 /// ends would hold its server (BUSY) for good. rlock's take a few hundred at most.
@@ -342,15 +350,28 @@ impl Scripting {
         set_up().expect("the scripting environment");
         let steps = Arc::new(AtomicU64::new(0));
         let counted = steps.clone();
-        lua.set_hook(
-            HookTriggers::new().every_nth_instruction(1000),
-            move |_, _| match counted.fetch_add(1, Ordering::Relaxed) < STEPS {
+        let triggers = match COVERAGE.load(Ordering::Relaxed) {
+            true => HookTriggers::new().every_nth_instruction(1000).every_line(),
+            false => HookTriggers::new().every_nth_instruction(1000),
+        };
+        lua.set_hook(triggers, move |_, debug| {
+            if debug.event() == DebugEvent::Line {
+                let chunk = debug.source().source.map(|s| s.to_string());
+                if let (Some(chunk), Some(line)) = (chunk, debug.current_line())
+                    && let Some(sha) = chunk.strip_prefix("@user_script_")
+                {
+                    let mut lines = LINES.lock().unwrap_or_else(|p| p.into_inner());
+                    lines.insert((sha.to_string(), line));
+                }
+                return Ok(VmState::Continue);
+            }
+            match counted.fetch_add(1, Ordering::Relaxed) < STEPS {
                 true => Ok(VmState::Continue),
                 false => Err(mlua::Error::RuntimeError(
                     "BUSY the script ran for too long".into(),
                 )),
-            },
-        )
+            }
+        })
         .expect("a hook");
         Scripting {
             lua,
@@ -379,6 +400,10 @@ impl Scripting {
                     .into_function()
                     .expect("rlock's scripts compile");
                 self.compiled.insert(sha.to_string(), f.clone());
+                if COVERAGE.load(Ordering::Relaxed) {
+                    let mut sources = SOURCES.lock().unwrap_or_else(|p| p.into_inner());
+                    sources.insert(sha.to_string(), source.to_string());
+                }
                 f
             }
         };

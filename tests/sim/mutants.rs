@@ -35,6 +35,9 @@ pub const FILES: &[(&str, &str)] = &[
 #[derive(Debug)]
 pub struct Mutant {
     pub id: String,
+    pub file: &'static str,
+    /// The file's line (1 first).
+    pub line: usize,
     /// The file's line, before and after (for a `drop`, the first line dropped and "").
     pub before: String,
     pub after: String,
@@ -196,20 +199,23 @@ pub fn all() -> Vec<Arc<Mutant>> {
     for (file, text) in FILES {
         let lines: Vec<&str> = text.lines().collect();
         let sent = sent_part(text);
-        let mut push = |id: String, before: &str, after: &str, mutated_lines: Vec<&str>| {
-            let mutated = sent_part(&mutated_lines.join("\n"));
-            if mutated == sent || lua.load(&mutated).into_function().is_err() {
-                return;
-            }
-            out.push(Arc::new(Mutant {
-                id,
-                before: before.trim().to_string(),
-                after: after.trim().to_string(),
-                sent: sent.clone(),
-                mutated,
-                applied: AtomicU64::new(0),
-            }));
-        };
+        let mut push =
+            |n: usize, id: String, before: &str, after: &str, mutated_lines: Vec<&str>| {
+                let mutated = sent_part(&mutated_lines.join("\n"));
+                if mutated == sent || lua.load(&mutated).into_function().is_err() {
+                    return;
+                }
+                out.push(Arc::new(Mutant {
+                    id,
+                    file,
+                    line: n + 1,
+                    before: before.trim().to_string(),
+                    after: after.trim().to_string(),
+                    sent: sent.clone(),
+                    mutated,
+                    applied: AtomicU64::new(0),
+                }));
+            };
         for (n, line) in lines.iter().enumerate() {
             let code = line.trim_start();
             if code.is_empty() || code.starts_with("--") {
@@ -223,6 +229,7 @@ pub fn all() -> Vec<Arc<Mutant>> {
                 let mut mutated = lines.clone();
                 mutated[n] = &changed;
                 push(
+                    n,
                     format!("{file}:{}:{op}:{index}", n + 1),
                     line,
                     &changed,
@@ -232,7 +239,47 @@ pub fn all() -> Vec<Arc<Mutant>> {
             if let Some(span) = call_statement(&lines, n) {
                 let mut mutated = lines.clone();
                 mutated.drain(n..n + span);
-                push(format!("{file}:{}:drop:0", n + 1), line, "", mutated);
+                push(n, format!("{file}:{}:drop:0", n + 1), line, "", mutated);
+            }
+        }
+    }
+    out
+}
+
+/// The lines of the files that ran (file, line: 1 first), from the lines of the scripts that ran
+/// (`lua::LINES`, by SHA1) and the scripts' texts (`lua::SOURCES`).
+pub fn reached() -> std::collections::BTreeSet<(&'static str, usize)> {
+    use super::lua::{LINES, SOURCES};
+    let lines = LINES.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let sources = SOURCES.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut out = std::collections::BTreeSet::new();
+    for (sha, line) in lines {
+        let Some(source) = sources.get(&sha) else {
+            continue;
+        };
+        for (file, text) in FILES {
+            let sent = sent_part(text);
+            let Some(at) = source.find(&sent) else {
+                continue;
+            };
+            let first = source[..at].matches('\n').count() + 1;
+            let count = sent.matches('\n').count();
+            if line < first || line >= first + count {
+                continue;
+            }
+            // The file's lines that are sent, in order: the k-th of them is the chunk's line.
+            let k = line - first;
+            let own = text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| {
+                    let code = l.trim_start();
+                    !code.is_empty() && !code.starts_with("--")
+                })
+                .nth(k)
+                .map(|(n, _)| n + 1);
+            if let Some(n) = own {
+                out.insert((*file, n));
             }
         }
     }

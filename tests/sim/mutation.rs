@@ -129,30 +129,20 @@ fn a_sample_of_the_scripts_mutants_is_killed() {
             .collect(),
     };
     let started = std::time::Instant::now();
-    let fates = fates_of(&chosen);
-    let (mut killed, mut equivalent, mut unexpected) = (0, 0, Vec::new());
+    // On demand, first the lines of the scripts the kill budget runs at all.
+    let reached = (!which.is_empty()).then(reached_by_the_budget);
+    let fates = fates_of(&chosen, reached.as_ref());
+    let (mut killed, mut equivalent, mut unreached, mut unexpected) = (0, 0, 0, Vec::new());
     for (m, fate) in chosen.iter().zip(&fates) {
         match fate {
-            Fate::Killed { by, seed, what } => {
-                killed += 1;
-                let what = what.lines().next().unwrap_or_default();
-                eprintln!("killed   {} by {by} seed {seed}: {what}", m.id);
-            }
+            Fate::Killed { .. } => killed += 1,
             Fate::Survived => {
-                let why = EQUIVALENT
-                    .iter()
-                    .chain(GAPS)
-                    .find(|(i, _)| *i == m.id)
-                    .map(|(_, why)| *why);
                 equivalent += usize::from(listed(EQUIVALENT, &m.id));
-                eprintln!(
-                    "survived {}: `{}` -> `{}`{}",
-                    m.id,
-                    m.before,
-                    m.after,
-                    why.map(|w| format!(" ({w})")).unwrap_or_default()
-                );
-                if why.is_none() {
+                let off = reached
+                    .as_ref()
+                    .is_some_and(|r| !r.contains(&(m.file, m.line)));
+                unreached += usize::from(off && !listed(EQUIVALENT, &m.id));
+                if !listed(EQUIVALENT, &m.id) && !listed(GAPS, &m.id) {
                     unexpected.push(m.id.clone());
                 }
             }
@@ -160,7 +150,8 @@ fn a_sample_of_the_scripts_mutants_is_killed() {
     }
     let counted = chosen.len() - equivalent;
     eprintln!(
-        "mutants: {} run of {total}, {equivalent} equivalent, {killed} of {counted} others killed ({:.1} %) in {:.1?}",
+        "mutants: {} run of {total}, {equivalent} equivalent, {killed} of {counted} others killed \
+         ({:.1} %); of the survivors, {unreached} on lines the kill budget never runs; {:.1?}",
         chosen.len(),
         100.0 * killed as f64 / counted.max(1) as f64,
         started.elapsed()
@@ -173,11 +164,56 @@ fn a_sample_of_the_scripts_mutants_is_killed() {
     }
 }
 
+/// The lines of the files that the kill budget's runs (unmutated) run.
+fn reached_by_the_budget() -> std::collections::BTreeSet<(&'static str, usize)> {
+    lua::COVERAGE.store(true, std::sync::atomic::Ordering::Relaxed);
+    for (_, setup, seeds) in kill_budget() {
+        for seed in 0..seeds {
+            run(&setup, seed);
+        }
+    }
+    lua::COVERAGE.store(false, std::sync::atomic::Ordering::Relaxed);
+    mutants::reached()
+}
+
+/// A mutant's fate, as a line.
+fn describe(
+    m: &Mutant,
+    fate: &Fate,
+    reached: Option<&std::collections::BTreeSet<(&str, usize)>>,
+) -> String {
+    match fate {
+        Fate::Killed { by, seed, what } => {
+            let what = what.lines().next().unwrap_or_default();
+            format!("killed   {} by {by} seed {seed}: {what}", m.id)
+        }
+        Fate::Survived => {
+            let why = EQUIVALENT
+                .iter()
+                .chain(GAPS)
+                .find(|(i, _)| *i == m.id)
+                .map(|(_, why)| format!(" ({why})"))
+                .unwrap_or_default();
+            let off = match reached {
+                Some(r) if !r.contains(&(m.file, m.line)) => " [line never run]",
+                _ => "",
+            };
+            format!(
+                "survived {}: `{}` -> `{}`{off}{why}",
+                m.id, m.before, m.after
+            )
+        }
+    }
+}
+
 /// The Lua 5.4 build runs a third of the sample, as it explores a third of the seeds.
 const LUA54_SHARE_OF_MUTANTS: usize = if cfg!(feature = "lua54") { 3 } else { 1 };
 
-/// Each mutant's fate, over `RLOCK_SIM_JOBS` threads (one unless asked).
-fn fates_of(chosen: &[Arc<Mutant>]) -> Vec<Fate> {
+/// Each mutant's fate (each printed as it is known), over `RLOCK_SIM_JOBS` threads (one unless asked).
+fn fates_of(
+    chosen: &[Arc<Mutant>],
+    reached: Option<&std::collections::BTreeSet<(&'static str, usize)>>,
+) -> Vec<Fate> {
     let jobs: usize = std::env::var("RLOCK_SIM_JOBS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -192,7 +228,11 @@ fn fates_of(chosen: &[Arc<Mutant>]) -> Vec<Fate> {
                         .iter()
                         .enumerate()
                         .filter(|(i, _)| i % jobs == j)
-                        .map(|(i, m)| (i, try_to_kill(m)))
+                        .map(|(i, m)| {
+                            let fate = try_to_kill(m);
+                            eprintln!("{}", describe(m, &fate, reached));
+                            (i, fate)
+                        })
                         .collect::<Vec<_>>()
                 })
             })

@@ -69,8 +69,20 @@ pub fn contradiction(
     reply: &Resp,
     now_ms: i64,
 ) -> Option<String> {
+    // Every key rlock writes expires (common.lua): none is left without.
+    if let Some(key) = after
+        .data
+        .keys()
+        .find(|k| !after.expires.contains_key(*k) && before.data.get(*k) != after.data.get(*k))
+    {
+        return Some(format!("{} left {key} without expiry", call.name));
+    }
     let (lock, token) = (call.keys.first()?, call.arg("token")?);
     let (word, field) = read(reply)?;
+    let record = |name: &str| match call.keys.get(1).and_then(|k| after.data.get(k)) {
+        Some(Data::Hash(h)) => h.get(name).cloned(),
+        _ => None,
+    };
     let was = held(before, lock, token, now_ms);
     let is = held(after, lock, token, now_ms);
     let says = |what: &str| {
@@ -91,8 +103,17 @@ pub fn contradiction(
                     "its lease of {ttl} ms ends at {until:?}, now {now_ms}"
                 ));
             }
-            if field("fence").is_none_or(|f| f <= 0) {
+            let fence = field("fence").unwrap_or(0);
+            if fence <= 0 {
                 return says("no fence");
+            }
+            // The lock of one holder has its record, for inspect and the next try to read.
+            let one = matches!(after.data.get(lock), Some(Data::Str(_)));
+            if one
+                && (record("token").as_deref() != Some(token)
+                    || record("fence").and_then(|f| f.parse::<f64>().ok()) != Some(fence as f64))
+            {
+                return says("the state does not record its grant and fence");
             }
         }
         // ("superseded" may come to a holder's late duplicate of its try: --cancel-running asks
@@ -115,6 +136,14 @@ pub fn contradiction(
             }
             if was.is_none() {
                 return says("it did not hold the lock before");
+            }
+            // A renewal of one holder's lock writes when, in its own record.
+            let one = matches!(after.data.get(lock), Some(Data::Str(_)));
+            if one
+                && record("token").as_deref() == Some(token)
+                && record("renewed").and_then(|r| r.parse::<f64>().ok()) != Some(now_ms as f64)
+            {
+                return says("its record does not say it was renewed now");
             }
         }
         ("renew", "free" | "other") if was.is_some() || is.is_some() => {
