@@ -77,6 +77,9 @@ pub fn contradiction(
     {
         return Some(format!("{} left {key} without expiry", call.name));
     }
+    if let Some(v) = shape(call, after, now_ms) {
+        return Some(v);
+    }
     let (lock, token) = (call.keys.first()?, call.arg("token")?);
     let (word, field) = read(reply)?;
     let record = |name: &str| match call.keys.get(1).and_then(|k| after.data.get(k)) {
@@ -180,4 +183,49 @@ pub fn contradiction(
         return says("it is still in line");
     }
     None
+}
+
+/// What the data must look like after any script: the state outlives the lock, and a lock of
+/// several holders outlives its last lease and keeps a record of each holder.
+fn shape(call: &Call, after: &Store, now_ms: i64) -> Option<String> {
+    let (lock, state) = (call.keys.first()?, call.keys.get(1)?);
+    let live =
+        |k: &str| after.data.contains_key(k) && after.expires.get(k).is_none_or(|at| *at >= now_ms);
+    if !live(lock) {
+        return None;
+    }
+    let lock_ends = after.expires.get(lock).copied();
+    if live(state)
+        && let (Some(l), Some(s)) = (lock_ends, after.expires.get(state))
+        && *s < l
+    {
+        return Some(format!(
+            "{} left the state ending at {s}, before the lock at {l}",
+            call.name
+        ));
+    }
+    let Some(Data::ZSet(holders)) = after.data.get(lock) else {
+        return None;
+    };
+    let last = holders.iter().map(|(ends, _)| *ends as i64).max()?;
+    if lock_ends.is_some_and(|l| l < last) {
+        return Some(format!(
+            "{} left the lock ending at {lock_ends:?}, before its last lease at {last}",
+            call.name
+        ));
+    }
+    let records = match after.data.get(state) {
+        Some(Data::Hash(h)) if live(state) => h,
+        _ => {
+            return Some(format!(
+                "{} left a lock of several holders without its state",
+                call.name
+            ));
+        }
+    };
+    holders
+        .iter()
+        .filter(|(ends, _)| *ends > now_ms as f64)
+        .find(|(_, t)| !records.contains_key(&format!("h:{t}")))
+        .map(|(_, t)| format!("{} left holder {t} without its record", call.name))
 }
