@@ -391,6 +391,11 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
             length * 4 + 60_000_000
         ));
     }
+    // Every deployment but one refused grants something in a run of several clients and rounds.
+    if w.check.violation.is_none() && w.check.grants() == 0 && setup.mode != Mode::TwoNamesOneServer
+    {
+        w.violation_at_end("nothing was granted in the whole run".into());
+    }
     if w.check.violation.is_none() {
         // Every client has left: once every lease could have ended (by the servers' clocks,
         // their rate error and a millisecond allowed), the lock and its line are gone, before

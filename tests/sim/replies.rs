@@ -127,6 +127,22 @@ pub fn contradiction(
         ("acquire", "busy") if !anyone(after, lock, now_ms) => {
             return says("nobody holds the lock");
         }
+        // "queued": free, but an earlier waiter goes first: someone else is in line or the
+        // lock is reserved for another.
+        ("acquire", "queued") => {
+            let queue = call.keys.get(2)?;
+            let others = |s: &Store| match s.data.get(queue) {
+                Some(Data::ZSet(z)) => z.iter().any(|(_, m)| m != token),
+                _ => false,
+            };
+            let next = match before.data.get(call.keys.get(1)?) {
+                Some(Data::Hash(h)) => h.get("next").is_some_and(|n| n != token),
+                _ => false,
+            };
+            if !others(before) && !others(after) && !next {
+                return says("nobody else waits");
+            }
+        }
         ("renew", "renewed") => {
             let Some(until) = is else {
                 return says("it does not hold the lock");
