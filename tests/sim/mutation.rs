@@ -40,7 +40,29 @@ fn kill_budget() -> Vec<(&'static str, Setup, u64)> {
 }
 
 /// Mutants that behave as the shipped scripts do, whatever the run: none can kill them.
-const EQUIVALENT: &[(&str, &str)] = &[];
+const EQUIVALENT: &[(&str, &str)] = &[
+    ("acquire.lua:158:inc:2", ABSENT_END),
+    ("acquire.lua:158:dec:2", ABSENT_END),
+    ("acquire.lua:169:inc:1", FIRST),
+    ("acquire.lua:169:dec:1", FIRST),
+    ("acquire.lua:179:inc:1", FIRST),
+    ("acquire.lua:179:dec:1", FIRST),
+    ("slot.lua:39:inc:1", FIRST),
+    ("slot.lua:39:dec:1", FIRST),
+    ("multi.lua:51:inc:1", FIRST),
+    ("multi.lua:51:dec:1", FIRST),
+    (
+        "slot.lua:101:dec:0",
+        "string.sub takes a start of 0 as 1: string.sub(f, 0, 2) is string.sub(f, 1, 2)",
+    ),
+];
+
+/// Why a wider end of a ZRANGE that reads its first member (and score) changes nothing.
+const FIRST: &str = "ZRANGE 0 1 or 0 -1 begins with the member (and score) ZRANGE 0 0 gives, the \
+                     only one read";
+/// Why the default of a reservation's end changes nothing.
+const ABSENT_END: &str = "a reservation's end is written with it (hand_off): absent, 0, 1 and -1 \
+                          are all before now";
 
 /// The last whole run's fates (`RLOCK_SIM_MUTANTS=all`, see docs/tests.md): one line per
 /// mutant, `killed ID ...` or `survived ID ...`. CI's sample is drawn from those it killed.
@@ -60,7 +82,7 @@ fn recorded_killed() -> Vec<&'static str> {
 }
 
 /// How many mutants CI's sample has, and the seed it is drawn with.
-const CI_SAMPLE: usize = 24;
+const CI_SAMPLE: usize = 48;
 const SAMPLE_SEED: u64 = 59;
 
 /// What became of a mutant.
