@@ -9,9 +9,12 @@
 //! that leans on 5.1 answers differently there, and the invariants or the answers of
 //! `tests.rs` show it.
 
+use std::collections::BTreeSet;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use mlua::{Function, Lua, Table, Value, Variadic};
+use mlua::{DebugEvent, Function, HookTriggers, Lua, Table, Value, Variadic, VmState};
 
 use super::store::{Resp, Server, Store};
 
@@ -67,7 +70,20 @@ pub enum Host {
 pub struct Scripting {
     lua: Lua,
     compiled: HashMap<String, Function>,
+    /// Thousands of instructions the script running has taken.
+    steps: Arc<AtomicU64>,
 }
+
+/// The lines the scripts ran, by the script's SHA1, and each script's text: recorded only
+/// while `COVERAGE` is on (the mutation pass's look at what its kill budget reaches), by the
+/// Lua of a server started meanwhile.
+pub static COVERAGE: AtomicBool = AtomicBool::new(false);
+pub static LINES: Mutex<BTreeSet<(String, usize)>> = Mutex::new(BTreeSet::new());
+pub static SOURCES: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+
+/// Thousands of Lua instructions a script may take before it is stopped: a script that never
+/// ends would hold its server (BUSY) for good. rlock's take a few hundred at most.
+const STEPS: u64 = 10_000;
 
 fn text(s: &mlua::String) -> String {
     String::from_utf8_lossy(&s.as_bytes()).into_owned()
@@ -332,9 +348,35 @@ impl Scripting {
             Ok(())
         };
         set_up().expect("the scripting environment");
+        let steps = Arc::new(AtomicU64::new(0));
+        let counted = steps.clone();
+        let triggers = match COVERAGE.load(Ordering::Relaxed) {
+            true => HookTriggers::new().every_nth_instruction(1000).every_line(),
+            false => HookTriggers::new().every_nth_instruction(1000),
+        };
+        lua.set_hook(triggers, move |_, debug| {
+            if debug.event() == DebugEvent::Line {
+                let chunk = debug.source().source.map(|s| s.to_string());
+                if let (Some(chunk), Some(line)) = (chunk, debug.current_line())
+                    && let Some(sha) = chunk.strip_prefix("@user_script_")
+                {
+                    let mut lines = LINES.lock().unwrap_or_else(|p| p.into_inner());
+                    lines.insert((sha.to_string(), line));
+                }
+                return Ok(VmState::Continue);
+            }
+            match counted.fetch_add(1, Ordering::Relaxed) < STEPS {
+                true => Ok(VmState::Continue),
+                false => Err(mlua::Error::RuntimeError(
+                    "BUSY the script ran for too long".into(),
+                )),
+            }
+        })
+        .expect("a hook");
         Scripting {
             lua,
             compiled: HashMap::new(),
+            steps,
         }
     }
 
@@ -358,6 +400,10 @@ impl Scripting {
                     .into_function()
                     .expect("rlock's scripts compile");
                 self.compiled.insert(sha.to_string(), f.clone());
+                if COVERAGE.load(Ordering::Relaxed) {
+                    let mut sources = SOURCES.lock().unwrap_or_else(|p| p.into_inner());
+                    sources.insert(sha.to_string(), source.to_string());
+                }
                 f
             }
         };
@@ -373,6 +419,7 @@ impl Scripting {
         globals.set("KEYS", seq(keys)).expect("KEYS");
         globals.set("ARGV", seq(args)).expect("ARGV");
         self.lua.set_app_data(exec);
+        self.steps.store(0, Ordering::Relaxed);
         let result = function.call::<Value>(());
         let exec = self
             .lua

@@ -28,7 +28,9 @@ mod holder;
 mod live;
 mod lua;
 mod model;
+mod mutants;
 mod net;
+mod replies;
 mod seams;
 mod server;
 mod store;
@@ -37,6 +39,8 @@ mod world;
 
 #[cfg(test)]
 mod answers;
+#[cfg(test)]
+mod mutation;
 #[cfg(test)]
 mod planted;
 #[cfg(test)]
@@ -91,6 +95,11 @@ pub struct Setup {
     pub bug: Option<Bug>,
     /// A bug planted in the scripts (their text on the way to the servers).
     pub script_bug: Option<fn(&mut server::Call)>,
+    /// A mutant of the scripts (mutants.rs), applied as the planted script bugs are.
+    pub mutant: Option<Arc<mutants::Mutant>>,
+    /// Every script's reply is checked against the data (replies.rs); off only where a planted
+    /// test shows another invariant finding a bug those checks would find first.
+    pub replies: bool,
     /// How the servers' Lua hands replies to the scripts.
     pub host: lua::Host,
     /// Each client after the first asks for its own TTL, one to two times the run's: holders of
@@ -254,6 +263,8 @@ impl Setup {
             rate_error: 0.004,
             bug: None,
             script_bug: None,
+            mutant: None,
+            replies: true,
             host: lua::Host::Redis,
             mixed_ttls: matches!(mode, Mode::Redlock(_)),
             newest: rlock::lock::Newest::Off,
@@ -276,6 +287,8 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
     check.lossy = setup.lossy;
     let mut world = World::new(seed, setup.weather, check);
     world.script_plant = setup.script_bug;
+    world.mutant = setup.mutant.clone();
+    world.replies = setup.replies;
     let e = setup.rate_error;
     // The servers, their wall clocks apart by up to a second, their rates within the bound.
     let (servers, names): (usize, usize) = match setup.mode {
@@ -421,6 +434,11 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
             "a client never ended: the run was cut off at {} us with clients still at work",
             length * 4 + 60_000_000
         ));
+    }
+    // Every deployment but one refused grants something in a run of several clients and rounds.
+    if w.check.violation.is_none() && w.check.grants() == 0 && setup.mode != Mode::TwoNamesOneServer
+    {
+        w.violation_at_end("nothing was granted in the whole run".into());
     }
     if w.check.violation.is_none() {
         // Every client has left: once every lease could have ended (by the servers' clocks,

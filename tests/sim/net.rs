@@ -41,6 +41,9 @@ impl World {
         if let Some(plant) = self.script_plant {
             plant(&mut call);
         }
+        if let Some(mutant) = &self.mutant {
+            mutant.apply(&mut call);
+        }
         self.sending(client, &call);
         let req = self.requests.len();
         let replicas = if call.replicated.is_some() {
@@ -221,6 +224,13 @@ impl World {
             short(&reply)
         ));
         self.check_store(server, &call, &before, &reply);
+        // No fault of the model gives a key another type or takes a right away: a script that
+        // fails did so of itself.
+        if let Resp::Err(e) = &reply
+            && call.name != "INFO"
+        {
+            self.violation(format!("{name}: the script {} failed: {e}", call.name));
+        }
         for (channel, _) in exec.env.published {
             let who = self.servers[server]
                 .listeners
@@ -358,6 +368,17 @@ impl World {
         }
         self.check_line_kept(server, call, before);
         self.check_terms(server, call, before, reply);
+        if self.replies
+            && let Some(v) = super::replies::contradiction(
+                call,
+                before,
+                &self.servers[server].store,
+                reply,
+                now_ms,
+            )
+        {
+            self.violation(format!("{}: {v}", self.servers[server].name));
+        }
         if let Some(v) =
             self.check
                 .line_order(call, before, &self.servers[server].store, reply, now_ms)

@@ -151,6 +151,9 @@ pub struct World {
     pub lock_key: String,
     /// How the scripts are changed on their way to the servers (planted bugs).
     pub script_plant: Option<fn(&mut Call)>,
+    pub mutant: Option<std::sync::Arc<super::mutants::Mutant>>,
+    /// Whether the replies are checked against the data (replies.rs).
+    pub replies: bool,
     /// What the liveness invariants keep track of.
     pub live: super::check::Live,
     /// What the invariants of `--hold-at-least` and `--once-per` keep track of.
@@ -204,6 +207,8 @@ impl World {
             check,
             trace: VecDeque::new(),
             script_plant: None,
+            mutant: None,
+            replies: true,
             lock_key: "rlock:jobs".into(),
             live: Default::default(),
             terms: Default::default(),
