@@ -86,6 +86,13 @@ pub fn contradiction(
         Some(Data::Hash(h)) => h.get(name).cloned(),
         _ => None,
     };
+    // The token's own release, kept as a hold (release.lua's `released`, cleared by a grant).
+    let released = |s: &Store| match call.keys.get(1).and_then(|k| s.data.get(k)) {
+        Some(Data::Hash(h)) => {
+            h.get("token").map(String::as_str) == Some(token) && h.contains_key("released")
+        }
+        _ => false,
+    };
     let was = held(before, lock, token, now_ms);
     let is = held(after, lock, token, now_ms);
     let says = |what: &str| {
@@ -177,7 +184,9 @@ pub fn contradiction(
         ("release", "released") if was.is_none() => {
             return says("it did not hold the lock");
         }
-        ("release", "already" | "expired" | "other") if was.is_some() => {
+        // (A release that kept the lock for its --hold-at-least leaves it the token's, marked
+        // released: a duplicate of that release finds it "already" given back.)
+        ("release", "already" | "expired" | "other") if was.is_some() && !released(before) => {
             return says("it held the lock");
         }
         ("release", "other") if !anyone(after, lock, now_ms) => {
