@@ -20,6 +20,8 @@ pub enum Bug {
     /// Redlock counts the vote of a master that may have restarted empty under the holder
     /// (`exclusive::votes` without the restart rule).
     NoRestartRule,
+    /// The waiter ignores its `-w` deadline and waits as long as it takes (`wait_for`).
+    NoDeadline,
 }
 
 thread_local! {

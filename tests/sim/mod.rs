@@ -30,6 +30,7 @@ mod net;
 mod seams;
 mod server;
 mod store;
+mod wake;
 mod world;
 
 #[cfg(test)]
@@ -353,12 +354,10 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
         };
         let plan = client::Plan {
             client: c,
-            nodes: names,
             rounds: setup.rounds,
             ttl,
             op_timeout,
             sharing,
-            join: single,
             max_wait: longest * 4,
             plant: setup.bug,
             newest: setup.newest,

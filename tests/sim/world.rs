@@ -65,8 +65,8 @@ pub enum Kind {
     WaitOver { req: usize },
     /// A master's write `offset` reaches replica `replica`.
     Replicate { replica: usize, offset: u64 },
-    /// A message published to a channel a client listens on reaches it.
-    Heard { client: usize },
+    /// A message published to a channel a client listens on reaches its subscription.
+    Heard { ear: usize, message: String },
     /// A fault begins or ends.
     Fault(super::model::Fault),
     /// The time for a give-back of a grant nobody saw is up (`live.rs`).
@@ -118,8 +118,11 @@ pub struct ClientState {
     pub rate: f64,
     /// Paused (its rlock stopped) until then.
     pub paused_until: Micros,
+    /// When its last pause began, and how long its pauses have lasted so far in all.
+    pub paused_at: Micros,
+    pub paused_for: Micros,
     pub deferred: Vec<usize>,
-    /// Its main thread waits for a published wake-up.
+    /// Its thread that sleeps until a published wake-up (in `SimClock::poll`).
     pub listening: Option<usize>,
 }
 
@@ -153,6 +156,8 @@ pub struct World {
     pub script_plant: Option<fn(&mut Call)>,
     /// What the liveness invariants keep track of.
     pub live: super::check::Live,
+    /// The servers' ends of the clients' subscriptions (`wake.rs`).
+    pub ears: Vec<super::wake::Ear>,
 }
 
 /// The world, its lock, and what the scheduler waits on (each thread waits on its own).
@@ -204,6 +209,7 @@ impl World {
             script_plant: None,
             lock_key: "rlock:jobs".into(),
             live: Default::default(),
+            ears: Vec::new(),
         }
     }
 
@@ -322,11 +328,7 @@ impl World {
             }
             Kind::WaitOver { req } => self.wait_over(req),
             Kind::Replicate { replica, offset } => self.replicate(replica, offset),
-            Kind::Heard { client } => {
-                if let Some(thread) = self.clients[client].listening {
-                    self.poke(thread);
-                }
-            }
+            Kind::Heard { ear, message } => self.heard(ear, &message),
             Kind::Fault(f) => self.strike(f),
             Kind::GiveBack { orphan } => self.check_give_back(orphan),
         }
@@ -353,10 +355,12 @@ impl World {
     /// The client `client` stops running for `d` (its rlock stopped).
     pub fn pause(&mut self, client: usize, until: Micros) {
         self.clients[client].paused_until = until;
+        self.clients[client].paused_at = self.now;
     }
 
     pub fn unpause(&mut self, client: usize) {
         self.clients[client].paused_until = 0;
+        self.clients[client].paused_for += self.now - self.clients[client].paused_at;
         for t in std::mem::take(&mut self.clients[client].deferred) {
             self.ready.push_back(t);
         }
