@@ -5,7 +5,7 @@
 //!
 //! What is the simulation's own: when a client starts, how long its command runs, and what the
 //! waiter's seams are made of: its clock, sleep and jitter (`SimClock`), and its subscriptions
-//! (`SimNode::subscriber`, `wake.rs`). No signal interrupts a simulated wait.
+//! (`SimNode::subscriber`, `wake.rs`). No signal interrupts a simulated wait but the run's end.
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
@@ -80,7 +80,7 @@ pub fn run(sim: Arc<Sim>, locker: Arc<Locker>, clock: Arc<SimClock>, plan: Plan)
         };
         let heard = Heard { sim: &sim, c };
         let hooks = Hooks {
-            interrupt: &NoSignals,
+            interrupt: &RunOver(&sim),
             observer: &heard,
         };
         let waited = locker.acquire(&req, policy, hooks);
@@ -115,16 +115,17 @@ impl Observer for Heard<'_> {
     }
 }
 
-/// No signal comes to a simulated client.
-struct NoSignals;
+/// No signal comes to a simulated client, but the end of the run ends its wait as SIGTERM would
+/// (simulated time stands still then: a waiter's sleep would never end).
+struct RunOver<'a>(&'a Sim);
 
-impl Interrupt for NoSignals {
+impl Interrupt for RunOver<'_> {
     fn fd(&self) -> Option<BorrowedFd<'_>> {
         None
     }
 
     fn take(&self) -> Option<Signal> {
-        None
+        self.0.lock().shutdown.then_some(Signal::SIGTERM)
     }
 }
 

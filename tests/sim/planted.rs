@@ -128,3 +128,16 @@ fn planted_a_lock_without_expiry_is_found_left_behind() {
         "every lease could have ended",
     );
 }
+
+/// The waiter (src/lock/wait.rs, which every simulated client runs) ignores its `-w` deadline:
+/// a wait that should have given up busy goes on until it is granted, long after.
+#[test]
+fn planted_a_waiter_that_ignores_its_deadline_is_found() {
+    finds(
+        Setup {
+            bug: Some(Bug::NoDeadline),
+            ..Setup::new(Mode::Single, Sharing::Exclusive)
+        },
+        "a wait ran past its deadline",
+    );
+}
