@@ -26,8 +26,9 @@
 //!
 //! The waiter is generic over its tries (`Tries`: one try at the lock, and the line, the wake
 //! channel and the first contact around it): `Locker::acquire` gives it a request's tries on the
-//! deployment; its unit tests give it listed answers. What the waiter tells while it waits is
-//! `progress.rs`.
+//! deployment; its unit tests give it listed answers. It reads the time, sleeps (`poll`) and
+//! draws its jitter by the tries' `Clock` (the locker's: the machine's, or the simulation's,
+//! which runs this very waiter). What the waiter tells while it waits is `progress.rs`.
 
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};

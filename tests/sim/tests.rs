@@ -138,6 +138,38 @@ fn replicas_with_wait_hold_every_invariant_across_a_failover() {
     holds(Setup::new(Mode::Replicas, Sharing::Exclusive));
 }
 
+/// The clients wait with the library's own waiter, woken through their subscriptions: a release
+/// hands the lock to the waiter first in line with "go" on its channel, which its subscriber
+/// reads, and the waiter then holds the lock.
+#[test]
+fn a_waiter_is_handed_the_lock_through_its_subscription() {
+    let setup = Setup {
+        clients: 2,
+        rounds: 2,
+        model: model::Model::default(),
+        ..Setup::new(Mode::Single, Sharing::Exclusive)
+    };
+    let handed = (0..10)
+        .filter(|&seed| {
+            let outcome = run(&setup, seed);
+            assert!(outcome.violation.is_none(), "{}", outcome.report());
+            let lines = &outcome.trace;
+            lines.iter().enumerate().any(|(i, line)| {
+                let Some((who, _)) = line.split_once(" hears \"go\"") else {
+                    return false;
+                };
+                let c = who.rsplit(' ').next().unwrap_or_default();
+                // Its next try follows at once, granted.
+                lines[i..]
+                    .iter()
+                    .take(15)
+                    .any(|l| l.contains(&format!("{c} HOLDS")))
+            })
+        })
+        .count();
+    assert!(handed > 0, "no waiter was handed the lock through its subscription");
+}
+
 #[test]
 fn two_names_of_one_server_are_refused() {
     let setup = Setup::new(Mode::TwoNamesOneServer, Sharing::Exclusive);

@@ -121,6 +121,7 @@ impl World {
         // A client that has closed its end hears nothing.
         let _ = sock.write_all(&bytes);
         let client = e.client;
+        self.note(format!("c{client} hears {message:?}"));
         if let Some(thread) = self.clients[client].listening {
             self.poke(thread);
         }
