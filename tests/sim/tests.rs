@@ -167,7 +167,10 @@ fn a_waiter_is_handed_the_lock_through_its_subscription() {
             })
         })
         .count();
-    assert!(handed > 0, "no waiter was handed the lock through its subscription");
+    assert!(
+        handed > 0,
+        "no waiter was handed the lock through its subscription"
+    );
 }
 
 #[test]

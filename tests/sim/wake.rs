@@ -130,7 +130,11 @@ impl World {
     /// Before server `server` runs a script: the ears whose client has closed its end are
     /// closed, and their listeners no longer counted.
     pub fn prune_ears(&mut self, server: usize) {
-        if !self.servers[server].listeners.values().any(|who| !who.is_empty()) {
+        if !self.servers[server]
+            .listeners
+            .values()
+            .any(|who| !who.is_empty())
+        {
             return;
         }
         for i in 0..self.ears.len() {
