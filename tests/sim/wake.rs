@@ -13,21 +13,8 @@
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 
+use super::server::Ear;
 use super::world::{Kind, World};
-
-/// The server's end of one subscription.
-pub struct Ear {
-    pub client: usize,
-    pub server: usize,
-    pub channel: String,
-    /// The request that subscribed, and the thread that sent it.
-    pub req: usize,
-    pub thread: usize,
-    /// The server's end; None once closed.
-    sock: Option<UnixStream>,
-    /// The client's end, until its thread takes it (on SUBSCRIBE's reply).
-    theirs: Option<UnixStream>,
-}
 
 /// Redis's push of `message` on `channel` (RESP2).
 fn push(channel: &str, message: &str) -> Vec<u8> {

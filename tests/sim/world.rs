@@ -157,7 +157,7 @@ pub struct World {
     /// What the liveness invariants keep track of.
     pub live: super::check::Live,
     /// The servers' ends of the clients' subscriptions (`wake.rs`).
-    pub ears: Vec<super::wake::Ear>,
+    pub ears: Vec<super::server::Ear>,
 }
 
 /// The world, its lock, and what the scheduler waits on (each thread waits on its own).
