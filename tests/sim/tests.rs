@@ -240,12 +240,12 @@ fn redlock_of_three_survives_empty_restarts_inside_the_restart_rule_s_window() {
 fn outside_redlock_an_empty_restart_beside_unreachable_holders_makes_two_holders() {
     let mut setup = Setup::new(Mode::Redlock(3), Sharing::Exclusive);
     setup.model.empty_restarts = 3;
-    // Seed 46 was found with one TTL for every client.
+    // Seed 54 was found with one TTL for every client.
     setup.mixed_ttls = false;
-    // Found by exploring: the holder c2's grant missed 7000 (its try there timed out), 7001
-    // restarts empty, and c0's try on 7002, the one master left with c2's lock, times out; the
+    // Found by exploring: the holder c2's grant missed 7000 (its try there timed out), 7002
+    // restarts empty, and c0's try on 7001, the one master left with c2's lock, times out; the
     // two that grant have both run for less than a TTL, but nobody answered "held".
-    let outcome = run(&setup, 46);
+    let outcome = run(&setup, 54);
     let v = outcome.violation.as_deref().unwrap_or_default();
     assert!(v.starts_with("two holders"), "{}", outcome.report());
 }
