@@ -90,6 +90,25 @@ impl Subscriber {
                 Stream::Unix(sock)
             }
         };
+        Self::on(stream, endpoint, channel)
+    }
+
+    /// A subscriber on a connection made elsewhere: one end of a socket pair whose other end
+    /// plays the server (the simulation's, which has already written the confirmation), reading
+    /// within `timeout`. It subscribes to `channel` as `subscribe` does.
+    #[cfg(feature = "sim-seams")]
+    pub fn over(sock: UnixStream, channel: &str, timeout: Duration) -> io::Result<Self> {
+        sock.set_read_timeout(Some(timeout))?;
+        let endpoint = Endpoint {
+            addr: Addr::Unix(PathBuf::new()),
+            username: None,
+            password: None,
+        };
+        Self::on(Stream::Unix(sock), &endpoint, channel)
+    }
+
+    /// Authenticates on `stream` when the endpoint has a password, and subscribes to `channel`.
+    fn on(stream: Stream, endpoint: &Endpoint, channel: &str) -> io::Result<Self> {
         let mut sub = Subscriber {
             stream,
             buf: Vec::new(),

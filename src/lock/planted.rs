@@ -26,6 +26,8 @@ pub enum Bug {
     /// The renewal thread never hears its stop (`watchdog::renew_loop`): it renews the lease for
     /// ever after the command ended, and rlock, which waits for it, never ends.
     DeafRenewals,
+    /// The waiter ignores its `-w` deadline and waits as long as it takes (`wait_for`).
+    NoDeadline,
 }
 
 thread_local! {

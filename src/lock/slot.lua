@@ -38,8 +38,9 @@ end
 local function busy_multi(r, pttl, ahead)
   local first = redis.call("ZRANGE", r.lock, 0, 0)[1]
   local h = record_of(r.state, first or "") or {}
+  -- The record is JSON, whose numbers Lua 5.4 decodes as floats: "since" goes back an integer.
   return reply("busy", "pttl", pttl, "now", r.now, "host", h.host, "pid", h.pid, "user", h.user,
-    "since", h.since, "cmd", h.cmd, "ttl", h.ttl, "holders", redis.call("ZCARD", r.lock),
+    "since", h.since and math.floor(h.since), "cmd", h.cmd, "ttl", h.ttl, "holders", redis.call("ZCARD", r.lock),
     "limit", tonumber(redis.call("HGET", r.state, "limit")) or 0, "ahead", ahead and 1,
     "place", place_in_line(r))
 end

@@ -26,15 +26,16 @@
 //!
 //! The waiter is generic over its tries (`Tries`: one try at the lock, and the line, the wake
 //! channel and the first contact around it): `Locker::acquire` gives it a request's tries on the
-//! deployment; its unit tests give it listed answers. What the waiter tells while it waits is
-//! `progress.rs`.
+//! deployment; its unit tests give it listed answers. It reads the time, sleeps (`poll`) and
+//! draws its jitter by the tries' `Clock` (the locker's: the machine's, or the simulation's,
+//! which runs this very waiter). What the waiter tells while it waits is `progress.rs`.
 
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use self::asking::Asking;
+use self::asking::{Asking, Tries};
 use self::once::try_once;
 use self::progress::Progress;
 use self::sleep::{Slept, jitter, sleep, sleep_or_report};
@@ -43,6 +44,7 @@ use super::error::{About, Error, Interruption, Seen, Waited};
 use super::observe::{Note, Observer};
 use super::{CHECK_WITHOUT_EXPIRY, Grant, LockKey, Locker, Request};
 use crate::backend::Subscriber;
+use crate::clock::Clock;
 
 /// How long to wait for a busy lock.
 #[derive(Debug, Clone)]
@@ -75,30 +77,6 @@ pub(super) const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How late after a claim window's end a waiter tries: enough for the window to be over by the
 /// server's clock.
 const CLAIM_SLACK: Duration = Duration::from_millis(5);
-
-/// What a waiter waits on: one try at the lock, and what a wait needs around its tries. The
-/// waiter is generic over it: `Asking` is the real one (a request on a `Locker`); a unit test
-/// may give its own.
-pub(super) trait Tries {
-    /// One try at the lock; with `join`, a busy try keeps a place in line. `within`: the time
-    /// the try (and its give-back) end within, besides --op-timeout (the waiter's `budget`:
-    /// what is left of a bounded wait, or nothing more for a Redis that answers).
-    fn attempt(&self, join: bool, within: Option<Duration>) -> Result<Attempt, Error>;
-    /// Leaves the line, giving back a grant that raced with giving up; best effort, `within`
-    /// what is left of a bounded wait.
-    fn leave(&self, within: Option<Duration>);
-    /// Connections subscribed to the waiter's wake channel, each made within `within` (what
-    /// is left of a bounded wait) and --op-timeout; with one Redis, the failure when there is
-    /// none.
-    fn subscribe(&self, within: Option<Duration>) -> Result<Vec<Subscriber>, Error>;
-    /// Closes the connections kept for the next try (which connects again): a waiter that
-    /// cannot have its wake channel (a full server) makes room for another client meanwhile.
-    fn hang_up(&self);
-    /// True when waiters race each other on several masters (Redlock), and must be spread out.
-    fn races(&self) -> bool;
-    /// How long a wait that has had no answer from Redis yet keeps trying.
-    fn first_contact(&self) -> Duration;
-}
 
 /// `attempt()`, with the observer's `while_trying` work done while Redis answers.
 fn trying<T>(observer: &dyn Observer, attempt: impl FnOnce() -> T) -> T {
@@ -139,15 +117,20 @@ pub(super) fn wait_for<T: Tries>(
     if policy.no_wait || policy.wait == Some(Duration::ZERO) {
         return try_once(tries, key, hooks);
     }
-    let start = Instant::now();
+    let clock = tries.clock();
+    let start = clock.now();
     let waiter = Waiter {
         tries,
+        clock,
         key,
         token,
         hooks,
         start,
         // A wait too long for the clock to add is as good as waiting forever.
-        deadline: policy.wait.and_then(|w| start.checked_add(w)),
+        deadline: policy
+            .wait
+            .and_then(|w| start.checked_add(w))
+            .filter(|_| !planted_no_deadline()),
         outage: None,
         progress: Progress::new(start),
         subs: Vec::new(),
@@ -162,6 +145,7 @@ pub(super) fn wait_for<T: Tries>(
 /// subscriptions to the wake channel.
 struct Waiter<'a, T> {
     tries: &'a T,
+    clock: &'a dyn Clock,
     key: &'a LockKey,
     token: &'a str,
     hooks: Hooks<'a>,
@@ -233,7 +217,7 @@ impl<T: Tries> Waiter<'_, T> {
             return Step::GaveUp(self.busy(seen));
         }
         // Counted from the try's start: a try that fails may have taken --op-timeout.
-        let tried = Instant::now();
+        let tried = self.now();
         // Work for a grant only where one may come: not on the retries of an outage (or of a
         // full server), which may come in their hundreds.
         let attempt = match self.outage {
@@ -299,11 +283,18 @@ impl<T: Tries> Waiter<'_, T> {
             Attempt::Superseded { by } => return Step::GaveUp(superseded(key, by)),
         };
         self.last_busy = Some(seen.clone());
-        let mut until = Instant::now() + sleep_for;
+        let mut until = self.now() + sleep_for;
         if self.tries.races() {
             // Redlock waiters race each other on every node: spread them out so that they do
             // not split the votes in lockstep.
-            until += jitter();
+            until += jitter(self.clock);
+            // A try that won too few votes gave them back, and each give-back's "*" wakes every
+            // waiter, this one too: what came during the try is no news (a release in that
+            // moment costs at most the lease the try was told of), or the waiters would wake
+            // each other for as long as a master grants them a minority.
+            for sub in &mut self.subs {
+                let _ = sub.messages();
+            }
         }
         if let Some(deadline) = self.deadline {
             if self.ended() {
@@ -315,8 +306,9 @@ impl<T: Tries> Waiter<'_, T> {
             // What the wait is about is said once the waiter is in line, with its place.
             return self.subscribe();
         }
+        let now = self.now();
         self.progress
-            .busy(&key.name, seen, place, self.hooks.observer);
+            .busy(&key.name, seen, place, self.hooks.observer, now);
         match self.sleep(until) {
             Slept::Woken | Slept::TimedOut | Slept::Report => Step::Again,
             Slept::Interrupted(signal) => Step::GaveUp(interrupted(key, signal)),
@@ -345,7 +337,7 @@ impl<T: Tries> Waiter<'_, T> {
                     return Step::GaveUp(self.busy(seen));
                 }
                 self.tries.hang_up();
-                return self.ride_out(failure, Instant::now());
+                return self.ride_out(failure, self.now());
             }
             Err(_) => self.subs.clear(),
         }
@@ -389,31 +381,30 @@ impl<T: Tries> Waiter<'_, T> {
             }
         };
         // Jitter, so that the waiters of a key do not all come back at once.
-        let pause = outage.backoff.mul_f64(0.75) + jitter().min(outage.backoff / 4);
-        if let Some(deadline) = self.deadline
-            && Instant::now() >= deadline
-        {
+        let pause = outage.backoff.mul_f64(0.75) + jitter(self.clock).min(outage.backoff / 4);
+        let now = self.now();
+        if self.deadline.is_some_and(|deadline| now >= deadline) {
             return Step::GaveUp(Error::Outage {
                 last: Box::new(outage.last),
-                waited: self.start.elapsed(),
-                down_for: outage.since.elapsed(),
+                waited: self.since(self.start),
+                down_for: self.since(outage.since),
             });
         }
         let first_contact = self.first_contact_ends();
-        if first_contact.is_some_and(|end| Instant::now() >= end) {
+        if first_contact.is_some_and(|end| now >= end) {
             return Step::GaveUp(Error::NeverReached {
                 last: Box::new(outage.last),
-                tried_for: self.start.elapsed(),
+                tried_for: self.since(self.start),
             });
         }
         self.outage = Some(outage);
-        let next = Instant::now() + pause;
+        let next = now + pause;
         let until = [self.deadline, first_contact]
             .into_iter()
             .flatten()
             .fold(next, Instant::min);
         // No subscription while Redis is out: the backoff is the poll's timeout.
-        match sleep(&mut [], until, self.token, self.hooks.interrupt) {
+        match sleep(self.clock, &mut [], until, self.token, self.hooks.interrupt) {
             Slept::Interrupted(signal) => Step::GaveUp(interrupted(self.key, signal)),
             _ => Step::Again,
         }
@@ -450,20 +441,20 @@ impl<T: Tries> Waiter<'_, T> {
 
     /// A bounded wait has come to its end.
     fn ended(&self) -> bool {
-        self.deadline.is_some_and(|d| Instant::now() >= d)
+        self.deadline.is_some_and(|d| self.now() >= d)
     }
 
     /// What is left of a bounded wait.
     fn left(&self) -> Option<Duration> {
         self.deadline
-            .map(|d| d.saturating_duration_since(Instant::now()))
+            .map(|d| d.saturating_duration_since(self.now()))
     }
 
     /// A try got an answer: an outage under way is over.
     fn answered(&mut self) {
         self.heard = true;
         if let Some(o) = self.outage.take() {
-            let (key, after) = (&self.key.name, o.since.elapsed());
+            let (key, after) = (&self.key.name, self.since(o.since));
             self.hooks.observer.observe(match o.full {
                 true => Note::RoomAgain { key, after },
                 false => Note::OutageEnded { key, after },
@@ -476,7 +467,7 @@ impl<T: Tries> Waiter<'_, T> {
         Error::Busy {
             about: About::from(self.key),
             seen,
-            waited: Waited::For(self.start.elapsed()),
+            waited: Waited::For(self.since(self.start)),
         }
     }
 
@@ -486,6 +477,7 @@ impl<T: Tries> Waiter<'_, T> {
         loop {
             let report = self.progress.due(self.hooks.observer);
             let slept = sleep_or_report(
+                self.clock,
                 &mut self.subs,
                 until,
                 report,
@@ -494,13 +486,35 @@ impl<T: Tries> Waiter<'_, T> {
             );
             match slept {
                 Slept::Report => {
+                    let now = self.now();
                     self.progress
-                        .tell(&self.key.name, false, self.hooks.observer);
+                        .tell(&self.key.name, false, self.hooks.observer, now);
                 }
                 slept => return slept,
             }
         }
     }
+}
+
+impl<T> Waiter<'_, T> {
+    /// Now, by the locker's clock.
+    fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// How long ago `then` was, by the locker's clock.
+    fn since(&self, then: Instant) -> Duration {
+        self.now().saturating_duration_since(then)
+    }
+}
+
+/// Whether the simulation planted a waiter that ignores its `-w` (always false in the binary).
+fn planted_no_deadline() -> bool {
+    #[cfg(feature = "sim-seams")]
+    if super::planted::on(super::planted::Bug::NoDeadline) {
+        return true;
+    }
+    false
 }
 
 pub(super) fn interrupted(key: &LockKey, signal: Signal) -> Error {

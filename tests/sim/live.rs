@@ -21,6 +21,12 @@ use super::world::{Kind, World};
 /// A paused client sends it once resumed.
 pub const GIVE_BACK_WITHIN: Micros = 1_000;
 
+/// How many --op-timeouts a bounded wait (`-w`) may run past its deadline: a try begun before
+/// it runs to its end (Redlock: who each master is, the try, the give-back of a try that won
+/// too few votes; one Redis: the try and the give-back of one whose reply never came), and a
+/// waiter that gives up then leaves the line (one more).
+pub const WAIT_OVERRUN_TRIES: Micros = 4;
+
 impl World {
     /// Records a broken invariant found once the run is over (when `violation` no longer
     /// records: the threads are ending).
@@ -121,6 +127,30 @@ impl World {
             self.live.op_timeout + GIVE_BACK_WITHIN
         );
         self.violation(v);
+    }
+
+    /// Client `client`'s wait, begun at `began` (when its pauses had lasted `paused_then`)
+    /// with its `-w` ending at `deadline` (true time), ended now: past its deadline by no more
+    /// than its last try and give-back, and the time its client was paused meanwhile.
+    pub fn wait_ended(
+        &mut self,
+        client: usize,
+        began: Micros,
+        paused_then: Micros,
+        deadline: Micros,
+    ) {
+        let paused = self.clients[client].paused_for - paused_then;
+        let bound =
+            deadline + WAIT_OVERRUN_TRIES * self.live.op_timeout + GIVE_BACK_WITHIN + paused;
+        if self.now > bound {
+            let v = format!(
+                "a wait ran past its deadline: c{client}'s wait, begun at {began} us with -w ending \
+                 at {deadline} us, ended at {} us, more than {WAIT_OVERRUN_TRIES} --op-timeouts \
+                 and 1 ms later (beside {paused} us paused)",
+                self.now
+            );
+            self.violation(v);
+        }
     }
 
     /// Holder `holder` of client `client` had its lease run out (the supervisor gave the lock up

@@ -35,6 +35,7 @@ mod seams;
 mod server;
 mod store;
 mod terms;
+mod wake;
 mod world;
 
 #[cfg(test)]
@@ -408,12 +409,10 @@ pub fn run(setup: &Setup, seed: u64) -> Outcome {
         };
         let plan = client::Plan {
             client: c,
-            nodes: names,
             rounds: setup.rounds,
             ttl,
             op_timeout,
             sharing,
-            join: single,
             max_wait: longest * 4,
             plant: setup.bug,
             newest: setup.newest,

@@ -156,6 +156,7 @@ impl World {
         s.backlog.clear();
         s.generation += 1;
         s.listeners.clear();
+        self.crash_ears(server);
     }
 
     /// Starts a crashed server again, empty unless `keep`.
@@ -194,6 +195,7 @@ impl World {
         let (client, conn) = (self.requests[req].client, self.requests[req].conn);
         let (info_server, info_replication) = self.info(server);
         let now_us = self.servers[server].clock_us(self.now);
+        self.prune_ears(server);
         let listeners = self.servers[server]
             .listeners
             .iter()
@@ -231,17 +233,11 @@ impl World {
         {
             self.violation(format!("{name}: the script {} failed: {e}", call.name));
         }
-        for (channel, _) in exec.env.published {
-            let who = self.servers[server]
-                .listeners
-                .get(&channel)
-                .cloned()
-                .unwrap_or_default();
-            for c in who {
-                if let Some(d) = self.delay(c, server) {
-                    self.at(self.now + d, Kind::Heard { client: c });
-                }
-            }
+        if call.name == "SUBSCRIBE" {
+            self.subscribe_at(server, req, &call.args[0]);
+        }
+        for (channel, message) in exec.env.published {
+            self.publish(server, &channel, &message);
         }
         // Replication: every script's effects, in order.
         if !self.servers[server].replicas.is_empty() && self.servers[server].store != before {

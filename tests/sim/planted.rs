@@ -199,3 +199,16 @@ fn planted_a_window_mark_that_writes_nothing_is_found() {
         "a window done was run again",
     );
 }
+
+/// The waiter (src/lock/wait.rs, which every simulated client runs) ignores its `-w` deadline:
+/// a wait that should have given up busy goes on until it is granted, long after.
+#[test]
+fn planted_a_waiter_that_ignores_its_deadline_is_found() {
+    finds(
+        Setup {
+            bug: Some(Bug::NoDeadline),
+            ..Setup::new(Mode::Single, Sharing::Exclusive)
+        },
+        "a wait ran past its deadline",
+    );
+}

@@ -2,6 +2,7 @@
 //! network to a simulated server, and a `Clock` whose time is the simulation's (at the client's
 //! own rate) and whose threads take turns.
 
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
@@ -25,6 +26,9 @@ pub struct SimNode {
 /// it travels the simulated network like any request. No rlock script reads INFO.
 const INFO_AS_SCRIPT: &str =
     "local out = {} for i, s in ipairs(ARGV) do out[i] = redis.call('INFO', s) end return out";
+
+/// SUBSCRIBE, carried so too: the server counts the listener when it runs it (`wake.rs`).
+const SUBSCRIBE_AS_SCRIPT: &str = "return 1";
 
 impl Node for SimNode {
     fn eval(
@@ -82,17 +86,37 @@ impl Node for SimNode {
         ))
     }
 
+    /// A subscriber on a socket pair whose other end the server keeps (`wake.rs`), once
+    /// SUBSCRIBE has gone there and back within `timeout`.
     fn subscriber(
         &self,
         _key: &str,
-        _channel: &str,
-        _timeout: Duration,
+        channel: &str,
+        timeout: Duration,
     ) -> Result<Subscriber, NodeError> {
-        Err(node_error(
-            Fault::Other,
-            &self.name,
-            "the simulation's clients listen through the world",
-        ))
+        let call = Call {
+            name: "SUBSCRIBE",
+            source: SUBSCRIBE_AS_SCRIPT.into(),
+            sha: sha1_smol::Sha1::from(SUBSCRIBE_AS_SCRIPT.as_bytes())
+                .digest()
+                .to_string(),
+            keys: Vec::new(),
+            args: vec![channel.to_string()],
+            replicated: None,
+        };
+        let answered = self.send(call, timeout);
+        let mut w = self.sim.lock();
+        let sock = match answered {
+            Ok(_) => w.take_subscription(me()),
+            Err(e) => {
+                w.abandon_subscriptions(me());
+                return Err(e);
+            }
+        };
+        drop(w);
+        let sock = sock.ok_or_else(|| node_error(Fault::Io, &self.name, "no subscription"))?;
+        Subscriber::over(sock, channel, Duration::from_secs(1))
+            .map_err(|e| node_error(Fault::Io, &self.name, &e.to_string()))
     }
 
     fn name(&self) -> &str {
@@ -142,11 +166,6 @@ impl SimClock {
         self.sim.lock().now
     }
 
-    /// The client's reading now.
-    pub fn now_instant(&self) -> Instant {
-        self.at(self.now_true())
-    }
-
     /// Sleeps the calling thread until the client reads `until`, or until it is poked.
     pub fn sleep(&self, until: Instant) {
         let me = me();
@@ -187,6 +206,32 @@ impl Clock for SimClock {
             }
             self.sleep(until);
         }
+    }
+
+    /// Sleeps for `timeout` by this clock, or until a published message reaches one of the
+    /// client's subscriptions (`wake.rs`) or one of them ends (which `fds` are, the world
+    /// knows: a waiter's sleep is the only poll of a client).
+    fn poll(&self, fds: &[BorrowedFd<'_>], timeout: Duration) {
+        let me = me();
+        let until = {
+            let mut w = self.sim.lock();
+            let c = w.client_of(me);
+            if !fds.is_empty() {
+                w.clients[c].listening = Some(me);
+            }
+            self.at(w.now) + timeout
+        };
+        self.sleep(until);
+        let mut w = self.sim.lock();
+        let c = w.client_of(me);
+        if w.clients[c].listening == Some(me) {
+            w.clients[c].listening = None;
+        }
+    }
+
+    fn jitter(&self, below: Duration) -> Duration {
+        let below = (below.as_micros() as u64).max(1);
+        Duration::from_micros(self.sim.lock().rng.range(0, below - 1))
     }
 
     fn fan_out(&self, jobs: Vec<Job<'_>>) {

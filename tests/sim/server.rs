@@ -135,6 +135,20 @@ impl Call {
     }
 }
 
+/// The server's end of one subscription.
+pub struct Ear {
+    pub client: usize,
+    pub server: usize,
+    pub channel: String,
+    /// The request that subscribed, and the thread that sent it.
+    pub req: usize,
+    pub thread: usize,
+    /// The server's end; None once closed.
+    pub sock: Option<std::os::unix::net::UnixStream>,
+    /// The client's end, until its thread takes it (on SUBSCRIBE's reply).
+    pub theirs: Option<std::os::unix::net::UnixStream>,
+}
+
 pub fn node_error(kind: Fault, node: &str, detail: &str) -> NodeError {
     NodeError {
         kind,

@@ -65,8 +65,8 @@ pub enum Kind {
     WaitOver { req: usize },
     /// A master's write `offset` reaches replica `replica`.
     Replicate { replica: usize, offset: u64 },
-    /// A message published to a channel a client listens on reaches it.
-    Heard { client: usize },
+    /// A message published to a channel a client listens on reaches its subscription.
+    Heard { ear: usize, message: String },
     /// A fault begins or ends.
     Fault(super::model::Fault),
     /// The time for a give-back of a grant nobody saw is up (`live.rs`).
@@ -118,8 +118,11 @@ pub struct ClientState {
     pub rate: f64,
     /// Paused (its rlock stopped) until then.
     pub paused_until: Micros,
+    /// When its last pause began, and how long its pauses have lasted so far in all.
+    pub paused_at: Micros,
+    pub paused_for: Micros,
     pub deferred: Vec<usize>,
-    /// Its main thread waits for a published wake-up.
+    /// Its thread that sleeps until a published wake-up (in `SimClock::poll`).
     pub listening: Option<usize>,
 }
 
@@ -158,6 +161,8 @@ pub struct World {
     pub live: super::check::Live,
     /// What the invariants of `--hold-at-least` and `--once-per` keep track of.
     pub terms: super::check::Terms,
+    /// The servers' ends of the clients' subscriptions (`wake.rs`).
+    pub ears: Vec<super::server::Ear>,
 }
 
 /// The world, its lock, and what the scheduler waits on (each thread waits on its own).
@@ -212,6 +217,7 @@ impl World {
             lock_key: "rlock:jobs".into(),
             live: Default::default(),
             terms: Default::default(),
+            ears: Vec::new(),
         }
     }
 
@@ -330,11 +336,7 @@ impl World {
             }
             Kind::WaitOver { req } => self.wait_over(req),
             Kind::Replicate { replica, offset } => self.replicate(replica, offset),
-            Kind::Heard { client } => {
-                if let Some(thread) = self.clients[client].listening {
-                    self.poke(thread);
-                }
-            }
+            Kind::Heard { ear, message } => self.heard(ear, &message),
             Kind::Fault(f) => self.strike(f),
             Kind::GiveBack { orphan } => self.check_give_back(orphan),
         }
@@ -361,10 +363,12 @@ impl World {
     /// The client `client` stops running for `d` (its rlock stopped).
     pub fn pause(&mut self, client: usize, until: Micros) {
         self.clients[client].paused_until = until;
+        self.clients[client].paused_at = self.now;
     }
 
     pub fn unpause(&mut self, client: usize) {
         self.clients[client].paused_until = 0;
+        self.clients[client].paused_for += self.now - self.clients[client].paused_at;
         for t in std::mem::take(&mut self.clients[client].deferred) {
             self.ready.push_back(t);
         }

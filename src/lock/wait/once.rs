@@ -1,6 +1,6 @@
 //! One try at the lock, no wait (`-n`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::sleep::{Slept, jitter, sleep};
 use super::{Hooks, OUTAGE_BACKOFF_MAX, Tries, interrupted, superseded};
@@ -21,7 +21,8 @@ pub(super) fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Resul
         seen,
         waited: Waited::NotAtAll,
     };
-    let start = Instant::now();
+    let clock = tries.clock();
+    let start = clock.now();
     let mut backoff = Duration::from_millis(50);
     let mut said = false;
     let attempt = loop {
@@ -35,11 +36,11 @@ pub(super) fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Resul
                 }
                 let Some(end) = start
                     .checked_add(tries.first_contact())
-                    .filter(|&end| Instant::now() < end)
+                    .filter(|&end| clock.now() < end)
                 else {
                     return Err(Error::NeverReached {
                         last: Box::new(failure),
-                        tried_for: start.elapsed(),
+                        tried_for: clock.now().saturating_duration_since(start),
                     });
                 };
                 if !said {
@@ -50,9 +51,11 @@ pub(super) fn try_once(tries: &impl Tries, key: &LockKey, hooks: Hooks) -> Resul
                         first_contact: Some(tries.first_contact()),
                     });
                 }
-                let pause = backoff.mul_f64(0.75) + jitter().min(backoff / 4);
-                let until = (Instant::now() + pause).min(end);
-                if let Slept::Interrupted(signal) = sleep(&mut [], until, "", hooks.interrupt) {
+                let pause = backoff.mul_f64(0.75) + jitter(clock).min(backoff / 4);
+                let until = (clock.now() + pause).min(end);
+                if let Slept::Interrupted(signal) =
+                    sleep(clock, &mut [], until, "", hooks.interrupt)
+                {
                     return Err(interrupted(key, signal));
                 }
                 backoff = (backoff * 2).min(OUTAGE_BACKOFF_MAX);

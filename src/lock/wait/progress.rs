@@ -67,12 +67,19 @@ impl Progress {
     /// A try found the lock busy (`seen`, and the place in line if the reply gave it). The
     /// first says the wait begins; a later one with a new holder, or one that comes when a
     /// line is due, says the wait goes on.
-    pub(super) fn busy(&mut self, key: &str, seen: Seen, place: Option<i64>, to: &dyn Observer) {
+    pub(super) fn busy(
+        &mut self,
+        key: &str,
+        seen: Seen,
+        place: Option<i64>,
+        to: &dyn Observer,
+        now: Instant,
+    ) {
         self.place = place.or(self.place);
         let who = Who::of(&seen);
         let first = self.last.is_none();
         let new_holder = !first && who.is_some() && who != self.told;
-        self.last = Some((seen, Instant::now()));
+        self.last = Some((seen, now));
         if who.is_some() {
             self.told = who;
         }
@@ -83,8 +90,8 @@ impl Progress {
                 seen,
                 place: self.place,
             });
-        } else if new_holder || Instant::now() >= self.next {
-            self.tell(key, new_holder, to);
+        } else if new_holder || now >= self.next {
+            self.tell(key, new_holder, to, now);
         }
     }
 
@@ -93,11 +100,10 @@ impl Progress {
         (to.hears_progress() && self.last.is_some()).then_some(self.next)
     }
 
-    /// Tells how the wait goes, from what the last try saw, aged to now. A line that was due
+    /// Tells how the wait goes, from what the last try saw, aged to `now`. A line that was due
     /// puts the next a gap later; news of a new holder in between leaves the schedule alone.
-    pub(super) fn tell(&mut self, key: &str, new_holder: bool, to: &dyn Observer) {
-        let waited = self.start.elapsed();
-        let now = Instant::now();
+    pub(super) fn tell(&mut self, key: &str, new_holder: bool, to: &dyn Observer, now: Instant) {
+        let waited = now.saturating_duration_since(self.start);
         if now >= self.next {
             self.next = now + gap(waited);
         }
@@ -107,7 +113,7 @@ impl Progress {
         if !to.hears_progress() {
             return;
         }
-        let seen = aged(seen, at.elapsed());
+        let seen = aged(seen, now.saturating_duration_since(*at));
         to.observe(Note::StillWaiting {
             key,
             waited,

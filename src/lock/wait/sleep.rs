@@ -1,14 +1,15 @@
 //! A waiter's sleep: one `poll` over its subscriptions and the signal descriptor, until a
 //! wake-up, a signal or the time it may sleep; and the jitter that keeps waiters' pauses apart.
+//! Both by the locker's `Clock` (the machine's, or the simulation's).
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 
 use super::{CLAIM_SLACK, Interrupt};
 use crate::backend::Subscriber;
+use crate::clock::Clock;
 
 /// How a sleep ended.
 pub(super) enum Slept {
@@ -28,16 +29,18 @@ pub(super) enum Slept {
 /// time left as the timeout: it wakes when something arrives, a signal comes or the time is
 /// up, and for nothing else.
 pub(super) fn sleep(
+    clock: &dyn Clock,
     subs: &mut [Subscriber],
     until: Instant,
     token: &str,
     interrupt: &dyn Interrupt,
 ) -> Slept {
-    sleep_or_report(subs, until, None, token, interrupt)
+    sleep_or_report(clock, subs, until, None, token, interrupt)
 }
 
 /// As `sleep`, and ending with `Slept::Report` at `report`, if that comes first.
 pub(super) fn sleep_or_report(
+    clock: &dyn Clock,
     subs: &mut [Subscriber],
     mut until: Instant,
     report: Option<Instant>,
@@ -61,12 +64,12 @@ pub(super) fn sleep_or_report(
                     .ok()
                     .and_then(|p| p.parse::<u64>().ok())
                 {
-                    let then = Instant::now() + Duration::from_millis(ms) + CLAIM_SLACK;
+                    let then = clock.now() + Duration::from_millis(ms) + CLAIM_SLACK;
                     until = until.min(then);
                 }
             }
         }
-        let now = Instant::now();
+        let now = clock.now();
         if now >= until {
             return Slept::TimedOut;
         }
@@ -75,21 +78,15 @@ pub(super) fn sleep_or_report(
         if left.is_zero() {
             return Slept::Report;
         }
-        let mut fds: Vec<PollFd<'_>> = subs
-            .iter()
-            .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN))
-            .collect();
-        fds.extend(interrupt.fd().map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
-        // Rounded up to whole milliseconds, so that the sleep never ends before `until`.
-        let ms = left.as_nanos().div_ceil(1_000_000);
-        let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
-        // EINTR (a stop and continue) only means: look again.
-        let _ = poll(&mut fds, timeout);
+        let mut fds: Vec<BorrowedFd<'_>> = subs.iter().map(AsFd::as_fd).collect();
+        fds.extend(interrupt.fd());
+        // Rounded up to whole milliseconds (by the clock), so that the sleep never ends before
+        // `until`; it ends early only for something to read, which the loop reads first.
+        clock.poll(&fds, left);
     }
 }
 
 /// Up to 20 ms, different in every process.
-pub(super) fn jitter() -> Duration {
-    let bytes = uuid::Uuid::new_v4().into_bytes();
-    Duration::from_micros(u64::from(u16::from_le_bytes([bytes[0], bytes[1]])) % 20_000)
+pub(super) fn jitter(clock: &dyn Clock) -> Duration {
+    clock.jitter(Duration::from_millis(20))
 }

@@ -321,6 +321,10 @@ impl Tries for Listed {
     fn first_contact(&self) -> Duration {
         Duration::from_millis(100)
     }
+
+    fn clock(&self) -> &dyn crate::clock::Clock {
+        &crate::clock::System
+    }
 }
 
 /// Waits by `tries`, with `policy` and `interrupt`: the outcome, as the user gets it, and how
