@@ -257,12 +257,12 @@ fn replicas_with_windows_hold_every_invariant() {
 fn outside_redlock_an_empty_restart_beside_unreachable_holders_makes_two_holders() {
     let mut setup = Setup::new(Mode::Redlock(3), Sharing::Exclusive);
     setup.model.empty_restarts = 3;
-    // Seed 54 was found with one TTL for every client.
+    // Seed 78 was found with one TTL for every client.
     setup.mixed_ttls = false;
-    // Found by exploring: the holder c2's grant missed 7000 (its try there timed out), 7002
-    // restarts empty, and c0's try on 7001, the one master left with c2's lock, times out; the
-    // two that grant have both run for less than a TTL, but nobody answered "held".
-    let outcome = run(&setup, 54);
+    // Found by exploring: the holder c1's lock is missing from 7000 (its tries there time out),
+    // 7002 restarts empty, and c0's INFO to 7001, the one master left with c1's lock, times out;
+    // the two that grant have both run for less than a TTL, but nobody answered "held".
+    let outcome = run(&setup, 78);
     let v = outcome.violation.as_deref().unwrap_or_default();
     assert!(v.starts_with("two holders"), "{}", outcome.report());
 }
