@@ -288,13 +288,6 @@ impl<T: Tries> Waiter<'_, T> {
             // Redlock waiters race each other on every node: spread them out so that they do
             // not split the votes in lockstep.
             until += jitter(self.clock);
-            // A try that won too few votes gave them back, and each give-back's "*" wakes every
-            // waiter, this one too: what came during the try is no news (a release in that
-            // moment costs at most the lease the try was told of), or the waiters would wake
-            // each other for as long as a master grants them a minority.
-            for sub in &mut self.subs {
-                let _ = sub.messages();
-            }
         }
         if let Some(deadline) = self.deadline {
             if self.ended() {
