@@ -228,7 +228,7 @@ pub(super) fn fork_guardian<P>(
     guardian: impl FnOnce(bool) -> std::convert::Infallible,
 ) -> Result<(Pid, bool, P), Errno> {
     debug_assert!(
-        std::fs::read_dir("/proc/self/task").map_or(true, |tasks| tasks.count() == 1),
+        one_thread_soon(),
         "the guardian is forked while another thread runs"
     );
     let forked = fork(cgroup_dir, required)?;
@@ -358,5 +358,23 @@ pub(super) fn cannot_run(program: &OsString, e: &io::Error) -> LaunchError {
             message: format!("cannot run '{name}': {e}"),
             not_found: false,
         },
+    }
+}
+
+/// Whether this process has one thread (the check of `fork_guardian`, in debug builds). A thread
+/// just joined (a Sentinel's or a fan-out's) has run its last instruction of rlock's, but the
+/// kernel lists it in /proc/self/task until it has released it: a moment is allowed for that.
+#[cfg(debug_assertions)]
+fn one_thread_soon() -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
+    loop {
+        let threads = std::fs::read_dir("/proc/self/task").map_or(1, |tasks| tasks.count());
+        if threads <= 1 {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
