@@ -364,7 +364,6 @@ pub(super) fn cannot_run(program: &OsString, e: &io::Error) -> LaunchError {
 /// Whether this process has one thread (the check of `fork_guardian`, in debug builds). A thread
 /// just joined (a Sentinel's or a fan-out's) has run its last instruction of rlock's, but the
 /// kernel lists it in /proc/self/task until it has released it: a moment is allowed for that.
-#[cfg(debug_assertions)]
 fn one_thread_soon() -> bool {
     let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
     loop {
