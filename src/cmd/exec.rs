@@ -263,8 +263,11 @@ fn start(
     if let Some(window) = held.window {
         env.push((WINDOW_VAR, (window.start_ms() / 1000).to_string()));
     }
-    // Made while Redis answered the grant, most often.
-    let ready = early.unwrap_or_else(|| wait::ready(args.contain, &args.command));
+    // Made while Redis answered the first try, most often.
+    let ready = match early {
+        Some(ready) => ready.current(args.contain, &args.command),
+        None => wait::ready(args.contain, &args.command),
+    };
     for dir in &ready.stopped {
         ctx.say(format_args!(
             "stopped what an rlock no longer running left in {}",

@@ -64,10 +64,6 @@ pub trait Observer {
     fn while_trying(&self) -> Option<Box<dyn FnOnce()>> {
         None
     }
-
-    /// A try got no grant (the lock busy, or no answer) and the wait goes on: what
-    /// `while_trying` made is not to be held meanwhile.
-    fn not_granted(&self) {}
 }
 
 /// Hears nothing.

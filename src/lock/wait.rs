@@ -226,9 +226,6 @@ impl<T: Tries> Waiter<'_, T> {
             }),
             Some(_) => self.tries.attempt(self.subscribed, self.budget()),
         };
-        if !matches!(attempt, Ok(Attempt::Granted(_))) {
-            self.hooks.observer.not_granted();
-        }
         if let Some(signal) = self.hooks.interrupt.take() {
             // (A grant that raced with the signal is given back by `wait`'s leave.)
             return Step::GaveUp(interrupted(key, signal));

@@ -12,9 +12,10 @@ use crate::lock::{AtGrant, Grant, Interrupt, Locker, Newest, Note, Observer};
 use crate::signals::{Signals, stop_self};
 use crate::supervise::{self, Cgroup, Containment, LaunchError, Standby, Terminal};
 
-/// The command's guardian (and its cgroup), made while Redis answers a try for the lock rather
-/// than between the grant and the command's start. Dismissed when the try grants nothing (a
-/// waiter holds neither while it waits), and when dropped untaken.
+/// The command's guardian (and its cgroup), made while Redis answers the first try for the lock
+/// rather than between the grant and the command's start. A waiter keeps both while it waits, so
+/// that a lock handed to it costs the command's start alone; dismissed when the wait ends without
+/// a grant, and when dropped untaken.
 pub(super) struct Early(std::cell::RefCell<Option<Ready>>);
 
 /// A guardian waiting for the word to start the command (or why none could be made), and the
@@ -46,6 +47,27 @@ pub(super) fn ready(contain: Containment, command: &[std::ffi::OsString]) -> Rea
     let terminal = Terminal::foreground();
     let standby = supervise::stand_by(command, terminal, cgroup, why_not, required);
     Ready { standby, stopped }
+}
+
+impl Ready {
+    /// This guardian, or a new one when the terminal's foreground changed since it was made (a
+    /// waiter moved to the foreground with `fg`, or to the background): the command gets the
+    /// terminal as rlock has it at the grant.
+    pub(super) fn current(self, contain: Containment, command: &[std::ffi::OsString]) -> Ready {
+        match &self.standby {
+            Ok(standby) if standby.terminal() != Terminal::foreground() => {
+                if let Ok(standby) = self.standby {
+                    standby.dismiss();
+                }
+                let again = ready(contain, command);
+                Ready {
+                    standby: again.standby,
+                    stopped: [self.stopped, again.stopped].concat(),
+                }
+            }
+            _ => self,
+        }
+    }
 }
 
 impl Early {
@@ -85,8 +107,8 @@ pub(super) struct WithTries<'a> {
 
 /// Takes the lock, waiting as the options say; the holder is this process and its command (or
 /// the --label). With `record`, the run is on record from its grant. The command's guardian and
-/// cgroup are made into `early` while Redis answers each try of a wait (not `-n`'s single try),
-/// and dismissed again when it grants nothing.
+/// cgroup are made into `early` while Redis answers the first try of a wait (not `-n`'s single
+/// try), kept while it waits, and dismissed when the wait ends without a grant.
 pub(super) fn acquire(
     ctx: &Context,
     locker: &Locker,
@@ -179,10 +201,6 @@ impl Observer for ExecWait<'_> {
         Some(Box::new(move || {
             *made.0.borrow_mut() = Some(ready(contain, &command));
         }))
-    }
-
-    fn not_granted(&self) {
-        self.early.dismiss();
     }
 }
 

@@ -28,11 +28,13 @@ use crate::supervise::terminal::Terminal;
 /// The guardian's life: wait for rlock's word to start `argv` (with the lock's variables), start
 /// it, then pass its changes up, reap what it leaves, signal everything below on request, and
 /// once rlock is gone (end of file on `requests`) SIGKILL everything below and leave. rlock
-/// dismissing it before the start (anything but `START` first), it leaves. Never returns.
+/// dismissing it before the start (anything but `START` first), it leaves; rlock gone before
+/// the start (killed while it waited for the lock), it removes the cgroup first. `rlock`: its
+/// pid and process group. Never returns.
 pub(super) fn guard(
     argv: &[std::ffi::OsString],
     terminal: Option<Terminal>,
-    rlock_pgrp: Pid,
+    (rlock, rlock_pgrp): (Pid, Pid),
     cgroup: Option<&Cgroup>,
     requests: OwnedFd,
     events: OwnedFd,
@@ -41,6 +43,13 @@ pub(super) fn guard(
     // Looked up while rlock waits for the grant.
     let file = found_on_path(&argv[0]);
     let Some(env) = told_to_start(&requests) else {
+        // rlock, alive, removes the cgroup once this process has gone; a dead one cannot.
+        if nix::unistd::getppid() != rlock
+            && let Some(c) = cgroup
+            && c.leave().is_ok()
+        {
+            c.remove();
+        }
         leave()
     };
     let _ = nix::fcntl::fcntl(&requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));

@@ -1,8 +1,8 @@
 //! The guardian made before the grant: forked (into the command's cgroup) while Redis answers
 //! the try for the lock, it settles and looks the command up, then waits for rlock's word. The
 //! grant then costs the command's start alone: the lock's variables go down the request pipe
-//! with the lease's moments, and the guardian starts the command. A lock that is busy dismisses
-//! it (a waiter holds no guardian and no cgroup; it makes both once granted).
+//! with the lease's moments, and the guardian starts the command. A waiter keeps it while it
+//! waits, and dismisses it when the wait ends without a grant.
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -12,7 +12,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, waitpid};
-use nix::unistd::{Pid, getpgrp};
+use nix::unistd::{Pid, getpgrp, getpid};
 
 use super::life::guard;
 use super::protocol::{LOST_SIGNAL, START, encode};
@@ -60,7 +60,7 @@ pub fn stand_by(
         .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
     let (ev_read, ev_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
         .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
-    let rlock_pgrp = getpgrp();
+    let (rlock, rlock_pgrp) = (getpid(), getpgrp());
     // Whether this process had children before (a shell that exec'd rlock may leave some).
     let alone = matches!(
         waitpid(None, Some(WaitPidFlag::WNOHANG)),
@@ -74,7 +74,14 @@ pub fn stand_by(
         (req_write, ev_read),
         |in_cgroup| {
             let cgroup = cgroup.as_ref().filter(|_| in_cgroup);
-            guard(argv, terminal, rlock_pgrp, cgroup, req_read, ev_write)
+            guard(
+                argv,
+                terminal,
+                (rlock, rlock_pgrp),
+                cgroup,
+                req_read,
+                ev_write,
+            )
         },
     )
     .map_err(|e| give_up(fork_failure(e, cgroup.as_ref(), required)))?;

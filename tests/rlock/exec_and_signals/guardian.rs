@@ -12,7 +12,7 @@ use crate::common::{Background as Bg, RedisServer, rlock_at, run, wait_until};
 use std::fs;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -127,11 +127,12 @@ fn killing_the_guardian_stops_everything_and_rlock_releases() {
     assert!(!cgroup_of(top).exists(), "the cgroup was left behind");
 }
 
-/// A cgroup is made once the lock is granted: a waiter holds none (however long it waits), and
-/// one SIGKILLed while waiting leaves none; the command, once granted, runs in a cgroup of its
-/// own, removed at the end.
+/// A waiter's cgroup stands while it waits, holding its guardian alone (the command starts once
+/// granted), so that a lock handed over costs the command's start alone; a waiter SIGKILLed
+/// while waiting leaves none (its guardian removes it); the command, once granted, runs in a
+/// cgroup of its own, removed at the end.
 #[test]
-fn a_waiter_holds_no_cgroup_and_one_killed_while_waiting_leaves_none() {
+fn a_waiters_cgroup_holds_its_guardian_alone_and_one_killed_while_waiting_leaves_none() {
     requires_root();
     let server = RedisServer::start();
     let dir = open_dir();
@@ -148,28 +149,27 @@ fn a_waiter_holds_no_cgroup_and_one_killed_while_waiting_leaves_none() {
     );
     waiter.wait_for("the waiter in line", Duration::from_secs(10), || in_line(1));
     let cgroup = cgroup_of(waiter.pid());
-    // (It may stand for the moment between the busy answer and rlock's reading of it.)
-    waiter.wait_for(
-        "the cgroup made while the lock was asked for to go",
-        Duration::from_secs(5),
-        || !cgroup.exists(),
-    );
-    let gone = Instant::now() + Duration::from_millis(300);
-    wait_until("a moment of waiting", Duration::from_secs(2), || {
-        Instant::now() >= gone
-    });
+    let procs = fs::read_to_string(cgroup.join("cgroup.procs")).unwrap_or_default();
+    let procs: Vec<&str> = procs.split_whitespace().collect();
+    let [guardian] = procs[..] else {
+        panic!("{} holds {procs:?} while rlock waits", cgroup.display());
+    };
+    let stat = fs::read_to_string(format!("/proc/{guardian}/stat")).unwrap_or_default();
+    let ppid = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.split(' ').nth(1));
     assert!(
-        !cgroup.exists(),
-        "{} stands again while rlock waits",
+        stat.contains("(rl-guardian)") && ppid == Some(&waiter.pid().to_string()),
+        "what waits in {} is no guardian of the waiter's: {stat}",
         cgroup.display()
     );
     assert!(waiter.running(), "the waiter stopped waiting");
     waiter.kill(Signal::SIGKILL);
     waiter.finish(Duration::from_secs(5));
-    assert!(
-        !cgroup.exists(),
-        "{} was left by a killed waiter",
-        cgroup.display()
+    wait_until(
+        "the killed waiter's guardian to remove its cgroup",
+        Duration::from_secs(5),
+        || !cgroup.exists(),
     );
 
     let mut second = Bg::spawn(

@@ -229,3 +229,56 @@ exit 7"#;
     assert_eq!(out.code, 7, "terminal:\n{}", shown());
     assert!(!crate::common::pid_alive(esc), "the loop outlived the run");
 }
+
+/// A waiter brought to the foreground (`fg`) while it waits gives its command the terminal: the
+/// guardian it made in the background, with no terminal to hand on, does not start the command.
+#[test]
+fn a_waiter_brought_to_the_foreground_gives_its_command_the_terminal() {
+    let server = RedisServer::start();
+    let dir = tempdir();
+    let d = dir.path();
+    let holder = crate::common::basic::acquire(&server, "k", &["--ttl", "60s"]);
+    // With job control on (-m) the waiter starts in the background, in a group of its own.
+    let leader = r#"set -m
+"$RL" --url "$URL" exec -w 30s -k k -- sh -c "$CHILD" &
+echo $! > "$D/rlock.pid"
+while [ ! -e "$D/go" ]; do sleep 0.02; done
+fg %1
+"#;
+    // Fields 5 and 8 of /proc/$$/stat: the command's group, and the terminal's foreground group.
+    let child = r#"set -- $(cat /proc/$$/stat)
+if [ "$5" = "$8" ]; then echo foreground > "$D/where"; else echo background > "$D/where"; fi"#;
+    let (mut session, _master, screen) = pty_session(&server, d, leader, child);
+    let shown = || String::from_utf8_lossy(&screen.0.lock().unwrap()).into_owned();
+    let queue = crate::common::basic::queue_key("k");
+    session.wait_for("the waiter in line", SOON, || {
+        crate::common::basic::q::<i64>(&server, &["ZCARD", &queue]) == 1
+    });
+    let rlock: i32 = read(d.join("rlock.pid")).trim().parse().unwrap();
+    // Field 8 of rlock's stat: the terminal's foreground group.
+    let foreground = || {
+        let stat = read(format!("/proc/{rlock}/stat"));
+        let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+        rest.split_whitespace()
+            .nth(5)
+            .and_then(|f| f.parse::<i32>().ok())
+    };
+    assert_ne!(
+        foreground(),
+        Some(proc_state(rlock).1),
+        "rlock began in the foreground"
+    );
+    touch(d.join("go"));
+    session.wait_for("fg to give rlock's group the terminal", SOON, || {
+        foreground() == Some(proc_state(rlock).1)
+    });
+    crate::common::basic::release(&server, "k", &holder);
+    let (out, _) = session.wait(FINISH);
+    assert_eq!(out.code, 0, "terminal:\n{}", shown());
+    assert_eq!(
+        read(d.join("where")).trim(),
+        "foreground",
+        "the command ran without the terminal's foreground; terminal:\n{}",
+        shown()
+    );
+}
