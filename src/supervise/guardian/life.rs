@@ -29,12 +29,11 @@ use crate::supervise::terminal::Terminal;
 /// it, then pass its changes up, reap what it leaves, signal everything below on request, and
 /// once rlock is gone (end of file on `requests`) SIGKILL everything below and leave. rlock
 /// dismissing it before the start (anything but `START` first), it leaves; rlock gone before
-/// the start (killed while it waited for the lock), it removes the cgroup first. `rlock`: its
-/// pid and process group. Never returns.
+/// the start (killed while it waited for the lock), it removes the cgroup first. Never returns.
 pub(super) fn guard(
     argv: &[std::ffi::OsString],
     terminal: Option<Terminal>,
-    (rlock, rlock_pgrp): (Pid, Pid),
+    rlock_pgrp: Pid,
     cgroup: Option<&Cgroup>,
     requests: OwnedFd,
     events: OwnedFd,
@@ -42,15 +41,19 @@ pub(super) fn guard(
     let chld = settle();
     // Looked up while rlock waits for the grant.
     let file = found_on_path(&argv[0]);
-    let Some(env) = told_to_start(&requests) else {
-        // rlock, alive, removes the cgroup once this process has gone; a dead one cannot.
-        if nix::unistd::getppid() != rlock
-            && let Some(c) = cgroup
-            && c.leave().is_ok()
-        {
-            c.remove();
+    let env = match told_to_start(&requests) {
+        Word::Start(env) => env,
+        // rlock, alive, removes the cgroup once this process has gone.
+        Word::Dismissed => leave(),
+        // A dead one cannot.
+        Word::Gone => {
+            if let Some(c) = cgroup
+                && c.leave().is_ok()
+            {
+                c.remove();
+            }
+            leave()
         }
-        leave()
     };
     let _ = nix::fcntl::fcntl(&requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
     let env: Vec<(&str, String)> = env.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
@@ -80,25 +83,39 @@ pub(super) fn guard(
     .run()
 }
 
-/// rlock's word to start the command: the variables to add to its environment. None when rlock
-/// said anything else first, or closed the pipe.
-fn told_to_start(requests: &OwnedFd) -> Option<Vec<(String, String)>> {
+/// rlock's first word to a guardian standing by.
+enum Word {
+    /// Start the command, with these variables added to its environment.
+    Start(Vec<(String, String)>),
+    /// Anything else: leave (rlock removes the cgroup).
+    Dismissed,
+    /// The pipe closed first: rlock is gone (killed while it waited for the lock).
+    Gone,
+}
+
+fn told_to_start(requests: &OwnedFd) -> Word {
     let mut head = [0u8; 12];
-    read_all(requests, &mut head)?;
+    if read_all(requests, &mut head).is_none() {
+        return Word::Gone;
+    }
     let (tag, len, _) = decode(&head);
     if tag != START {
-        return None;
+        return Word::Dismissed;
     }
-    let mut blob = vec![0u8; usize::try_from(len).ok()?];
-    read_all(requests, &mut blob)?;
-    blob.split(|&b| b == 0)
+    let mut blob = vec![0u8; usize::try_from(len).unwrap_or(0)];
+    if read_all(requests, &mut blob).is_none() {
+        return Word::Gone;
+    }
+    let env: Option<Vec<(String, String)>> = blob
+        .split(|&b| b == 0)
         .filter(|v| !v.is_empty())
         .map(|v| {
             let v = std::str::from_utf8(v).ok()?;
             let (name, value) = v.split_once('=')?;
             Some((name.to_string(), value.to_string()))
         })
-        .collect()
+        .collect();
+    env.map_or(Word::Dismissed, Word::Start)
 }
 
 /// Fills `buf` from `fd`, a blocking pipe; None at its end.

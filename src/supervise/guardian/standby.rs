@@ -12,7 +12,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, waitpid};
-use nix::unistd::{Pid, getpgrp, getpid};
+use nix::unistd::{Pid, getpgrp};
 
 use super::life::guard;
 use super::protocol::{LOST_SIGNAL, START, encode};
@@ -60,7 +60,7 @@ pub fn stand_by(
         .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
     let (ev_read, ev_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
         .map_err(|e| give_up(guardian_not_started("pipe", e)))?;
-    let (rlock, rlock_pgrp) = (getpid(), getpgrp());
+    let rlock_pgrp = getpgrp();
     // Whether this process had children before (a shell that exec'd rlock may leave some).
     let alone = matches!(
         waitpid(None, Some(WaitPidFlag::WNOHANG)),
@@ -74,14 +74,7 @@ pub fn stand_by(
         (req_write, ev_read),
         |in_cgroup| {
             let cgroup = cgroup.as_ref().filter(|_| in_cgroup);
-            guard(
-                argv,
-                terminal,
-                (rlock, rlock_pgrp),
-                cgroup,
-                req_read,
-                ev_write,
-            )
+            guard(argv, terminal, rlock_pgrp, cgroup, req_read, ev_write)
         },
     )
     .map_err(|e| give_up(fork_failure(e, cgroup.as_ref(), required)))?;
