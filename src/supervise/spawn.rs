@@ -39,7 +39,7 @@ use super::terminal::Terminal;
 /// What the vfork child execs, built before it runs: it may not allocate.
 pub(super) struct Prepared {
     /// Owners of the strings the pointer arrays point into.
-    _strings: (Vec<CString>, Vec<CString>),
+    strings: (Vec<CString>, Vec<CString>),
     /// The program's file, found on PATH before the child runs (see `found_on_path`).
     file: Option<CString>,
     /// Null-terminated arrays of pointers into those strings, for execvpe.
@@ -48,47 +48,55 @@ pub(super) struct Prepared {
 }
 
 impl Prepared {
-    /// `argv`, and rlock's environment with `env` added (replacing variables of those names).
-    /// `file`: where `argv[0]` was found on PATH (`found_on_path`).
-    pub(super) fn new(
-        argv: &[OsString],
-        file: Option<CString>,
-        env: &[(&str, String)],
-    ) -> Result<Self, LaunchError> {
-        let c_string = |bytes: Vec<u8>| {
-            CString::new(bytes)
-                .map_err(|_| LaunchError::Usage("the command has a NUL byte in it".into()))
-        };
+    /// `argv` and rlock's environment, made while rlock waits for the grant; `with` adds the
+    /// lock's variables. `file`: where `argv[0]` was found on PATH (`found_on_path`).
+    pub(super) fn new(argv: &[OsString], file: Option<CString>) -> Result<Self, LaunchError> {
         let args = argv
             .iter()
             .map(|a| c_string(a.as_bytes().to_vec()))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut vars = Vec::new();
-        for (name, value) in std::env::vars_os() {
-            if !env.iter().any(|(ours, _)| name == *ours) {
-                vars.push(c_string(
-                    [name.as_bytes(), b"=", value.as_bytes()].concat(),
-                )?);
-            }
-        }
+        let vars = std::env::vars_os()
+            .map(|(name, value)| c_string([name.as_bytes(), b"=", value.as_bytes()].concat()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let argp = pointers(&args);
+        Ok(Prepared {
+            file,
+            strings: (args, vars),
+            argp,
+            envp: Vec::new(),
+        })
+    }
+
+    /// With `env` added to the environment, replacing variables of those names.
+    pub(super) fn with(mut self, env: &[(&str, String)]) -> Result<Self, LaunchError> {
+        let vars = &mut self.strings.1;
+        vars.retain(|var| {
+            let name = var
+                .as_bytes()
+                .split(|&b| b == b'=')
+                .next()
+                .unwrap_or_default();
+            !env.iter().any(|(ours, _)| name == ours.as_bytes())
+        });
         for (name, value) in env {
             vars.push(c_string(format!("{name}={value}").into_bytes())?);
         }
-        let pointers = |strings: &[CString]| {
-            strings
-                .iter()
-                .map(|s| s.as_ptr())
-                .chain(std::iter::once(std::ptr::null()))
-                .collect::<Vec<*const nix::libc::c_char>>()
-        };
-        let (argp, envp) = (pointers(&args), pointers(&vars));
-        Ok(Prepared {
-            file,
-            _strings: (args, vars),
-            argp,
-            envp,
-        })
+        self.envp = pointers(vars);
+        Ok(self)
     }
+}
+
+fn c_string(bytes: Vec<u8>) -> Result<CString, LaunchError> {
+    CString::new(bytes).map_err(|_| LaunchError::Usage("the command has a NUL byte in it".into()))
+}
+
+/// A null-terminated array of pointers into `strings`, for execvpe.
+fn pointers(strings: &[CString]) -> Vec<*const nix::libc::c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
 }
 
 /// The file execvp would run for a bare `program`: the first executable file of that name in a

@@ -39,8 +39,8 @@ pub(super) fn guard(
     events: OwnedFd,
 ) -> ! {
     let chld = settle();
-    // Looked up while rlock waits for the grant.
-    let file = found_on_path(&argv[0]);
+    // Looked up and made ready while rlock waits for the grant.
+    let prepared = Prepared::new(argv, found_on_path(&argv[0]));
     let env = match told_to_start(&requests) {
         Word::Start(env) => env,
         // rlock, alive, removes the cgroup once this process has gone.
@@ -57,7 +57,7 @@ pub(super) fn guard(
     };
     let _ = nix::fcntl::fcntl(&requests, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
     let env: Vec<(&str, String)> = env.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
-    let Ok(prepared) = Prepared::new(argv, file, &env) else {
+    let Ok(prepared) = prepared.and_then(|p| p.with(&env)) else {
         tell(&events, &[Event::NotStarted(Errno::EINVAL)]);
         leave()
     };
