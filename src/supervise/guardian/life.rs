@@ -18,8 +18,8 @@ use nix::unistd::{Pid, getpid, setpgid};
 
 use super::NAME;
 use super::protocol::{
-    DONE, Event, KILL_AT, LIMIT_AT, LIMIT_KILL_AT, LOST_SIGNAL, SIGNAL, SIGNAL_AT, START, decode,
-    moment_of, tell,
+    DONE, Event, KILL_AT, LIMIT_AT, LIMIT_KILL_AT, LOST_SIGNAL, SIGNAL, SIGNAL_AT, Word, decode,
+    moment_of, tell, told_to_start,
 };
 use crate::supervise::contain::{self, Cgroup};
 use crate::supervise::spawn::{Prepared, found_on_path, start};
@@ -39,7 +39,9 @@ pub(super) fn guard(
     events: OwnedFd,
 ) -> ! {
     let chld = settle();
-    // Looked up and made ready while rlock waits for the grant.
+    // Looked up and made ready while rlock waits for the grant. (A file gone meanwhile is
+    // searched for again at the start; one put meanwhile in an earlier directory of PATH, over
+    // a long wait, is not seen.)
     let prepared = Prepared::new(argv, found_on_path(&argv[0]));
     let env = match told_to_start(&requests) {
         Word::Start(env) => env,
@@ -81,55 +83,6 @@ pub(super) fn guard(
         lost_sent: false,
     }
     .run()
-}
-
-/// rlock's first word to a guardian standing by.
-enum Word {
-    /// Start the command, with these variables added to its environment.
-    Start(Vec<(String, String)>),
-    /// Anything else: leave (rlock removes the cgroup).
-    Dismissed,
-    /// The pipe closed first: rlock is gone (killed while it waited for the lock).
-    Gone,
-}
-
-fn told_to_start(requests: &OwnedFd) -> Word {
-    let mut head = [0u8; 12];
-    if read_all(requests, &mut head).is_none() {
-        return Word::Gone;
-    }
-    let (tag, len, _) = decode(&head);
-    if tag != START {
-        return Word::Dismissed;
-    }
-    let mut blob = vec![0u8; usize::try_from(len).unwrap_or(0)];
-    if read_all(requests, &mut blob).is_none() {
-        return Word::Gone;
-    }
-    let env: Option<Vec<(String, String)>> = blob
-        .split(|&b| b == 0)
-        .filter(|v| !v.is_empty())
-        .map(|v| {
-            let v = std::str::from_utf8(v).ok()?;
-            let (name, value) = v.split_once('=')?;
-            Some((name.to_string(), value.to_string()))
-        })
-        .collect();
-    env.map_or(Word::Dismissed, Word::Start)
-}
-
-/// Fills `buf` from `fd`, a blocking pipe; None at its end.
-fn read_all(fd: &OwnedFd, buf: &mut [u8]) -> Option<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match nix::unistd::read(fd, &mut buf[done..]) {
-            Ok(0) => return None,
-            Ok(n) => done += n,
-            Err(Errno::EINTR) => {}
-            Err(_) => return None,
-        }
-    }
-    Some(())
 }
 
 /// Makes this process the guardian: its own name, the subreaper of all the command starts, a

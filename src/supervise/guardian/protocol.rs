@@ -165,6 +165,56 @@ pub(super) fn tell(events: &OwnedFd, news: &[Event]) {
     let _ = nix::unistd::write(events, &bytes);
 }
 
+/// rlock's first word to a guardian standing by.
+pub(super) enum Word {
+    /// Start the command, with these variables added to its environment.
+    Start(Vec<(String, String)>),
+    /// Anything else: leave (rlock removes the cgroup).
+    Dismissed,
+    /// The pipe closed first: rlock is gone (killed while it waited for the lock).
+    Gone,
+}
+
+/// The first word on `requests`, a blocking pipe.
+pub(super) fn told_to_start(requests: &OwnedFd) -> Word {
+    let mut head = [0u8; 12];
+    if read_all(requests, &mut head).is_none() {
+        return Word::Gone;
+    }
+    let (tag, len, _) = decode(&head);
+    if tag != START {
+        return Word::Dismissed;
+    }
+    let mut blob = vec![0u8; usize::try_from(len).unwrap_or(0)];
+    if read_all(requests, &mut blob).is_none() {
+        return Word::Gone;
+    }
+    let env: Option<Vec<(String, String)>> = blob
+        .split(|&b| b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let v = std::str::from_utf8(v).ok()?;
+            let (name, value) = v.split_once('=')?;
+            Some((name.to_string(), value.to_string()))
+        })
+        .collect();
+    env.map_or(Word::Dismissed, Word::Start)
+}
+
+/// Fills `buf` from `fd`, a blocking pipe; None at its end.
+fn read_all(fd: &OwnedFd, buf: &mut [u8]) -> Option<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match nix::unistd::read(fd, &mut buf[done..]) {
+            Ok(0) => return None,
+            Ok(n) => done += n,
+            Err(Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
