@@ -1,10 +1,14 @@
 //! rlock's own look before it believes the guardian's "nothing left": the guardian's word is a
-//! message on a pipe, and the release that follows it must rest on what the kernel says. The
-//! guardian leaves once nothing of the command runs, so rlock waits for its end (which nobody
-//! can forge) and then looks: no child of its own (what the command started comes to rlock, a
-//! subreaper, once the guardian is gone) and, in a cgroup, `cgroup.events` says "populated 0".
-//! The release so also waits for the guardian's kill to be done. Anything else is stopped here,
-//! and what cannot be stopped keeps the lock held to its TTL.
+//! message on a pipe, and the release that follows it must rest on what the kernel says. After
+//! a run that ended by itself, the kernel is asked about the guardian, which is leaving: it has
+//! no child (while it lives, whatever the command left comes to it, a subreaper), and in a
+//! cgroup it is the cgroup's one process, with no cgroup below; the next holder then need not
+//! wait for the guardian's exit. Otherwise (a stop, or a look that finds more) rlock waits for
+//! the guardian's end (which nobody can forge) and then looks: no child of its own (what the
+//! command started comes to rlock, a subreaper, once the guardian is gone) and, in a cgroup,
+//! `cgroup.events` says "populated 0". The release so also waits for the guardian's kill to be
+//! done. Anything else is stopped here, and what cannot be stopped keeps the lock held to its
+//! TTL.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -29,6 +33,9 @@ pub(super) fn nothing_left(guardian: &mut Guardian, outcome: &mut Outcome) {
     let cgroup = guardian.cgroup().map(Path::to_path_buf);
     let stopped = outcome.lost.is_some() || outcome.timed_out;
     let alone = guardian.alone();
+    if !stopped && alone && leaving_alone(guardian.pid(), cgroup.as_deref()) {
+        return;
+    }
     if guardian.wait_gone(Instant::now() + LEAVES_WITHIN)
         && looks_empty(alone, cgroup.as_deref(), stopped)
     {
@@ -44,6 +51,25 @@ pub(super) fn nothing_left(guardian: &mut Guardian, outcome: &mut Outcome) {
     }
     stop_orphans(cgroup.as_deref());
     outcome.leftovers = !looks_empty(alone, cgroup.as_deref(), true);
+}
+
+/// Whether the guardian `pid`, which said that nothing runs, is all that is left: it has no
+/// child, and the cgroup (if any) holds nothing but it (or nothing, once it has exited), with no
+/// cgroup below. False when anything cannot be read: then rlock waits for its exit.
+fn leaving_alone(pid: nix::unistd::Pid, cgroup: Option<&Path>) -> bool {
+    let read = |path: &Path| std::fs::read_to_string(path).ok();
+    let children = read(Path::new(&format!("/proc/{pid}/task/{pid}/children")));
+    if !children.is_some_and(|c| c.trim().is_empty()) {
+        return false;
+    }
+    let Some(dir) = cgroup else {
+        return true;
+    };
+    let me = pid.to_string();
+    let procs = read(&dir.join("cgroup.procs"));
+    let stat = read(&dir.join("cgroup.stat"));
+    procs.is_some_and(|p| p.split_whitespace().all(|p| p == me))
+        && stat.is_some_and(|s| s.lines().any(|l| l == "nr_descendants 0"))
 }
 
 /// Whether nothing of the command runs, the guardian gone: rlock has no child left (when it had
