@@ -57,7 +57,7 @@ pub(super) fn nothing_left(guardian: &mut Guardian, outcome: &mut Outcome) {
 /// child, and the cgroup (if any) holds nothing but it (or nothing, once it has exited), with no
 /// cgroup below. False when anything cannot be read: then rlock waits for its exit.
 fn leaving_alone(pid: nix::unistd::Pid, cgroup: Option<&Path>) -> bool {
-    let read = |path: &Path| std::fs::read_to_string(path).ok();
+    let read = |path: &Path| contain::read_proc(path).ok();
     let children = read(Path::new(&format!("/proc/{pid}/task/{pid}/children")));
     if !children.is_some_and(|c| c.trim().is_empty()) {
         return false;

@@ -143,7 +143,7 @@ impl Cgroup {
     pub fn holds_other_than(&self, me: i32) -> bool {
         let mut dirs = vec![self.dir.clone()];
         while let Some(dir) = dirs.pop() {
-            if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs"))
+            if let Ok(procs) = read_proc(dir.join("cgroup.procs"))
                 && procs
                     .lines()
                     .any(|l| l.parse::<i32>().is_ok_and(|p| p != me))
@@ -195,7 +195,7 @@ impl Cgroup {
     fn each(&self, sig: Signal) {
         let mut dirs = vec![self.dir.clone()];
         while let Some(dir) = dirs.pop() {
-            if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+            if let Ok(procs) = read_proc(dir.join("cgroup.procs")) {
                 for pid in procs.lines().filter_map(|l| l.parse::<i32>().ok()) {
                     send(pid, Identity::Cgroup(&self.rel), sig);
                 }
@@ -215,7 +215,7 @@ impl Cgroup {
         if on {
             let until = Instant::now() + Duration::from_millis(100);
             while Instant::now() < until {
-                let events = fs::read_to_string(self.dir.join("cgroup.events")).unwrap_or_default();
+                let events = read_proc(self.dir.join("cgroup.events")).unwrap_or_default();
                 if events.lines().any(|l| l == "frozen 1") {
                     break;
                 }
@@ -234,7 +234,7 @@ impl Cgroup {
 
 /// Whether any process is left in the cgroup at `dir` or below it (`Cgroup::populated`).
 pub fn populated(dir: &Path) -> bool {
-    match fs::read_to_string(dir.join("cgroup.events")) {
+    match read_proc(dir.join("cgroup.events")) {
         Ok(events) => events.lines().any(|l| l == "populated 1"),
         Err(e) => e.kind() != io::ErrorKind::NotFound,
     }
@@ -290,7 +290,7 @@ fn remove_abandoned(parent: &Path) -> Vec<PathBuf> {
         }
         let events = dir.join("cgroup.events");
         let populated =
-            || fs::read_to_string(&events).is_ok_and(|e| e.lines().any(|l| l == "populated 1"));
+            || read_proc(&events).is_ok_and(|e| e.lines().any(|l| l == "populated 1"));
         if populated() && write_file(&dir.join("cgroup.kill"), b"1").is_ok() {
             stopped.push(dir.clone());
             let until = Instant::now() + Duration::from_secs(1);
@@ -365,15 +365,15 @@ fn at_usual_mount(own: &str) -> Option<PathBuf> {
         .map(|mount| Path::new(mount).join(below))
         .find(|dir| {
             below.is_empty()
-                || read_proc(&dir.join("cgroup.procs").to_string_lossy())
+                || read_proc(dir.join("cgroup.procs"))
                     .is_ok_and(|procs| procs.lines().any(|pid| pid == me))
         })
 }
 
-/// A file of /proc, read in large pieces: it says it is empty, so `read_to_string` would start
-/// with a small buffer, and each short read makes the kernel format its lines again (mountinfo
-/// is slow to format).
-fn read_proc(path: &str) -> io::Result<String> {
+/// A file of /proc or of a cgroup, read in large pieces: it says it is empty, so
+/// `read_to_string` would start with a small buffer, and each short read is a system call of
+/// its own that makes the kernel format the lines again (mountinfo is slow to format).
+pub(super) fn read_proc(path: impl AsRef<Path>) -> io::Result<String> {
     use std::io::Read;
     let mut text = String::with_capacity(8192);
     fs::File::open(path)?.read_to_string(&mut text)?;

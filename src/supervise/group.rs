@@ -143,7 +143,7 @@ fn send_to_group(fd: &OwnedFd, sig: Signal) -> nix::Result<()> {
 /// Whether the process numbered `pid` is now a child of `guardian` that leads its own group
 /// (/proc/PID/stat: the fields after the name are state, ppid, pgrp).
 fn guardians_child(pid: Pid, guardian: Pid) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Ok(stat) = super::contain::read_proc(format!("/proc/{pid}/stat")) else {
         return false;
     };
     let Some((_, after)) = stat.rsplit_once(") ") else {

@@ -121,7 +121,7 @@ fn settle() -> nix::Result<SignalFd> {
 /// stays as it was.
 fn forget_arguments() {
     // /proc/self/stat's fields 48 and 49: where the arguments begin and end (Linux 3.5).
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    let Ok(stat) = contain::read_proc("/proc/self/stat") else {
         return;
     };
     let Some((_, after)) = stat.rsplit_once(") ") else {
