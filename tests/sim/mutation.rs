@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use super::mutants::{self, Mutant};
+use super::scenes;
 use super::*;
 
 /// The kill budget: setups, and how many seeds of each (from 0), tried seed by seed across
@@ -96,6 +97,14 @@ enum Fate {
 }
 
 fn try_to_kill(mutant: &Arc<Mutant>) -> Fate {
+    // First the scenes (scenes.rs): a few dozen scripts, what the runs never ask for.
+    if let Some(what) = scenes::play(Some(mutant.clone())) {
+        return Fate::Killed {
+            by: "scenes",
+            seed: 0,
+            what,
+        };
+    }
     let budget = kill_budget();
     let most = budget.iter().map(|b| b.2).max().unwrap_or(0);
     for seed in 0..most {
@@ -208,6 +217,7 @@ fn a_sample_of_the_scripts_mutants_is_killed() {
 /// The lines of the files that the kill budget's runs (unmutated) run.
 fn reached_by_the_budget() -> std::collections::BTreeSet<(&'static str, usize)> {
     lua::COVERAGE.store(true, std::sync::atomic::Ordering::Relaxed);
+    scenes::play(None);
     for (_, setup, seeds) in kill_budget() {
         for seed in 0..seeds {
             run(&setup, seed);
