@@ -260,8 +260,9 @@ fn shape(call: &Call, after: &Store, now_ms: i64) -> Option<String> {
 
 /// What the state keeps of a holder of several, or of a waiter, goes with it: a holder that a
 /// script takes out of a lock of several holders leaves no record ("h:", multi.lua), a waiter
-/// it takes out of the line leaves nothing of it ("w:", "go:": common.lua's leave_line, slot.lua's
-/// wait_in_line). A key that expired takes its members without a script: not counted.
+/// it takes out of the line leaves no record of who it is ("w:": slot.lua's wait_in_line,
+/// common.lua's leave_line; a claim window, "go:", may stay until the state expires). A key
+/// that expired takes its members without a script: not counted.
 fn forgotten(call: &Call, before: &Store, after: &Store, now_ms: i64) -> Option<String> {
     let state = match call.keys.get(1).and_then(|k| after.data.get(k)) {
         Some(Data::Hash(h)) => h,
@@ -293,20 +294,17 @@ fn forgotten(call: &Call, before: &Store, after: &Store, now_ms: i64) -> Option<
             call.name
         ));
     }
-    let left = |t: &String| {
-        ["w:", "go:"]
-            .iter()
-            .any(|f| state.contains_key(&format!("{f}{t}")))
+    let kept = |t: String| -> Vec<String> {
+        Some(format!("w:{t}"))
+            .filter(|f| state.contains_key(f))
+            .into_iter()
+            .collect()
     };
     call.keys
         .get(2)
         .into_iter()
         .flat_map(gone)
-        .find(left)
-        .map(|t| {
-            format!(
-                "{} took waiter {t} out of the line and left what it kept of it",
-                call.name
-            )
-        })
+        .map(kept)
+        .find(|k| !k.is_empty())
+        .map(|k| format!("{} took a waiter out of the line and left {k:?}", call.name))
 }
