@@ -11,6 +11,7 @@
 //! channel). Every script's reply is held to the data as in a run (`replies.rs`). Cheap (a
 //! hundred scripts or so), they are the first of the mutation pass's kill budget.
 
+mod back;
 mod line;
 mod one;
 mod several;
@@ -22,8 +23,8 @@ use std::time::Duration;
 use rlock::backend::{Fault, Node, NodeError, Script, Subscriber};
 use rlock::identity::Identity;
 use rlock::lock::{
-    ACQUIRE, Error, Grant, HoldRecord, Hooks, Interrupt, Keep, LockInfo, LockKey, Locker, Newest,
-    Released, Renewed, Request, RunRecord, Sharing, Silent, WaitPolicy,
+    ACQUIRE, Error, Grant, HoldRecord, Hooks, Interrupt, Keep, LEAVE, LockInfo, LockKey, Locker,
+    Newest, Released, Renewed, Request, RunRecord, Sharing, Silent, WaitPolicy,
 };
 
 use super::lua::{Env, Exec, Scripting};
@@ -31,6 +32,9 @@ use super::mutants::Mutant;
 use super::net::value;
 use super::server::{Call, node_error};
 use super::store::{Data, Resp, Store};
+
+/// A script's reply: its word, and its fields by name.
+type Said = (String, BTreeMap<String, String>);
 
 /// The lock's name (and, with rlock's prefix, its key).
 const KEY: &str = "jobs";
@@ -325,22 +329,28 @@ impl Scene {
 impl Scene {
     /// Process `n`'s try as a waiter's (acquire.lua's ARGV, `join` "1"), token `t<n>`; someone
     /// listens on its channel from now on. The reply's word and fields.
-    fn join(&self, n: u32, sharing: Sharing) -> (String, BTreeMap<String, String>) {
+    fn join(&self, n: u32, sharing: Sharing) -> Said {
+        self.join_as(n, sharing, None)
+    }
+
+    /// As `join`, with `--newest` ("1") or `--cancel-running` ("2").
+    fn join_as(&self, n: u32, sharing: Sharing, newest: Option<&str>) -> Said {
         let id = who(n);
         let (mode, limit) = match sharing {
             Sharing::Exclusive => ("", 0),
             Sharing::Limit(l) => ("limit", l),
             Sharing::Shared => ("shared", 0),
         };
-        let mut b = self.bench();
-        b.listening.insert(format!("t{n}"));
-        b.tries += 1;
-        let args = [
-            ("token", format!("t{n}")),
-            ("ttl", "10000".into()),
+        let try_number = {
+            let mut b = self.bench();
+            b.listening.insert(format!("t{n}"));
+            b.tries += 1;
+            b.tries
+        };
+        let mut args = vec![
+            ("ttl", "10000".to_string()),
             ("join", "1".into()),
             ("check", "5000".into()),
-            ("channel", format!("{{rlock:{KEY}}}:wake")),
             ("host", id.host),
             ("pid", id.pid.to_string()),
             ("user", id.user),
@@ -348,25 +358,40 @@ impl Scene {
             ("mode", mode.into()),
             ("limit", limit.to_string()),
             ("pidns", String::new()),
-            ("try", b.tries.to_string()),
+            ("try", try_number.to_string()),
         ];
+        if let Some(x) = newest {
+            args.push(("newest", x.into()));
+        }
+        self.raw(&ACQUIRE, n, args)
+    }
+
+    /// Process `n`'s give-back (leave.lua), for its tries up to `upto`.
+    fn leave(&self, n: u32, upto: u64) -> Said {
+        self.raw(&LEAVE, n, vec![("upto", upto.to_string())])
+    }
+
+    /// `script` for token `t<n>` on the lock's keys, with `args` beside its token and channel.
+    fn raw(&self, script: &Script, n: u32, args: Vec<(&str, String)>) -> Said {
+        let mut all = vec![
+            ("token".to_string(), format!("t{n}")),
+            ("channel".into(), format!("{{rlock:{KEY}}}:wake")),
+        ];
+        all.extend(args.into_iter().map(|(k, v)| (k.to_string(), v)));
         let call = Call {
-            name: ACQUIRE.name,
-            source: ACQUIRE.source.to_string(),
-            sha: ACQUIRE.sha.to_string(),
+            name: script.name,
+            source: script.source.to_string(),
+            sha: script.sha.to_string(),
             keys: vec![
                 self.key.redis_key.clone(),
                 format!("{{rlock:{KEY}}}:state"),
                 format!("{{rlock:{KEY}}}:q"),
             ],
-            args: args
-                .into_iter()
-                .flat_map(|(k, v)| [k.to_string(), v])
-                .collect(),
+            args: all.into_iter().flat_map(|(k, v)| [k, v]).collect(),
             replicated: None,
         };
         let mut out = (String::new(), BTreeMap::new());
-        if let Resp::Array(items) = b.run(call) {
+        if let Resp::Array(items) = self.bench().run(call) {
             let text = |r: &Resp| match r {
                 Resp::Bulk(s) | Resp::Status(s) => s.clone(),
                 Resp::Int(i) => i.to_string(),
@@ -413,7 +438,7 @@ impl Scene {
 /// the first broken promise.
 pub fn play(mutant: Option<Arc<Mutant>>) -> Option<String> {
     type Play = fn(&Scene) -> Result<(), String>;
-    let scenes: [(&str, Play); 8] = [
+    let scenes: [(&str, Play); 11] = [
         ("exclusive", one::exclusive),
         ("--hold-at-least", one::held_at_least),
         ("--limit 2", |s| several::several(s, Sharing::Limit(2))),
@@ -422,6 +447,9 @@ pub fn play(mutant: Option<Arc<Mutant>>) -> Option<String> {
         ("the line", line::exclusive),
         ("the line of --limit 2", line::semaphore),
         ("the line of --shared", line::shared),
+        ("give-backs", back::give_back),
+        ("renewals", back::renewals),
+        ("--newest", back::newest),
     ];
     for (name, scene) in scenes {
         let s = Scene::new(mutant.clone());

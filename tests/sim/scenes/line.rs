@@ -4,13 +4,10 @@
 
 use rlock::lock::{Released, Sharing};
 
-use super::{Scene, want};
-
-/// A reply's word and fields, as `Scene::join` reads them.
-type Said = (String, std::collections::BTreeMap<String, String>);
+use super::{Said, Scene, want};
 
 /// The reply is `word`, with these fields of these values.
-fn says(said: &Said, word: &str, fields: &[(&str, &str)]) -> Result<(), String> {
+pub(super) fn says(said: &Said, word: &str, fields: &[(&str, &str)]) -> Result<(), String> {
     want(
         said.0 == word
             && fields
@@ -21,7 +18,7 @@ fn says(said: &Said, word: &str, fields: &[(&str, &str)]) -> Result<(), String> 
 }
 
 /// The scripts published exactly `what` (token or "*", message), in this order.
-fn told(s: &Scene, what: &[(&str, &str)]) -> Result<(), String> {
+pub(super) fn told(s: &Scene, what: &[(&str, &str)]) -> Result<(), String> {
     let heard = s.heard();
     want(
         heard.len() == what.len()
@@ -33,7 +30,7 @@ fn told(s: &Scene, what: &[(&str, &str)]) -> Result<(), String> {
     )
 }
 
-fn line_is(s: &Scene, tokens: &[&str]) -> Result<(), String> {
+pub(super) fn line_is(s: &Scene, tokens: &[&str]) -> Result<(), String> {
     let line = s.line();
     want(line == tokens, || {
         format!("expected the line {tokens:?}, it is {line:?}")

@@ -1,0 +1,157 @@
+//! The scenes of give-backs, renewals and displacements: a give-back undoes only a grant that
+//! a try up to it took (leave.lua), and hands a reservation on; a renewal never shortens a
+//! lease and keeps the TTL the lock was last given (renew.lua); a newer run displaces the
+//! older waiters that asked for `--newest`, and a holder that asked for `--cancel-running`
+//! hears who did (slot.lua's supersede).
+
+use std::time::Duration;
+
+use rlock::lock::{NotOwner, Renewed, Sharing};
+
+use super::line::{line_is, says, told};
+use super::{Scene, want};
+
+impl Scene {
+    fn renew_to(&self, n: u32, ttl_ms: Option<u64>) -> Result<Renewed, String> {
+        let ttl = ttl_ms.map(Duration::from_millis);
+        self.locker
+            .renew(&self.key, &format!("t{n}"), ttl, Duration::from_millis(200))
+            .map_err(|e| format!("a renewal failed: {e:?}"))
+    }
+}
+
+/// `renewed` is a renewal to a lease of `ms`.
+fn renewed(r: Result<Renewed, String>, ms: u64) -> Result<(), String> {
+    want(
+        matches!(&r, Ok(Renewed::Yes(d)) if *d == Duration::from_millis(ms)),
+        || format!("expected a lease of {ms} ms, the renewal said {r:?}"),
+    )
+}
+
+/// Give-backs of one holder's lock, and of a semaphore's slot.
+pub(super) fn give_back(s: &Scene) -> Result<(), String> {
+    let (ex, two) = (Sharing::Exclusive, Sharing::Limit(2));
+    says(&s.join(1, ex), "ok", &[])?;
+    says(&s.join(2, ex), "busy", &[("place", "1")])?;
+    // Its try 1 took the lock: a give-back of the tries before it undoes nothing.
+    says(&s.leave(1, 0), "left", &[])?;
+    want(s.inspect()?.token.as_deref() == Some("t1"), || {
+        "a give-back undid a later try's grant".into()
+    })?;
+    s.heard();
+    says(&s.leave(1, 1), "released", &[])?;
+    told(s, &[("t2", "go"), ("*", "*")][..1])?;
+    s.later(10);
+    says(&s.join(3, ex), "queued", &[("wait", "990")])?;
+    s.heard();
+    // The waiter the lock was handed to gives up: the next is handed it.
+    says(&s.leave(2, 99), "left", &[])?;
+    told(s, &[("t3", "go")])?;
+    line_is(s, &["t3"])?;
+    says(&s.join(3, ex), "ok", &[])?;
+    says(&s.leave(3, 99), "released", &[])?;
+    // A semaphore's slot (a scene of its own: a key of another kind).
+    s.later(10_000);
+    let first = s.bench().tries + 1;
+    says(&s.join(4, two), "ok", &[])?;
+    says(&s.join(5, two), "ok", &[])?;
+    says(&s.join(6, two), "busy", &[("place", "1")])?;
+    says(&s.leave(4, first - 1), "left", &[])?;
+    let info = s.inspect()?;
+    want(
+        info.holders
+            .iter()
+            .any(|h| h.token == "t4" && h.holder.host.as_deref() == Some("host4")),
+        || format!("a give-back undid a later try's slot: {info:?}"),
+    )?;
+    s.heard();
+    says(&s.leave(4, first), "released", &[])?;
+    told(s, &[("t6", "go")])?;
+    let info = s.inspect()?;
+    want(info.holders.len() == 1, || {
+        format!("a slot given back is held: {info:?}")
+    })
+}
+
+/// Renewals of one holder's lock and of a semaphore's slot.
+pub(super) fn renewals(s: &Scene) -> Result<(), String> {
+    let (ex, two) = (Sharing::Exclusive, Sharing::Limit(2));
+    s.take(1, ex, 10_000, None)
+        .map_err(|e| format!("a free lock refused: {e:?}"))?;
+    s.later(1_000);
+    // Never shorter: a shorter TTL leaves the lease, and the TTL the lock was last given.
+    renewed(s.renew_to(1, Some(5_000)), 9_000)?;
+    let info = s.inspect()?;
+    want(info.ttl_ms == Some(10_000) && info.pttl == 9_000, || {
+        format!("after a shorter renewal: {info:?}")
+    })?;
+    renewed(s.renew_to(1, Some(20_000)), 20_000)?;
+    s.later(1_000);
+    renewed(s.renew_to(1, None), 20_000)?;
+    let info = s.inspect()?;
+    want(
+        info.ttl_ms == Some(20_000) && info.renewed_ms == Some(s.now()),
+        || format!("after a longer renewal: {info:?}"),
+    )?;
+    want(s.force("f1").is_ok(), || "a forced release".into())?;
+    // Another token hears that the lock is free, not that it was broken.
+    want(
+        matches!(s.renew_to(9, None), Ok(Renewed::NotOwner(NotOwner::Gone))),
+        || "a renewal of a token that held nothing".into(),
+    )?;
+    s.later(1_000);
+    for n in [2, 3] {
+        s.take(n, two, 10_000, None)
+            .map_err(|e| format!("a free slot refused: {e:?}"))?;
+    }
+    s.later(1_000);
+    renewed(s.renew_to(2, Some(5_000)), 9_000)?;
+    renewed(s.renew_to(2, Some(20_000)), 20_000)?;
+    s.later(1_000);
+    renewed(s.renew_to(2, None), 20_000)?;
+    let info = s.inspect()?;
+    want(
+        info.holders.iter().any(|h| {
+            h.token == "t2"
+                && h.ttl_ms == Some(20_000)
+                && h.renewed_ms == Some(s.now())
+                && h.ends_ms == s.now() + 20_000
+        }),
+        || format!("a slot renewed: {info:?}"),
+    )?;
+    want(
+        matches!(s.renew_to(4, None), Ok(Renewed::NotOwner(NotOwner::Taken))),
+        || "a renewal of a token that holds no slot".into(),
+    )?;
+    s.later(30_000);
+    want(
+        matches!(s.renew_to(2, None), Ok(Renewed::NotOwner(NotOwner::Gone))),
+        || "a renewal after every lease ran out".into(),
+    )
+}
+
+/// `--newest` and `--cancel-running`.
+pub(super) fn newest(s: &Scene) -> Result<(), String> {
+    let ex = Sharing::Exclusive;
+    says(&s.join_as(1, ex, Some("2")), "ok", &[])?;
+    says(&s.join_as(2, ex, Some("1")), "busy", &[("place", "1")])?;
+    s.heard();
+    s.later(10);
+    says(&s.join_as(3, ex, Some("2")), "busy", &[("place", "1")])?;
+    told(s, &[("t2", "x"), ("t1", "x")])?;
+    line_is(s, &["t3"])?;
+    let by = [
+        ("host", "host3"),
+        ("pid", "103"),
+        ("user", "user3"),
+        ("cmd", "job 3"),
+    ];
+    says(&s.join_as(2, ex, Some("1")), "superseded", &by)?;
+    line_is(s, &["t3"])?;
+    match s.renew_to(1, None) {
+        Ok(Renewed::Superseded { by, .. }) => want(by.host.as_deref() == Some("host3"), || {
+            format!("the holder is told it was displaced by {by:?}")
+        }),
+        other => Err(format!("a displaced holder's renewal: {other:?}")),
+    }
+}
