@@ -12,6 +12,17 @@ use super::line::{line_is, says, told};
 use super::{Scene, want};
 
 impl Scene {
+    /// How long the lock's state lives (ms; -1 without expiry, -2 absent).
+    fn state_pttl(&self) -> i64 {
+        let b = self.bench();
+        let state = format!("{{rlock:{}}}:state", super::KEY);
+        match (b.store.data.get(&state), b.store.expires.get(&state)) {
+            (None, _) => -2,
+            (Some(_), None) => -1,
+            (Some(_), Some(at)) => at - b.now_ms,
+        }
+    }
+
     fn renew_to(&self, n: u32, ttl_ms: Option<u64>) -> Result<Renewed, String> {
         let ttl = ttl_ms.map(Duration::from_millis);
         self.locker
@@ -93,7 +104,18 @@ pub(super) fn renewals(s: &Scene) -> Result<(), String> {
         info.ttl_ms == Some(20_000) && info.renewed_ms == Some(s.now()),
         || format!("after a longer renewal: {info:?}"),
     )?;
+    // A renewal to a year, then to less: the state outlives the lock all along (checked after
+    // every script), and once the lock is gone it lives no longer than a default grant's
+    // state would (common.lua's AFTER_RELEASE_MS: 30 s and KEEP_MS).
+    let year = 365 * 86_400_000;
+    renewed(s.renew_to(1, Some(year)), year)?;
+    s.later(1_000);
+    renewed(s.renew_to(1, Some(5_000)), year - 1_000)?;
     want(s.force("f1").is_ok(), || "a forced release".into())?;
+    let left = s.state_pttl();
+    want((0..=90_000).contains(&left), || {
+        format!("a broken lock's state lives {left} ms more")
+    })?;
     // Another token hears that the lock is free, not that it was broken.
     want(
         matches!(s.renew_to(9, None), Ok(Renewed::NotOwner(NotOwner::Gone))),
@@ -123,6 +145,12 @@ pub(super) fn renewals(s: &Scene) -> Result<(), String> {
         matches!(s.renew_to(4, None), Ok(Renewed::NotOwner(NotOwner::Taken))),
         || "a renewal of a token that holds no slot".into(),
     )?;
+    renewed(s.renew_to(3, Some(year)), year)?;
+    want(s.release(3, "r3").is_ok(), || "a release".into())?;
+    let left = s.state_pttl();
+    want((0..=90_000).contains(&left), || {
+        format!("once a year's lease is released, the state lives {left} ms more")
+    })?;
     s.later(30_000);
     want(
         matches!(s.renew_to(2, None), Ok(Renewed::NotOwner(NotOwner::Gone))),

@@ -35,7 +35,9 @@ pub(super) fn several(s: &Scene, sharing: Sharing) -> Result<(), String> {
             && h1.ends_ms == t1 + 10_000
             && h1.ttl_ms == Some(10_000)
             && h1.renewed_ms == Some(t1)
-            && info.holders[1].ends_ms == t2 + 20_000,
+            && info.holders[1].ends_ms == t2 + 20_000
+            // The key lives exactly as long as its last lease (multi.lua).
+            && info.pttl == t2 + 20_000 - s.now(),
         || format!("inspect of two holders: {info:?}"),
     )?;
     let other = if limit == 0 {
