@@ -438,7 +438,7 @@ impl Scene {
 /// the first broken promise.
 pub fn play(mutant: Option<Arc<Mutant>>) -> Option<String> {
     type Play = fn(&Scene) -> Result<(), String>;
-    let scenes: [(&str, Play); 11] = [
+    let scenes: [(&str, Play); 12] = [
         ("exclusive", one::exclusive),
         ("--hold-at-least", one::held_at_least),
         ("--limit 2", |s| several::several(s, Sharing::Limit(2))),
@@ -450,6 +450,7 @@ pub fn play(mutant: Option<Arc<Mutant>>) -> Option<String> {
         ("give-backs", back::give_back),
         ("renewals", back::renewals),
         ("--newest", back::newest),
+        ("kinds", back::kinds),
     ];
     for (name, scene) in scenes {
         let s = Scene::new(mutant.clone());

@@ -183,3 +183,75 @@ pub(super) fn newest(s: &Scene) -> Result<(), String> {
         other => Err(format!("a displaced holder's renewal: {other:?}")),
     }
 }
+
+/// A request of another kind than the lock held is refused ("mismatch", and what is held);
+/// once every lease of the other kind has run out, it is granted. A try again of a holder
+/// confirms its grant (the same fence; a give-back of the tries before it undoes nothing);
+/// a state lost under the lock gets a record and a fence anew; every grant's fence rises,
+/// within one millisecond too.
+pub(super) fn kinds(s: &Scene) -> Result<(), String> {
+    let (ex, two, three, sh) = (
+        Sharing::Exclusive,
+        Sharing::Limit(2),
+        Sharing::Limit(3),
+        Sharing::Shared,
+    );
+    says(&s.join(1, ex), "ok", &[])?;
+    let fence = |said: &super::Said| said.1.get("fence").and_then(|f| f.parse::<i64>().ok());
+    let again = s.join(1, ex);
+    says(&again, "ok", &[])?;
+    let confirmed = s.bench().tries;
+    says(&s.leave(1, confirmed - 1), "left", &[])?;
+    says(&s.join(2, two), "mismatch", &[("held", "exclusive")])?;
+    // The state lost under the lock (evicted, deleted): the fence rises as the server's clock
+    // does.
+    s.later(1);
+    s.bench()
+        .store
+        .data
+        .remove(&format!("{{rlock:{}}}:state", super::KEY));
+    let anew = s.join(1, ex);
+    says(&anew, "ok", &[])?;
+    want(fence(&anew) > fence(&again), || {
+        format!("a fence minted anew after the state was lost: {again:?}, then {anew:?}")
+    })?;
+    let info = s.inspect()?;
+    want(info.holder.host.as_deref() == Some("host1"), || {
+        format!("the record written anew: {info:?}")
+    })?;
+    says(&s.leave(1, 99), "released", &[])?;
+    // In the same millisecond: the fence still rises.
+    let next = s.join(3, two);
+    says(&next, "ok", &[])?;
+    want(fence(&next) > fence(&anew), || {
+        format!("fences {anew:?}, then {next:?}")
+    })?;
+    let retried = s.join(3, two);
+    says(&retried, "ok", &[])?;
+    want(fence(&retried) == fence(&next), || {
+        format!("a retried try's fence: {next:?}, then {retried:?}")
+    })?;
+    let confirmed = s.bench().tries;
+    says(&s.leave(3, confirmed - 1), "left", &[])?;
+    says(
+        &s.join(4, ex),
+        "mismatch",
+        &[("held", "limit"), ("limit", "2")],
+    )?;
+    says(
+        &s.join(4, three),
+        "mismatch",
+        &[("held", "limit"), ("limit", "2")],
+    )?;
+    says(&s.join(4, sh), "mismatch", &[("held", "limit")])?;
+    s.later(10_001);
+    // Every lease of the other kind has run out.
+    let shared = s.join(4, sh);
+    says(&shared, "ok", &[])?;
+    want(fence(&shared) > fence(&retried), || {
+        "a fence after a semaphore's".into()
+    })?;
+    says(&s.join(5, two), "mismatch", &[("held", "shared")])?;
+    says(&s.join(5, ex), "busy", &[("holders", "1"), ("limit", "0")])?;
+    Ok(())
+}
