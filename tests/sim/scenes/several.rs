@@ -67,9 +67,10 @@ pub(super) fn several(s: &Scene, sharing: Sharing) -> Result<(), String> {
         }
         other => return Err(format!("a full lock answered {other:?}")),
     }
+    let r = s.renew(1);
     want(
-        matches!(s.renew(1), Ok(Renewed::Yes(d)) if d == Duration::from_secs(10)),
-        || "a renewal".into(),
+        matches!(r, Ok(Renewed::Yes(d)) if d == Duration::from_secs(10)),
+        || format!("a renewal: {r:?}"),
     )?;
     let info = s.inspect()?;
     want(
