@@ -52,6 +52,8 @@ const EQUIVALENT: &[(&str, &str)] = &[
     ("slot.lua:39:dec:1", FIRST),
     ("multi.lua:51:inc:1", FIRST),
     ("multi.lua:51:dec:1", FIRST),
+    ("multi.lua:121:drop:0", EMPTIED),
+    ("acquire.lua:91:drop:0", EMPTIED),
     (
         "slot.lua:102:dec:0",
         "string.sub takes a start of 0 as 1: string.sub(f, 0, 2) is string.sub(f, 1, 2)",
@@ -61,6 +63,9 @@ const EQUIVALENT: &[(&str, &str)] = &[
 /// Why a wider end of a ZRANGE that reads its first member (and score) changes nothing.
 const FIRST: &str = "ZRANGE 0 1 or 0 -1 begins with the member (and score) ZRANGE 0 0 gives, the \
                      only one read";
+/// Why a DEL of a sorted set just found empty changes nothing.
+const EMPTIED: &str = "Redis deletes a sorted set whose last member goes: a lock key whose ZCARD \
+                       is 0 is already gone";
 /// Why the default of a reservation's end changes nothing.
 const ABSENT_END: &str = "a reservation's end is written with it (hand_off): absent, 0, 1 and -1 \
                           are all before now";

@@ -251,6 +251,22 @@ pub(super) fn kinds(s: &Scene) -> Result<(), String> {
     want(fence(&shared) > fence(&retried), || {
         "a fence after a semaphore's".into()
     })?;
+    // The records of the holders of the key's earlier life are gone with it (multi.lua: one
+    // record per holder).
+    let records: Vec<String> = match s
+        .bench()
+        .store
+        .data
+        .get(&format!("{{rlock:{}}}:state", super::KEY))
+    {
+        Some(super::super::store::Data::Hash(h)) => {
+            h.keys().filter(|f| f.starts_with("h:")).cloned().collect()
+        }
+        _ => Vec::new(),
+    };
+    want(records == ["h:t4"], || {
+        format!("the holder records: {records:?}")
+    })?;
     says(&s.join(5, two), "mismatch", &[("held", "shared")])?;
     says(&s.join(5, ex), "busy", &[("holders", "1"), ("limit", "0")])?;
     Ok(())

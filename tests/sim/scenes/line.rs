@@ -6,13 +6,14 @@ use rlock::lock::{Released, Sharing};
 
 use super::{Said, Scene, want};
 
-/// The reply is `word`, with these fields of these values.
+/// The reply is `word`, with these fields of these values ("-": without the field).
 pub(super) fn says(said: &Said, word: &str, fields: &[(&str, &str)]) -> Result<(), String> {
     want(
         said.0 == word
-            && fields
-                .iter()
-                .all(|(k, v)| said.1.get(*k).map(String::as_str) == Some(*v)),
+            && fields.iter().all(|(k, v)| match *v {
+                "-" => !said.1.contains_key(*k),
+                v => said.1.get(*k).map(String::as_str) == Some(v),
+            }),
         || format!("expected {word} {fields:?}, the script said {said:?}"),
     )
 }
@@ -54,6 +55,13 @@ pub(super) fn exclusive(s: &Scene) -> Result<(), String> {
     // A waiter's try again keeps its place.
     says(&s.join(3, ex), "busy", &[("place", "2"), ("pttl", "9996")])?;
     line_is(s, &["t2", "t3", "t4"])?;
+    // Who waits, as inspect shows it (slot.lua's wait_in_line).
+    let info = s.inspect()?;
+    let hosts: Vec<Option<&str>> = info.line.iter().map(|w| w.host.as_deref()).collect();
+    want(
+        hosts == [Some("host2"), Some("host3"), Some("host4")],
+        || format!("inspect's line: {:?}", info.line),
+    )?;
     s.heard();
     s.later(100);
     want(matches!(s.release(1, "r1"), Ok(Released::Done)), || {
@@ -106,6 +114,8 @@ pub(super) fn semaphore(s: &Scene) -> Result<(), String> {
                 ("holders", "2"),
                 ("limit", "2"),
                 ("host", "host1"),
+                ("since", "1780000000000"),
+                ("ahead", "-"),
             ],
         )?;
         s.later(1);
