@@ -340,5 +340,41 @@ pub(super) fn other_types(s: &Scene) -> Result<(), String> {
         })?;
         s.bench().store.data.remove(&helper);
     }
+    // A fence counter that cannot be raised (not a whole number below 2^53): refused.
+    let state = format!("{{{}}}:state", s.key.redis_key);
+    for (fence, refused) in [
+        ("x1", true),
+        ("12345678901234567", true),
+        ("9007199254740991", true),
+        ("9007199254740990", false),
+    ] {
+        let counter = [("fence".to_string(), fence.to_string())];
+        plant(&state, Data::Hash(counter.into_iter().collect()));
+        let r = s.take(1, Sharing::Exclusive, 1_000, None);
+        want(r.is_err() == refused, || {
+            format!("a fence counter of {fence}: {r:?}")
+        })?;
+        let mut b = s.bench();
+        b.store = Default::default();
+    }
+    // An ACL user without a right: refused before anything is written (NOPERM), told which.
+    s.bench().lua.deny("PUBLISH");
+    s.bench().errors_expected = true;
+    for sharing in [Sharing::Exclusive, Sharing::Limit(2)] {
+        let r = s.take(1, sharing, 1_000, None);
+        let said = format!("{r:?}");
+        want(
+            said.contains("NOPERM") && said.contains("'publish' command on '{rlock:jobs}:wake'"),
+            || format!("a try without the right to PUBLISH: {said}"),
+        )?;
+    }
+    let said = format!("{:?}", s.force("f4"));
+    want(
+        said.contains("'publish' command on '{rlock:jobs}:wake'"),
+        || format!("a forced release without the right to PUBLISH: {said}"),
+    )?;
+    want(s.bench().store.data.is_empty(), || {
+        "a refused script wrote".into()
+    })?;
     Ok(())
 }
