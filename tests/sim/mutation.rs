@@ -53,6 +53,8 @@ const EQUIVALENT: &[(&str, &str)] = &[
     ("multi.lua:51:inc:1", FIRST),
     ("multi.lua:51:dec:1", FIRST),
     ("multi.lua:121:drop:0", EMPTIED),
+    ("common.lua:130:inc:0", FENCE_FLOOR),
+    ("common.lua:130:dec:0", FENCE_FLOOR),
     ("acquire.lua:91:drop:0", EMPTIED),
     (
         "slot.lua:102:dec:0",
@@ -63,6 +65,9 @@ const EQUIVALENT: &[(&str, &str)] = &[
 /// Why a wider end of a ZRANGE that reads its first member (and score) changes nothing.
 const FIRST: &str = "ZRANGE 0 1 or 0 -1 begins with the member (and score) ZRANGE 0 0 gives, the \
                      only one read";
+/// Why the count of an absent fence counter (0, or 1 or -1) changes nothing.
+const FENCE_FLOOR: &str = "a grant's fence is at least the server's time in microseconds, far \
+                           above 2: max(c + 1, now_us) is now_us for c of -1, 0 or 1";
 /// Why a DEL of a sorted set just found empty changes nothing.
 const EMPTIED: &str = "Redis deletes a sorted set whose last member goes: a lock key whose ZCARD \
                        is 0 is already gone";

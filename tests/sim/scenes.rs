@@ -134,6 +134,11 @@ impl Bench {
                 Resp::Err(e) if !b.errors_expected => {
                     Some(format!("the script {} failed: {e}", call.name))
                 }
+                // A refusal is Redis's error form: its code first (WRONGTYPE, NOPERM), as the
+                // scripts' headers say, never a Lua error or one prefixed with a place.
+                Resp::Err(e) if !e.starts_with("WRONGTYPE ") && !e.starts_with("NOPERM ") => {
+                    Some(format!("the script {} failed: {e}", call.name))
+                }
                 // The replies of the scripts a lock's keys come first in (replies.rs); not
                 // record.lua's and the readers', whose first key is another.
                 _ if ["acquire", "release", "renew", "leave"].contains(&call.name) => {

@@ -13,7 +13,7 @@ use super::{Scene, want};
 
 impl Scene {
     /// How long the lock's state lives (ms; -1 without expiry, -2 absent).
-    fn state_pttl(&self) -> i64 {
+    pub(super) fn state_pttl(&self) -> i64 {
         let b = self.bench();
         let state = format!("{{rlock:{}}}:state", super::KEY);
         match (b.store.data.get(&state), b.store.expires.get(&state)) {
@@ -61,6 +61,17 @@ pub(super) fn give_back(s: &Scene) -> Result<(), String> {
     line_is(s, &["t3"])?;
     says(&s.join(3, ex), "ok", &[])?;
     says(&s.leave(3, 99), "released", &[])?;
+    // The waiter the lock was handed to gives up with nobody behind it: anyone is woken, and
+    // a newcomer takes the lock at once, not kept out by the reservation of a waiter gone.
+    says(&s.join(7, ex), "ok", &[])?;
+    says(&s.join(8, ex), "busy", &[("place", "1")])?;
+    s.heard();
+    says(&s.leave(7, 99), "released", &[])?;
+    told(s, &[("t8", "go")])?;
+    says(&s.leave(8, 99), "left", &[])?;
+    told(s, &[("*", "*")])?;
+    says(&s.join(9, ex), "ok", &[])?;
+    says(&s.leave(9, 99), "released", &[])?;
     // A semaphore's slot (a scene of its own: a key of another kind).
     s.later(10_000);
     let first = s.bench().tries + 1;

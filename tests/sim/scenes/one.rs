@@ -160,10 +160,16 @@ pub(super) fn exclusive(s: &Scene) -> Result<(), String> {
     })?;
     let t2 = s.now();
     s.later(1_500);
+    let lived = s.state_pttl();
     want(matches!(s.release(2, "r2"), Ok(Released::Done)), || {
         "a release".into()
     })?;
     same_entry(&s.entry("r2")?, 2, t2, s.now(), "released")?;
+    // A release never lengthens the state's shorter life (common.lua's keep_at_most).
+    let left = s.state_pttl();
+    want(lived < 90_000 && left <= lived, || {
+        format!("a state that lived {lived} ms more lives {left} ms more once released")
+    })?;
     want(matches!(s.release(2, "r2b"), Ok(Released::Done)), || {
         "a release retried".into()
     })?;
@@ -320,6 +326,17 @@ pub(super) fn other_types(s: &Scene) -> Result<(), String> {
             ));
         }
     }
+    // A renewal gets through whatever happened to the helper keys (renew.lua).
+    let state = format!("{{{}}}:state", s.key.redis_key);
+    s.bench().store = Default::default();
+    s.take(1, Sharing::Exclusive, 1_000, None)
+        .map_err(|e| format!("a free lock refused: {e:?}"))?;
+    plant(&state, Data::Str("x".into()));
+    let r = s.renew(1);
+    want(matches!(r, Ok(Renewed::Yes(_))), || {
+        format!("a renewal beside a state of another type: {r:?}")
+    })?;
+    s.bench().store = Default::default();
     for helper in [
         format!("{{{}}}:state", s.key.redis_key),
         format!("{{{}}}:q", s.key.redis_key),
@@ -341,7 +358,6 @@ pub(super) fn other_types(s: &Scene) -> Result<(), String> {
         s.bench().store.data.remove(&helper);
     }
     // A fence counter that cannot be raised (not a whole number below 2^53): refused.
-    let state = format!("{{{}}}:state", s.key.redis_key);
     for (fence, refused) in [
         ("x1", true),
         ("12345678901234567", true),
