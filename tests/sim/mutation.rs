@@ -56,11 +56,14 @@ const EQUIVALENT: &[(&str, &str)] = &[
     ("common.lua:130:inc:0", FENCE_FLOOR),
     ("common.lua:130:dec:0", FENCE_FLOOR),
     ("acquire.lua:91:drop:0", EMPTIED),
-    (
-        "slot.lua:102:dec:0",
-        "string.sub takes a start of 0 as 1: string.sub(f, 0, 2) is string.sub(f, 1, 2)",
-    ),
+    ("release.lua:130:dec:0", SUB_FROM_0),
+    ("common.lua:134:dec:0", SUB_FROM_0),
+    ("slot.lua:102:dec:0", SUB_FROM_0),
 ];
+
+/// Why a substring from 0 is the one from 1.
+const SUB_FROM_0: &str = "string.sub takes a start of 0 as 1: string.sub(s, 0, n) is \
+                          string.sub(s, 1, n)";
 
 /// Why a wider end of a ZRANGE that reads its first member (and score) changes nothing.
 const FIRST: &str = "ZRANGE 0 1 or 0 -1 begins with the member (and score) ZRANGE 0 0 gives, the \

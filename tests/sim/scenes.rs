@@ -443,7 +443,7 @@ impl Scene {
 /// the first broken promise.
 pub fn play(mutant: Option<Arc<Mutant>>) -> Option<String> {
     type Play = fn(&Scene) -> Result<(), String>;
-    let scenes: [(&str, Play); 12] = [
+    let scenes: [(&str, Play); 13] = [
         ("exclusive", one::exclusive),
         ("--hold-at-least", one::held_at_least),
         ("--limit 2", |s| several::several(s, Sharing::Limit(2))),
@@ -456,6 +456,7 @@ pub fn play(mutant: Option<Arc<Mutant>>) -> Option<String> {
         ("renewals", back::renewals),
         ("--newest", back::newest),
         ("kinds", back::kinds),
+        ("a semaphore's reservation", line::reserved),
     ];
     for (name, scene) in scenes {
         let s = Scene::new(mutant.clone());

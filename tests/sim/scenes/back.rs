@@ -72,6 +72,19 @@ pub(super) fn give_back(s: &Scene) -> Result<(), String> {
     told(s, &[("*", "*")])?;
     says(&s.join(9, ex), "ok", &[])?;
     says(&s.leave(9, 99), "released", &[])?;
+    // A grant given back is released: the token's release after it is a release retried.
+    want(s.release(9, "r9").is_ok(), || {
+        "a release after a give-back".into()
+    })?;
+    // A waiter that was not handed the lock leaves a free lock: nobody is woken.
+    says(&s.join(10, ex), "ok", &[])?;
+    says(&s.join(11, ex), "busy", &[])?;
+    says(&s.join(12, ex), "busy", &[])?;
+    s.later(10_001);
+    s.heard();
+    says(&s.leave(12, 99), "left", &[])?;
+    says(&s.leave(11, 99), "left", &[])?;
+    told(s, &[])?;
     // A semaphore's slot (a scene of its own: a key of another kind).
     s.later(10_000);
     let first = s.bench().tries + 1;
@@ -157,6 +170,12 @@ pub(super) fn renewals(s: &Scene) -> Result<(), String> {
         || "a renewal of a token that holds no slot".into(),
     )?;
     renewed(s.renew_to(3, Some(year)), year)?;
+    want(s.release(2, "r2").is_ok(), || "a release".into())?;
+    // One other holder left: still not this token's.
+    want(
+        matches!(s.renew_to(4, None), Ok(Renewed::NotOwner(NotOwner::Taken))),
+        || "a renewal of a token that holds no slot, beside one holder".into(),
+    )?;
     want(s.release(3, "r3").is_ok(), || "a release".into())?;
     let left = s.state_pttl();
     want((0..=90_000).contains(&left), || {
@@ -237,8 +256,17 @@ pub(super) fn kinds(s: &Scene) -> Result<(), String> {
     want(fence(&next) > fence(&anew), || {
         format!("fences {anew:?}, then {next:?}")
     })?;
+    s.later(100);
     let retried = s.join(3, two);
     says(&retried, "ok", &[])?;
+    // A retried try's lease is the TTL from now, never shorter (slot.lua).
+    let info = s.inspect()?;
+    want(
+        info.holders
+            .iter()
+            .any(|h| h.token == "t3" && h.ends_ms == s.now() + 10_000),
+        || format!("a retried try's lease: {info:?}"),
+    )?;
     want(fence(&retried) == fence(&next), || {
         format!("a retried try's fence: {next:?}, then {retried:?}")
     })?;

@@ -18,6 +18,19 @@ pub(super) fn says(said: &Said, word: &str, fields: &[(&str, &str)]) -> Result<(
     )
 }
 
+impl Scene {
+    /// How long the line lives (ms; -1 without expiry, -2 absent).
+    fn queue_pttl(&self) -> i64 {
+        let b = self.bench();
+        let queue = format!("{{rlock:{}}}:q", super::KEY);
+        match (b.store.data.get(&queue), b.store.expires.get(&queue)) {
+            (None, _) => -2,
+            (Some(_), None) => -1,
+            (Some(_), Some(at)) => at - b.now_ms,
+        }
+    }
+}
+
 /// The scripts published exactly `what` (token or "*", message), in this order.
 pub(super) fn told(s: &Scene, what: &[(&str, &str)]) -> Result<(), String> {
     let heard = s.heard();
@@ -94,7 +107,44 @@ pub(super) fn exclusive(s: &Scene) -> Result<(), String> {
         "a release".into()
     })?;
     // Nobody in line: anyone is woken, on the lock's own channel.
-    told(s, &[("*", "*")])
+    told(s, &[("*", "*")])?;
+    // A grant of a free lock with nobody in line wakes nobody.
+    says(&s.join(6, ex), "ok", &[])?;
+    told(s, &[])?;
+    // The line lives as long as the waiter may wait, and a while more (slot.lua's
+    // wait_in_line: the lease left, then KEEP_MS).
+    says(&s.join(7, ex), "busy", &[("pttl", "10000")])?;
+    let left = s.queue_pttl();
+    want(left >= 70_000, || format!("the line lives {left} ms more"))?;
+    // A waiter ahead that died: a newcomer, once the lease ran out (no release, so no
+    // handoff), is not kept out by it.
+    s.deaf(7);
+    s.later(10_001);
+    says(&s.join(8, ex), "ok", &[])?;
+    line_is(s, &[])
+}
+
+/// A semaphore whose last holder left while two waited: the first is handed the key, the
+/// next told a slot is free; a newcomer waits for the reservation's end, and once the first
+/// claims its slot, for a claim window of its own.
+pub(super) fn reserved(s: &Scene) -> Result<(), String> {
+    let two = Sharing::Limit(2);
+    for n in [1, 2] {
+        s.take(n, two, 10_000, None)
+            .map_err(|e| format!("a free slot refused: {e:?}"))?;
+    }
+    says(&s.join(3, two), "busy", &[("place", "1")])?;
+    s.later(1);
+    says(&s.join(4, two), "busy", &[("place", "2")])?;
+    want(s.release(1, "r1").is_ok(), || "a release".into())?;
+    want(s.release(2, "r2").is_ok(), || "a release".into())?;
+    s.heard();
+    s.later(10);
+    says(&s.join(5, two), "queued", &[("wait", "990")])?;
+    says(&s.join(3, two), "ok", &[])?;
+    s.later(10);
+    says(&s.join(6, two), "queued", &[("wait", "1000")])?;
+    line_is(s, &["t4", "t5", "t6"])
 }
 
 /// A semaphore of two: a freed slot goes to the first in line; the next is warned.

@@ -366,9 +366,12 @@ pub(super) fn other_types(s: &Scene) -> Result<(), String> {
     ] {
         let counter = [("fence".to_string(), fence.to_string())];
         plant(&state, Data::Hash(counter.into_iter().collect()));
+        let before = s.bench().store.clone();
         let r = s.take(1, Sharing::Exclusive, 1_000, None);
-        want(r.is_err() == refused, || {
-            format!("a fence counter of {fence}: {r:?}")
+        // Refused before anything is written.
+        let kept = s.bench().store == before;
+        want(r.is_err() == refused && kept == refused, || {
+            format!("a fence counter of {fence}: {r:?}, the data kept: {kept}")
         })?;
         let mut b = s.bench();
         b.store = Default::default();
