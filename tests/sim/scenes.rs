@@ -340,6 +340,15 @@ impl Scene {
 
     /// As `join`, with `--newest` ("1") or `--cancel-running` ("2").
     fn join_as(&self, n: u32, sharing: Sharing, newest: Option<&str>) -> Said {
+        self.try_with(n, sharing, newest, true)
+    }
+
+    /// As `join_as`, but a try that does not wait (`-n`): it joins no line.
+    fn try_as(&self, n: u32, sharing: Sharing, newest: Option<&str>) -> Said {
+        self.try_with(n, sharing, newest, false)
+    }
+
+    fn try_with(&self, n: u32, sharing: Sharing, newest: Option<&str>, join: bool) -> Said {
         let id = who(n);
         let (mode, limit) = match sharing {
             Sharing::Exclusive => ("", 0),
@@ -354,7 +363,7 @@ impl Scene {
         };
         let mut args = vec![
             ("ttl", "10000".to_string()),
-            ("join", "1".into()),
+            ("join", if join { "1" } else { "0" }.into()),
             ("check", "5000".into()),
             ("host", id.host),
             ("pid", id.pid.to_string()),

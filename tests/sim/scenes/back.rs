@@ -206,6 +206,9 @@ pub(super) fn newest(s: &Scene) -> Result<(), String> {
     ];
     says(&s.join_as(2, ex, Some("1")), "superseded", &by)?;
     line_is(s, &["t3"])?;
+    // A try that does not wait (`-n`) joins no line, and so displaces nobody.
+    says(&s.try_as(9, ex, Some("1")), "busy", &[])?;
+    line_is(s, &["t3"])?;
     match s.renew_to(1, None) {
         Ok(Renewed::Superseded { by, .. }) => want(by.host.as_deref() == Some("host3"), || {
             format!("the holder is told it was displaced by {by:?}")
@@ -250,6 +253,29 @@ pub(super) fn kinds(s: &Scene) -> Result<(), String> {
         format!("the record written anew: {info:?}")
     })?;
     says(&s.leave(1, 99), "released", &[])?;
+    // In the same millisecond, a grant after a grant: the fence still rises.
+    let same = s.join(13, ex);
+    says(&same, "ok", &[])?;
+    want(fence(&same) > fence(&anew), || {
+        format!("fences {anew:?}, then {same:?}")
+    })?;
+    // A record of another token under this one's lock (another client wrote it): the grant
+    // confirmed is told a fence minted anew, above the state's counter.
+    let counter = fence(&same).unwrap_or(0) + 1_000;
+    if let Some(super::super::store::Data::Hash(h)) = s
+        .bench()
+        .store
+        .data
+        .get_mut(&format!("{{rlock:{}}}:state", super::KEY))
+    {
+        h.insert("token".into(), "other".into());
+        h.insert("fence".into(), counter.to_string());
+    }
+    let minted = s.join(13, ex);
+    want(fence(&minted) > Some(counter), || {
+        format!("a fence minted over a counter of {counter}: {minted:?}")
+    })?;
+    says(&s.leave(13, 99), "released", &[])?;
     // In the same millisecond: the fence still rises.
     let next = s.join(3, two);
     says(&next, "ok", &[])?;
@@ -272,6 +298,20 @@ pub(super) fn kinds(s: &Scene) -> Result<(), String> {
     })?;
     let confirmed = s.bench().tries;
     says(&s.leave(3, confirmed - 1), "left", &[])?;
+    // Another grant since: a retry of the first is told a fence above it, and the counter
+    // follows it (the next grant's is above both).
+    let other = s.join(5, two);
+    says(&other, "ok", &[])?;
+    let third = s.join(3, two);
+    want(fence(&third) > fence(&other), || {
+        format!("a retry after another grant ({other:?}): {third:?}")
+    })?;
+    says(&s.leave(5, 99), "released", &[])?;
+    let after = s.join(6, two);
+    want(fence(&after) > fence(&third), || {
+        format!("a grant after a retry told {third:?}: {after:?}")
+    })?;
+    says(&s.leave(6, 99), "released", &[])?;
     says(
         &s.join(4, ex),
         "mismatch",

@@ -75,6 +75,21 @@ pub(super) fn exclusive(s: &Scene) -> Result<(), String> {
         hosts == [Some("host2"), Some("host3"), Some("host4")],
         || format!("inspect's line: {:?}", info.line),
     )?;
+    // A waiter whose who-record is missing (an older rlock's, say) has it written again.
+    if let Some(super::super::store::Data::Hash(h)) = s
+        .bench()
+        .store
+        .data
+        .get_mut(&format!("{{rlock:{}}}:state", super::KEY))
+    {
+        h.remove("w:t3");
+    }
+    says(&s.join(3, ex), "busy", &[("place", "2")])?;
+    let info = s.inspect()?;
+    want(
+        info.line.get(1).and_then(|w| w.host.as_deref()) == Some("host3"),
+        || format!("inspect's line: {:?}", info.line),
+    )?;
     s.heard();
     s.later(100);
     want(matches!(s.release(1, "r1"), Ok(Released::Done)), || {

@@ -395,5 +395,15 @@ pub(super) fn other_types(s: &Scene) -> Result<(), String> {
     want(s.bench().store.data.is_empty(), || {
         "a refused script wrote".into()
     })?;
+    // A right that only a lock of several holders needs: an exclusive lock is granted, a
+    // semaphore refused.
+    s.bench().lua.deny("ZREMRANGEBYSCORE");
+    s.take(1, Sharing::Exclusive, 1_000, None)
+        .map_err(|e| format!("refused a right it does not need: {e:?}"))?;
+    want(s.release(1, "r1").is_ok(), || "a release".into())?;
+    let said = format!("{:?}", s.take(2, Sharing::Limit(2), 1_000, None));
+    want(said.contains("'zremrangebyscore' command"), || {
+        format!("a semaphore's try without the right to ZREMRANGEBYSCORE: {said}")
+    })?;
     Ok(())
 }
