@@ -59,6 +59,7 @@ const EQUIVALENT: &[(&str, &str)] = &[
     ("release.lua:130:dec:0", SUB_FROM_0),
     ("common.lua:134:dec:0", SUB_FROM_0),
     ("slot.lua:102:dec:0", SUB_FROM_0),
+    ("slot.lua:154:dec:0", SUB_FROM_0),
 ];
 
 /// Why a substring from 0 is the one from 1.
