@@ -31,7 +31,7 @@ if mode then
     return reply("free")
   end
   local h = record_of(state, token)
-  local ttl = asked_ttl or (h and tonumber(h.ttl)) or 30000
+  local ttl = math.floor(asked_ttl or (h and tonumber(h.ttl)) or 30000) -- JSON: a float in 5.4
   -- A shorter TTL leaves the lease, and the TTL it was last given, as they are.
   local extended = now + ttl > ends
   ends = math.max(ends, now + ttl)

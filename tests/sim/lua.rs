@@ -380,6 +380,23 @@ impl Scripting {
         }
     }
 
+    /// From now on `redis.acl_check_cmd` (Redis 7's) refuses `command` and allows every other,
+    /// as it does for an ACL user without that one right.
+    pub fn deny(&mut self, command: &str) {
+        let denied = command.to_ascii_lowercase();
+        let check = self
+            .lua
+            .create_function(move |_, args: Variadic<Value>| {
+                Ok(match args.first() {
+                    Some(Value::String(s)) => s.to_string_lossy().to_ascii_lowercase() != denied,
+                    _ => true,
+                })
+            })
+            .expect("a function");
+        let redis: Table = self.lua.globals().get("redis").expect("the redis object");
+        redis.set("acl_check_cmd", check).expect("acl_check_cmd");
+    }
+
     /// Runs `source` (known by `sha`) with `keys` and `args` against `exec`; the reply, or the
     /// script's error, and `exec` back.
     pub fn eval(

@@ -45,6 +45,8 @@ mod mutation;
 #[cfg(test)]
 mod planted;
 #[cfg(test)]
+mod scenes;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;

@@ -80,6 +80,9 @@ pub fn contradiction(
     if let Some(v) = shape(call, after, now_ms) {
         return Some(v);
     }
+    if let Some(v) = forgotten(call, before, after, now_ms) {
+        return Some(v);
+    }
     let (lock, token) = (call.keys.first()?, call.arg("token")?);
     let (word, field) = read(reply)?;
     let record = |name: &str| match call.keys.get(1).and_then(|k| after.data.get(k)) {
@@ -253,4 +256,55 @@ fn shape(call: &Call, after: &Store, now_ms: i64) -> Option<String> {
         .filter(|(ends, _)| *ends > now_ms as f64)
         .find(|(_, t)| !records.contains_key(&format!("h:{t}")))
         .map(|(_, t)| format!("{} left holder {t} without its record", call.name))
+}
+
+/// What the state keeps of a holder of several, or of a waiter, goes with it: a holder that a
+/// script takes out of a lock of several holders leaves no record ("h:", multi.lua), a waiter
+/// it takes out of the line leaves no record of who it is ("w:": slot.lua's wait_in_line,
+/// common.lua's leave_line; a claim window, "go:", may stay until the state expires). A key
+/// that expired takes its members without a script: not counted.
+fn forgotten(call: &Call, before: &Store, after: &Store, now_ms: i64) -> Option<String> {
+    let state = match call.keys.get(1).and_then(|k| after.data.get(k)) {
+        Some(Data::Hash(h)) => h,
+        _ => return None,
+    };
+    let members = |s: &Store, key: &str| -> Vec<String> {
+        match s.data.get(key) {
+            Some(Data::ZSet(z)) if s.expires.get(key).is_none_or(|at| *at >= now_ms) => {
+                z.iter().map(|(_, m)| m.clone()).collect()
+            }
+            _ => Vec::new(),
+        }
+    };
+    let gone = |key: &String| {
+        let now = members(after, key);
+        members(before, key)
+            .into_iter()
+            .filter(move |t| !now.contains(t))
+    };
+    if let Some(t) = call
+        .keys
+        .first()
+        .into_iter()
+        .flat_map(gone)
+        .find(|t| state.contains_key(&format!("h:{t}")))
+    {
+        return Some(format!(
+            "{} took holder {t} out and left its record",
+            call.name
+        ));
+    }
+    let kept = |t: String| -> Vec<String> {
+        Some(format!("w:{t}"))
+            .filter(|f| state.contains_key(f))
+            .into_iter()
+            .collect()
+    };
+    call.keys
+        .get(2)
+        .into_iter()
+        .flat_map(gone)
+        .map(kept)
+        .find(|k| !k.is_empty())
+        .map(|k| format!("{} took a waiter out of the line and left {k:?}", call.name))
 }
