@@ -289,8 +289,7 @@ fn remove_abandoned(parent: &Path) -> Vec<PathBuf> {
             continue;
         }
         let events = dir.join("cgroup.events");
-        let populated =
-            || read_proc(&events).is_ok_and(|e| e.lines().any(|l| l == "populated 1"));
+        let populated = || read_proc(&events).is_ok_and(|e| e.lines().any(|l| l == "populated 1"));
         if populated() && write_file(&dir.join("cgroup.kill"), b"1").is_ok() {
             stopped.push(dir.clone());
             let until = Instant::now() + Duration::from_secs(1);
