@@ -97,3 +97,75 @@ fn looks_empty(alone: bool, cgroup: Option<&Path>, kill: bool) -> bool {
     }
     no_child && !contain::populated(dir)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Child, Command};
+
+    fn pid(child: &Child) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(child.id() as i32)
+    }
+
+    fn until(what: &str, done: impl Fn() -> bool) {
+        let by = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < by, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn end(mut child: Child) {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// The kernel's word that a leaving guardian is all that is left: no child of its own (in
+    /// the tree), and in a cgroup no other process and no cgroup below. Each part alone would
+    /// let a release through with something of the command still running.
+    #[test]
+    fn a_guardian_is_alone_without_children_and_alone_in_its_cgroup() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the cgroup tests run as root (CI does): run cargo test as root"
+        );
+        let lone = Command::new("sleep").arg("30").spawn().expect("sleep");
+        assert!(leaving_alone(pid(&lone), None), "a childless process");
+        let parent = Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .spawn()
+            .expect("sh");
+        let children = format!("/proc/{0}/task/{0}/children", parent.id());
+        until("sh's child", || {
+            contain::read_proc(&children).is_ok_and(|c| !c.trim().is_empty())
+        });
+        assert!(!leaving_alone(pid(&parent), None), "a process with a child");
+        end(parent);
+
+        let (cgroup, _) = contain::Cgroup::create().expect("a cgroup of this test's own");
+        let dir = cgroup.dir().to_path_buf();
+        let join = |child: &Child| {
+            std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).expect("move in")
+        };
+        join(&lone);
+        assert!(leaving_alone(pid(&lone), Some(&dir)), "alone in its cgroup");
+        let other = Command::new("sleep").arg("30").spawn().expect("sleep");
+        join(&other);
+        assert!(
+            !leaving_alone(pid(&lone), Some(&dir)),
+            "another process in the cgroup"
+        );
+        end(other);
+        until("the other process to leave the cgroup", || {
+            leaving_alone(pid(&lone), Some(&dir))
+        });
+        std::fs::create_dir(dir.join("below")).expect("a cgroup below");
+        assert!(
+            !leaving_alone(pid(&lone), Some(&dir)),
+            "a cgroup below, which may hold processes"
+        );
+        let _ = std::fs::remove_dir(dir.join("below"));
+        end(lone);
+        cgroup.remove();
+    }
+}
