@@ -17,6 +17,7 @@ fn nested_exec_and_acquire_reuse_the_inherited_lock() {
 echo $? > "$D/nested_rc"
 "$RL" --url "$URL" acquire -k k -w 2s > "$D/acquired"
 echo $? > "$D/acquire_rc"
+"$RL" --url "$URL" exec -k third -w 2s -- env > "$D/env"
 "$RL" --url "$URL" exec -k other -w 2s -- sh -c 'echo "$RLOCK_KEY $RLOCK_TOKEN $RLOCK_FENCE" > "$D/other.tmp"; mv "$D/other.tmp" "$D/other"; while [ ! -e "$D/go2" ]; do sleep 0.02; done'
 echo $? > "$D/other_rc"
 : > "$D/after"
@@ -34,6 +35,24 @@ exit 0"#;
     let o: Vec<&str> = other.split_whitespace().collect();
     assert_eq!(o.len(), 3, "other: {other:?}");
     assert_eq!(o[0], "other");
+    // The lock's variables replace the outer lock's, never stand beside them: getenv reads the
+    // first of two, a shell the last (`env`, the command itself, shows both).
+    let env = read(d.join("env"));
+    let mut names: Vec<&str> = env
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(name, _)| name))
+        .filter(|name| name.starts_with("RLOCK_"))
+        .collect();
+    assert!(names.contains(&"RLOCK_KEY"), "env: {env}");
+    names.sort_unstable();
+    let count = names.len();
+    names.dedup();
+    assert_eq!(
+        names.len(),
+        count,
+        "a variable twice in the nested command's environment: {env}"
+    );
+    assert!(env.contains("RLOCK_KEY=third\n"), "env: {env}");
     assert_ne!(o[1], outer_token, "a different key got the outer token");
     assert_eq!(
         server.get("rlock:other").as_deref(),
