@@ -117,11 +117,17 @@ impl Stream {
     }
 }
 
+/// The most one read of the socket takes.
+const READ_SIZE: usize = 16 << 10;
+
 /// A connection to one server, set up and ready for commands.
 pub struct Wire {
     stream: Stream,
     /// Bytes read and not yet part of a reply handed out.
     buf: Vec<u8>,
+    /// Where each read lands before it joins `buf`: zeroed once, at the connection, rather
+    /// than `buf`'s room for a read being zeroed before every read.
+    landing: Box<[u8]>,
     /// A reply's whole budget (and each write's), as the caller set it.
     budget: Duration,
     /// The socket's read timeout now: the budget, or what was left of it for a reply read in
@@ -165,6 +171,7 @@ impl Wire {
         let mut wire = Wire {
             stream,
             buf: Vec::new(),
+            landing: vec![0; READ_SIZE].into_boxed_slice(),
             budget: left,
             read_timeout: left,
             db: settings.db(),
@@ -285,11 +292,9 @@ impl Wire {
 
     /// Reads what the server sent next onto `buf`.
     fn fill(&mut self) -> RedisResult<()> {
-        let start = self.buf.len();
-        self.buf.resize(start + (16 << 10), 0);
-        let read = self.stream.read(&mut self.buf[start..]);
+        let read = self.stream.read(&mut self.landing);
         let n = *read.as_ref().unwrap_or(&0);
-        self.buf.truncate(start + n);
+        self.buf.extend_from_slice(&self.landing[..n]);
         match read {
             Ok(0) => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
