@@ -6,6 +6,11 @@
 //! with that subcommand alone. Whatever that smaller tree does not accept as it is (`--help`,
 //! `--version`, a mistake, a word that is not a subcommand) is parsed again with the whole tree,
 //! so that help, version and every error come out as they always did.
+//!
+//! A line whose first word is its subcommand (`rlock exec …`, as scripts and crontabs write it)
+//! is parsed flatter still: by that subcommand alone, the global options among its own. A
+//! global option in a tree has its value copied between the levels after the parse, one
+//! allocation at a time, and that copying cost more than the rest of the parse (callgrind).
 
 use std::ffi::OsString;
 
@@ -27,6 +32,9 @@ pub fn empty_variables() -> Vec<OsString> {
 
 /// `args` (the program's name first) parsed, or clap's error with the whole tree that raised it.
 pub fn parse(args: &[OsString]) -> Result<Cli, (clap::Error, Box<Command>)> {
+    if let Some(cli) = parse_flat(args) {
+        return Ok(cli);
+    }
     let global = Global::augment_args(Command::new("rlock"));
     if let Some(sub) = subcommand_named(&global, args)
         && let Ok(cli) = parse_with(with_one_subcommand(global, sub), args)
@@ -38,6 +46,26 @@ pub fn parse(args: &[OsString]) -> Result<Cli, (clap::Error, Box<Command>)> {
         Ok(cli) => Ok(cli),
         Err(e) => Err((e, Box::new(whole))),
     }
+}
+
+/// `args` parsed by the subcommand its first word names, with the global options as its own;
+/// None when the first word names none, or when that parse refused the line (the tree says
+/// why).
+fn parse_flat(args: &[OsString]) -> Option<Cli> {
+    let sub = SUBCOMMANDS
+        .iter()
+        .find(|s| args.get(1).is_some_and(|word| word == s.name))?;
+    let mut command = (sub.options)(Global::augment_args(Command::new(sub.name)));
+    let parsed = command
+        .try_get_matches_from_mut(&args[1..])
+        .and_then(|mut matches| {
+            Ok(Cli {
+                global: Global::from_arg_matches_mut(&mut matches)?,
+                command: (sub.parsed)(&mut matches)?,
+            })
+        });
+    std::mem::forget(command);
+    parsed.ok()
 }
 
 fn parse_with(mut command: Command, args: &[OsString]) -> Result<Cli, clap::Error> {
@@ -61,10 +89,12 @@ fn with_one_subcommand(global: Command, sub: &Subcommand) -> Command {
     global.subcommand_required(true).subcommand(one)
 }
 
-/// A subcommand: its name, and its options as the derive describes them.
+/// A subcommand: its name, its options as the derive describes them, and what its matches
+/// make.
 pub struct Subcommand {
     pub name: &'static str,
     options: fn(Command) -> Command,
+    parsed: fn(&mut clap::ArgMatches) -> Result<super::Command, clap::Error>,
 }
 
 /// Every subcommand, in the order `--help` lists them: the one table a new subcommand joins
@@ -74,22 +104,27 @@ pub const SUBCOMMANDS: [Subcommand; 5] = [
     Subcommand {
         name: "acquire",
         options: AcquireArgs::augment_args,
+        parsed: |m| AcquireArgs::from_arg_matches_mut(m).map(super::Command::Acquire),
     },
     Subcommand {
         name: "release",
         options: ReleaseArgs::augment_args,
+        parsed: |m| ReleaseArgs::from_arg_matches_mut(m).map(super::Command::Release),
     },
     Subcommand {
         name: "renew",
         options: RenewArgs::augment_args,
+        parsed: |m| RenewArgs::from_arg_matches_mut(m).map(super::Command::Renew),
     },
     Subcommand {
         name: "inspect",
         options: InspectArgs::augment_args,
+        parsed: |m| InspectArgs::from_arg_matches_mut(m).map(super::Command::Inspect),
     },
     Subcommand {
         name: "exec",
         options: ExecArgs::augment_args,
+        parsed: |m| ExecArgs::from_arg_matches_mut(m).map(super::Command::Exec),
     },
 ];
 

@@ -42,6 +42,12 @@ const LINES: &[&str] = &[
     "exec -k jobs --limit 3 -- true",
     "exec -k jobs --shared --lost-signal KILL --grace 2s --renew-every 1s -- true",
     "exec -k jobs --label ci -- true",
+    "exec -u redis://h:1 -q -k jobs --op-timeout 3s -- true",
+    "exec -k jobs -v --prefix p: -- sh -c 'exit 3'",
+    "acquire -k jobs --url=redis://h:2 -E 0",
+    "inspect -q --json",
+    "release -k jobs --token t -v",
+    "renew -v -k jobs --token t",
 ];
 
 #[test]
@@ -114,6 +120,33 @@ fn help_version_and_errors_come_from_the_whole_tree() {
                 );
             }
         }
+    }
+}
+
+/// A line that starts with its subcommand is parsed by that subcommand alone, as the whole tree
+/// parses it, global options after the subcommand included.
+#[test]
+fn a_line_that_starts_with_its_subcommand_parses_flat_as_the_whole_tree_does() {
+    let mut flat = 0;
+    for line in LINES {
+        let args = argv(line);
+        let starts_with_one = SUBCOMMANDS.iter().any(|s| args[1] == s.name);
+        let Some(cli) = parse_flat(&args) else {
+            assert!(!starts_with_one, "{line:?}: not parsed flat");
+            continue;
+        };
+        flat += 1;
+        let whole = whole(&args).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        assert_eq!(format!("{cli:?}"), format!("{whole:?}"), "{line:?}");
+    }
+    assert!(flat >= 15, "only {flat} lines parsed flat");
+    for line in [
+        "exec --help",
+        "exec --version",
+        "acquire",
+        "exec -k x --ttl nope -- true",
+    ] {
+        assert!(parse_flat(&argv(line)).is_none(), "{line:?} parsed flat");
     }
 }
 
