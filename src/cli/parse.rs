@@ -55,7 +55,9 @@ fn parse_flat(args: &[OsString]) -> Option<Cli> {
     let sub = SUBCOMMANDS
         .iter()
         .find(|s| args.get(1).is_some_and(|word| word == s.name))?;
-    let mut command = (sub.options)(Global::augment_args(Command::new(sub.name)));
+    // Global for the tree; here they have no level to be copied to.
+    let global = Global::augment_args(Command::new(sub.name)).mut_args(|arg| arg.global(false));
+    let mut command = (sub.options)(global);
     let parsed = command
         .try_get_matches_from_mut(&args[1..])
         .and_then(|mut matches| {
