@@ -300,7 +300,7 @@ fn start(
         pgid,
         containment,
     } = standby
-        .launch(&env, args.lost_signal, timeline, answer_by)
+        .launch(&env, args.lost_signal, timeline, answer_by, grant.sent)
         .inspect_err(|_| release(ctx, locker, held))?;
     ctx.say(format_args!("the command runs contained by {containment}"));
     Ok(Child {

@@ -67,6 +67,13 @@ impl Prepared {
         })
     }
 
+    /// With `program` looked up on PATH anew (`found_on_path`): what a lookup made before a wait
+    /// found may no longer be what a shell would run.
+    pub(super) fn found_again(mut self, program: &OsString) -> Self {
+        self.file = found_on_path(program);
+        self
+    }
+
     /// With `env` added to the environment, replacing variables of those names.
     pub(super) fn with(mut self, env: &[(&str, String)]) -> Result<Self, LaunchError> {
         let vars = &mut self.strings.1;

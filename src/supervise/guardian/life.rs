@@ -39,12 +39,15 @@ pub(super) fn guard(
     events: OwnedFd,
 ) -> ! {
     let chld = settle();
-    // Looked up and made ready while rlock waits for the grant. (A file gone meanwhile is
-    // searched for again at the start; one put meanwhile in an earlier directory of PATH, over
-    // a long wait, is not seen.)
+    // Looked up and made ready while rlock waits for the grant; looked up again when the grant
+    // came after a wait, as a shell would find the command then (one put meanwhile in an earlier
+    // directory of PATH, say).
     let prepared = Prepared::new(argv, found_on_path(&argv[0]));
-    let env = match told_to_start(&requests) {
-        Word::Start(env) => env,
+    let (env, prepared) = match told_to_start(&requests) {
+        Word::Start { env, look_again } if look_again => {
+            (env, prepared.map(|p| p.found_again(&argv[0])))
+        }
+        Word::Start { env, .. } => (env, prepared),
         // rlock, alive, removes the cgroup once this process has gone.
         Word::Dismissed => leave(),
         // A dead one cannot.

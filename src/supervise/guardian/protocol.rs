@@ -167,8 +167,12 @@ pub(super) fn tell(events: &OwnedFd, news: &[Event]) {
 
 /// rlock's first word to a guardian standing by.
 pub(super) enum Word {
-    /// Start the command, with these variables added to its environment.
-    Start(Vec<(String, String)>),
+    /// Start the command, with these variables added to its environment; `look_again`: look it
+    /// up on PATH again first (the lookup was made before a wait).
+    Start {
+        env: Vec<(String, String)>,
+        look_again: bool,
+    },
     /// Anything else: leave (rlock removes the cgroup).
     Dismissed,
     /// The pipe closed first: rlock is gone (killed while it waited for the lock).
@@ -181,7 +185,7 @@ pub(super) fn told_to_start(requests: &OwnedFd) -> Word {
     if read_all(requests, &mut head).is_none() {
         return Word::Gone;
     }
-    let (tag, len, _) = decode(&head);
+    let (tag, len, again) = decode(&head);
     if tag != START {
         return Word::Dismissed;
     }
@@ -198,7 +202,10 @@ pub(super) fn told_to_start(requests: &OwnedFd) -> Word {
             Some((name.to_string(), value.to_string()))
         })
         .collect();
-    env.map_or(Word::Dismissed, Word::Start)
+    env.map_or(Word::Dismissed, |env| Word::Start {
+        env,
+        look_again: again != 0,
+    })
 }
 
 /// Fills `buf` from `fd`, a blocking pipe; None at its end.

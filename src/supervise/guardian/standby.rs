@@ -34,6 +34,9 @@ pub struct Standby {
     rlock_pgrp: Pid,
     alone: bool,
     program: OsString,
+    /// When the guardian looked the command up on PATH (about): a grant asked for later came
+    /// after a wait, and has it looked up again.
+    made: Instant,
 }
 
 /// Forks the guardian for `argv`, in `cgroup` when there is one, to wait for `Standby::launch`.
@@ -68,6 +71,7 @@ pub fn stand_by(
     );
     // Both sides count the lease's moments from this moment.
     protocol::base();
+    let made = Instant::now();
     let (pid, in_cgroup, (requests, events)) = fork_guardian(
         cgroup.as_ref().map(Cgroup::dir_fd),
         required,
@@ -89,6 +93,7 @@ pub fn stand_by(
         rlock_pgrp,
         alone,
         program: argv[0].clone(),
+        made,
     })
 }
 
@@ -108,13 +113,15 @@ impl Standby {
     /// meanwhile. `lost_signal` and the lease's timeline are told before the start: a grant
     /// that came late leaves the lease short, and the guardian enforces it from the command's
     /// first instant, whatever rlock is doing. This is the one time the grant's timeline is
-    /// told; renewals are told by `Guardian::renewed`.
+    /// told; renewals are told by `Guardian::renewed`. `asked`: when the granted try was sent;
+    /// one sent after the guardian was made (a wait) has it look the command up again.
     pub fn launch(
         self,
         env: &[(&str, String)],
         lost_signal: Signal,
         lease: Option<Timeline>,
         answer_by: Instant,
+        asked: Instant,
     ) -> Result<Launched, LaunchError> {
         let mut vars = Vec::new();
         for (name, value) in env {
@@ -127,7 +134,9 @@ impl Standby {
             vars.extend_from_slice(value.as_bytes());
             vars.push(0);
         }
-        let mut told = encode(START, i32::try_from(vars.len()).unwrap_or(i32::MAX), 0).to_vec();
+        let look_again = i32::from(asked > self.made);
+        let len = i32::try_from(vars.len()).unwrap_or(i32::MAX);
+        let mut told = encode(START, len, look_again).to_vec();
         told.extend_from_slice(&vars);
         told.extend_from_slice(&encode(LOST_SIGNAL, lost_signal as i32, 0));
         if let Some(lease) = lease {
@@ -145,6 +154,7 @@ impl Standby {
             rlock_pgrp,
             alone,
             program,
+            made: _,
         } = self;
         let mut guardian = Guardian::new(pid, requests, events, cgroup.as_ref());
         guardian.alone = alone;

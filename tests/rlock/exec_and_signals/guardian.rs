@@ -308,6 +308,59 @@ fn the_next_rlock_removes_the_empty_cgroup_of_one_no_longer_alive() {
     assert!(gone, "{} was left", left.display());
 }
 
+/// A waiter's guardian looks its command up on PATH at the first try; handed the lock after the
+/// wait, it looks again, so that the command is the one a shell would run then: here a copy put
+/// meanwhile in an earlier directory of PATH.
+#[test]
+fn a_command_handed_the_lock_after_a_wait_is_looked_up_on_path_again() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = RedisServer::start();
+    let dir = open_dir();
+    let (early, late) = (dir.path().join("early"), dir.path().join("late"));
+    let put = |d: &Path, says: &str| {
+        fs::create_dir_all(d).expect("mkdir");
+        let file = d.join("rl-which");
+        fs::write(&file, format!("#!/bin/sh\necho {says}\n")).expect("write the command");
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o755)).expect("chmod");
+    };
+    put(&late, "late");
+    fs::create_dir_all(&early).expect("mkdir");
+    let held = run(rlock_at(&server).args(["acquire", "-k", KEY, "--ttl", "60s"]));
+    assert_eq!(held.code, 0, "{held}");
+    let path = format!("{}:{}:/usr/bin:/bin", early.display(), late.display());
+    let mut waiter = Bg::spawn(
+        "waiter",
+        dir.path(),
+        rlock_at(&server)
+            .env("PATH", &path)
+            .args(["exec", "-k", KEY, "--", "rl-which"]),
+    );
+    // Its guardian asleep on rlock's word: the first lookup is made (it found late/).
+    let top = waiter.pid();
+    let asleep = |pid: i32| {
+        fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('S')))
+            .unwrap_or(false)
+    };
+    waiter.wait_for(
+        "the waiter's guardian to stand by",
+        Duration::from_secs(10),
+        || guardian_of(top).is_some_and(asleep),
+    );
+    put(&early, "early");
+    let token = held.stdout.trim();
+    let released = run(rlock_at(&server).args(["release", "-k", KEY, "--token", token]));
+    assert_eq!(released.code, 0, "{released}");
+    let (out, _) = waiter.finish(Duration::from_secs(10));
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(
+        out.stdout.trim(),
+        "early",
+        "the waiter ran the command its first try found, not the one PATH finds at the handoff"
+    );
+}
+
 /// A run in a cgroup of its own (30 s lease) whose command left a loop in a session of its own,
 /// once the loop beats: rlock, its pid and its guardian's.
 fn guarded_run(server: &RedisServer, d: &Path) -> (Bg, i32, i32) {
